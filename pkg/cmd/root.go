@@ -1,0 +1,34 @@
+// Package cmd assembles the nodeshepherd command tree; each subcommand lives
+// in a package of its own under pkg/cmd.
+package cmd
+
+import (
+	goflag "flag"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/demo"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/fakenodes"
+)
+
+// NewRootCommand returns the nodeshepherd command.
+func NewRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "nodeshepherd",
+		Short: "Kubernetes node lifecycle: health, taints, evictions, drains, and rehearsals of node failures",
+		Long: `nodeshepherd watches Kubernetes nodes and acts when they fail: it marks silent nodes
+Unknown, taints and evicts, drains nodes that report trouble, and lets you rehearse
+failures on a real local control plane with fake nodes before they happen in production.`,
+		Args: cobra.NoArgs,
+	}
+	// klog's flags (-v, --vmodule, ...) for structured logs on stderr.
+	fs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+	klog.InitFlags(fs)
+	for _, name := range []string{"v", "vmodule"} {
+		root.PersistentFlags().AddGoFlag(fs.Lookup(name))
+	}
+	root.AddCommand(newVersionCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
+	return root
+}

@@ -1,0 +1,222 @@
+// Package fakenode simulates many kubelets in one process: it registers Node
+// objects, heartbeats through Leases and NodeStatus with kubelet semantics,
+// runs the pods bound to its nodes, and injects faults (partitions, kubelet
+// stops, node conditions) for a node, a zone or a label selector.
+package fakenode
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// ManagedLabel marks the nodes a fakenode process owns; a restarted process
+// adopts the nodes with its name prefix.
+const ManagedLabel = "nodeshepherd.io/fake-node"
+
+// Zone is a topology zone and how many nodes it gets (0: an even share).
+type Zone struct {
+	Name  string
+	Count int
+}
+
+// Config describes the simulated nodes. Zero durations take kubelet defaults.
+type Config struct {
+	Client kubernetes.Interface
+	// Nodes is the number of nodes; with explicit zone counts it may be 0
+	// and is then their sum.
+	Nodes      int
+	NamePrefix string
+	Region     string
+	Zones      []Zone
+	Labels     map[string]string
+	Taints     []v1.Taint
+	CPU        resource.Quantity
+	Memory     resource.Quantity
+	MaxPods    int
+
+	// LeaseDuration and LeaseRenewInterval match the kubelet's 40s and 10s.
+	LeaseDuration      time.Duration
+	LeaseRenewInterval time.Duration
+	// NodeStatusUpdateFrequency is how often status is computed (kubelet: 10s);
+	// it is posted when it changed or NodeStatusReportFrequency (5m) has passed.
+	NodeStatusUpdateFrequency time.Duration
+	NodeStatusReportFrequency time.Duration
+	// PodStartDelay is the time from binding to Running and Ready.
+	PodStartDelay time.Duration
+	// EmulateStalePodStatus reproduces the kubelet 1.15 bug of seed 002: a
+	// status that was changed by someone else while the node was away is never
+	// re-posted.
+	EmulateStalePodStatus bool
+	// Workers is the number of goroutines doing API writes.
+	Workers int
+	// KubeletVersion is reported in node info.
+	KubeletVersion string
+	Clock          clock.WithTickerAndDelayedExecution
+}
+
+// Defaults used by Complete and the CLI flags.
+const (
+	DefaultNodes                     = 10
+	DefaultNamePrefix                = "fake-node-"
+	DefaultRegion                    = "region-1"
+	DefaultZones                     = "zone-a,zone-b,zone-c"
+	DefaultLeaseDuration             = 40 * time.Second
+	DefaultLeaseRenewInterval        = 10 * time.Second
+	DefaultNodeStatusUpdateFrequency = 10 * time.Second
+	DefaultNodeStatusReportFrequency = 5 * time.Minute
+	DefaultPodStartDelay             = time.Second
+	DefaultWorkers                   = 16
+	DefaultMaxPods                   = 110
+	DefaultKubeletVersion            = "v1.37.1"
+)
+
+// Complete fills zero values with defaults.
+func (c *Config) Complete() {
+	if c.NamePrefix == "" {
+		c.NamePrefix = DefaultNamePrefix
+	}
+	if c.Region == "" {
+		c.Region = DefaultRegion
+	}
+	if len(c.Zones) == 0 {
+		c.Zones, _ = ParseZones(DefaultZones)
+	}
+	if c.Nodes == 0 {
+		for _, z := range c.Zones {
+			c.Nodes += z.Count
+		}
+	}
+	if c.CPU.IsZero() {
+		c.CPU = resource.MustParse("32")
+	}
+	if c.Memory.IsZero() {
+		c.Memory = resource.MustParse("256Gi")
+	}
+	setDefault(&c.MaxPods, DefaultMaxPods)
+	setDefault(&c.Workers, DefaultWorkers)
+	setDefault(&c.LeaseDuration, DefaultLeaseDuration)
+	setDefault(&c.LeaseRenewInterval, DefaultLeaseRenewInterval)
+	setDefault(&c.NodeStatusUpdateFrequency, DefaultNodeStatusUpdateFrequency)
+	setDefault(&c.NodeStatusReportFrequency, DefaultNodeStatusReportFrequency)
+	if c.KubeletVersion == "" {
+		c.KubeletVersion = DefaultKubeletVersion
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// Validate reports every invalid field at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("a client is required"))
+	}
+	if c.Nodes < 1 {
+		errs = append(errs, fmt.Errorf("nodes must be at least 1, got %d", c.Nodes))
+	}
+	sum, explicit := 0, 0
+	for _, z := range c.Zones {
+		sum += z.Count
+		if z.Count > 0 {
+			explicit++
+		}
+	}
+	if explicit > 0 && explicit != len(c.Zones) {
+		errs = append(errs, errors.New("zones: give a count for every zone or for none"))
+	} else if explicit > 0 && sum != c.Nodes {
+		errs = append(errs, fmt.Errorf("zones: the counts add up to %d but %d nodes were asked for", sum, c.Nodes))
+	}
+	if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(c.NamePrefix, "-") + "-0"); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("name prefix %q does not make valid node names: %s", c.NamePrefix, strings.Join(msgs, "; ")))
+	}
+	for name, d := range map[string]time.Duration{
+		"node lease duration": c.LeaseDuration, "node lease renew interval": c.LeaseRenewInterval,
+		"node status update frequency": c.NodeStatusUpdateFrequency, "node status report frequency": c.NodeStatusReportFrequency,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
+		}
+	}
+	if c.PodStartDelay < 0 {
+		errs = append(errs, fmt.Errorf("pod start delay must not be negative, got %v", c.PodStartDelay))
+	}
+	if c.LeaseRenewInterval >= c.LeaseDuration && c.LeaseDuration > 0 {
+		errs = append(errs, fmt.Errorf("node lease renew interval (%v) must be shorter than the lease duration (%v)", c.LeaseRenewInterval, c.LeaseDuration))
+	}
+	if c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d", c.Workers))
+	}
+	if c.MaxPods < 1 {
+		errs = append(errs, fmt.Errorf("max pods must be at least 1, got %d", c.MaxPods))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseZones parses "zone-a,zone-b" (nodes spread evenly) or
+// "zone-a=20,zone-b=10" (explicit counts).
+func ParseZones(s string) ([]Zone, error) {
+	var zones []Zone
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			return nil, fmt.Errorf("zones %q: empty zone name; use a comma-separated list like zone-a,zone-b or zone-a=20,zone-b=10", s)
+		}
+		name, count, hasCount := strings.Cut(part, "=")
+		z := Zone{Name: name}
+		if hasCount {
+			n, err := strconv.Atoi(count)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("zones %q: count %q of zone %q must be a whole number of at least 1", s, count, name)
+			}
+			z.Count = n
+		}
+		if msgs := validation.IsValidLabelValue(name); len(msgs) > 0 || name == "" {
+			return nil, fmt.Errorf("zones %q: %q is not a valid zone label value (%s)", s, name, strings.Join(msgs, "; "))
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("zones %q: zone %q is listed twice", s, name)
+		}
+		seen[name] = true
+		zones = append(zones, z)
+	}
+	return zones, nil
+}
+
+// zoneOf returns the zone of the i-th node: consecutive blocks with explicit
+// counts, round-robin otherwise.
+func (c *Config) zoneOf(i int) string {
+	if c.Zones[0].Count == 0 {
+		return c.Zones[i%len(c.Zones)].Name
+	}
+	for _, z := range c.Zones {
+		if i < z.Count {
+			return z.Name
+		}
+		i -= z.Count
+	}
+	return c.Zones[len(c.Zones)-1].Name
+}
+
+// nodeName returns the i-th node's name, zero-padded so that names sort.
+func (c *Config) nodeName(i int) string {
+	width := max(4, len(strconv.Itoa(c.Nodes-1)))
+	return fmt.Sprintf("%s%0*d", c.NamePrefix, width, i)
+}

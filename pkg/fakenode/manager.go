@@ -1,0 +1,374 @@
+package fakenode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// Stats counts the API writes of a Manager, for tests and benchmarks.
+type Stats struct {
+	LeaseRenewals, NodeStatusPosts, PodStatusPosts, PodDeletions, Errors int64
+}
+
+// Manager runs the simulated kubelets of one process.
+type Manager struct {
+	cfg   Config
+	nodes map[string]*node // fixed after New
+	names []string         // sorted
+
+	podIndexer cache.Indexer
+	nodeLister corelisters.NodeLister
+
+	leaseQ  workqueue.TypedDelayingInterface[string]
+	statusQ workqueue.TypedDelayingInterface[string]
+	podQ    workqueue.TypedRateLimitingInterface[string]
+
+	podsMu sync.Mutex
+	pods   map[types.UID]*podState
+
+	ready chan struct{}
+	stats struct {
+		leases, statuses, podPosts, podDeletes, errors atomic.Int64
+	}
+}
+
+const byNodeIndex = "byNode"
+
+// New validates the configuration and prepares the nodes without touching the API.
+func New(cfg Config) (*Manager, error) {
+	cfg.Complete()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, nodes: make(map[string]*node, cfg.Nodes), pods: map[types.UID]*podState{}, ready: make(chan struct{})}
+	for i := 0; i < cfg.Nodes; i++ {
+		name := cfg.nodeName(i)
+		lbls := map[string]string{
+			"kubernetes.io/hostname":           name,
+			"kubernetes.io/os":                 "linux",
+			"kubernetes.io/arch":               "amd64",
+			"topology.kubernetes.io/region":    cfg.Region,
+			"topology.kubernetes.io/zone":      cfg.zoneOf(i),
+			"node.kubernetes.io/instance-type": "fake",
+			ManagedLabel:                       "true",
+		}
+		maps.Copy(lbls, cfg.Labels)
+		m.nodes[name] = &node{name: name, zone: cfg.zoneOf(i), index: i, labels: lbls, ip: nodeIP(i), fullStatus: true}
+		m.names = append(m.names, name)
+	}
+	sort.Strings(m.names)
+	return m, nil
+}
+
+// NodeNames returns the names of the simulated nodes, sorted.
+func (m *Manager) NodeNames() []string { return append([]string(nil), m.names...) }
+
+// Zone returns the zone of a simulated node.
+func (m *Manager) Zone(name string) string {
+	if n := m.nodes[name]; n != nil {
+		return n.zone
+	}
+	return ""
+}
+
+// Ready is closed once every node is registered and the workers run.
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
+// Stats returns the write counters so far.
+func (m *Manager) Stats() Stats {
+	return Stats{LeaseRenewals: m.stats.leases.Load(), NodeStatusPosts: m.stats.statuses.Load(),
+		PodStatusPosts: m.stats.podPosts.Load(), PodDeletions: m.stats.podDeletes.Load(), Errors: m.stats.errors.Load()}
+}
+
+// Run registers the nodes and simulates them until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("fakenodes")
+	ctx = klog.NewContext(ctx, logger)
+	c := m.cfg.Client
+
+	m.leaseQ = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "fakenode_lease", Clock: m.cfg.Clock})
+	m.statusQ = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: "fakenode_status", Clock: m.cfg.Clock})
+	m.podQ = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "fakenode_pod", Clock: m.cfg.Clock})
+	defer m.leaseQ.ShutDown()
+	defer m.statusQ.ShutDown()
+	defer m.podQ.ShutDown()
+
+	start := m.cfg.Clock.Now()
+	if err := m.registerAll(ctx); err != nil {
+		return err
+	}
+	logger.Info("Registered fake nodes", "nodes", len(m.names), "after", m.cfg.Clock.Since(start).Round(time.Millisecond))
+
+	// Only pods bound to a node are of interest; the handlers drop pods of nodes
+	// this process does not simulate.
+	podFactory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermNotEqualSelector("spec.nodeName", "").String()
+	}))
+	podInformer := podFactory.Core().V1().Pods().Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{byNodeIndex: func(obj any) ([]string, error) {
+		return []string{obj.(*v1.Pod).Spec.NodeName}, nil
+	}}); err != nil {
+		return err
+	}
+	m.podIndexer = podInformer.GetIndexer()
+	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    m.onPod,
+		UpdateFunc: func(_, obj any) { m.onPod(obj) },
+		DeleteFunc: m.onPodDelete,
+	})
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{ManagedLabel: "true"}).String()
+	}))
+	nodeInformer := nodeFactory.Core().V1().Nodes()
+	m.nodeLister = nodeInformer.Lister()
+	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { m.onNode(obj.(*v1.Node)) },
+		AddFunc:    func(obj any) { m.onNode(obj.(*v1.Node)) },
+	})
+	podFactory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	defer podFactory.Shutdown()
+	defer nodeFactory.Shutdown()
+	if !cache.WaitForNamedCacheSync("fakenodes", ctx.Done(), podInformer.HasSynced, nodeInformer.Informer().HasSynced) {
+		return ctx.Err()
+	}
+
+	// Spread the first heartbeats over one interval, as independent kubelets are.
+	for _, name := range m.names {
+		m.leaseQ.AddAfter(name, randDuration(m.cfg.LeaseRenewInterval))
+		m.statusQ.Add(name)
+	}
+	var wg sync.WaitGroup
+	run := func(n int, f func(context.Context) bool) {
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for f(ctx) {
+				}
+			}()
+		}
+	}
+	run(m.cfg.Workers, m.processLease)
+	run(max(1, m.cfg.Workers/4), m.processStatus)
+	run(m.cfg.Workers, m.processPod)
+	close(m.ready)
+	logger.Info("Fake nodes running", "nodes", len(m.names), "leaseRenewInterval", m.cfg.LeaseRenewInterval,
+		"nodeStatusReportFrequency", m.cfg.NodeStatusReportFrequency, "emulateStalePodStatus", m.cfg.EmulateStalePodStatus)
+	<-ctx.Done()
+	m.leaseQ.ShutDown()
+	m.statusQ.ShutDown()
+	m.podQ.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func randDuration(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d)))
+}
+
+// registerAll creates (or adopts) every Node and its Lease, in parallel,
+// logging progress for large counts.
+func (m *Manager) registerAll(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	var done atomic.Int64
+	errs := make([]error, len(m.names))
+	step := max(int64(len(m.names)/10), 100)
+	workqueue.ParallelizeUntil(ctx, m.cfg.Workers, len(m.names), func(i int) {
+		errs[i] = m.register(ctx, m.nodes[m.names[i]])
+		if d := done.Add(1); d%step == 0 {
+			logger.Info("Registering fake nodes", "done", d, "of", len(m.names))
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+func (m *Manager) register(ctx context.Context, n *node) error {
+	now := metav1.NewTime(m.cfg.Clock.Now())
+	obj := m.object(n, now)
+	created, err := m.cfg.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = m.cfg.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("registering node %s: %w", n.name, err)
+	}
+	n.mu.Lock()
+	n.uid = created.UID
+	n.conditions = initialConditions(now)
+	n.podCIDR = created.Spec.PodCIDR
+	n.mu.Unlock()
+	return m.renewLease(ctx, n)
+}
+
+// --- leases ---------------------------------------------------------------
+
+func (m *Manager) processLease(ctx context.Context) bool {
+	name, quit := m.leaseQ.Get()
+	if quit {
+		return false
+	}
+	defer m.leaseQ.Done(name)
+	n := m.nodes[name]
+	next := wait.Jitter(m.cfg.LeaseRenewInterval, 0.04)
+	if err := m.renewLease(ctx, n); err != nil {
+		m.stats.errors.Add(1)
+		klog.FromContext(ctx).V(2).Info("Lease renewal failed", "node", name, "err", err)
+		// Like the kubelet, retry soon instead of waiting a whole interval.
+		next = min(next, time.Second)
+	}
+	m.leaseQ.AddAfter(name, next)
+	return true
+}
+
+func (m *Manager) renewLease(ctx context.Context, n *node) error {
+	n.mu.Lock()
+	if !n.healthy() {
+		n.mu.Unlock()
+		return nil
+	}
+	lease, uid := n.lease, n.uid
+	n.mu.Unlock()
+	now := metav1.NewMicroTime(m.cfg.Clock.Now())
+	leases := m.cfg.Client.CoordinationV1().Leases(v1.NamespaceNodeLease)
+	var out *coordinationv1.Lease
+	var err error
+	if lease != nil {
+		l := lease.DeepCopy()
+		l.Spec.RenewTime = &now
+		out, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	} else {
+		out, err = leases.Get(ctx, n.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			out, err = leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: n.name, Namespace: v1.NamespaceNodeLease,
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.name, UID: uid}}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n.name),
+					LeaseDurationSeconds: ptr.To(int32(m.cfg.LeaseDuration.Seconds())), RenewTime: &now},
+			}, metav1.CreateOptions{})
+		case err == nil:
+			out.Spec.RenewTime = &now
+			out.Spec.HolderIdentity = ptr.To(n.name)
+			out.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration.Seconds()))
+			out, err = leases.Update(ctx, out, metav1.UpdateOptions{})
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		// Conflict or NotFound: read the lease afresh next time.
+		n.lease = nil
+		return err
+	}
+	n.lease = out
+	m.stats.leases.Add(1)
+	return nil
+}
+
+// --- node status ----------------------------------------------------------
+
+func (m *Manager) processStatus(ctx context.Context) bool {
+	name, quit := m.statusQ.Get()
+	if quit {
+		return false
+	}
+	defer m.statusQ.Done(name)
+	next := m.cfg.NodeStatusUpdateFrequency
+	if err := m.syncStatus(ctx, m.nodes[name]); err != nil {
+		m.stats.errors.Add(1)
+		klog.FromContext(ctx).V(2).Info("Node status update failed", "node", name, "err", err)
+		next = min(next, time.Second)
+	}
+	m.statusQ.AddAfter(name, next)
+	return true
+}
+
+// syncStatus posts the node's status when the kubelet's view differs from the
+// API server's, when a fault changed it, or when the report frequency has
+// passed: the kubelet's rule since NodeLease.
+func (m *Manager) syncStatus(ctx context.Context, n *node) error {
+	now := metav1.NewTime(m.cfg.Clock.Now())
+	n.mu.Lock()
+	if !n.healthy() {
+		n.mu.Unlock()
+		return nil
+	}
+	due := n.dirty || n.fullStatus || now.Sub(n.lastReport) >= m.cfg.NodeStatusReportFrequency
+	if !due {
+		if apiNode, err := m.nodeLister.Get(n.name); err == nil && n.differsFrom(apiNode.Status.Conditions) {
+			due = true
+		}
+	}
+	if !due {
+		n.mu.Unlock()
+		return nil
+	}
+	conds := append([]v1.NodeCondition(nil), n.conditions...)
+	for i := range conds {
+		conds[i].LastHeartbeatTime = now
+	}
+	// A heartbeat patches only the conditions (merged by type): marshalling a
+	// whole NodeStatus would blank node info and daemon endpoints.
+	var status any = map[string]any{"conditions": conds}
+	if n.fullStatus {
+		full := m.fullStatus(n, now)
+		full.Conditions = conds
+		status = full
+	}
+	n.mu.Unlock()
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	if _, err := m.cfg.Client.CoreV1().Nodes().PatchStatus(ctx, n.name, patch); err != nil {
+		return err
+	}
+	m.stats.statuses.Add(1)
+	n.mu.Lock()
+	n.dirty, n.fullStatus, n.lastReport = false, false, now.Time
+	n.mu.Unlock()
+	return nil
+}
+
+func (m *Manager) onNode(obj *v1.Node) {
+	n := m.nodes[obj.Name]
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.podCIDR = obj.Spec.PodCIDR
+	n.mu.Unlock()
+}

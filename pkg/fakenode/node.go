@@ -1,0 +1,193 @@
+package fakenode
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// node is one simulated kubelet. Fields below mu change at run time.
+type node struct {
+	name, zone string
+	index      int
+	labels     map[string]string
+	ip         string
+
+	mu             sync.Mutex
+	uid            types.UID
+	partitioned    bool
+	kubeletStopped bool
+	// conditions is what the kubelet believes; posted when the API differs.
+	conditions []v1.NodeCondition
+	// fullStatus asks the next post to include capacity, addresses and node
+	// info, as a kubelet does after registering or restarting.
+	fullStatus bool
+	dirty      bool
+	lastReport time.Time
+	lease      *coordinationv1.Lease
+	podCIDR    string
+	ipCounter  uint32
+}
+
+// healthy says whether the node's kubelet reaches the API server. Callers hold mu.
+func (n *node) healthy() bool { return !n.partitioned && !n.kubeletStopped }
+
+func (n *node) isHealthy() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.healthy()
+}
+
+// kubeletConditions are the conditions a kubelet reports, with its reasons.
+var kubeletConditions = []struct {
+	typ                     v1.NodeConditionType
+	healthy                 v1.ConditionStatus
+	goodReason, goodMessage string
+	badReason, badMessage   string
+}{
+	{v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"},
+	{v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", "KubeletHasDiskPressure", "kubelet has disk pressure"},
+	{v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available", "KubeletHasInsufficientPID", "kubelet has insufficient PID available"},
+	{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "kubelet is posting ready status", "KubeletNotReady", "container runtime is down (injected by nodeshepherd fakenodes)"},
+}
+
+func initialConditions(now metav1.Time) []v1.NodeCondition {
+	conds := make([]v1.NodeCondition, 0, len(kubeletConditions))
+	for _, k := range kubeletConditions {
+		conds = append(conds, v1.NodeCondition{Type: k.typ, Status: k.healthy, Reason: k.goodReason, Message: k.goodMessage,
+			LastHeartbeatTime: now, LastTransitionTime: now})
+	}
+	return conds
+}
+
+// setCondition changes the believed condition; it reports whether the status changed.
+// Callers hold mu.
+func (n *node) setCondition(c Condition, now metav1.Time) bool {
+	reason, message := c.Reason, c.Message
+	for _, k := range kubeletConditions {
+		if k.typ == c.Type && reason == "" {
+			if c.Status == k.healthy {
+				reason, message = k.goodReason, k.goodMessage
+			} else {
+				reason, message = k.badReason, k.badMessage
+			}
+		}
+	}
+	if reason == "" {
+		reason = "FaultInjected"
+		if c.Status == healthyStatus(c.Type) {
+			reason = "FaultCleared"
+		}
+	}
+	if message == "" {
+		message = fmt.Sprintf("%s=%s set by nodeshepherd fakenodes", c.Type, c.Status)
+	}
+	for i := range n.conditions {
+		if n.conditions[i].Type == c.Type {
+			cur := &n.conditions[i]
+			changed := cur.Status != c.Status
+			if changed {
+				cur.LastTransitionTime = now
+			}
+			cur.Status, cur.Reason, cur.Message = c.Status, reason, message
+			return changed
+		}
+	}
+	n.conditions = append(n.conditions, v1.NodeCondition{Type: c.Type, Status: c.Status, Reason: reason, Message: message,
+		LastHeartbeatTime: now, LastTransitionTime: now})
+	return true
+}
+
+// differsFrom says whether the API server's conditions disagree with the
+// kubelet's belief, which makes a kubelet post its status at once.
+func (n *node) differsFrom(api []v1.NodeCondition) bool {
+	for _, mine := range n.conditions {
+		found := false
+		for _, theirs := range api {
+			if theirs.Type == mine.Type {
+				found = true
+				if theirs.Status != mine.Status {
+					return true
+				}
+			}
+		}
+		if !found {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeIP is the node's fake InternalIP, unique per index.
+func nodeIP(index int) string {
+	i := index + 1
+	return fmt.Sprintf("10.64.%d.%d", (i>>8)&0xff, i&0xff)
+}
+
+// nextPodIP hands out pod addresses from the node's podCIDR when nodeipam gave
+// it one, else from a per-node /24 of 10.128.0.0/9. Callers hold mu.
+func (n *node) nextPodIP() string {
+	n.ipCounter++
+	if p, err := netip.ParsePrefix(n.podCIDR); err == nil {
+		hostBits := p.Addr().BitLen() - p.Bits()
+		size := uint64(1) << min(hostBits, 32)
+		if size > 2 {
+			offset := uint64(n.ipCounter)%(size-2) + 1
+			a := p.Masked().Addr()
+			for ; offset > 0; offset-- {
+				a = a.Next()
+			}
+			return a.String()
+		}
+	}
+	return fmt.Sprintf("10.%d.%d.%d", 128+(n.index>>8)&0x7f, n.index&0xff, n.ipCounter%253+1)
+}
+
+// capacity is what every fake node offers; allocatable is the same.
+func (m *Manager) capacity() v1.ResourceList {
+	c := &m.cfg
+	return v1.ResourceList{
+		v1.ResourceCPU:              c.CPU,
+		v1.ResourceMemory:           c.Memory,
+		v1.ResourcePods:             *resource.NewQuantity(int64(c.MaxPods), resource.DecimalSI),
+		v1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+}
+
+// object is the Node a kubelet registers.
+func (m *Manager) object(n *node, now metav1.Time) *v1.Node {
+	return &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels},
+		Spec:       v1.NodeSpec{ProviderID: "fake://" + n.name, Taints: m.cfg.Taints},
+		Status:     m.fullStatus(n, now),
+	}
+}
+
+// fullStatus is the status a kubelet posts when it registers or restarts.
+func (m *Manager) fullStatus(n *node, now metav1.Time) v1.NodeStatus {
+	capacity := m.capacity()
+	return v1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity,
+		Phase:       v1.NodeRunning,
+		Conditions:  initialConditions(now),
+		Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: n.ip},
+			{Type: v1.NodeHostName, Address: n.name},
+		},
+		DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: 10250}},
+		NodeInfo: v1.NodeSystemInfo{
+			MachineID: n.name, SystemUUID: n.name, BootID: "fake",
+			KernelVersion: "6.1.0-fake", OSImage: "nodeshepherd fake node",
+			ContainerRuntimeVersion: "fake://1.0.0", KubeletVersion: m.cfg.KubeletVersion,
+			OperatingSystem: "linux", Architecture: "amd64",
+		},
+	}
+}

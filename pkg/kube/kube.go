@@ -1,0 +1,60 @@
+// Package kube holds small helpers over Kubernetes objects and clients that
+// several nodeshepherd packages share.
+package kube
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+)
+
+// Fast returns a copy of cfg for local, trusted servers: protobuf and no
+// client-side throttling worth noticing.
+func Fast(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 1000, 2000
+	c.ContentType = "application/vnd.kubernetes.protobuf"
+	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	return c
+}
+
+// NodeCondition returns the node's condition of the given type, or nil.
+func NodeCondition(n *v1.Node, t v1.NodeConditionType) *v1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// NodeReady says whether the node's Ready condition is True.
+func NodeReady(n *v1.Node) bool {
+	c := NodeCondition(n, v1.NodeReady)
+	return c != nil && c.Status == v1.ConditionTrue
+}
+
+// HasTaint says whether the node has a taint with the key.
+func HasTaint(n *v1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// PodCondition returns the pod's condition of the given type, or nil.
+func PodCondition(p *v1.Pod, t v1.PodConditionType) *v1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// PodReady says whether the pod's Ready condition is True.
+func PodReady(p *v1.Pod) bool {
+	c := PodCondition(p, v1.PodReady)
+	return c != nil && c.Status == v1.ConditionTrue
+}
