@@ -106,3 +106,17 @@ func (k *KubeFlags) RESTConfig(userAgent string) (*rest.Config, error) {
 	cfg = rest.AddUserAgent(cfg, userAgent)
 	return cfg, nil
 }
+
+// Group makes cmd a pure group of subcommands: without arguments it prints
+// its help, and an unknown subcommand is a usage error (cobra checks that
+// only for the root command).
+func Group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return Usagef("unknown command %q for %q; see '%s --help'", args[0], c.CommandPath(), c.CommandPath())
+		}
+		return nil
+	}
+	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	return cmd
+}

@@ -21,7 +21,6 @@ func NewRootCommand() *cobra.Command {
 		Long: `nodeshepherd watches Kubernetes nodes and acts when they fail: it marks silent nodes
 Unknown, taints and evicts, drains nodes that report trouble, and lets you rehearse
 failures on a real local control plane with fake nodes before they happen in production.`,
-		Args: cobra.NoArgs,
 	}
 	// klog's flags (-v, --vmodule, ...) for structured logs on stderr.
 	fs := goflag.NewFlagSet("klog", goflag.ContinueOnError)

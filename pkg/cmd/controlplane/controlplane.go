@@ -14,11 +14,10 @@ import (
 
 // NewCommand returns `nodeshepherd controlplane`.
 func NewCommand() *cobra.Command {
-	c := &cobra.Command{
+	c := cli.Group(&cobra.Command{
 		Use:   "controlplane",
 		Short: "Run a real local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)",
-		Args:  cobra.NoArgs,
-	}
+	})
 	c.AddCommand(newUpCommand())
 	return c
 }

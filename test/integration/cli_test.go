@@ -1,0 +1,125 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// nodeshepherdBinary builds the CLI once per test run, so exit codes are
+// those a user sees.
+func nodeshepherdBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodeshepherd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "nodeshepherd")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building nodeshepherd: %v", buildErr)
+	}
+	return binary
+}
+
+func TestBadInputExitsWithCode2(t *testing.T) {
+	bin := nodeshepherdBinary(t)
+	socket := filepath.Join(t.TempDir(), "none.sock")
+	cases := []struct {
+		args []string
+		want string // part of the error message
+	}{
+		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"controlplane", "bogus"}, `unknown command "bogus"`},
+		{[]string{"fakenodes", "--nodes=-1"}, "--nodes must be at least 1"},
+		{[]string{"fakenodes", "--nodes=abc"}, `invalid argument "abc"`},
+		{[]string{"fakenodes", "--zones=zone-a,,zone-b"}, "empty zone name"},
+		{[]string{"fakenodes", "--zones=zone-a=x"}, `count "x" of zone "zone-a"`},
+		{[]string{"fakenodes", "--zones=Zone A"}, "not a valid zone label value"},
+		{[]string{"fakenodes", "--nodes=5", "--zones=a=1,b=2"}, "add up to 3 but 5 nodes"},
+		{[]string{"fakenodes", "--node-lease-renew-interval=abc"}, `invalid argument "abc"`},
+		{[]string{"fakenodes", "--node-lease-renew-interval=-1s"}, "node lease renew interval must be positive"},
+		{[]string{"fakenodes", "--node-lease-renew-interval=50s"}, "must be shorter than the lease duration"},
+		{[]string{"fakenodes", "--register-with-taints=a=b:Sometimes"}, "must be NoSchedule, PreferNoSchedule or NoExecute"},
+		{[]string{"fakenodes", "--cpu=lots"}, `--cpu "lots"`},
+		{[]string{"fakenodes", "--kube-api-qps=0"}, "--kube-api-qps must be greater than 0"},
+		{[]string{"fakenodes", "fault", "explode", "--all", "--control-socket", socket}, `unknown fault action "explode"`},
+		{[]string{"fakenodes", "fault", "partition", "--control-socket", socket}, "no target"},
+		{[]string{"fakenodes", "fault", "condition", "KernelDeadlock", "--all", "--control-socket", socket}, "expected TYPE=STATUS"},
+		{[]string{"fakenodes", "fault", "condition", "KernelDeadlock=Maybe", "--all", "--control-socket", socket}, "must be True, False or Unknown"},
+		{[]string{"fakenodes", "fault", "heal", "--all", "--for=10s", "--control-socket", socket}, "heal takes no duration"},
+		{[]string{"fakenodes", "fault", "partition", "--selector=a in (", "--control-socket", socket}, "invalid label selector"},
+		{[]string{"fakenodes", "fault", "partition", "--all", "--for=-5s", "--control-socket", socket}, "must not be negative"},
+		{[]string{"controlplane", "up", "--ready-timeout=0s"}, "--ready-timeout must be positive"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stderr := run(t, bin, tc.args...)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2; stderr: %s", code, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not say %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestRuntimeErrorsExitWithCode1(t *testing.T) {
+	bin := nodeshepherdBinary(t)
+	t.Run("fault without a running process", func(t *testing.T) {
+		code, stderr := run(t, bin, "fakenodes", "fault", "partition", "--all", "--control-socket", filepath.Join(t.TempDir(), "none.sock"))
+		if code != 1 || !strings.Contains(stderr, "cannot reach the fakenodes process") {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+	t.Run("missing control-plane binaries name the make target", func(t *testing.T) {
+		code, stderr := run(t, bin, "controlplane", "up", "--bin-dir", t.TempDir())
+		if code != 1 || !strings.Contains(stderr, "make controlplane") {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+}
+
+func TestHelpIsAvailableForEveryCommand(t *testing.T) {
+	bin := nodeshepherdBinary(t)
+	for _, args := range [][]string{{}, {"version"}, {"controlplane"}, {"controlplane", "up"}, {"fakenodes"}, {"fakenodes", "fault"}, {"fakenodes", "status"}, {"demo"}} {
+		code, stderr := run(t, bin, append(args, "--help")...)
+		if code != 0 {
+			t.Errorf("%v --help: exit %d: %s", args, code, stderr)
+		}
+	}
+}
+
+func run(t *testing.T, bin string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), stderr.String()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, stderr.String()
+}
