@@ -1,0 +1,103 @@
+// Package nodelifecycle is nodeshepherd's node lifecycle controller: it tracks
+// node heartbeats (NodeStatus and Lease) on its own clock, marks silent nodes
+// Unknown, taints nodes by condition (NoSchedule) and for not-ready or
+// unreachable (NoExecute, rate-limited per zone with disruption modes), marks
+// the pods of failed nodes NotReady and restores the readiness a flapping node
+// lost. It matches kube-controller-manager's nodelifecycle controller where
+// the reference describes it, and detects failures as soon as a grace period
+// expires instead of at the next monitor period.
+package nodelifecycle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Config holds the controller's settings. Field names follow
+// kube-controller-manager's flags.
+type Config struct {
+	// NodeMonitorPeriod is how often every node is checked, in addition to
+	// the checks scheduled at each grace-period expiry.
+	NodeMonitorPeriod time.Duration
+	// NodeMonitorGracePeriod is how long a node may be silent before it is
+	// marked Unknown. It must exceed NodeMonitorPeriod.
+	NodeMonitorGracePeriod time.Duration
+	// NodeStartupGracePeriod applies instead while a node has no Ready condition.
+	NodeStartupGracePeriod time.Duration
+	// NodeEvictionRate is the NoExecute tainting rate per zone, nodes per second.
+	NodeEvictionRate float64
+	// SecondaryNodeEvictionRate is the rate in a partially disrupted zone larger
+	// than LargeClusterSizeThreshold; smaller zones then stop.
+	SecondaryNodeEvictionRate float64
+	LargeClusterSizeThreshold int
+	// UnhealthyZoneThreshold is the not-ready fraction (with at least three
+	// not-ready nodes) from which a zone is partially disrupted.
+	UnhealthyZoneThreshold float32
+	// PodReadinessRestoreDelay is how long after its node is Ready again a pod
+	// that this controller marked NotReady, and that its kubelet did not touch
+	// since, gets Ready=True back. Zero turns restoring off.
+	PodReadinessRestoreDelay time.Duration
+	// DryRun computes everything and reports what would be written.
+	DryRun bool
+}
+
+// DefaultConfig returns kube-controller-manager's defaults.
+func DefaultConfig() Config {
+	return Config{
+		NodeMonitorPeriod:         5 * time.Second,
+		NodeMonitorGracePeriod:    50 * time.Second,
+		NodeStartupGracePeriod:    60 * time.Second,
+		NodeEvictionRate:          0.1,
+		SecondaryNodeEvictionRate: 0.01,
+		LargeClusterSizeThreshold: 50,
+		UnhealthyZoneThreshold:    0.55,
+		PodReadinessRestoreDelay:  10 * time.Second,
+	}
+}
+
+// AddFlags binds the settings to kube-controller-manager's flag names.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&c.NodeMonitorPeriod, "node-monitor-period", c.NodeMonitorPeriod, "Period of the full node health pass (nodes are also checked the moment their grace period expires).")
+	fs.DurationVar(&c.NodeMonitorGracePeriod, "node-monitor-grace-period", c.NodeMonitorGracePeriod, "How long a node may go without a heartbeat (Lease renewal or NodeStatus) before it is marked Unknown.")
+	fs.DurationVar(&c.NodeStartupGracePeriod, "node-startup-grace-period", c.NodeStartupGracePeriod, "Grace period for a node that has not yet reported a Ready condition.")
+	fs.Float64Var(&c.NodeEvictionRate, "node-eviction-rate", c.NodeEvictionRate, "Nodes per second per zone that get a NoExecute taint while the zone is healthy.")
+	fs.Float64Var(&c.SecondaryNodeEvictionRate, "secondary-node-eviction-rate", c.SecondaryNodeEvictionRate, "Nodes per second per zone that get a NoExecute taint while a zone larger than --large-cluster-size-threshold is partially disrupted.")
+	fs.IntVar(&c.LargeClusterSizeThreshold, "large-cluster-size-threshold", c.LargeClusterSizeThreshold, "Zones with more nodes than this keep --secondary-node-eviction-rate in partial disruption; smaller zones stop tainting.")
+	fs.Float32Var(&c.UnhealthyZoneThreshold, "unhealthy-zone-threshold", c.UnhealthyZoneThreshold, "Fraction of not-ready nodes (at least 3) from which a zone is partially disrupted.")
+	fs.DurationVar(&c.PodReadinessRestoreDelay, "pod-readiness-restore-delay", c.PodReadinessRestoreDelay, "After a node is Ready again, restore Ready=True on pods this controller marked NotReady and their kubelet has not updated since (0 turns it off).")
+}
+
+// Validate reports every invalid setting at once, naming the flag.
+func (c *Config) Validate() error {
+	var errs []error
+	positive := func(flag string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("--%s must be positive, got %v", flag, d))
+		}
+	}
+	positive("node-monitor-period", c.NodeMonitorPeriod)
+	positive("node-monitor-grace-period", c.NodeMonitorGracePeriod)
+	positive("node-startup-grace-period", c.NodeStartupGracePeriod)
+	if c.NodeMonitorPeriod > 0 && c.NodeMonitorGracePeriod > 0 && c.NodeMonitorGracePeriod <= c.NodeMonitorPeriod {
+		errs = append(errs, fmt.Errorf("--node-monitor-grace-period (%v) must be longer than --node-monitor-period (%v)", c.NodeMonitorGracePeriod, c.NodeMonitorPeriod))
+	}
+	if c.NodeEvictionRate < 0 {
+		errs = append(errs, fmt.Errorf("--node-eviction-rate must not be negative, got %v", c.NodeEvictionRate))
+	}
+	if c.SecondaryNodeEvictionRate < 0 {
+		errs = append(errs, fmt.Errorf("--secondary-node-eviction-rate must not be negative, got %v", c.SecondaryNodeEvictionRate))
+	}
+	if c.LargeClusterSizeThreshold < 0 {
+		errs = append(errs, fmt.Errorf("--large-cluster-size-threshold must not be negative, got %d", c.LargeClusterSizeThreshold))
+	}
+	if c.UnhealthyZoneThreshold <= 0 || c.UnhealthyZoneThreshold > 1 {
+		errs = append(errs, fmt.Errorf("--unhealthy-zone-threshold must be in (0, 1], got %v", c.UnhealthyZoneThreshold))
+	}
+	if c.PodReadinessRestoreDelay < 0 {
+		errs = append(errs, fmt.Errorf("--pod-readiness-restore-delay must not be negative, got %v", c.PodReadinessRestoreDelay))
+	}
+	return errors.Join(errs...)
+}

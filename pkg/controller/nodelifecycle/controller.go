@@ -1,0 +1,371 @@
+package nodelifecycle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coordinformers "k8s.io/client-go/informers/coordination/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	coordlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "nodelifecycle"
+
+// EventSource is the component name on events, upstream's.
+const EventSource = "node-controller"
+
+// Event reasons.
+const (
+	EventRegisteredNode     = "RegisteredNode"
+	EventRemovingNode       = "RemovingNode"
+	EventNodeNotReady       = "NodeNotReady"
+	EventReadinessRestored  = "PodReadinessRestored"
+	nodeUpdateWorkers       = 8
+	podUpdateWorkers        = 4
+	noExecuteTaintingPeriod = 100 * time.Millisecond
+	// ByNodeIndex indexes pods by spec.nodeName.
+	ByNodeIndex = "nodeName"
+)
+
+// Deps are the controller's collaborators.
+type Deps struct {
+	Client    kubernetes.Interface
+	Nodes     coreinformers.NodeInformer
+	Pods      coreinformers.PodInformer
+	Leases    coordinformers.LeaseInformer
+	Recorder  record.EventRecorder
+	Registry  prometheus.Registerer
+	Clock     clock.WithTicker
+	// Ping checks that the API server answers; the controller stops judging
+	// nodes while it cannot reach it (default: GET /readyz).
+	Ping func(context.Context) error
+}
+
+// Controller is the node lifecycle controller.
+type Controller struct {
+	cfg      Config
+	client   kubernetes.Interface
+	clock    clock.WithTicker
+	recorder record.EventRecorder
+	metrics  *metrics
+	dryRun   *controllerutil.DryRun
+	ping     func(context.Context) error
+
+	nodeLister  corelisters.NodeLister
+	leaseLister coordlisters.LeaseLister
+	podLister   corelisters.PodLister
+	podIndexer  cache.Indexer
+	synced      []cache.InformerSynced
+
+	// mu guards the maps below. It is never held across API calls.
+	mu             sync.Mutex
+	health         map[string]*nodeHealth
+	known          map[string]*v1.Node
+	zoneStates     map[string]ZoneState
+	zoneQueues     map[string]*zoneQueue
+	zoneOfNode     map[string]string
+	nextDeadline   time.Time
+	resetProbes    bool // set when the API server is reachable again after a gap
+
+	// overlay holds nodes as this controller last wrote them, until the
+	// informer catches up (and, in dry run, as it would have written them).
+	overlay *controllerutil.Overlay[*v1.Node]
+
+	nodeQueue    workqueue.TypedRateLimitingInterface[string] // NoSchedule taints and labels
+	podQueue     workqueue.TypedRateLimitingInterface[string] // pods bound to not-ready nodes
+	markQueue    workqueue.TypedRateLimitingInterface[string] // nodes whose pods must be marked NotReady
+	restoreQueue workqueue.TypedRateLimitingInterface[string] // pods whose readiness may be restored
+
+	markedMu sync.Mutex
+	marked   map[types.UID]markedPod
+
+	contactMu   sync.Mutex
+	lastContact time.Time
+}
+
+// markedPod is a pod this controller set Ready=False.
+type markedPod struct {
+	node            string
+	resourceVersion string // after our write: any later change is someone else's
+	restoreQueued   bool
+}
+
+// New builds the controller; Run starts it.
+func New(cfg Config, d Deps) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	c := &Controller{
+		cfg: cfg, client: d.Client, clock: d.Clock, recorder: d.Recorder, metrics: newMetrics(d.Registry),
+		dryRun:      controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		nodeLister:  d.Nodes.Lister(),
+		leaseLister: d.Leases.Lister(),
+		podLister:   d.Pods.Lister(),
+		podIndexer:  d.Pods.Informer().GetIndexer(),
+		synced:      []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.Leases.Informer().HasSynced},
+		health:      map[string]*nodeHealth{},
+		known:       map[string]*v1.Node{},
+		zoneStates:  map[string]ZoneState{},
+		zoneQueues:  map[string]*zoneQueue{},
+		zoneOfNode:  map[string]string{},
+		overlay:     controllerutil.NewOverlay[*v1.Node](),
+		marked:      map[types.UID]markedPod{},
+		ping:        d.Ping,
+	}
+	if c.ping == nil {
+		c.ping = func(ctx context.Context) error {
+			return c.client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+		}
+	}
+	newQueue := func(name string) workqueue.TypedRateLimitingInterface[string] {
+		return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name, Clock: d.Clock})
+	}
+	c.nodeQueue = newQueue("node_lifecycle_controller")
+	c.podQueue = newQueue("node_lifecycle_controller_pods")
+	c.markQueue = newQueue("node_lifecycle_controller_mark_pods")
+	c.restoreQueue = newQueue("node_lifecycle_controller_restore_readiness")
+
+	if err := AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
+		return nil, err
+	}
+	_, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNode(obj.(*v1.Node)) },
+		UpdateFunc: func(_, obj any) { c.onNode(obj.(*v1.Node)) },
+		DeleteFunc: func(obj any) {
+			if n, ok := obj.(*v1.Node); ok {
+				c.overlay.Forget(n.Name)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = d.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onLease(obj.(*coordinationv1.Lease)) },
+		UpdateFunc: func(_, obj any) { c.onLease(obj.(*coordinationv1.Lease)) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.onPod(nil, obj.(*v1.Pod)) },
+		UpdateFunc: func(old, obj any) {
+			c.onPod(old.(*v1.Pod), obj.(*v1.Pod))
+		},
+	})
+	return c, err
+}
+
+// AddPodNodeNameIndexer indexes pods by node, unless already done by another
+// controller sharing the informer.
+func AddPodNodeNameIndexer(inf cache.SharedIndexInformer) error {
+	if _, ok := inf.GetIndexer().GetIndexers()[ByNodeIndex]; ok {
+		return nil
+	}
+	return inf.AddIndexers(cache.Indexers{ByNodeIndex: func(obj any) ([]string, error) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || pod.Spec.NodeName == "" {
+			return nil, nil
+		}
+		return []string{pod.Spec.NodeName}, nil
+	}})
+}
+
+// onNode refreshes the probe when the kubelet posted a new heartbeat, so
+// that the grace period runs from when the heartbeat arrived, and queues the
+// node for its NoSchedule taints and labels.
+func (c *Controller) onNode(n *v1.Node) {
+	c.nodeQueue.Add(n.Name)
+	ready := getCondition(&n.Status, v1.NodeReady)
+	if ready == nil {
+		return
+	}
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rec := c.health[n.Name]; rec != nil && rec.hasReady && !rec.heartbeat.Equal(&ready.LastHeartbeatTime) {
+		rec.probe = now
+		if !rec.transition.Equal(&ready.LastTransitionTime) {
+			rec.readyTransition = now
+		}
+		rec.heartbeat, rec.transition = ready.LastHeartbeatTime, ready.LastTransitionTime
+	}
+}
+
+// onLease refreshes the probe on a newer lease renewal.
+func (c *Controller) onLease(l *coordinationv1.Lease) {
+	if l.Namespace != v1.NamespaceNodeLease || l.Spec.RenewTime == nil {
+		return
+	}
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rec := c.health[l.Name]; rec != nil && l.Spec.RenewTime.Time.After(rec.leaseRenew) {
+		rec.leaseRenew = l.Spec.RenewTime.Time
+		rec.probe = now
+	}
+}
+
+func (c *Controller) onPod(old, pod *v1.Pod) {
+	if pod.Spec.NodeName == "" || (old != nil && old.Spec.NodeName == pod.Spec.NodeName) {
+		return
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+		c.podQueue.Add(key)
+	}
+}
+
+// latestNode is the freshest view of a node: the lister's copy, or this
+// controller's own write if the informer has not delivered it yet.
+func (c *Controller) latestNode(name string) (*v1.Node, error) {
+	n, err := c.nodeLister.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	return c.overlay.Latest(name, n), nil
+}
+
+// Run starts the workers and the monitor loop and blocks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx).WithName(Name)
+	ctx = klog.NewContext(ctx, logger)
+	defer c.nodeQueue.ShutDown()
+	defer c.podQueue.ShutDown()
+	defer c.markQueue.ShutDown()
+	defer c.restoreQueue.ShutDown()
+	logger.Info("Starting node lifecycle controller", "dryRun", c.cfg.DryRun, "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
+		"nodeMonitorGracePeriod", c.cfg.NodeMonitorGracePeriod, "nodeEvictionRate", c.cfg.NodeEvictionRate)
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
+		return fmt.Errorf("%s: caches did not sync", Name)
+	}
+	var wg sync.WaitGroup
+	spawn := func(n int, f func(context.Context) bool) {
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for f(ctx) {
+				}
+			}()
+		}
+	}
+	spawn(nodeUpdateWorkers, c.processNode)
+	spawn(podUpdateWorkers, c.processPod)
+	spawn(podUpdateWorkers, c.processMark)
+	spawn(1, c.processRestore)
+	wg.Add(1)
+	go func() { defer wg.Done(); c.watchContact(ctx) }()
+	c.monitorLoop(ctx)
+	c.nodeQueue.ShutDown()
+	c.podQueue.ShutDown()
+	c.markQueue.ShutDown()
+	c.restoreQueue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// monitorLoop runs the health pass every monitor period and also the moment a
+// node's grace period expires, then the NoExecute tainting pass; between
+// passes it runs the tainting pass every 100ms for the rate limiters. Both run
+// in this one goroutine, so zone states are always decided before a taint of
+// the same pass is applied.
+func (c *Controller) monitorLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	nextPass := c.clock.Now()
+	timer := c.clock.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+		}
+		now := c.clock.Now()
+		if !now.Before(nextPass) {
+			if c.reachable(now) {
+				start := c.clock.Now()
+				if err := c.monitorNodeHealth(ctx); err != nil {
+					logger.Error(err, "Error monitoring node health")
+				}
+				c.metrics.updateAllNodesHealth.Observe(c.clock.Since(start).Seconds())
+			}
+			now = c.clock.Now()
+			nextPass = now.Add(c.cfg.NodeMonitorPeriod)
+			c.mu.Lock()
+			if d := c.nextDeadline; !d.IsZero() && d.Before(nextPass) {
+				nextPass = d
+			}
+			c.mu.Unlock()
+		}
+		c.doNoExecuteTaintingPass(ctx)
+		wait := min(nextPass.Sub(c.clock.Now()), noExecuteTaintingPeriod)
+		timer.Reset(max(wait, 0))
+	}
+}
+
+// watchContact pings the API server every second. While it does not answer,
+// nodes are not judged (their heartbeats cannot be seen); once it answers
+// again after a gap, every node gets a fresh grace period, so nothing is
+// tainted only because this controller was cut off.
+func (c *Controller) watchContact(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	ticker := c.clock.NewTicker(time.Second)
+	defer ticker.Stop()
+	c.contactMu.Lock()
+	c.lastContact = c.clock.Now()
+	c.contactMu.Unlock()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.ping(pctx)
+		cancel()
+		now := c.clock.Now()
+		c.contactMu.Lock()
+		if err == nil {
+			if gap := now.Sub(c.lastContact); gap > contactGap {
+				logger.Info("API server reachable again; giving every node a fresh grace period", "unreachableFor", gap.Round(time.Second))
+				c.mu.Lock()
+				c.resetProbes = true
+				c.mu.Unlock()
+			}
+			c.lastContact = now
+		}
+		c.contactMu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// contactGap is how long without an answer from the API server makes the
+// controller stop judging nodes.
+const contactGap = 3 * time.Second
+
+func (c *Controller) reachable(now time.Time) bool {
+	c.contactMu.Lock()
+	defer c.contactMu.Unlock()
+	return now.Sub(c.lastContact) <= contactGap
+}

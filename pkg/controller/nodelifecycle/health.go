@@ -1,0 +1,101 @@
+package nodelifecycle
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// nodeHealth is what the controller remembers of a node's heartbeats. Every
+// time in it is the controller's own clock, never the kubelet's.
+type nodeHealth struct {
+	// probe is when the controller last saw a heartbeat: a new Ready
+	// lastHeartbeatTime or a newer Lease renewTime.
+	probe           time.Time
+	readyTransition time.Time
+	hasReady        bool
+	heartbeat       metav1.Time // last seen Ready.lastHeartbeatTime
+	transition      metav1.Time // last seen Ready.lastTransitionTime
+	leaseRenew      time.Time   // last seen Lease renewTime
+}
+
+// Condition reasons and messages, as upstream writes them.
+const (
+	reasonNeverUpdated  = "NodeStatusNeverUpdated"
+	messageNeverUpdated = "Kubelet never posted node status."
+	reasonUnknown       = "NodeStatusUnknown"
+	messageUnknown      = "Kubelet stopped posting node status."
+)
+
+// monitoredConditions are set Unknown when a node goes silent;
+// NetworkUnavailable is never touched.
+var monitoredConditions = []v1.NodeConditionType{v1.NodeReady, v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure}
+
+func getCondition(status *v1.NodeStatus, t v1.NodeConditionType) *v1.NodeCondition {
+	for i := range status.Conditions {
+		if status.Conditions[i].Type == t {
+			return &status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// observe refreshes a health record from the node object and returns the
+// grace period that applies and the "observed" Ready condition (before any
+// change by this controller). rec may be nil (first sight); the returned
+// record is the one to keep.
+func (c *Config) observe(rec *nodeHealth, node *v1.Node, now time.Time) (*nodeHealth, time.Duration, *v1.NodeCondition) {
+	ready := getCondition(&node.Status, v1.NodeReady)
+	if ready == nil {
+		// Never reported: timed from creation, with the startup grace period.
+		observed := &v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown,
+			LastHeartbeatTime: node.CreationTimestamp, LastTransitionTime: node.CreationTimestamp}
+		if rec == nil {
+			rec = &nodeHealth{probe: node.CreationTimestamp.Time, readyTransition: node.CreationTimestamp.Time}
+		}
+		rec.hasReady = false
+		return rec, c.NodeStartupGracePeriod, observed
+	}
+	observed := ready.DeepCopy()
+	switch {
+	case rec == nil || !rec.hasReady:
+		// First sight (also after a restart): a fresh grace period.
+		rec = &nodeHealth{probe: now, readyTransition: now, leaseRenew: leaseRenewOf(rec)}
+	case !rec.heartbeat.Equal(&ready.LastHeartbeatTime):
+		rec.probe = now
+		if !rec.transition.Equal(&ready.LastTransitionTime) {
+			rec.readyTransition = now
+		}
+	}
+	rec.hasReady, rec.heartbeat, rec.transition = true, ready.LastHeartbeatTime, ready.LastTransitionTime
+	return rec, c.NodeMonitorGracePeriod, observed
+}
+
+func leaseRenewOf(rec *nodeHealth) time.Time {
+	if rec == nil {
+		return time.Time{}
+	}
+	return rec.leaseRenew
+}
+
+// expire sets the monitored conditions of a node (a copy the caller owns)
+// Unknown, keeping lastHeartbeatTime of existing ones. It reports whether
+// anything changed.
+func expire(node *v1.Node, now metav1.Time) bool {
+	changed := false
+	for _, t := range monitoredConditions {
+		c := getCondition(&node.Status, t)
+		switch {
+		case c == nil:
+			node.Status.Conditions = append(node.Status.Conditions, v1.NodeCondition{Type: t, Status: v1.ConditionUnknown,
+				Reason: reasonNeverUpdated, Message: messageNeverUpdated,
+				LastHeartbeatTime: node.CreationTimestamp, LastTransitionTime: now})
+			changed = true
+		case c.Status != v1.ConditionUnknown:
+			c.Status, c.Reason, c.Message, c.LastTransitionTime = v1.ConditionUnknown, reasonUnknown, messageUnknown, now
+			changed = true
+		}
+	}
+	return changed
+}

@@ -1,0 +1,45 @@
+package nodelifecycle
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics carries upstream's node_collector metrics (same names, types,
+// labels and buckets, so dashboards carry over) and nodeshepherd's own.
+type metrics struct {
+	zoneHealth              *prometheus.GaugeVec
+	zoneSize                *prometheus.GaugeVec
+	unhealthyNodes          *prometheus.GaugeVec
+	evictions               *prometheus.CounterVec
+	updateNodeHealth        prometheus.Histogram
+	updateAllNodesHealth    prometheus.Histogram
+	podsMarkedNotReady      prometheus.Counter
+	podReadinessRestored    prometheus.Counter
+	detectionDelay          prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		zoneHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "node_collector", Name: "zone_health",
+			Help: "Gauge measuring percentage of healthy nodes per zone."}, []string{"zone"}),
+		zoneSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "node_collector", Name: "zone_size",
+			Help: "Gauge measuring number of registered Nodes per zones."}, []string{"zone"}),
+		unhealthyNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "node_collector", Name: "unhealthy_nodes_in_zone",
+			Help: "Gauge measuring number of not Ready Nodes per zones."}, []string{"zone"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "node_collector", Name: "evictions_total",
+			Help: "Number of Node evictions that happened since current instance of NodeController started."}, []string{"zone"}),
+		updateNodeHealth: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "node_collector", Name: "update_node_health_duration_seconds",
+			Help: "Duration in seconds for NodeController to update the health of a single node.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
+		updateAllNodesHealth: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "node_collector", Name: "update_all_nodes_health_duration_seconds",
+			Help: "Duration in seconds for NodeController to update the health of all nodes.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 8)}),
+		podsMarkedNotReady: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "pods_marked_not_ready_total",
+			Help: "Pods set Ready=False because their node stopped being Ready."}),
+		podReadinessRestored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "pod_readiness_restored_total",
+			Help: "Pods given Ready=True back after their node recovered and their kubelet did not re-post their status."}),
+		detectionDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "unknown_detection_delay_seconds",
+			Help: "Time from a node's grace-period expiry to the controller marking it Unknown.", Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}}),
+	}
+	reg.MustRegister(m.zoneHealth, m.zoneSize, m.unhealthyNodes, m.evictions, m.updateNodeHealth, m.updateAllNodesHealth,
+		m.podsMarkedNotReady, m.podReadinessRestored, m.detectionDelay)
+	return m
+}

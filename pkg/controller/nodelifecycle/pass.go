@@ -1,0 +1,342 @@
+package nodelifecycle
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-helpers/node/topology"
+	"k8s.io/klog/v2"
+)
+
+// Upstream's retry of one node's health update.
+const (
+	nodeHealthUpdateRetry = 5
+	retrySleepTime        = 20 * time.Millisecond
+)
+
+// nodeResult is what one node contributes to the zone computation.
+type nodeResult struct {
+	zone     string
+	current  *v1.NodeCondition
+	counted  bool // false: excluded or skipped
+	deadline time.Time
+}
+
+// monitorNodeHealth is one health pass over every node.
+func (c *Controller) monitorNodeHealth(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	nodes, err := c.nodeLister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	now := c.clock.Now()
+
+	// Classify added and deleted nodes and create queues for new zones.
+	c.mu.Lock()
+	if c.resetProbes {
+		for _, rec := range c.health {
+			rec.probe, rec.readyTransition = now, now
+		}
+		c.resetProbes = false
+	}
+	var added []*v1.Node
+	seen := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		seen[n.Name] = true
+		if _, ok := c.known[n.Name]; !ok {
+			added = append(added, n)
+			c.known[n.Name] = n
+		}
+		c.ensureZoneLocked(topology.GetZoneKey(n), now)
+		c.zoneOfNode[n.Name] = topology.GetZoneKey(n)
+	}
+	var deleted []*v1.Node
+	if len(c.known) != len(nodes) {
+		for name, n := range c.known {
+			if !seen[name] {
+				deleted = append(deleted, n)
+				delete(c.known, name)
+				delete(c.health, name)
+				delete(c.zoneOfNode, name)
+			}
+		}
+	}
+	c.mu.Unlock()
+
+	for _, n := range added {
+		logger.V(1).Info("Controller observed a new Node", "node", klog.KObj(n))
+		c.recordNodeEvent(n, v1.EventTypeNormal, EventRegisteredNode, fmt.Sprintf("Node %s event: Registered Node %s in Controller", n.Name, n.Name))
+		if err := c.markReachable(ctx, n.Name); err != nil {
+			logger.Error(err, "Failed to remove NoExecute taints from a newly seen node", "node", klog.KObj(n))
+		}
+	}
+	for _, n := range deleted {
+		logger.V(1).Info("Controller observed a Node deletion", "node", klog.KObj(n))
+		c.recordNodeEvent(n, v1.EventTypeNormal, EventRemovingNode, fmt.Sprintf("Node %s event: Removing Node %s from Controller", n.Name, n.Name))
+	}
+
+	results := make([]nodeResult, len(nodes))
+	workqueue.ParallelizeUntil(ctx, nodeUpdateWorkers, len(nodes), func(i int) {
+		results[i] = c.processNodeHealth(ctx, nodes[i].Name)
+	})
+
+	zoneConditions := map[string][]*v1.NodeCondition{}
+	var next time.Time
+	for i, r := range results {
+		if !r.deadline.IsZero() && (next.IsZero() || r.deadline.Before(next)) {
+			next = r.deadline
+		}
+		if !r.counted {
+			continue
+		}
+		zoneConditions[r.zone] = append(zoneConditions[r.zone], r.current)
+		_ = i
+	}
+	c.mu.Lock()
+	c.nextDeadline = next
+	c.mu.Unlock()
+	c.handleDisruption(ctx, zoneConditions, nodes)
+	return nil
+}
+
+// processNodeHealth updates one node's health, decides its NoExecute taint
+// and marks its pods NotReady on the Ready→not-Ready edge.
+func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeResult {
+	logger := klog.FromContext(ctx)
+	start := c.clock.Now()
+	defer func() { c.metrics.updateNodeHealth.Observe(c.clock.Since(start).Seconds()) }()
+
+	var node *v1.Node
+	var observed, current *v1.NodeCondition
+	var deadline time.Time
+	err := wait.PollUntilContextTimeout(ctx, retrySleepTime, retrySleepTime*nodeHealthUpdateRetry, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if node == nil {
+			node, err = c.latestNode(name)
+		} else {
+			node, err = c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			logger.Error(err, "Failed to read node", "node", name)
+			node = nil
+			return false, nil
+		}
+		observed, current, deadline, err = c.tryUpdateNodeHealth(ctx, node.DeepCopy())
+		if err != nil {
+			logger.V(2).Info("Failed to update node health, retrying", "node", name, "err", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil || node == nil {
+		logger.Error(err, "Skipping node health update: too many retries", "node", name)
+		return nodeResult{}
+	}
+	r := nodeResult{zone: topology.GetZoneKey(node), current: current, counted: !excludedFromDisruption(node), deadline: deadline}
+	if current == nil {
+		return r
+	}
+	// Upstream decides the taint from the observed (pre-update) condition,
+	// which delays the NoExecute taint of a node the controller itself just
+	// marked Unknown by one monitor period. Deciding from the current
+	// condition queues it in the same pass.
+	c.decideTaint(ctx, node, current)
+	if current.Status != v1.ConditionTrue && observed.Status == v1.ConditionTrue {
+		c.recordNodeEvent(node, v1.EventTypeNormal, EventNodeNotReady, fmt.Sprintf("Node %s status is now: NodeNotReady", node.Name))
+		c.markQueue.Add(node.Name)
+	}
+	if current.Status == v1.ConditionTrue {
+		c.queueRestores(node.Name)
+	}
+	return r
+}
+
+// tryUpdateNodeHealth applies the grace-period rules to one node and writes
+// its status when Ready changes. It returns the observed (before) and current
+// (after) Ready conditions and, for a node still within its grace period,
+// the moment it expires.
+func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (observed, current *v1.NodeCondition, deadline time.Time, err error) {
+	now := c.clock.Now()
+	c.mu.Lock()
+	rec, grace, observed := c.cfg.observe(c.health[node.Name], node, now)
+	c.health[node.Name] = rec
+	if lease, lerr := c.leaseLister.Leases(v1.NamespaceNodeLease).Get(node.Name); lerr == nil && lease.Spec.RenewTime != nil &&
+		lease.Spec.RenewTime.Time.After(rec.leaseRenew) {
+		rec.leaseRenew = lease.Spec.RenewTime.Time
+		rec.probe = now
+	}
+	probe := rec.probe
+	c.mu.Unlock()
+
+	expiry := probe.Add(grace)
+	if !now.After(expiry) {
+		current = getCondition(&node.Status, v1.NodeReady)
+		return observed, current, expiry.Add(time.Millisecond), nil
+	}
+	nowMeta := metav1.NewTime(now)
+	expire(node, nowMeta)
+	current = getCondition(&node.Status, v1.NodeReady)
+	if current.Status == observed.Status && current.LastTransitionTime.Equal(&observed.LastTransitionTime) &&
+		current.Reason == observed.Reason {
+		return observed, current, time.Time{}, nil
+	}
+	basedOn := node.ResourceVersion
+	if c.cfg.DryRun {
+		c.dryRun.Report(ctx, node, "set-unknown", fmt.Sprintf("node %s: Ready %s -> Unknown (no heartbeat for %s)", node.Name, observed.Status, now.Sub(probe).Round(time.Millisecond)))
+	} else {
+		written, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		if err != nil {
+			return observed, nil, time.Time{}, err
+		}
+		node = written
+	}
+	c.overlay.Put(node.Name, basedOn, node)
+	c.metrics.detectionDelay.Observe(now.Sub(expiry).Seconds())
+	c.mu.Lock()
+	rec.readyTransition = now
+	if ready := getCondition(&node.Status, v1.NodeReady); ready != nil {
+		rec.heartbeat, rec.transition, rec.hasReady = ready.LastHeartbeatTime, ready.LastTransitionTime, true
+	}
+	c.mu.Unlock()
+	klog.FromContext(ctx).V(2).Info("Node marked Unknown", "node", klog.KObj(node), "silentFor", now.Sub(probe).Round(time.Millisecond))
+	return observed, getCondition(&node.Status, v1.NodeReady), time.Time{}, nil
+}
+
+// ensureZoneLocked creates the state and queue of a zone seen for the first time.
+func (c *Controller) ensureZoneLocked(zone string, now time.Time) {
+	if _, ok := c.zoneStates[zone]; ok {
+		return
+	}
+	c.zoneStates[zone] = StateInitial
+	c.zoneQueues[zone] = newZoneQueue(c.cfg.NodeEvictionRate, now)
+	c.metrics.evictions.WithLabelValues(zone).Add(0)
+}
+
+// handleDisruption computes zone states and switches between the normal,
+// per-zone mode and "master disruption mode" (every zone fully disrupted).
+func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[string][]*v1.NodeCondition, nodes []*v1.Node) {
+	logger := klog.FromContext(ctx)
+	now := c.clock.Now()
+	newStates := map[string]ZoneState{}
+	allNowFull := true
+	c.mu.Lock()
+	for zone, conds := range zoneConditions {
+		notReady, state := computeZoneState(conds, c.cfg.UnhealthyZoneThreshold)
+		size := len(conds)
+		c.metrics.zoneSize.WithLabelValues(zone).Set(float64(size))
+		c.metrics.zoneHealth.WithLabelValues(zone).Set(100 * float64(size-notReady) / float64(size))
+		c.metrics.unhealthyNodes.WithLabelValues(zone).Set(float64(notReady))
+		newStates[zone] = state
+		if state != StateFullDisruption {
+			allNowFull = false
+		}
+		if _, ok := c.zoneStates[zone]; !ok {
+			logger.Error(nil, "Setting initial state for unseen zone", "zone", zone)
+			c.zoneStates[zone] = StateInitial
+		}
+	}
+	allWereFull := true
+	for zone, state := range c.zoneStates {
+		if _, ok := zoneConditions[zone]; !ok {
+			// A zone that lost all its (counted) nodes.
+			delete(c.zoneStates, zone)
+			c.metrics.zoneSize.WithLabelValues(zone).Set(0)
+			c.metrics.zoneHealth.WithLabelValues(zone).Set(100)
+			c.metrics.unhealthyNodes.WithLabelValues(zone).Set(0)
+			continue
+		}
+		if state != StateFullDisruption {
+			allWereFull = false
+		}
+	}
+	c.mu.Unlock()
+
+	switch {
+	case allNowFull && allWereFull:
+		// Nothing changes (also the case without any zone).
+	case allNowFull && !allWereFull:
+		logger.Info("Controller detected that all Nodes are not-Ready. Entering master disruption mode")
+		for _, n := range nodes {
+			if err := c.markReachable(ctx, n.Name); err != nil {
+				logger.Error(err, "Failed to remove NoExecute taints", "node", klog.KObj(n))
+			}
+		}
+		c.mu.Lock()
+		for zone := range newStates {
+			c.zoneQueueLocked(zone, now).SwapLimiter(0, now)
+			c.zoneStates[zone] = StateFullDisruption
+		}
+		c.mu.Unlock()
+	case !allNowFull && allWereFull:
+		logger.Info("Controller detected that some Nodes are Ready. Exiting master disruption mode")
+		c.mu.Lock()
+		for _, rec := range c.health {
+			rec.probe, rec.readyTransition = now, now
+		}
+		for zone, state := range newStates {
+			c.zoneQueueLocked(zone, now).SwapLimiter(c.cfg.rateFor(state, len(zoneConditions[zone])), now)
+			c.zoneStates[zone] = state
+		}
+		c.mu.Unlock()
+	default:
+		c.mu.Lock()
+		zones := make([]string, 0, len(newStates))
+		for z := range newStates {
+			zones = append(zones, z)
+		}
+		sort.Strings(zones)
+		for _, zone := range zones {
+			state := newStates[zone]
+			if c.zoneStates[zone] == state {
+				continue
+			}
+			logger.Info("Zone state changed", "zone", zone, "from", c.zoneStates[zone], "to", state)
+			c.zoneQueueLocked(zone, now).SwapLimiter(c.cfg.rateFor(state, len(zoneConditions[zone])), now)
+			c.zoneStates[zone] = state
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *Controller) zoneQueueLocked(zone string, now time.Time) *zoneQueue {
+	q := c.zoneQueues[zone]
+	if q == nil {
+		q = newZoneQueue(c.cfg.NodeEvictionRate, now)
+		c.zoneQueues[zone] = q
+	}
+	return q
+}
+
+// ZoneStates returns a copy of the zone states, keyed by zone key.
+func (c *Controller) ZoneStates() map[string]ZoneState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]ZoneState, len(c.zoneStates))
+	for k, v := range c.zoneStates {
+		out[k] = v
+	}
+	return out
+}
+
+func (c *Controller) recordNodeEvent(n *v1.Node, typ, reason, msg string) {
+	if c.recorder == nil {
+		return
+	}
+	ref := &v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
+	c.recorder.Event(ref, typ, reason, msg)
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

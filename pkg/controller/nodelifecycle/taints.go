@@ -1,0 +1,334 @@
+package nodelifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/node/topology"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+)
+
+// The NoExecute taints this controller owns.
+var (
+	UnreachableTaint = v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoExecute}
+	NotReadyTaint    = v1.Taint{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoExecute}
+)
+
+// conditionTaints maps node conditions to the NoSchedule taint each status
+// implies ("taint nodes by condition").
+var conditionTaints = map[v1.NodeConditionType]map[v1.ConditionStatus]string{
+	v1.NodeReady:              {v1.ConditionFalse: v1.TaintNodeNotReady, v1.ConditionUnknown: v1.TaintNodeUnreachable},
+	v1.NodeMemoryPressure:     {v1.ConditionTrue: v1.TaintNodeMemoryPressure},
+	v1.NodeDiskPressure:       {v1.ConditionTrue: v1.TaintNodeDiskPressure},
+	v1.NodeNetworkUnavailable: {v1.ConditionTrue: v1.TaintNodeNetworkUnavailable},
+	v1.NodePIDPressure:        {v1.ConditionTrue: v1.TaintNodePIDPressure},
+}
+
+// ownedNoScheduleKeys are the NoSchedule taint keys this controller manages;
+// every other NoSchedule taint belongs to someone else and is left alone.
+var ownedNoScheduleKeys = func() map[string]bool {
+	m := map[string]bool{v1.TaintNodeUnschedulable: true}
+	for _, byStatus := range conditionTaints {
+		for _, key := range byStatus {
+			m[key] = true
+		}
+	}
+	return m
+}()
+
+func hasTaint(n *v1.Node, t v1.Taint) bool {
+	for i := range n.Spec.Taints {
+		if n.Spec.Taints[i].Key == t.Key && n.Spec.Taints[i].Effect == t.Effect {
+			return true
+		}
+	}
+	return false
+}
+
+// decideTaint queues a not-ready or unreachable node for its NoExecute taint,
+// swaps the two taints at once when the kind of failure changes, and clears
+// both from a Ready node.
+func (c *Controller) decideTaint(ctx context.Context, node *v1.Node, ready *v1.NodeCondition) {
+	logger := klog.FromContext(ctx)
+	switch ready.Status {
+	case v1.ConditionFalse:
+		if hasTaint(node, UnreachableTaint) {
+			if err := c.swapTaints(ctx, node.Name, NotReadyTaint, UnreachableTaint, ""); err != nil {
+				logger.Error(err, "Failed to swap the unreachable taint for the not-ready taint", "node", klog.KObj(node))
+			}
+			return
+		}
+		c.markForTainting(node, NotReadyTaint)
+	case v1.ConditionUnknown:
+		if hasTaint(node, NotReadyTaint) {
+			if err := c.swapTaints(ctx, node.Name, UnreachableTaint, NotReadyTaint, ""); err != nil {
+				logger.Error(err, "Failed to swap the not-ready taint for the unreachable taint", "node", klog.KObj(node))
+			}
+			return
+		}
+		c.markForTainting(node, UnreachableTaint)
+	case v1.ConditionTrue:
+		if err := c.markReachable(ctx, node.Name); err != nil {
+			logger.Error(err, "Failed to remove NoExecute taints", "node", klog.KObj(node))
+		}
+	}
+}
+
+// markForTainting adds the node to its zone's queue; if the taint it needs is
+// missing (for instance removed by hand) it is re-armed first.
+func (c *Controller) markForTainting(node *v1.Node, want v1.Taint) {
+	now := c.clock.Now()
+	zone := topology.GetZoneKey(node)
+	c.mu.Lock()
+	q := c.zoneQueueLocked(zone, now)
+	c.mu.Unlock()
+	if !hasTaint(node, want) {
+		q.Remove(node.Name)
+	}
+	q.Add(node.Name, node.UID, now)
+}
+
+// markReachable removes both NoExecute taints and dequeues the node.
+func (c *Controller) markReachable(ctx context.Context, name string) error {
+	node, err := c.latestNode(name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	if hasTaint(node, UnreachableTaint) || hasTaint(node, NotReadyTaint) {
+		if err := c.writeTaints(ctx, node, nil, []v1.Taint{UnreachableTaint, NotReadyTaint}, "remove-noexecute-taints"); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	q := c.zoneQueues[topology.GetZoneKey(node)]
+	c.mu.Unlock()
+	if q != nil {
+		q.Remove(name)
+	}
+	return nil
+}
+
+// swapTaints adds one NoExecute taint and removes the other; zone is the
+// zone to count an eviction in ("" for an immediate swap, not counted).
+func (c *Controller) swapTaints(ctx context.Context, name string, add, remove v1.Taint, zone string) error {
+	node, err := c.latestNode(name)
+	if err != nil {
+		return err
+	}
+	if err := c.writeTaints(ctx, node, []v1.Taint{add}, []v1.Taint{remove}, "taint-"+strings.TrimPrefix(add.Key, "node.kubernetes.io/")); err != nil {
+		return err
+	}
+	if zone != "" {
+		c.metrics.evictions.WithLabelValues(zone).Inc()
+	}
+	return nil
+}
+
+// writeTaints changes a node's taints, or reports the change in dry run.
+func (c *Controller) writeTaints(ctx context.Context, node *v1.Node, add, remove []v1.Taint, action string) error {
+	now := c.clock.Now()
+	if c.cfg.DryRun {
+		taints, changed := controllerutil.ChangeTaints(node.Spec.Taints, add, remove, now)
+		if !changed {
+			return nil
+		}
+		c.dryRun.Report(ctx, node, action, fmt.Sprintf("node %s: taints %s -> %s", node.Name, taintList(node.Spec.Taints), taintList(taints)))
+		copy := node.DeepCopy()
+		copy.Spec.Taints = taints
+		c.overlay.Put(node.Name, node.ResourceVersion, copy)
+		return nil
+	}
+	written, err := controllerutil.PatchTaints(ctx, c.client, node.Name, func() (*v1.Node, error) { return node, nil }, add, remove, now)
+	if err != nil {
+		return err
+	}
+	if written != nil {
+		c.overlay.Put(node.Name, node.ResourceVersion, written)
+		klog.FromContext(ctx).V(2).Info("Node taints updated", "node", node.Name, "action", action, "taints", taintList(written.Spec.Taints))
+	}
+	return nil
+}
+
+func taintList(ts []v1.Taint) string {
+	if len(ts) == 0 {
+		return "[]"
+	}
+	s := make([]string, len(ts))
+	for i := range ts {
+		s[i] = ts[i].ToString()
+	}
+	return "[" + strings.Join(s, ",") + "]"
+}
+
+// doNoExecuteTaintingPass applies queued NoExecute taints as each zone's
+// token bucket allows.
+func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	c.mu.Lock()
+	zones := make(map[string]*zoneQueue, len(c.zoneQueues))
+	for z, q := range c.zoneQueues {
+		zones[z] = q
+	}
+	c.mu.Unlock()
+	for zone, q := range zones {
+		if q.Len() == 0 {
+			continue
+		}
+		q.Try(c.clock.Now(), func(v timedValue) (bool, time.Duration) {
+			node, err := c.latestNode(v.value)
+			if apierrors.IsNotFound(err) {
+				return true, 0
+			}
+			if err != nil {
+				return false, 50 * time.Millisecond
+			}
+			ready := getCondition(&node.Status, v1.NodeReady)
+			if ready == nil {
+				return false, 50 * time.Millisecond
+			}
+			var err2 error
+			switch ready.Status {
+			case v1.ConditionFalse:
+				err2 = c.swapTaints(ctx, node.Name, NotReadyTaint, UnreachableTaint, zone)
+			case v1.ConditionUnknown:
+				err2 = c.swapTaints(ctx, node.Name, UnreachableTaint, NotReadyTaint, zone)
+			default:
+				logger.V(2).Info("Node is ready now. Ignoring taint request", "node", v.value)
+				return true, 0
+			}
+			if err2 != nil {
+				logger.Error(err2, "Failed to apply NoExecute taint", "node", v.value)
+				return false, 0
+			}
+			return true, 0
+		})
+	}
+}
+
+// processNode keeps a node's NoSchedule taints in line with its conditions
+// and spec.unschedulable, and its beta os/arch labels with the stable ones.
+func (c *Controller) processNode(ctx context.Context) bool {
+	name, quit := c.nodeQueue.Get()
+	if quit {
+		return false
+	}
+	defer c.nodeQueue.Done(name)
+	err := c.syncNoScheduleTaints(ctx, name)
+	if err == nil {
+		err = c.reconcileLabels(ctx, name)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to update node taints or labels, requeueing", "node", name)
+		c.nodeQueue.AddRateLimited(name)
+		return true
+	}
+	c.nodeQueue.Forget(name)
+	return true
+}
+
+// desiredNoScheduleTaints derives the NoSchedule taints from the node.
+func desiredNoScheduleTaints(node *v1.Node) []v1.Taint {
+	var out []v1.Taint
+	for _, cond := range node.Status.Conditions {
+		if key, ok := conditionTaints[cond.Type][cond.Status]; ok {
+			out = append(out, v1.Taint{Key: key, Effect: v1.TaintEffectNoSchedule})
+		}
+	}
+	if node.Spec.Unschedulable {
+		out = append(out, v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule})
+	}
+	return out
+}
+
+// noScheduleDiff returns the owned NoSchedule taints to add and to remove.
+func noScheduleDiff(node *v1.Node) (add, remove []v1.Taint) {
+	desired := desiredNoScheduleTaints(node)
+	for _, d := range desired {
+		if !hasTaint(node, d) {
+			add = append(add, d)
+		}
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Effect != v1.TaintEffectNoSchedule || !ownedNoScheduleKeys[t.Key] {
+			continue
+		}
+		found := false
+		for _, d := range desired {
+			if d.Key == t.Key {
+				found = true
+			}
+		}
+		if !found {
+			remove = append(remove, v1.Taint{Key: t.Key, Effect: t.Effect})
+		}
+	}
+	return add, remove
+}
+
+func (c *Controller) syncNoScheduleTaints(ctx context.Context, name string) error {
+	node, err := c.latestNode(name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	add, remove := noScheduleDiff(node)
+	if len(add) == 0 && len(remove) == 0 {
+		return nil
+	}
+	return c.writeTaints(ctx, node, add, remove, "update-noschedule-taints")
+}
+
+// labelPairs are the stable labels whose beta twins are kept equal.
+var labelPairs = [][2]string{{v1.LabelOSStable, "beta.kubernetes.io/os"}, {v1.LabelArchStable, "beta.kubernetes.io/arch"}}
+
+// labelChanges returns the beta labels to set, or nil.
+func labelChanges(node *v1.Node) map[string]string {
+	if node.Labels == nil {
+		return nil
+	}
+	var out map[string]string
+	for _, p := range labelPairs {
+		primary, ok := node.Labels[p[0]]
+		if !ok {
+			continue
+		}
+		if cur, ok := node.Labels[p[1]]; !ok || cur != primary {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[p[1]] = primary
+		}
+	}
+	return out
+}
+
+func (c *Controller) reconcileLabels(ctx context.Context, name string) error {
+	node, err := c.latestNode(name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	changes := labelChanges(node)
+	if len(changes) == 0 {
+		return nil
+	}
+	if c.cfg.DryRun {
+		c.dryRun.Report(ctx, node, "reconcile-labels", fmt.Sprintf("node %s: set labels %v", node.Name, changes))
+		copy := node.DeepCopy()
+		for k, v := range changes {
+			copy.Labels[k] = v
+		}
+		c.overlay.Put(node.Name, node.ResourceVersion, copy)
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": changes}})
+	_, err = c.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	return ignoreNotFound(err)
+}

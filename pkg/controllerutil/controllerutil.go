@@ -1,0 +1,203 @@
+// Package controllerutil holds what nodeshepherd's controllers share: dry-run
+// reporting, taint writes with optimistic locking, and a view of objects that
+// includes the controller's own writes before its informer has seen them.
+package controllerutil
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+)
+
+var (
+	dryRunCounter = prometheus.CounterOpts{Namespace: "nodeshepherd", Name: "dry_run_actions_total",
+		Help: "Writes a controller in --dry-run mode would have made, by controller and action."}
+)
+
+// DryRun reports what a controller would write when it runs with --dry-run:
+// a log line, an event and a counter. Nothing is written but the event.
+type DryRun struct {
+	Enabled    bool
+	controller string
+	counter    *prometheus.CounterVec
+	recorder   record.EventRecorder
+}
+
+// EventDryRun is the event reason of dry-run reports.
+const EventDryRun = "DryRun"
+
+// NewDryRun returns the reporter of one controller.
+func NewDryRun(enabled bool, controller string, reg prometheus.Registerer, recorder record.EventRecorder) *DryRun {
+	// Every controller shares the one counter; the first registers it.
+	counter := prometheus.NewCounterVec(dryRunCounter, []string{"controller", "action"})
+	if err := reg.Register(counter); err != nil {
+		are, ok := err.(prometheus.AlreadyRegisteredError)
+		if !ok {
+			panic(err)
+		}
+		counter = are.ExistingCollector.(*prometheus.CounterVec)
+	}
+	return &DryRun{Enabled: enabled, controller: controller, counter: counter, recorder: recorder}
+}
+
+// Report records one action that was not written.
+func (d *DryRun) Report(ctx context.Context, obj runtime.Object, action, message string) {
+	klog.FromContext(ctx).Info("Dry run: not writing", "controller", d.controller, "action", action, "detail", message)
+	d.counter.WithLabelValues(d.controller, action).Inc()
+	if d.recorder != nil && obj != nil {
+		d.recorder.Eventf(obj, v1.EventTypeNormal, EventDryRun, "Would %s: %s", action, message)
+	}
+}
+
+// UpdateTaintBackoff is upstream's retry schedule for taint writes.
+var UpdateTaintBackoff = wait.Backoff{Steps: 5, Duration: 100 * time.Millisecond, Jitter: 1.0}
+
+// sameTaint compares taints by key, value and effect, ignoring time added.
+func sameTaint(a, b *v1.Taint) bool {
+	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
+}
+
+// ChangeTaints computes the node's taints with add (stamped with now, replacing
+// a taint of the same key and effect that differs) and without remove (by key
+// and effect). It reports whether anything changed.
+func ChangeTaints(taints []v1.Taint, add, remove []v1.Taint, now time.Time) ([]v1.Taint, bool) {
+	out := make([]v1.Taint, 0, len(taints)+len(add))
+	changed := false
+outer:
+	for _, t := range taints {
+		for _, r := range remove {
+			if t.Key == r.Key && t.Effect == r.Effect {
+				changed = true
+				continue outer
+			}
+		}
+		for _, a := range add {
+			if t.Key == a.Key && t.Effect == a.Effect && !sameTaint(&t, &a) {
+				changed = true
+				continue outer
+			}
+		}
+		out = append(out, t)
+	}
+	for _, a := range add {
+		found := false
+		for _, t := range out {
+			if sameTaint(&t, &a) {
+				found = true
+			}
+		}
+		if !found {
+			a.TimeAdded = &metav1.Time{Time: now}
+			out = append(out, a)
+			changed = true
+		}
+	}
+	return out, changed
+}
+
+// PatchTaints writes a node's taints with its resourceVersion as a
+// precondition, re-reading the node from the API server on conflict, so a
+// concurrent writer is never overwritten. get returns the node to start from
+// (the controller's freshest view); the written node is returned, or nil when
+// nothing needed to change.
+func PatchTaints(ctx context.Context, client kubernetes.Interface, name string, get func() (*v1.Node, error),
+	add, remove []v1.Taint, now time.Time) (*v1.Node, error) {
+	var written *v1.Node
+	first := true
+	err := retry.RetryOnConflict(UpdateTaintBackoff, func() error {
+		var node *v1.Node
+		var err error
+		if first {
+			node, err = get()
+			first = false
+		} else {
+			node, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return err
+		}
+		taints, changed := ChangeTaints(node.Spec.Taints, add, remove, now)
+		if !changed {
+			written = nil
+			return nil
+		}
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+			"spec":     map[string]any{"taints": taints},
+		})
+		if err != nil {
+			return err
+		}
+		written, err = client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("updating taints of node %s: %w", name, err)
+	}
+	return written, nil
+}
+
+// Overlay remembers objects a controller wrote (or, in dry-run, would have
+// written) until its informer delivers a newer version, so that a pass right
+// after a write does not act on the stale cached copy again.
+type Overlay[T metav1.Object] struct {
+	mu    sync.Mutex
+	items map[string]overlayItem[T]
+}
+
+type overlayItem[T metav1.Object] struct {
+	basedOn string // resourceVersion the write started from
+	obj     T
+}
+
+// NewOverlay returns an empty overlay.
+func NewOverlay[T metav1.Object]() *Overlay[T] {
+	return &Overlay[T]{items: map[string]overlayItem[T]{}}
+}
+
+// Put records obj as the result of changing the version basedOn.
+func (o *Overlay[T]) Put(key, basedOn string, obj T) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.items[key] = overlayItem[T]{basedOn: basedOn, obj: obj}
+}
+
+// Latest returns the overlay's copy while cached is still the version the
+// write started from, and cached otherwise.
+func (o *Overlay[T]) Latest(key string, cached T) T {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	it, ok := o.items[key]
+	if !ok {
+		return cached
+	}
+	if it.basedOn == cached.GetResourceVersion() {
+		return it.obj
+	}
+	delete(o.items, key)
+	return cached
+}
+
+// Forget drops an entry (the object was deleted).
+func (o *Overlay[T]) Forget(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.items, key)
+}
