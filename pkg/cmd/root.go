@@ -11,6 +11,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/demo"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/fakenodes"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/run"
 )
 
 // NewRootCommand returns the nodeshepherd command.
@@ -28,6 +29,6 @@ failures on a real local control plane with fake nodes before they happen in pro
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(fs.Lookup(name))
 	}
-	root.AddCommand(newVersionCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
+	root.AddCommand(newVersionCommand(), run.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
 	return root
 }

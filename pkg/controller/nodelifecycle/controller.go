@@ -46,13 +46,13 @@ const (
 
 // Deps are the controller's collaborators.
 type Deps struct {
-	Client    kubernetes.Interface
-	Nodes     coreinformers.NodeInformer
-	Pods      coreinformers.PodInformer
-	Leases    coordinformers.LeaseInformer
-	Recorder  record.EventRecorder
-	Registry  prometheus.Registerer
-	Clock     clock.WithTicker
+	Client   kubernetes.Interface
+	Nodes    coreinformers.NodeInformer
+	Pods     coreinformers.PodInformer
+	Leases   coordinformers.LeaseInformer
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+	Clock    clock.WithTicker
 	// Ping checks that the API server answers; the controller stops judging
 	// nodes while it cannot reach it (default: GET /readyz).
 	Ping func(context.Context) error
@@ -75,14 +75,14 @@ type Controller struct {
 	synced      []cache.InformerSynced
 
 	// mu guards the maps below. It is never held across API calls.
-	mu             sync.Mutex
-	health         map[string]*nodeHealth
-	known          map[string]*v1.Node
-	zoneStates     map[string]ZoneState
-	zoneQueues     map[string]*zoneQueue
-	zoneOfNode     map[string]string
-	nextDeadline   time.Time
-	resetProbes    bool // set when the API server is reachable again after a gap
+	mu           sync.Mutex
+	health       map[string]*nodeHealth
+	known        map[string]*v1.Node
+	zoneStates   map[string]ZoneState
+	zoneQueues   map[string]*zoneQueue
+	zoneOfNode   map[string]string
+	nextDeadline time.Time
+	resetProbes  bool // set when the API server is reachable again after a gap
 
 	// overlay holds nodes as this controller last wrote them, until the
 	// informer catches up (and, in dry run, as it would have written them).

@@ -7,15 +7,15 @@ import (
 // metrics carries upstream's node_collector metrics (same names, types,
 // labels and buckets, so dashboards carry over) and nodeshepherd's own.
 type metrics struct {
-	zoneHealth              *prometheus.GaugeVec
-	zoneSize                *prometheus.GaugeVec
-	unhealthyNodes          *prometheus.GaugeVec
-	evictions               *prometheus.CounterVec
-	updateNodeHealth        prometheus.Histogram
-	updateAllNodesHealth    prometheus.Histogram
-	podsMarkedNotReady      prometheus.Counter
-	podReadinessRestored    prometheus.Counter
-	detectionDelay          prometheus.Histogram
+	zoneHealth           *prometheus.GaugeVec
+	zoneSize             *prometheus.GaugeVec
+	unhealthyNodes       *prometheus.GaugeVec
+	evictions            *prometheus.CounterVec
+	updateNodeHealth     prometheus.Histogram
+	updateAllNodesHealth prometheus.Histogram
+	podsMarkedNotReady   prometheus.Counter
+	podReadinessRestored prometheus.Counter
+	detectionDelay       prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

@@ -1,0 +1,115 @@
+// Package run implements `nodeshepherd run`: the controllers against a cluster.
+package run
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Controllers lists the controllers in start order.
+var Controllers = []string{nodelifecycle.Name, tainteviction.Name}
+
+type options struct {
+	kube          cli.KubeFlags
+	controllers   []string
+	leader        manager.LeaderElection
+	metricsAddr   string
+	dryRun        bool
+	nodeLifecycle nodelifecycle.Config
+}
+
+// NewCommand returns `nodeshepherd run`.
+func NewCommand() *cobra.Command {
+	o := &options{leader: manager.DefaultLeaderElection(), nodeLifecycle: nodelifecycle.DefaultConfig()}
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "Run nodeshepherd's controllers against a cluster",
+		Long: `Run the selected controllers against a cluster (--kubeconfig, $KUBECONFIG, or in-cluster
+credentials), leader-elected on a Lease, with /metrics, /healthz and /readyz on
+--metrics-bind-address.
+
+Controllers:
+  nodelifecycle   node heartbeats, Unknown conditions, NoSchedule and NoExecute taints with
+                  per-zone rate limits and disruption modes, pods marked NotReady, readiness
+                  restored after a flap. Replaces kube-controller-manager's nodelifecycle.
+  tainteviction   deletes pods that do not tolerate NoExecute taints after their
+                  tolerationSeconds. Replaces taint-eviction-controller.
+
+Run kube-controller-manager with --controllers=*,-nodelifecycle,-taint-eviction-controller
+next to it. Flag names and defaults follow kube-controller-manager.`,
+		Example: `  nodeshepherd run --kubeconfig ~/.kube/config --controllers=nodelifecycle,tainteviction
+  nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := o.validate()
+			if err != nil {
+				return err
+			}
+			cfg, err := o.kube.RESTConfig("nodeshepherd")
+			if err != nil {
+				return err
+			}
+			return manager.Run(cmd.Context(), cfg, opts)
+		},
+	}
+	f := c.Flags()
+	o.kube.AddFlags(f, 50, 100)
+	f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(Controllers, ", ")+"; * for all; -name to leave one out.")
+	o.leader.AddFlags(f)
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
+	f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
+	o.nodeLifecycle.AddFlags(f)
+	return c
+}
+
+func (o *options) validate() (manager.Options, error) {
+	var errs []error
+	if err := o.kube.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	names, err := manager.ResolveControllers(o.controllers, Controllers)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.leader.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.nodeLifecycle.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return manager.Options{}, &cli.UsageError{Err: errors.Join(errs...)}
+	}
+	nl := o.nodeLifecycle
+	nl.DryRun = o.dryRun
+	return manager.Options{
+		Controllers: names, LeaderElection: o.leader, MetricsBindAddress: o.metricsAddr, DryRun: o.dryRun,
+		Constructors: Constructors(nl),
+	}, nil
+}
+
+// Constructors builds every controller from the manager's shared parts.
+func Constructors(nl nodelifecycle.Config) map[string]manager.Constructor {
+	return map[string]manager.Constructor{
+		nodelifecycle.Name: func(c manager.Context) (manager.Controller, error) {
+			return nodelifecycle.New(nl, nodelifecycle.Deps{
+				Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
+				Leases: c.LeaseInformers.Coordination().V1().Leases(), Recorder: c.Recorder(nodelifecycle.EventSource),
+				Registry: c.Registry, Clock: c.Clock,
+			})
+		},
+		tainteviction.Name: func(c manager.Context) (manager.Controller, error) {
+			return tainteviction.New(tainteviction.Config{DryRun: c.DryRun}, tainteviction.Deps{
+				Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
+				Recorder: c.Recorder(tainteviction.EventSource), Registry: c.Registry, Clock: c.Clock,
+			})
+		},
+	}
+}
