@@ -8,26 +8,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
-// Controllers lists the controllers in start order.
-var Controllers = []string{nodelifecycle.Name, tainteviction.Name}
-
 type options struct {
-	kube          cli.KubeFlags
-	controllers   []string
-	leader        manager.LeaderElection
-	metricsAddr   string
-	dryRun        bool
-	nodeLifecycle nodelifecycle.Config
+	kube        cli.KubeFlags
+	controllers []string
+	leader      manager.LeaderElection
+	metricsAddr string
+	dryRun      bool
+	config      controllers.Config
 }
 
 // NewCommand returns `nodeshepherd run`.
 func NewCommand() *cobra.Command {
-	o := &options{leader: manager.DefaultLeaderElection(), nodeLifecycle: nodelifecycle.DefaultConfig()}
+	o := &options{leader: manager.DefaultLeaderElection(), config: controllers.Default()}
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Run nodeshepherd's controllers against a cluster",
@@ -61,11 +57,11 @@ next to it. Flag names and defaults follow kube-controller-manager.`,
 	}
 	f := c.Flags()
 	o.kube.AddFlags(f, 50, 100)
-	f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(Controllers, ", ")+"; * for all; -name to leave one out.")
+	f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(controllers.Names, ", ")+"; * for all; -name to leave one out.")
 	o.leader.AddFlags(f)
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
 	f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
-	o.nodeLifecycle.AddFlags(f)
+	o.config.NodeLifecycle.AddFlags(f)
 	return c
 }
 
@@ -74,42 +70,21 @@ func (o *options) validate() (manager.Options, error) {
 	if err := o.kube.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	names, err := manager.ResolveControllers(o.controllers, Controllers)
+	names, err := manager.ResolveControllers(o.controllers, controllers.Names)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if err := o.leader.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := o.nodeLifecycle.Validate(); err != nil {
+	if err := o.config.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return manager.Options{}, &cli.UsageError{Err: errors.Join(errs...)}
 	}
-	nl := o.nodeLifecycle
-	nl.DryRun = o.dryRun
 	return manager.Options{
 		Controllers: names, LeaderElection: o.leader, MetricsBindAddress: o.metricsAddr, DryRun: o.dryRun,
-		Constructors: Constructors(nl),
+		Constructors: controllers.Constructors(o.config),
 	}, nil
-}
-
-// Constructors builds every controller from the manager's shared parts.
-func Constructors(nl nodelifecycle.Config) map[string]manager.Constructor {
-	return map[string]manager.Constructor{
-		nodelifecycle.Name: func(c manager.Context) (manager.Controller, error) {
-			return nodelifecycle.New(nl, nodelifecycle.Deps{
-				Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
-				Leases: c.LeaseInformers.Coordination().V1().Leases(), Recorder: c.Recorder(nodelifecycle.EventSource),
-				Registry: c.Registry, Clock: c.Clock,
-			})
-		},
-		tainteviction.Name: func(c manager.Context) (manager.Controller, error) {
-			return tainteviction.New(tainteviction.Config{DryRun: c.DryRun}, tainteviction.Deps{
-				Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
-				Recorder: c.Recorder(tainteviction.EventSource), Registry: c.Registry, Clock: c.Clock,
-			})
-		},
-	}
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	podsMarkedNotReady   prometheus.Counter
 	podReadinessRestored prometheus.Counter
 	detectionDelay       prometheus.Histogram
+	zoneState            *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,8 +39,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Pods given Ready=True back after their node recovered and their kubelet did not re-post their status."}),
 		detectionDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "unknown_detection_delay_seconds",
 			Help: "Time from a node's grace-period expiry to the controller marking it Unknown.", Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}}),
+		zoneState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "zone_state",
+			Help: "1 for the current disruption state of each zone (Initial, Normal, PartialDisruption, FullDisruption), 0 for the others."}, []string{"zone", "state"}),
 	}
-	reg.MustRegister(m.zoneHealth, m.zoneSize, m.unhealthyNodes, m.evictions, m.updateNodeHealth, m.updateAllNodesHealth,
+	reg.MustRegister(m.zoneState, m.zoneHealth, m.zoneSize, m.unhealthyNodes, m.evictions, m.updateNodeHealth, m.updateAllNodesHealth,
 		m.podsMarkedNotReady, m.podReadinessRestored, m.detectionDelay)
 	return m
+}
+
+// setZoneState publishes a zone's state as a one-hot gauge.
+func (m *metrics) setZoneState(zone string, state ZoneState) {
+	for _, s := range []ZoneState{StateInitial, StateNormal, StatePartialDisruption, StateFullDisruption} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.zoneState.WithLabelValues(zone, string(s)).Set(v)
+	}
 }

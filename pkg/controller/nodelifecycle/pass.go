@@ -216,6 +216,7 @@ func (c *Controller) ensureZoneLocked(zone string, now time.Time) {
 		return
 	}
 	c.zoneStates[zone] = StateInitial
+	c.metrics.setZoneState(zone, StateInitial)
 	c.zoneQueues[zone] = newZoneQueue(c.cfg.NodeEvictionRate, now)
 	c.metrics.evictions.WithLabelValues(zone).Add(0)
 }
@@ -241,6 +242,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		if _, ok := c.zoneStates[zone]; !ok {
 			logger.Error(nil, "Setting initial state for unseen zone", "zone", zone)
 			c.zoneStates[zone] = StateInitial
+			c.metrics.setZoneState(zone, StateInitial)
 		}
 	}
 	allWereFull := true
@@ -251,6 +253,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 			c.metrics.zoneSize.WithLabelValues(zone).Set(0)
 			c.metrics.zoneHealth.WithLabelValues(zone).Set(100)
 			c.metrics.unhealthyNodes.WithLabelValues(zone).Set(0)
+			c.metrics.zoneState.DeletePartialMatch(map[string]string{"zone": zone})
 			continue
 		}
 		if state != StateFullDisruption {
@@ -273,6 +276,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		for zone := range newStates {
 			c.zoneQueueLocked(zone, now).SwapLimiter(0, now)
 			c.zoneStates[zone] = StateFullDisruption
+			c.metrics.setZoneState(zone, StateFullDisruption)
 		}
 		c.mu.Unlock()
 	case !allNowFull && allWereFull:
@@ -284,6 +288,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		for zone, state := range newStates {
 			c.zoneQueueLocked(zone, now).SwapLimiter(c.cfg.rateFor(state, len(zoneConditions[zone])), now)
 			c.zoneStates[zone] = state
+			c.metrics.setZoneState(zone, state)
 		}
 		c.mu.Unlock()
 	default:
@@ -301,6 +306,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 			logger.Info("Zone state changed", "zone", zone, "from", c.zoneStates[zone], "to", state)
 			c.zoneQueueLocked(zone, now).SwapLimiter(c.cfg.rateFor(state, len(zoneConditions[zone])), now)
 			c.zoneStates[zone] = state
+			c.metrics.setZoneState(zone, state)
 		}
 		c.mu.Unlock()
 	}

@@ -1,0 +1,124 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// NodeShepherd is an in-process `nodeshepherd run`.
+type NodeShepherd struct {
+	Addr   string // of /metrics, /healthz, /readyz
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// StartNodeShepherd runs the controllers against cfg (leader election off
+// unless opts turns it on) until the test ends or Stop is called.
+func StartNodeShepherd(t testing.TB, cfg *rest.Config, ctrl controllers.Config, opts func(*manager.Options)) *NodeShepherd {
+	t.Helper()
+	addr := make(chan string, 1)
+	o := manager.Options{
+		Controllers: controllers.Names, Constructors: controllers.Constructors(ctrl),
+		MetricsBindAddress: "127.0.0.1:0", OnServing: func(a string) { addr <- a },
+	}
+	if opts != nil {
+		opts(&o)
+	}
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 50, 100
+	ctx, cancel := context.WithCancel(Context(t))
+	n := &NodeShepherd{cancel: cancel, done: make(chan error, 1)}
+	go func() { n.done <- manager.Run(ctx, c, o) }()
+	t.Cleanup(n.Stop)
+	select {
+	case n.Addr = <-addr:
+	case err := <-n.done:
+		t.Fatalf("nodeshepherd stopped at start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("nodeshepherd did not serve within 30s")
+	}
+	Eventually(t, 30*time.Second, "nodeshepherd ready", func(ctx context.Context) (bool, string, error) {
+		resp, err := http.Get("http://" + n.Addr + "/readyz")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
+	return n
+}
+
+// Stop ends the controllers and waits for them; safe to call twice.
+func (n *NodeShepherd) Stop() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	<-n.done
+	n.cancel = nil
+}
+
+// Metric returns the value of a counter or gauge (the sum of a histogram's
+// observations count) whose labels include the given ones, summed over
+// matching series; 0 when absent.
+func (n *NodeShepherd) Metric(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + n.Addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	families, err := new(expfmt.TextParser).TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing metrics: %v", err)
+	}
+	fam := families[name]
+	if fam == nil {
+		return 0
+	}
+	sum := 0.0
+	for _, m := range fam.Metric {
+		if !hasLabels(m, labels) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.Label {
+			if l.GetName() == k && (l.GetValue() == v || strings.HasSuffix(l.GetValue(), ":"+v)) {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// ZoneKey is the node lifecycle controller's key for a zone of the fake
+// nodes' default region, as it appears in metric labels.
+func ZoneKey(zone string) string { return fmt.Sprintf("region-1:\x00:%s", zone) }
