@@ -10,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
@@ -79,7 +80,8 @@ func (n *NodeShepherd) Metric(t testing.TB, name string, labels map[string]strin
 		t.Fatalf("scraping metrics: %v", err)
 	}
 	defer resp.Body.Close()
-	families, err := new(expfmt.TextParser).TextToMetricFamilies(resp.Body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		t.Fatalf("parsing metrics: %v", err)
 	}

@@ -96,8 +96,7 @@ type Controller struct {
 	markedMu sync.Mutex
 	marked   map[types.UID]markedPod
 
-	contactMu   sync.Mutex
-	lastContact time.Time
+	contact *contact
 }
 
 // markedPod is a pod this controller set Ready=False.
@@ -131,6 +130,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		overlay:     controllerutil.NewOverlay[*v1.Node](),
 		marked:      map[types.UID]markedPod{},
 		ping:        d.Ping,
+		contact:     newContact(d.Clock.Now(), contactGap, cfg.NodeMonitorGracePeriod),
 	}
 	if c.ping == nil {
 		c.ping = func(ctx context.Context) error {
@@ -218,6 +218,7 @@ func (c *Controller) onLease(l *coordinationv1.Lease) {
 	if l.Namespace != v1.NamespaceNodeLease || l.Spec.RenewTime == nil {
 		return
 	}
+	c.contact.sawLease()
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -304,7 +305,12 @@ func (c *Controller) monitorLoop(ctx context.Context) {
 		}
 		now := c.clock.Now()
 		if !now.Before(nextPass) {
-			if c.reachable(now) {
+			judge, reset := c.contact.check(now)
+			if reset {
+				logger.Info("Heartbeats visible again; giving every node a fresh grace period")
+				c.resetAllProbes(now)
+			}
+			if judge {
 				start := c.clock.Now()
 				if err := c.monitorNodeHealth(ctx); err != nil {
 					logger.Error(err, "Error monitoring node health")
@@ -325,33 +331,21 @@ func (c *Controller) monitorLoop(ctx context.Context) {
 	}
 }
 
-// watchContact pings the API server every second. While it does not answer,
-// nodes are not judged (their heartbeats cannot be seen); once it answers
-// again after a gap, every node gets a fresh grace period, so nothing is
-// tainted only because this controller was cut off.
+// watchContact pings the API server every second; see contact for what the
+// controller does while it cannot see heartbeats.
 func (c *Controller) watchContact(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	ticker := c.clock.NewTicker(time.Second)
 	defer ticker.Stop()
-	c.contactMu.Lock()
-	c.lastContact = c.clock.Now()
-	c.contactMu.Unlock()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := c.ping(pctx)
 		cancel()
-		now := c.clock.Now()
-		c.contactMu.Lock()
 		if err == nil {
-			if gap := now.Sub(c.lastContact); gap > contactGap {
-				logger.Info("API server reachable again; giving every node a fresh grace period", "unreachableFor", gap.Round(time.Second))
-				c.mu.Lock()
-				c.resetProbes = true
-				c.mu.Unlock()
+			if outage := c.contact.answered(c.clock.Now()); outage > 0 {
+				logger.Info("API server reachable again; not judging nodes until their heartbeats are visible", "unreachableFor", outage.Round(time.Second))
 			}
-			c.lastContact = now
 		}
-		c.contactMu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
@@ -364,8 +358,11 @@ func (c *Controller) watchContact(ctx context.Context) {
 // controller stop judging nodes.
 const contactGap = 3 * time.Second
 
-func (c *Controller) reachable(now time.Time) bool {
-	c.contactMu.Lock()
-	defer c.contactMu.Unlock()
-	return now.Sub(c.lastContact) <= contactGap
+// resetAllProbes gives every node a fresh grace period from now.
+func (c *Controller) resetAllProbes(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rec := range c.health {
+		rec.probe, rec.readyTransition = now, now
+	}
 }

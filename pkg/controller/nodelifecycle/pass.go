@@ -41,12 +41,6 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 
 	// Classify added and deleted nodes and create queues for new zones.
 	c.mu.Lock()
-	if c.resetProbes {
-		for _, rec := range c.health {
-			rec.probe, rec.readyTransition = now, now
-		}
-		c.resetProbes = false
-	}
 	var added []*v1.Node
 	seen := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
@@ -281,10 +275,8 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		c.mu.Unlock()
 	case !allNowFull && allWereFull:
 		logger.Info("Controller detected that some Nodes are Ready. Exiting master disruption mode")
+		c.resetAllProbes(now)
 		c.mu.Lock()
-		for _, rec := range c.health {
-			rec.probe, rec.readyTransition = now, now
-		}
 		for zone, state := range newStates {
 			c.zoneQueueLocked(zone, now).SwapLimiter(c.cfg.rateFor(state, len(zoneConditions[zone])), now)
 			c.zoneStates[zone] = state
