@@ -68,6 +68,15 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"fakenodes", "fault", "partition", "--selector=a in (", "--control-socket", socket}, "invalid label selector"},
 		{[]string{"fakenodes", "fault", "partition", "--all", "--for=-5s", "--control-socket", socket}, "must not be negative"},
 		{[]string{"controlplane", "up", "--ready-timeout=0s"}, "--ready-timeout must be positive"},
+		{[]string{"run", "--node-eviction-rate=-1"}, "--node-eviction-rate must not be negative"},
+		{[]string{"run", "--secondary-node-eviction-rate=-0.5"}, "--secondary-node-eviction-rate must not be negative"},
+		{[]string{"run", "--unhealthy-zone-threshold=0"}, "--unhealthy-zone-threshold must be in (0, 1]"},
+		{[]string{"run", "--unhealthy-zone-threshold=1.5"}, "--unhealthy-zone-threshold must be in (0, 1]"},
+		{[]string{"run", "--node-monitor-grace-period=3s", "--node-monitor-period=5s"}, "must be longer than --node-monitor-period"},
+		{[]string{"run", "--controllers=nodelifecycle,bogus"}, `unknown controller "bogus"`},
+		{[]string{"run", "--controllers=-nodelifecycle,-tainteviction"}, "selects no controller"},
+		{[]string{"run", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=10s"}, "must be longer than --leader-elect-renew-deadline"},
+		{[]string{"run", "--node-monitor-period=abc"}, `invalid argument "abc"`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -100,7 +109,7 @@ func TestRuntimeErrorsExitWithCode1(t *testing.T) {
 
 func TestHelpIsAvailableForEveryCommand(t *testing.T) {
 	bin := nodeshepherdBinary(t)
-	for _, args := range [][]string{{}, {"version"}, {"controlplane"}, {"controlplane", "up"}, {"fakenodes"}, {"fakenodes", "fault"}, {"fakenodes", "status"}, {"demo"}} {
+	for _, args := range [][]string{{}, {"version"}, {"controlplane"}, {"controlplane", "up"}, {"fakenodes"}, {"fakenodes", "fault"}, {"fakenodes", "status"}, {"demo"}, {"run"}} {
 		code, stderr := run(t, bin, append(args, "--help")...)
 		if code != 0 {
 			t.Errorf("%v --help: exit %d: %s", args, code, stderr)
