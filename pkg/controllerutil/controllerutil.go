@@ -109,13 +109,17 @@ outer:
 	return out, changed
 }
 
+// TaintChange computes the taints to add and remove for a node, from the
+// node as it is at the time of each write attempt.
+type TaintChange func(node *v1.Node) (add, remove []v1.Taint)
+
 // PatchTaints writes a node's taints with its resourceVersion as a
 // precondition, re-reading the node from the API server on conflict, so a
 // concurrent writer is never overwritten. get returns the node to start from
 // (the controller's freshest view); the written node is returned, or nil when
 // nothing needed to change.
 func PatchTaints(ctx context.Context, client kubernetes.Interface, name string, get func() (*v1.Node, error),
-	add, remove []v1.Taint, now time.Time) (*v1.Node, error) {
+	change TaintChange, now time.Time) (*v1.Node, error) {
 	var written *v1.Node
 	first := true
 	err := retry.RetryOnConflict(UpdateTaintBackoff, func() error {
@@ -130,6 +134,7 @@ func PatchTaints(ctx context.Context, client kubernetes.Interface, name string, 
 		if err != nil {
 			return err
 		}
+		add, remove := change(node)
 		taints, changed := ChangeTaints(node.Spec.Taints, add, remove, now)
 		if !changed {
 			written = nil

@@ -337,3 +337,13 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// PID returns the process ID of a running component, or 0.
+func (cp *ControlPlane) PID(component string) int {
+	for _, p := range cp.procs {
+		if p.name == component && !p.exited() {
+			return p.cmd.Process.Pid
+		}
+	}
+	return 0
+}

@@ -87,6 +87,8 @@ type Controller struct {
 	// overlay holds nodes as this controller last wrote them, until the
 	// informer catches up (and, in dry run, as it would have written them).
 	overlay *controllerutil.Overlay[*v1.Node]
+	// nodeLocks serialize taint writes per node (striped).
+	nodeLocks [64]sync.Mutex
 
 	nodeQueue    workqueue.TypedRateLimitingInterface[string] // NoSchedule taints and labels
 	podQueue     workqueue.TypedRateLimitingInterface[string] // pods bound to not-ready nodes

@@ -2,12 +2,14 @@ package nodelifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -101,14 +103,18 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 	if idx < 0 || pod.Status.Conditions[idx].Status == v1.ConditionFalse {
 		return nil
 	}
-	p := pod.DeepCopy()
-	p.Status.Conditions[idx].Status = v1.ConditionFalse
-	p.Status.Conditions[idx].LastTransitionTime = metav1.NewTime(c.clock.Now())
 	if c.cfg.DryRun {
 		c.dryRun.Report(ctx, pod, "mark-pod-not-ready", fmt.Sprintf("pod %s/%s on node %s: Ready -> False", pod.Namespace, pod.Name, pod.Spec.NodeName))
 		return nil
 	}
-	written, err := c.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	// Upstream writes the whole status, which conflicts with every other
+	// writer of the pod (the taint eviction controller's DisruptionTarget
+	// condition above all); a patch of the one condition (merged by type)
+	// cannot conflict.
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+		"type": v1.PodReady, "status": v1.ConditionFalse, "lastTransitionTime": metav1.NewTime(c.clock.Now()),
+	}}}})
+	written, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -104,7 +106,7 @@ func (c *Controller) markReachable(ctx context.Context, name string) error {
 		return ignoreNotFound(err)
 	}
 	if hasTaint(node, UnreachableTaint) || hasTaint(node, NotReadyTaint) {
-		if err := c.writeTaints(ctx, node, nil, []v1.Taint{UnreachableTaint, NotReadyTaint}, "remove-noexecute-taints"); err != nil {
+		if err := c.writeTaints(ctx, name, nil, []v1.Taint{UnreachableTaint, NotReadyTaint}, "remove-noexecute-taints"); err != nil {
 			return err
 		}
 	}
@@ -120,11 +122,7 @@ func (c *Controller) markReachable(ctx context.Context, name string) error {
 // swapTaints adds one NoExecute taint and removes the other; zone is the
 // zone to count an eviction in ("" for an immediate swap, not counted).
 func (c *Controller) swapTaints(ctx context.Context, name string, add, remove v1.Taint, zone string) error {
-	node, err := c.latestNode(name)
-	if err != nil {
-		return err
-	}
-	if err := c.writeTaints(ctx, node, []v1.Taint{add}, []v1.Taint{remove}, "taint-"+strings.TrimPrefix(add.Key, "node.kubernetes.io/")); err != nil {
+	if err := c.writeTaints(ctx, name, []v1.Taint{add}, []v1.Taint{remove}, "taint-"+strings.TrimPrefix(add.Key, "node.kubernetes.io/")); err != nil {
 		return err
 	}
 	if zone != "" {
@@ -134,10 +132,27 @@ func (c *Controller) swapTaints(ctx context.Context, name string, add, remove v1
 }
 
 // writeTaints changes a node's taints, or reports the change in dry run.
-func (c *Controller) writeTaints(ctx context.Context, node *v1.Node, add, remove []v1.Taint, action string) error {
+// Every write also brings the owned NoSchedule taints in line with the
+// node's conditions, so a failing node gets its NoSchedule and NoExecute
+// taints in one write. Writes to one node are serialized and start from the
+// freshest view (this controller's own last write included), so the health
+// pass and the node workers never race each other into conflicts.
+func (c *Controller) writeTaints(ctx context.Context, name string, add, remove []v1.Taint, action string) error {
+	lock := c.nodeLock(name)
+	lock.Lock()
+	defer lock.Unlock()
+	node, err := c.latestNode(name)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
 	now := c.clock.Now()
+	change := func(n *v1.Node) ([]v1.Taint, []v1.Taint) {
+		nsAdd, nsRemove := noScheduleDiff(n)
+		return append(append([]v1.Taint(nil), add...), nsAdd...), append(append([]v1.Taint(nil), remove...), nsRemove...)
+	}
 	if c.cfg.DryRun {
-		taints, changed := controllerutil.ChangeTaints(node.Spec.Taints, add, remove, now)
+		a, r := change(node)
+		taints, changed := controllerutil.ChangeTaints(node.Spec.Taints, a, r, now)
 		if !changed {
 			return nil
 		}
@@ -147,7 +162,7 @@ func (c *Controller) writeTaints(ctx context.Context, node *v1.Node, add, remove
 		c.overlay.Put(node.Name, node.ResourceVersion, copy)
 		return nil
 	}
-	written, err := controllerutil.PatchTaints(ctx, c.client, node.Name, func() (*v1.Node, error) { return node, nil }, add, remove, now)
+	written, err := controllerutil.PatchTaints(ctx, c.client, node.Name, func() (*v1.Node, error) { return node, nil }, change, now)
 	if err != nil {
 		return err
 	}
@@ -156,6 +171,13 @@ func (c *Controller) writeTaints(ctx context.Context, node *v1.Node, add, remove
 		klog.FromContext(ctx).V(2).Info("Node taints updated", "node", node.Name, "action", action, "taints", taintList(written.Spec.Taints))
 	}
 	return nil
+}
+
+// nodeLock returns the lock serializing writes to a node (striped by name).
+func (c *Controller) nodeLock(name string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return &c.nodeLocks[h.Sum32()%uint32(len(c.nodeLocks))]
 }
 
 func taintList(ts []v1.Taint) string {
@@ -279,11 +301,10 @@ func (c *Controller) syncNoScheduleTaints(ctx context.Context, name string) erro
 	if err != nil {
 		return ignoreNotFound(err)
 	}
-	add, remove := noScheduleDiff(node)
-	if len(add) == 0 && len(remove) == 0 {
+	if add, remove := noScheduleDiff(node); len(add) == 0 && len(remove) == 0 {
 		return nil
 	}
-	return c.writeTaints(ctx, node, add, remove, "update-noschedule-taints")
+	return c.writeTaints(ctx, name, nil, nil, "update-noschedule-taints")
 }
 
 // labelPairs are the stable labels whose beta twins are kept equal.

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+// BenchmarkSteadyStateCPU runs kube-controller-manager with only its
+// nodelifecycle controller and `nodeshepherd run --controllers=nodelifecycle`
+// side by side against the same BENCH_NODES (5000) fake nodes with kubelet
+// timings, and reports each process's CPU over BENCH_WINDOW (1m) once every
+// node is Ready. Neither writes anything in steady state, so both can run at
+// once and see exactly the same load.
+func BenchmarkSteadyStateCPU(b *testing.B) {
+	nodes := envInt("BENCH_NODES", 5000)
+	window := envDuration("BENCH_WINDOW", time.Minute)
+	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Controllers: "nodelifecycle"})
+	client := framework.Client(b, cp)
+	bin := filepath.Join(b.TempDir(), "nodeshepherd")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput(); err != nil {
+		b.Fatalf("building nodeshepherd: %s", out)
+	}
+	for i := 0; i < b.N; i++ {
+		framework.StartFakeNodes(b, fakenode.Config{Client: client, Nodes: nodes, NamePrefix: fmt.Sprintf("steady-%d-", i)})
+		ns := exec.Command(bin, "run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle",
+			"--leader-elect=false", "--metrics-bind-address=0")
+		logf, err := os.Create(filepath.Join(b.TempDir(), "nodeshepherd.log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ns.Stdout, ns.Stderr = logf, logf
+		if err := ns.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = ns.Process.Kill(); _, _ = ns.Process.Wait() })
+		framework.Eventually(b, 10*time.Minute, "every node Ready and untainted", func(ctx context.Context) (bool, string, error) {
+			list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+			if err != nil {
+				return false, "", err
+			}
+			ok := 0
+			for i := range list.Items {
+				if kube.NodeReady(&list.Items[i]) && len(list.Items[i].Spec.Taints) == 0 {
+					ok++
+				}
+			}
+			return ok == nodes, fmt.Sprintf("%d of %d", ok, nodes), nil
+		})
+		kcm := cp.PID(controlplane.ControllerManager)
+		pids := map[string]int{"kube-controller-manager": kcm, "nodeshepherd": ns.Process.Pid}
+		before := map[string]float64{}
+		for k, pid := range pids {
+			before[k] = cpuSeconds(b, pid)
+		}
+		start := time.Now()
+		time.Sleep(window)
+		elapsed := time.Since(start)
+		var line []string
+		for _, k := range []string{"kube-controller-manager", "nodeshepherd"} {
+			cores := (cpuSeconds(b, pids[k]) - before[k]) / elapsed.Seconds()
+			b.ReportMetric(cores, k+"-cores")
+			b.ReportMetric(peakRSSMB(b, pids[k]), k+"-peak-rss-MB")
+			line = append(line, fmt.Sprintf("%s %.3f cores", k, cores))
+		}
+		fmt.Printf("    %d nodes, %s window: %s\n", nodes, elapsed.Round(time.Second), strings.Join(line, ", "))
+	}
+}
