@@ -2,7 +2,10 @@ package nodelifecycle
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 	"testing"
 	"time"
 
@@ -47,7 +50,7 @@ func BenchmarkHealthPass(b *testing.B) {
 				Spec: v1.PodSpec{NodeName: name}})
 		}
 	}
-	ctx := context.Background()
+	ctx := klog.NewContext(context.Background(), logr.Discard())
 	if err := c.monitorNodeHealth(ctx); err != nil { // first sight of every node
 		b.Fatal(err)
 	}
