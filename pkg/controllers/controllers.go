@@ -3,17 +3,22 @@
 package controllers
 
 import (
+	"errors"
+	"slices"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
 // Names lists the controllers in start order.
-var Names = []string{nodelifecycle.Name, tainteviction.Name}
+var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name}
 
 // Config holds every controller's settings.
 type Config struct {
 	NodeLifecycle nodelifecycle.Config
+	NodeIPAM      nodeipam.Config
 }
 
 // Default returns every controller's defaults.
@@ -21,9 +26,24 @@ func Default() Config {
 	return Config{NodeLifecycle: nodelifecycle.DefaultConfig()}
 }
 
-// Validate checks every controller's settings.
-func (c *Config) Validate() error {
-	return c.NodeLifecycle.Validate()
+// Validate checks the settings of the selected controllers.
+func (c *Config) Validate(selected []string) error {
+	errs := []error{c.NodeLifecycle.Validate()}
+	if slices.Contains(selected, nodeipam.Name) {
+		_, err := c.NodeIPAM.Parse()
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Select drops controllers that "*" selected but that are off by
+// configuration, as kube-controller-manager does: nodeipam runs only with
+// --allocate-node-cidrs. explicit are the names given one by one.
+func (c *Config) Select(resolved, explicit []string) []string {
+	if !c.NodeIPAM.AllocateNodeCIDRs && !slices.Contains(explicit, nodeipam.Name) {
+		return slices.DeleteFunc(slices.Clone(resolved), func(n string) bool { return n == nodeipam.Name })
+	}
+	return resolved
 }
 
 // Constructors builds every controller; dry run comes from the manager.
@@ -37,6 +57,12 @@ func Constructors(cfg Config) map[string]manager.Constructor {
 				Leases: c.LeaseInformers.Coordination().V1().Leases(), Recorder: c.Recorder(nodelifecycle.EventSource),
 				Registry: c.Registry, Clock: c.Clock,
 			})
+		},
+		nodeipam.Name: func(c manager.Context) (manager.Controller, error) {
+			ipam := cfg.NodeIPAM
+			ipam.DryRun = c.DryRun
+			return nodeipam.New(ipam, nodeipam.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
+				Recorder: c.Recorder(nodeipam.EventSource), Registry: c.Registry})
 		},
 		tainteviction.Name: func(c manager.Context) (manager.Controller, error) {
 			return tainteviction.New(tainteviction.Config{DryRun: c.DryRun}, tainteviction.Deps{

@@ -77,6 +77,14 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"run", "--controllers=-nodelifecycle,-tainteviction"}, "selects no controller"},
 		{[]string{"run", "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=10s"}, "must be longer than --leader-elect-renew-deadline"},
 		{[]string{"run", "--node-monitor-period=abc"}, `invalid argument "abc"`},
+		{[]string{"run", "--controllers=nodeipam"}, "needs --allocate-node-cidrs=true"},
+		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/33"}, `"10.244.0.0/33" is not a valid CIDR`},
+		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.1.0/16"}, "has host bits set"},
+		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16", "--node-cidr-mask-size=8"}, "is smaller than the cluster CIDR"},
+		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16", "--node-cidr-mask-size=40"}, "is too large for IPv4"},
+		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=fd00::/48", "--node-cidr-mask-size=120"}, "at most 2^16 are supported"},
+		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16,10.245.0.0/16"}, "one IPv4 and one IPv6 CIDR"},
+		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16", "--service-cluster-ip-range=10.96.0.0"}, "--service-cluster-ip-range"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -37,9 +37,11 @@ Controllers:
                   restored after a flap. Replaces kube-controller-manager's nodelifecycle.
   tainteviction   deletes pods that do not tolerate NoExecute taints after their
                   tolerationSeconds. Replaces taint-eviction-controller.
+  nodeipam        allocates spec.podCIDRs per IP family from --cluster-cidr (runs only with
+                  --allocate-node-cidrs). Replaces nodeipam.
 
-Run kube-controller-manager with --controllers=*,-nodelifecycle,-taint-eviction-controller
-next to it. Flag names and defaults follow kube-controller-manager.`,
+Run kube-controller-manager with
+--controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam next to it. Flag names and defaults follow kube-controller-manager.`,
 		Example: `  nodeshepherd run --kubeconfig ~/.kube/config --controllers=nodelifecycle,tainteviction
   nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing`,
 		Args: cobra.NoArgs,
@@ -62,6 +64,7 @@ next to it. Flag names and defaults follow kube-controller-manager.`,
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
 	f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
 	o.config.NodeLifecycle.AddFlags(f)
+	o.config.NodeIPAM.AddFlags(f)
 	return c
 }
 
@@ -74,10 +77,11 @@ func (o *options) validate() (manager.Options, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	names = o.config.Select(names, o.controllers)
 	if err := o.leader.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := o.config.Validate(); err != nil {
+	if err := o.config.Validate(names); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

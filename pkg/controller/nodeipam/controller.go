@@ -1,0 +1,297 @@
+package nodeipam
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam/cidrset"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "nodeipam"
+
+// EventSource is the component name on events.
+const EventSource = "cidrAllocator"
+
+// Event reasons.
+const (
+	EventCIDRNotAvailable     = "CIDRNotAvailable"
+	EventCIDRAssignmentFailed = "CIDRAssignmentFailed"
+	workers                   = 4
+)
+
+// Deps are the controller's collaborators.
+type Deps struct {
+	Client   kubernetes.Interface
+	Nodes    coreinformers.NodeInformer
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+}
+
+// Controller allocates pod CIDRs to nodes.
+type Controller struct {
+	cfg        *Parsed
+	dryRun     *controllerutil.DryRun
+	client     kubernetes.Interface
+	recorder   record.EventRecorder
+	alloc      *Allocator
+	nodeLister corelisters.NodeLister
+	synced     cache.InformerSynced
+	queue      workqueue.TypedRateLimitingInterface[string]
+
+	// waiting holds nodes that found the range full; freed blocks wake them.
+	waitingMu sync.Mutex
+	waiting   map[string]bool
+	// owned records which node holds which CIDRs, so a deleted node's blocks
+	// are released even when the delete event carries a stale object.
+	ownedMu  sync.Mutex
+	owned    map[string][]string
+	rejected map[string]bool // nodes with unusable CIDRs, reported once
+
+	allocations, failures prometheus.Counter
+	used                  *prometheus.GaugeVec
+}
+
+// New builds the controller.
+func New(cfg Config, d Deps) (*Controller, error) {
+	parsed, err := cfg.Parse()
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := NewAllocator(parsed)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg: parsed, client: d.Client, recorder: d.Recorder, alloc: alloc,
+		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
+		waiting: map[string]bool{}, owned: map[string][]string{}, rejected: map[string]bool{},
+		allocations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodeipam", Name: "allocations_total",
+			Help: "Pod CIDR sets allocated to nodes."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodeipam", Name: "allocation_failures_total",
+			Help: "Nodes that could not get pod CIDRs (range full or write failed)."}),
+		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodeipam", Name: "cidrs_in_use",
+			Help: "Node CIDR blocks in use, per cluster CIDR."}, []string{"cluster_cidr"}),
+	}
+	d.Registry.MustRegister(c.allocations, c.failures, c.used)
+	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.queue.Add(obj.(*v1.Node).Name) },
+		UpdateFunc: func(_, obj any) { c.queue.Add(obj.(*v1.Node).Name) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if n, ok := obj.(*v1.Node); ok {
+				c.queue.Add(n.Name)
+			}
+		},
+	})
+	return c, err
+}
+
+// Run rebuilds occupancy from every existing node, then allocates.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx).WithName(Name)
+	ctx = klog.NewContext(ctx, logger)
+	defer c.queue.ShutDown()
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
+		return fmt.Errorf("%s: caches did not sync", Name)
+	}
+	// Nothing is handed out before every existing allocation is known, so
+	// a block is never given twice, across restarts and leader changes too.
+	nodes, err := c.nodeLister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	occupied := 0
+	for _, n := range nodes {
+		if len(n.Spec.PodCIDRs) > 0 && c.occupy(ctx, n) {
+			occupied++
+		}
+	}
+	c.updateGauge()
+	logger.Info("Starting node IPAM controller", "clusterCIDRs", c.alloc.Ranges(), "nodes", len(nodes), "occupied", occupied, "dryRun", c.dryRun.Enabled)
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c.process(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// occupy records a node's existing CIDRs; invalid or taken ones get an
+// event and the node is left unchanged.
+func (c *Controller) occupy(ctx context.Context, n *v1.Node) bool {
+	c.ownedMu.Lock()
+	_, known := c.owned[n.Name]
+	rejected := c.rejected[n.Name]
+	c.ownedMu.Unlock()
+	if known || rejected {
+		return known
+	}
+	if err := c.alloc.Occupy(n.Spec.PodCIDRs); err != nil {
+		c.ownedMu.Lock()
+		c.rejected[n.Name] = true
+		c.ownedMu.Unlock()
+		klog.FromContext(ctx).Info("Node has pod CIDRs this controller cannot accept; leaving it unchanged", "node", n.Name, "podCIDRs", n.Spec.PodCIDRs, "err", err)
+		c.event(n, v1.EventTypeWarning, EventCIDRAssignmentFailed, fmt.Sprintf("Node %s has podCIDRs %v that cannot be used: %v", n.Name, n.Spec.PodCIDRs, err))
+		return false
+	}
+	c.ownedMu.Lock()
+	c.owned[n.Name] = n.Spec.PodCIDRs
+	c.ownedMu.Unlock()
+	return true
+}
+
+func (c *Controller) process(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.sync(ctx, name); err != nil {
+		klog.FromContext(ctx).Error(err, "Pod CIDR allocation failed, retrying", "node", name)
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	node, err := c.nodeLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.release(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(node.Spec.PodCIDRs) > 0 {
+		c.occupy(ctx, node)
+		return nil
+	}
+	c.ownedMu.Lock()
+	pending := c.owned[name]
+	c.ownedMu.Unlock()
+	if pending != nil {
+		// Allocated and written; the informer has not caught up yet.
+		return nil
+	}
+	cidrs, err := c.alloc.Allocate()
+	if errors.Is(err, cidrset.ErrFull) {
+		c.failures.Inc()
+		c.waitingMu.Lock()
+		first := !c.waiting[name]
+		c.waiting[name] = true
+		c.waitingMu.Unlock()
+		if first {
+			c.event(node, v1.EventTypeWarning, EventCIDRNotAvailable, fmt.Sprintf("Node %s status is now: CIDRNotAvailable (%v)", name, err))
+			klog.FromContext(ctx).Info("No pod CIDR available", "node", name, "err", err)
+		}
+		return nil // woken when a block is released
+	}
+	if err != nil {
+		return err
+	}
+	strs := make([]string, len(cidrs))
+	for i, p := range cidrs {
+		strs[i] = p.String()
+	}
+	if c.dryRun.Enabled {
+		c.dryRun.Report(ctx, node, "allocate-pod-cidrs", fmt.Sprintf("node %s: podCIDRs %s", name, strings.Join(strs, ",")))
+		c.alloc.Release(strs)
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": strs[0], "podCIDRs": strs}})
+	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		c.alloc.Release(strs)
+		c.failures.Inc()
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		c.event(node, v1.EventTypeWarning, EventCIDRAssignmentFailed, fmt.Sprintf("Node %s: writing podCIDRs %v failed: %v", name, strs, err))
+		return err
+	}
+	c.ownedMu.Lock()
+	c.owned[name] = strs
+	c.ownedMu.Unlock()
+	c.waitingMu.Lock()
+	delete(c.waiting, name)
+	c.waitingMu.Unlock()
+	c.allocations.Inc()
+	c.updateGauge()
+	klog.FromContext(ctx).V(2).Info("Allocated pod CIDRs", "node", name, "podCIDRs", strs)
+	return nil
+}
+
+// release frees a deleted node's blocks and wakes nodes waiting for one.
+func (c *Controller) release(name string) {
+	c.ownedMu.Lock()
+	cidrs, ok := c.owned[name]
+	delete(c.owned, name)
+	delete(c.rejected, name)
+	c.ownedMu.Unlock()
+	c.waitingMu.Lock()
+	delete(c.waiting, name)
+	var wake []string
+	if ok {
+		for n := range c.waiting {
+			wake = append(wake, n)
+		}
+	}
+	c.waitingMu.Unlock()
+	if !ok {
+		return
+	}
+	c.alloc.Release(cidrs)
+	c.updateGauge()
+	for _, n := range wake {
+		c.queue.Add(n)
+	}
+}
+
+func (c *Controller) updateGauge() {
+	c.alloc.mu.Lock()
+	defer c.alloc.mu.Unlock()
+	for _, s := range c.alloc.sets {
+		c.used.WithLabelValues(s.Cluster().String()).Set(float64(s.Used()))
+	}
+}
+
+func (c *Controller) event(n *v1.Node, typ, reason, msg string) {
+	if c.recorder != nil {
+		c.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}, typ, reason, msg)
+	}
+}
