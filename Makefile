@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane test test-unit test-integration demo bench bench-fakenodes vet fmt clean
+.PHONY: all build controlplane test test-unit test-integration demo bench-fakenodes bench-detection bench-steady vet fmt clean
 
 all: build controlplane
 
@@ -44,6 +44,14 @@ demo: build controlplane
 ## bench-fakenodes: CPU and memory of 5,000 fake nodes (see docs/benchmarks.md)
 bench-fakenodes: controlplane
 	go test -run '^$$' -bench BenchmarkFakeNodes -benchtime 1x -timeout 30m ./test/bench/
+
+## bench-detection: failure detection and API writes, kube-controller-manager next to nodeshepherd
+bench-detection: controlplane
+	go test -run '^$$' -bench BenchmarkDetection -benchtime 1x -timeout 30m ./test/bench/
+
+## bench-steady: steady-state CPU at 5,000 nodes, kube-controller-manager next to nodeshepherd
+bench-steady: controlplane
+	go test -run '^$$' -bench BenchmarkSteadyStateCPU -benchtime 1x -timeout 30m ./test/bench/
 
 vet:
 	go vet ./...

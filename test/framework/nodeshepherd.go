@@ -24,13 +24,13 @@ type NodeShepherd struct {
 	done   chan error
 }
 
-// StartNodeShepherd runs the controllers against cfg (leader election off
-// unless opts turns it on) until the test ends or Stop is called.
+// StartNodeShepherd runs the controllers against cfg, selected as `run
+// --controllers=*` selects them (leader election off unless opts turns it on) until the test ends or Stop is called.
 func StartNodeShepherd(t testing.TB, cfg *rest.Config, ctrl controllers.Config, opts func(*manager.Options)) *NodeShepherd {
 	t.Helper()
 	addr := make(chan string, 1)
 	o := manager.Options{
-		Controllers: controllers.Names, Constructors: controllers.Constructors(ctrl),
+		Controllers: ctrl.Select(controllers.Names, nil), Constructors: controllers.Constructors(ctrl),
 		MetricsBindAddress: "127.0.0.1:0", OnServing: func(a string) { addr <- a },
 	}
 	if opts != nil {

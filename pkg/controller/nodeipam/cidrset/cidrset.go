@@ -3,9 +3,9 @@
 package cidrset
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/big"
 	"math/bits"
 	"net/netip"
 )
@@ -132,13 +132,12 @@ func (s *Set) isSet(i int) bool { return s.used[i/64]&(1<<(i%64)) != 0 }
 
 // block returns the i-th block.
 func (s *Set) block(i int) netip.Prefix {
-	hostBits := s.cluster.Addr().BitLen() - s.blockBits
-	base := new(big.Int).SetBytes(s.cluster.Addr().AsSlice())
-	off := new(big.Int).Lsh(big.NewInt(int64(i)), uint(hostBits))
-	base.Add(base, off)
-	b := base.FillBytes(make([]byte, s.cluster.Addr().BitLen()/8))
-	addr, _ := netip.AddrFromSlice(b)
-	return netip.PrefixFrom(addr, s.blockBits)
+	hostBits := uint(s.cluster.Addr().BitLen() - s.blockBits)
+	hi, lo := u128(s.cluster.Addr())
+	oh, ol := shl128(0, uint64(i), hostBits)
+	lo, carry := bits.Add64(lo, ol, 0)
+	hi, _ = bits.Add64(hi, oh, carry)
+	return netip.PrefixFrom(fromU128(hi, lo, s.cluster.Addr().Is4()), s.blockBits)
 }
 
 // indexes returns the first and last block a prefix covers.
@@ -153,12 +152,58 @@ func (s *Set) indexes(p netip.Prefix) (int, int, error) {
 	if !s.cluster.Contains(p.Addr()) || p.Bits() < s.cluster.Bits() {
 		return 0, 0, fmt.Errorf("%s is not inside the cluster CIDR %s", p, s.cluster)
 	}
-	hostBits := s.cluster.Addr().BitLen() - s.blockBits
-	off := new(big.Int).Sub(new(big.Int).SetBytes(p.Addr().AsSlice()), new(big.Int).SetBytes(s.cluster.Addr().AsSlice()))
-	first := int(new(big.Int).Rsh(off, uint(hostBits)).Int64())
+	hostBits := uint(s.cluster.Addr().BitLen() - s.blockBits)
+	ah, al := u128(p.Addr())
+	ch, cl := u128(s.cluster.Addr())
+	dl, borrow := bits.Sub64(al, cl, 0)
+	dh, _ := bits.Sub64(ah, ch, borrow)
+	_, idx := shr128(dh, dl, hostBits)
+	first := int(idx)
 	last := first + (1 << (s.blockBits - p.Bits())) - 1
 	if last >= s.count {
 		last = s.count - 1
 	}
 	return first, last, nil
+}
+
+// Addresses as 128-bit numbers (IPv4 in its IPv4-mapped form), so that block
+// arithmetic allocates nothing.
+func u128(a netip.Addr) (hi, lo uint64) {
+	b := a.As16()
+	return binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])
+}
+
+func fromU128(hi, lo uint64, is4 bool) netip.Addr {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], hi)
+	binary.BigEndian.PutUint64(b[8:], lo)
+	a := netip.AddrFrom16(b)
+	if is4 {
+		return a.Unmap()
+	}
+	return a
+}
+
+func shl128(hi, lo uint64, n uint) (uint64, uint64) {
+	switch {
+	case n == 0:
+		return hi, lo
+	case n >= 128:
+		return 0, 0
+	case n >= 64:
+		return lo << (n - 64), 0
+	}
+	return hi<<n | lo>>(64-n), lo << n
+}
+
+func shr128(hi, lo uint64, n uint) (uint64, uint64) {
+	switch {
+	case n == 0:
+		return hi, lo
+	case n >= 128:
+		return 0, 0
+	case n >= 64:
+		return 0, hi >> (n - 64)
+	}
+	return hi >> n, lo>>n | hi<<(64-n)
 }
