@@ -6,6 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,12 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
 type options struct {
@@ -36,7 +43,8 @@ func NewCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "demo",
 		Short: "Start a local control plane with fake nodes and watch a Deployment become Running on them",
-		Long: `Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler locally, register
+		Long: `Start etcd, kube-apiserver, kube-controller-manager (without the controllers nodeshepherd
+replaces) and kube-scheduler locally, run nodeshepherd's controllers against them, register
 fake nodes over three zones, create a Deployment and show its pods being scheduled and
 started until every replica is Running and Ready. No cluster is needed: the binaries come
 from 'make controlplane'.`,
@@ -44,6 +52,20 @@ from 'make controlplane'.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.nodes < 1 || o.replicas < 1 || o.timeout <= 0 {
 				return cli.Usagef("--nodes and --replicas must be at least 1 and --timeout positive")
+			}
+			// The components' logs would drown the progress lines: they go to
+			// a file unless -v asks for them on the terminal.
+			if f := cmd.Flags().Lookup("v"); f == nil || !f.Changed {
+				logPath := filepath.Join(os.TempDir(), "nodeshepherd-demo.log")
+				logFile, err := os.Create(logPath)
+				if err != nil {
+					return err
+				}
+				defer logFile.Close()
+				klog.LogToStderr(false)
+				klog.SetOutput(logFile)
+				defer klog.LogToStderr(true)
+				fmt.Fprintf(cmd.OutOrStdout(), "Logs: %s (-v=2 shows them here)\n", logPath)
 			}
 			return o.run(cmd.Context(), cmd.OutOrStdout())
 		},
@@ -65,15 +87,25 @@ func (o *options) run(ctx context.Context, out io.Writer) error {
 	}
 	start := time.Now()
 	fmt.Fprintln(out, "Starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
-	// nodeshepherd's own node lifecycle controller is not part of the demo yet:
-	// kube-controller-manager runs all its controllers, including the one that
-	// lifts the not-ready taint from new nodes.
-	plane, err := controlplane.Start(ctx, controlplane.Config{BinDir: o.binDir, ControllerManager: true, Controllers: "*", Scheduler: true})
+	// kube-controller-manager runs without the controllers nodeshepherd replaces.
+	plane, err := controlplane.Start(ctx, controlplane.Config{BinDir: o.binDir, ControllerManager: true, Scheduler: true})
 	if err != nil {
 		return err
 	}
 	defer plane.Stop()
 	fmt.Fprintf(out, "Control plane ready in %s: export KUBECONFIG=%s\n", time.Since(start).Round(100*time.Millisecond), plane.KubeconfigPath())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctrl := controllers.Default()
+	ctrl.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: "10.244.0.0/16", ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
+	names := ctrl.Select(controllers.Names, nil)
+	errc := make(chan error, 2)
+	go func() {
+		errc <- manager.Run(ctx, kube.Fast(plane.RESTConfig()), manager.Options{
+			Controllers: names, Constructors: controllers.Constructors(ctrl), MetricsBindAddress: "0"})
+	}()
+	fmt.Fprintf(out, "Running nodeshepherd's controllers: %s\n", strings.Join(names, ", "))
 
 	client, err := kubernetes.NewForConfig(kube.Fast(plane.RESTConfig()))
 	if err != nil {
@@ -83,9 +115,6 @@ func (o *options) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return &cli.UsageError{Err: err}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 1)
 	go func() { errc <- m.Run(ctx) }()
 	select {
 	case <-m.Ready():
@@ -109,7 +138,7 @@ func (o *options) run(ctx context.Context, out io.Writer) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-errc:
-			return fmt.Errorf("fake nodes stopped: %w", err)
+			return fmt.Errorf("fake nodes or controllers stopped: %w", err)
 		case <-deadline:
 			return fmt.Errorf("the Deployment was not ready after %s (last: %s); logs are in %s/logs", o.timeout, last, plane.Dir())
 		case <-tick.C:
@@ -124,7 +153,7 @@ func (o *options) run(ctx context.Context, out io.Writer) error {
 		}
 		readyNodes, scheduled, running, ready := 0, 0, 0, 0
 		for i := range nodes.Items {
-			if kube.NodeReady(&nodes.Items[i]) && !kube.HasTaint(&nodes.Items[i], v1.TaintNodeNotReady) {
+			if kube.NodeReady(&nodes.Items[i]) && !kube.HasTaint(&nodes.Items[i], v1.TaintNodeNotReady) && len(nodes.Items[i].Spec.PodCIDRs) > 0 {
 				readyNodes++
 			}
 		}
@@ -140,7 +169,7 @@ func (o *options) run(ctx context.Context, out io.Writer) error {
 				ready++
 			}
 		}
-		last = fmt.Sprintf("nodes ready %d/%d, pods scheduled %d, running %d, ready %d/%d", readyNodes, o.nodes, scheduled, running, ready, o.replicas)
+		last = fmt.Sprintf("nodes ready with pod CIDRs %d/%d, pods scheduled %d, running %d, ready %d/%d", readyNodes, o.nodes, scheduled, running, ready, o.replicas)
 		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), last)
 		if ready == o.replicas {
 			break
