@@ -6,6 +6,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
@@ -13,17 +15,19 @@ import (
 )
 
 // Names lists the controllers in start order.
-var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name}
+var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name, cloudnodelifecycle.Name}
 
 // Config holds every controller's settings.
 type Config struct {
-	NodeLifecycle nodelifecycle.Config
-	NodeIPAM      nodeipam.Config
+	NodeLifecycle      nodelifecycle.Config
+	NodeIPAM           nodeipam.Config
+	CloudNodeLifecycle cloudnodelifecycle.Config
+	Cloud              providers.Options
 }
 
 // Default returns every controller's defaults.
 func Default() Config {
-	return Config{NodeLifecycle: nodelifecycle.DefaultConfig()}
+	return Config{NodeLifecycle: nodelifecycle.DefaultConfig(), CloudNodeLifecycle: cloudnodelifecycle.DefaultConfig()}
 }
 
 // Validate checks the settings of the selected controllers.
@@ -33,6 +37,15 @@ func (c *Config) Validate(selected []string) error {
 		_, err := c.NodeIPAM.Parse()
 		errs = append(errs, err)
 	}
+	if slices.Contains(selected, cloudnodelifecycle.Name) {
+		cnl := c.cloudConfig()
+		errs = append(errs, cnl.Validate())
+		if c.Cloud.Name == "" {
+			errs = append(errs, errors.New("the cloudnodelifecycle controller needs --cloud-provider"))
+		} else if _, err := c.Cloud.Build(nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -40,10 +53,26 @@ func (c *Config) Validate(selected []string) error {
 // configuration, as kube-controller-manager does: nodeipam runs only with
 // --allocate-node-cidrs. explicit are the names given one by one.
 func (c *Config) Select(resolved, explicit []string) []string {
-	if !c.NodeIPAM.AllocateNodeCIDRs && !slices.Contains(explicit, nodeipam.Name) {
-		return slices.DeleteFunc(slices.Clone(resolved), func(n string) bool { return n == nodeipam.Name })
+	out := slices.Clone(resolved)
+	drop := func(name string) {
+		if !slices.Contains(explicit, name) {
+			out = slices.DeleteFunc(out, func(n string) bool { return n == name })
+		}
 	}
-	return resolved
+	if !c.NodeIPAM.AllocateNodeCIDRs {
+		drop(nodeipam.Name)
+	}
+	if c.Cloud.Name == "" {
+		drop(cloudnodelifecycle.Name)
+	}
+	return out
+}
+
+// cloudConfig is the cloud controller's settings with the shared monitor period.
+func (c *Config) cloudConfig() cloudnodelifecycle.Config {
+	cnl := c.CloudNodeLifecycle
+	cnl.NodeMonitorPeriod = c.NodeLifecycle.NodeMonitorPeriod
+	return cnl
 }
 
 // Constructors builds every controller; dry run comes from the manager.
@@ -63,6 +92,16 @@ func Constructors(cfg Config) map[string]manager.Constructor {
 			ipam.DryRun = c.DryRun
 			return nodeipam.New(ipam, nodeipam.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
 				Recorder: c.Recorder(nodeipam.EventSource), Registry: c.Registry})
+		},
+		cloudnodelifecycle.Name: func(c manager.Context) (manager.Controller, error) {
+			cloud, err := cfg.Cloud.Build(c.RESTConfig)
+			if err != nil {
+				return nil, err
+			}
+			cnl := cfg.cloudConfig()
+			cnl.DryRun = c.DryRun
+			return cloudnodelifecycle.New(cnl, cloudnodelifecycle.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
+				Cloud: cloud, Recorder: c.Recorder(cloudnodelifecycle.EventSource), Registry: c.Registry, Clock: c.Clock})
 		},
 		tainteviction.Name: func(c manager.Context) (manager.Controller, error) {
 			return tainteviction.New(tainteviction.Config{DryRun: c.DryRun}, tainteviction.Deps{

@@ -2,13 +2,19 @@ package fakenode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
 
 // FaultError is a fault that cannot be applied as given (bad input).
@@ -31,6 +37,13 @@ func (m *Manager) Apply(ctx context.Context, f Fault) ([]string, error) {
 	for _, name := range names {
 		m.applyTo(m.nodes[name], f.Action, f.Condition)
 	}
+	switch f.Action {
+	case MachineDelete, MachineShutdown, MachineStart:
+		// The cloud's answer changes even though the node's own traffic stops.
+		if err := m.publishMachines(ctx); err != nil {
+			return names, err
+		}
+	}
 	logger.Info("Fault injected", "fault", f.String(), "nodes", len(names))
 	if f.Duration > 0 {
 		undo := Fault{Action: f.Action.opposite(), Target: Target{Nodes: names}, Condition: f.Condition}
@@ -40,6 +53,11 @@ func (m *Manager) Apply(ctx context.Context, f Fault) ([]string, error) {
 		m.cfg.Clock.AfterFunc(f.Duration, func() {
 			for _, name := range names {
 				m.applyTo(m.nodes[name], undo.Action, undo.Condition)
+			}
+			if undo.Action == MachineStart {
+				if err := m.publishMachines(context.Background()); err != nil {
+					logger.Error(err, "Publishing machine states")
+				}
 			}
 			logger.Info("Fault ended", "fault", f.String(), "undo", string(undo.Action), "nodes", len(names))
 		})
@@ -68,6 +86,15 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		n.dirty = n.setCondition(*c, now) || n.dirty
 	case ClearCondition:
 		n.dirty = n.setCondition(Condition{Type: c.Type, Status: healthyStatus(c.Type), Reason: c.Reason, Message: c.Message}, now) || n.dirty
+	case MachineDelete:
+		n.machine = fakecloud.Deleted
+	case MachineShutdown:
+		n.machine = fakecloud.Shutdown
+	case MachineStart:
+		// A machine that comes back boots a fresh kubelet.
+		restarted = n.machine != "" && n.machine != fakecloud.Running
+		n.machine = fakecloud.Running
+		n.fullStatus = n.fullStatus || restarted
 	}
 	recovered := !wasHealthy && n.healthy()
 	n.mu.Unlock()
@@ -133,6 +160,7 @@ type NodeState struct {
 	Zone           string            `json:"zone"`
 	Partitioned    bool              `json:"partitioned,omitempty"`
 	KubeletStopped bool              `json:"kubeletStopped,omitempty"`
+	Machine        string            `json:"machine,omitempty"`    // shutdown or deleted
 	Conditions     map[string]string `json:"conditions,omitempty"` // those not at their healthy status
 }
 
@@ -143,6 +171,9 @@ func (m *Manager) States() []NodeState {
 		n := m.nodes[name]
 		n.mu.Lock()
 		s := NodeState{Name: name, Zone: n.zone, Partitioned: n.partitioned, KubeletStopped: n.kubeletStopped}
+		if n.machine != fakecloud.Running {
+			s.Machine = n.machine
+		}
 		for _, c := range n.conditions {
 			if c.Status != healthyStatus(c.Type) {
 				if s.Conditions == nil {
@@ -155,4 +186,40 @@ func (m *Manager) States() []NodeState {
 		out = append(out, s)
 	}
 	return out
+}
+
+// publishMachines writes the machines that are not running into the fake
+// cloud's ConfigMap (one key per node; a missing key means running), where
+// the fake cloud provider reads them. Only this process's keys are touched.
+func (m *Manager) publishMachines(ctx context.Context) error {
+	data := map[string]any{}
+	for _, name := range m.names {
+		n := m.nodes[name]
+		n.mu.Lock()
+		if n.machine != "" && n.machine != fakecloud.Running {
+			data[name] = n.machine
+		} else if n.machine == fakecloud.Running {
+			data[name] = nil // a JSON merge patch deletes the key
+		}
+		n.mu.Unlock()
+	}
+	cms := m.cfg.Client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace)
+	patch, _ := json.Marshal(map[string]any{"data": data})
+	_, err := cms.Patch(ctx, fakecloud.ConfigMapName, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fakecloud.ConfigMapName, Namespace: fakecloud.ConfigMapNamespace}, Data: map[string]string{}}
+		for k, v := range data {
+			if s, ok := v.(string); ok {
+				cm.Data[k] = s
+			}
+		}
+		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			_, err = cms.Patch(ctx, fakecloud.ConfigMapName, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publishing machine states in %s/%s: %w", fakecloud.ConfigMapNamespace, fakecloud.ConfigMapName, err)
+	}
+	return nil
 }

@@ -29,10 +29,19 @@ const (
 	SetCondition Action = "condition"
 	// ClearCondition sets a condition back to its healthy status.
 	ClearCondition Action = "clear-condition"
+	// MachineDelete removes the node's machine from the fake cloud: its
+	// kubelet stops for good and the fake cloud provider reports it gone.
+	MachineDelete Action = "machine-delete"
+	// MachineShutdown powers the machine off: the kubelet stops and the fake
+	// cloud provider reports it shut down.
+	MachineShutdown Action = "machine-shutdown"
+	// MachineStart powers the machine on (or creates it again): the kubelet
+	// starts and registers its Node again if it was deleted.
+	MachineStart Action = "machine-start"
 )
 
 // Actions lists the valid actions, for help texts and errors.
-var Actions = []Action{Partition, Heal, KubeletStop, KubeletStart, SetCondition, ClearCondition}
+var Actions = []Action{Partition, Heal, KubeletStop, KubeletStart, SetCondition, ClearCondition, MachineDelete, MachineShutdown, MachineStart}
 
 func (a Action) opposite() Action {
 	switch a {
@@ -42,6 +51,8 @@ func (a Action) opposite() Action {
 		return KubeletStart
 	case SetCondition:
 		return ClearCondition
+	case MachineShutdown:
+		return MachineStart
 	}
 	return ""
 }

@@ -354,6 +354,14 @@ func (m *Manager) syncStatus(ctx context.Context, n *node) error {
 		return err
 	}
 	if _, err := m.cfg.Client.CoreV1().Nodes().PatchStatus(ctx, n.name, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The Node was deleted (say, its machine was gone) and the
+			// kubelet runs again: it registers anew, as a kubelet does.
+			n.mu.Lock()
+			n.fullStatus, n.lease = true, nil
+			n.mu.Unlock()
+			return m.register(ctx, n)
+		}
 		return err
 	}
 	m.stats.statuses.Add(1)

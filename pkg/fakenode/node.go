@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
 
 // node is one simulated kubelet. Fields below mu change at run time.
@@ -24,6 +26,8 @@ type node struct {
 	uid            types.UID
 	partitioned    bool
 	kubeletStopped bool
+	// machine is the fake cloud's view: running, shutdown or deleted.
+	machine string
 	// conditions is what the kubelet believes; posted when the API differs.
 	conditions []v1.NodeCondition
 	// fullStatus asks the next post to include capacity, addresses and node
@@ -37,7 +41,9 @@ type node struct {
 }
 
 // healthy says whether the node's kubelet reaches the API server. Callers hold mu.
-func (n *node) healthy() bool { return !n.partitioned && !n.kubeletStopped }
+func (n *node) healthy() bool {
+	return !n.partitioned && !n.kubeletStopped && (n.machine == "" || n.machine == fakecloud.Running)
+}
 
 func (n *node) isHealthy() bool {
 	n.mu.Lock()

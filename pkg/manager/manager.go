@@ -41,8 +41,9 @@ type Controller interface {
 
 // Context is what a controller constructor gets.
 type Context struct {
-	Client    kubernetes.Interface
-	Informers informers.SharedInformerFactory
+	Client     kubernetes.Interface
+	RESTConfig *rest.Config
+	Informers  informers.SharedInformerFactory
 	// LeaseInformers watch kube-node-lease only.
 	LeaseInformers informers.SharedInformerFactory
 	Registry       prometheus.Registerer
@@ -201,7 +202,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	runControllers := func(ctx context.Context) error {
 		factory := informers.NewSharedInformerFactory(client, 0)
 		leaseFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(v1.NamespaceNodeLease))
-		mctx := Context{Client: client, Informers: factory, LeaseInformers: leaseFactory, Registry: reg, Clock: clock.RealClock{},
+		mctx := Context{Client: client, RESTConfig: cfg, Informers: factory, LeaseInformers: leaseFactory, Registry: reg, Clock: clock.RealClock{},
 			DryRun: opts.DryRun,
 			Recorder: func(component string) record.EventRecorder {
 				return broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: component})

@@ -34,9 +34,13 @@ Actions:
   kubelet-start          start them again (a fresh kubelet re-posts every pod status)
   condition TYPE=STATUS  set a node condition, e.g. KernelDeadlock=True or MemoryPressure=True
   clear-condition TYPE   return a condition to its healthy status
+  machine-delete         delete the machine: the kubelet stops for good and the fake cloud
+                         provider (nodeshepherd run --cloud-provider=fake) reports it gone
+  machine-shutdown       power the machine off: kubelet stopped, reported shut down
+  machine-start          power it on again: the kubelet starts (and re-registers its Node)
 
 Select nodes with --node, --zone, --selector or --all (several intersect). With --for the
-fault is undone after that long (partition, kubelet-stop and condition).`,
+fault is undone after that long (partition, kubelet-stop, condition, machine-shutdown).`,
 		Example: `  nodeshepherd fakenodes fault partition --node=fake-node-0003 --for=45s
   nodeshepherd fakenodes fault partition --zone=zone-b
   nodeshepherd fakenodes fault condition KernelDeadlock=True --selector=pool=blue --for=10m

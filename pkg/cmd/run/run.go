@@ -39,6 +39,10 @@ Controllers:
                   tolerationSeconds. Replaces taint-eviction-controller.
   nodeipam        allocates spec.podCIDRs per IP family from --cluster-cidr (runs only with
                   --allocate-node-cidrs). Replaces nodeipam.
+  cloudnodelifecycle
+                  asks --cloud-provider about nodes that are not Ready: deletes those whose
+                  machine is gone, taints those whose machine is shut down (runs only with
+                  --cloud-provider). Like the cloud controller manager's.
 
 Run kube-controller-manager with
 --controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam next to it. Flag names and defaults follow kube-controller-manager.`,
@@ -65,6 +69,8 @@ Run kube-controller-manager with
 	f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
 	o.config.NodeLifecycle.AddFlags(f)
 	o.config.NodeIPAM.AddFlags(f)
+	o.config.CloudNodeLifecycle.AddFlags(f)
+	o.config.Cloud.AddFlags(f)
 	return c
 }
 

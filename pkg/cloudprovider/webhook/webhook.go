@@ -1,0 +1,203 @@
+// Package webhook is the "webhook" cloud provider: every question about a
+// machine is a JSON POST to an HTTPS endpoint the operator runs, so any
+// infrastructure can be plugged in without recompiling. The contract is in
+// docs/cloud-provider-webhook.md.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	cloudprovider "k8s.io/cloud-provider"
+
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+)
+
+// ProviderName is the --cloud-provider value.
+const ProviderName = "webhook"
+
+// APIVersion of the request and response bodies.
+const APIVersion = "nodeshepherd.io/v1alpha1"
+
+// Questions, in the request's "question" field.
+const (
+	QuestionExists   = "InstanceExists"
+	QuestionShutdown = "InstanceShutdown"
+	QuestionMetadata = "InstanceMetadata"
+)
+
+// Config is the provider's configuration, from the --cloud-provider-webhook-* flags.
+type Config struct {
+	URL     string        `json:"url"`
+	CAFile  string        `json:"caFile,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Request is the body POSTed for every question.
+type Request struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"` // "InstanceQuestion"
+	Question   string      `json:"question"`
+	Node       RequestNode `json:"node"`
+}
+
+// RequestNode identifies the machine: by providerID when set, else by name.
+type RequestNode struct {
+	Name       string            `json:"name"`
+	ProviderID string            `json:"providerID,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// Response is the answer; the field named by the question is required.
+type Response struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"` // "InstanceAnswer"
+	Exists     *bool     `json:"exists,omitempty"`
+	Shutdown   *bool     `json:"shutdown,omitempty"`
+	Metadata   *Metadata `json:"metadata,omitempty"`
+}
+
+// Metadata is the answer to InstanceMetadata.
+type Metadata struct {
+	ProviderID    string           `json:"providerID"`
+	InstanceType  string           `json:"instanceType,omitempty"`
+	Zone          string           `json:"zone,omitempty"`
+	Region        string           `json:"region,omitempty"`
+	NodeAddresses []v1.NodeAddress `json:"nodeAddresses,omitempty"`
+}
+
+var registerOnce sync.Once
+
+// Register adds the provider to k8s.io/cloud-provider's registry; its
+// configuration is a JSON Config.
+func Register() {
+	registerOnce.Do(func() {
+		cloudprovider.RegisterCloudProvider(ProviderName, func(r io.Reader) (cloudprovider.Interface, error) {
+			var c Config
+			if r == nil {
+				return nil, errors.New("the webhook cloud provider needs --cloud-provider-webhook-url")
+			}
+			if err := json.NewDecoder(r).Decode(&c); err != nil {
+				return nil, fmt.Errorf("webhook cloud provider configuration: %w", err)
+			}
+			return New(c)
+		})
+	})
+}
+
+// Provider asks the webhook.
+type Provider struct {
+	nscloud.Base
+	url    string
+	client *http.Client
+}
+
+var _ cloudprovider.InstancesV2 = (*Provider)(nil)
+
+// New validates the configuration: an absolute https URL, a readable PEM CA
+// bundle when given, a positive timeout (5s when zero).
+func New(c Config) (*Provider, error) {
+	u, err := url.Parse(c.URL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("--cloud-provider-webhook-url %q must be an absolute https:// URL", c.URL)
+	}
+	if c.Timeout < 0 {
+		return nil, fmt.Errorf("--cloud-provider-webhook-timeout must be positive, got %v", c.Timeout)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cloud-provider-webhook-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cloud-provider-webhook-ca-file %s holds no PEM certificate", c.CAFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	return &Provider{url: c.URL, client: &http.Client{Timeout: c.Timeout, Transport: &http.Transport{TLSClientConfig: tlsConfig}}}, nil
+}
+
+func (p *Provider) Initialize(cloudprovider.ControllerClientBuilder, <-chan struct{}) {}
+func (p *Provider) ProviderName() string                                              { return ProviderName }
+func (p *Provider) InstancesV2() (cloudprovider.InstancesV2, bool)                    { return p, true }
+
+// ask posts one question and decodes the answer strictly.
+func (p *Provider) ask(ctx context.Context, question string, node *v1.Node) (*Response, error) {
+	body, _ := json.Marshal(Request{APIVersion: APIVersion, Kind: "InstanceQuestion", Question: question,
+		Node: RequestNode{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s for node %s: %w", question, node.Name, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s for node %s: reading the answer: %w", question, node.Name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("webhook %s for node %s: HTTP %s: %.200s", question, node.Name, resp.Status, data)
+	}
+	var out Response
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		return nil, fmt.Errorf("webhook %s for node %s: malformed answer: %w", question, node.Name, err)
+	}
+	return &out, nil
+}
+
+func (p *Provider) InstanceExists(ctx context.Context, node *v1.Node) (bool, error) {
+	r, err := p.ask(ctx, QuestionExists, node)
+	if err != nil {
+		return false, err
+	}
+	if r.Exists == nil {
+		return false, fmt.Errorf("webhook %s for node %s: malformed answer: no \"exists\" field", QuestionExists, node.Name)
+	}
+	return *r.Exists, nil
+}
+
+func (p *Provider) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, error) {
+	r, err := p.ask(ctx, QuestionShutdown, node)
+	if err != nil {
+		return false, err
+	}
+	if r.Shutdown == nil {
+		return false, fmt.Errorf("webhook %s for node %s: malformed answer: no \"shutdown\" field", QuestionShutdown, node.Name)
+	}
+	return *r.Shutdown, nil
+}
+
+func (p *Provider) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
+	r, err := p.ask(ctx, QuestionMetadata, node)
+	if err != nil {
+		return nil, err
+	}
+	if r.Metadata == nil || r.Metadata.ProviderID == "" {
+		return nil, fmt.Errorf("webhook %s for node %s: malformed answer: no \"metadata.providerID\"", QuestionMetadata, node.Name)
+	}
+	m := r.Metadata
+	return &cloudprovider.InstanceMetadata{ProviderID: m.ProviderID, InstanceType: m.InstanceType, Zone: m.Zone, Region: m.Region, NodeAddresses: m.NodeAddresses}, nil
+}

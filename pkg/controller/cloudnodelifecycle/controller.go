@@ -1,0 +1,335 @@
+// Package cloudnodelifecycle asks the infrastructure about every node that
+// is not Ready: a node whose machine is gone is deleted (so its pods are
+// cleaned up and replaced instead of waiting out their tolerations), a node
+// whose machine is shut down gets the shutdown taint. It behaves like the
+// cloud controller manager's node lifecycle controller, for any provider
+// implementing k8s.io/cloud-provider's InstancesV2, with guards upstream
+// lacks: provider errors never delete, deletions are rate-limited and stop
+// during incidents.
+package cloudnodelifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"golang.org/x/time/rate"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	cloudprovider "k8s.io/cloud-provider"
+	cloudproviderapi "k8s.io/cloud-provider/api"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "cloudnodelifecycle"
+
+// EventSource is the component name on events, upstream's.
+const EventSource = "cloud-node-lifecycle-controller"
+
+// ShutdownTaint marks a node whose machine is shut down, as upstream does.
+var ShutdownTaint = v1.Taint{Key: cloudproviderapi.TaintNodeShutdown, Effect: v1.TaintEffectNoSchedule}
+
+// Event reasons.
+const (
+	EventDeletingNode    = "DeletingNode"
+	EventDeletionBlocked = "NodeDeletionBlocked"
+)
+
+// Config holds the controller's settings.
+type Config struct {
+	// NodeMonitorPeriod is shared with the node lifecycle controller's flag.
+	NodeMonitorPeriod time.Duration
+	// NodeDeletionRate is nodes deleted per second at most (burst 1).
+	NodeDeletionRate float64
+	// MaxUnhealthyNodes stops deletions while more nodes than this are not
+	// Ready: a count ("10") or a percentage of all nodes ("45%").
+	MaxUnhealthyNodes string
+	DryRun            bool
+}
+
+// DefaultConfig returns the defaults: one deletion per 10s, stop above 45 %.
+func DefaultConfig() Config {
+	return Config{NodeMonitorPeriod: 5 * time.Second, NodeDeletionRate: 0.1, MaxUnhealthyNodes: "45%"}
+}
+
+// AddFlags registers the controller's own flags (not --node-monitor-period).
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.Float64Var(&c.NodeDeletionRate, "node-deletion-rate", c.NodeDeletionRate, "Nodes per second the cloudnodelifecycle controller may delete at most (0.1: one every 10s).")
+	fs.StringVar(&c.MaxUnhealthyNodes, "max-unhealthy-nodes", c.MaxUnhealthyNodes, "Stop deleting nodes while more nodes than this are not Ready: a count or a percentage of all nodes (incident guard).")
+}
+
+// Validate checks the settings.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeDeletionRate <= 0 {
+		errs = append(errs, fmt.Errorf("--node-deletion-rate must be positive, got %v", c.NodeDeletionRate))
+	}
+	if _, err := ParseLimit(c.MaxUnhealthyNodes, 100); err != nil {
+		errs = append(errs, fmt.Errorf("--max-unhealthy-nodes: %w", err))
+	}
+	if c.NodeMonitorPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--node-monitor-period must be positive, got %v", c.NodeMonitorPeriod))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseLimit turns "10" or "45%" into a count out of total.
+func ParseLimit(s string, total int) (int, error) {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v < 0 || v > 100 {
+			return 0, fmt.Errorf("%q is not a percentage between 0%% and 100%%", s)
+		}
+		return int(v * float64(total) / 100), nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is neither a count (e.g. 10) nor a percentage (e.g. 45%%)", s)
+	}
+	return v, nil
+}
+
+// Deps are the controller's collaborators.
+type Deps struct {
+	Client   kubernetes.Interface
+	Nodes    coreinformers.NodeInformer
+	Cloud    cloudprovider.Interface
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+	Clock    clock.WithTicker
+}
+
+// Controller is the cloud node lifecycle controller.
+type Controller struct {
+	cfg        Config
+	client     kubernetes.Interface
+	instances  cloudprovider.InstancesV2
+	recorder   record.EventRecorder
+	clock      clock.WithTicker
+	dryRun     *controllerutil.DryRun
+	nodeLister corelisters.NodeLister
+	synced     cache.InformerSynced
+	limiter    *rate.Limiter
+
+	calls        *prometheus.CounterVec
+	callDuration *prometheus.HistogramVec
+	deleted      prometheus.Counter
+	taints       *prometheus.CounterVec
+	blocked      *prometheus.CounterVec
+	guardActive  prometheus.Gauge
+}
+
+// New builds the controller; the provider must implement InstancesV2.
+func New(cfg Config, d Deps) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	instances, ok := d.Cloud.InstancesV2()
+	if !ok {
+		return nil, fmt.Errorf("cloud provider %q does not implement InstancesV2", d.Cloud.ProviderName())
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	c := &Controller{
+		cfg: cfg, client: d.Client, instances: instances, recorder: d.Recorder, clock: d.Clock,
+		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
+		limiter: rate.NewLimiter(rate.Limit(cfg.NodeDeletionRate), 1),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloud_provider", Name: "requests_total",
+			Help: "Questions asked to the cloud provider, by question and result (ok, error)."}, []string{"question", "result"}),
+		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeshepherd", Subsystem: "cloud_provider", Name: "request_duration_seconds",
+			Help: "Latency of the cloud provider's answers.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}, []string{"question"}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "nodes_deleted_total",
+			Help: "Nodes deleted because their machine no longer exists."}),
+		taints: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "shutdown_taints_total",
+			Help: "Shutdown taints added and removed."}, []string{"action"}),
+		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "deletions_blocked_total",
+			Help: "Deletions postponed, by reason (rate-limit, incident-guard)."}, []string{"reason"}),
+		guardActive: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "incident_guard_active",
+			Help: "1 while too many nodes are not Ready for any node to be deleted."}),
+	}
+	d.Registry.MustRegister(c.calls, c.callDuration, c.deleted, c.taints, c.blocked, c.guardActive)
+	return c, nil
+}
+
+// Run checks every node each --node-monitor-period until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx).WithName(Name)
+	ctx = klog.NewContext(ctx, logger)
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
+		return fmt.Errorf("%s: caches did not sync", Name)
+	}
+	logger.Info("Starting cloud node lifecycle controller", "nodeDeletionRate", c.cfg.NodeDeletionRate,
+		"maxUnhealthyNodes", c.cfg.MaxUnhealthyNodes, "dryRun", c.cfg.DryRun)
+	ticker := c.clock.NewTicker(c.cfg.NodeMonitorPeriod)
+	defer ticker.Stop()
+	for {
+		c.monitorNodes(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		}
+	}
+}
+
+// monitorNodes is one pass over every node.
+func (c *Controller) monitorNodes(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	nodes, err := c.nodeLister.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing nodes")
+		return
+	}
+	notReady := 0
+	for _, n := range nodes {
+		if !ready(n) {
+			notReady++
+		}
+	}
+	limit, _ := ParseLimit(c.cfg.MaxUnhealthyNodes, len(nodes))
+	guard := notReady > limit
+	c.guardActive.Set(map[bool]float64{true: 1}[guard])
+	for _, n := range nodes {
+		if err := c.checkNode(ctx, n, guard, notReady, len(nodes)); err != nil {
+			logger.Error(err, "Checking node with the cloud provider; retrying next period", "node", n.Name)
+		}
+	}
+}
+
+func ready(n *v1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hasShutdownTaint(n *v1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == ShutdownTaint.Key && t.Effect == ShutdownTaint.Effect {
+			return true
+		}
+	}
+	return false
+}
+
+// ask calls the provider and records the call.
+func (c *Controller) ask(question string, f func() (bool, error)) (bool, error) {
+	start := c.clock.Now()
+	v, err := f()
+	c.callDuration.WithLabelValues(question).Observe(c.clock.Since(start).Seconds())
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	c.calls.WithLabelValues(question, result).Inc()
+	return v, err
+}
+
+func (c *Controller) checkNode(ctx context.Context, n *v1.Node, guard bool, notReady, total int) error {
+	if ready(n) {
+		if hasShutdownTaint(n) {
+			return c.setShutdownTaint(ctx, n, false)
+		}
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// An error or timeout is never an answer: nothing is deleted on it.
+	exists, err := c.ask("InstanceExists", func() (bool, error) { return c.instances.InstanceExists(qctx, n) })
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return c.deleteNode(ctx, n, guard, notReady, total)
+	}
+	shutdown, err := c.ask("InstanceShutdown", func() (bool, error) { return c.instances.InstanceShutdown(qctx, n) })
+	if err != nil {
+		return err
+	}
+	if shutdown != hasShutdownTaint(n) {
+		return c.setShutdownTaint(ctx, n, shutdown)
+	}
+	return nil
+}
+
+func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, notReady, total int) error {
+	logger := klog.FromContext(ctx)
+	if guard {
+		c.blocked.WithLabelValues("incident-guard").Inc()
+		msg := fmt.Sprintf("Not deleting node %s although its machine is gone: %d of %d nodes are not Ready (more than --max-unhealthy-nodes=%s)",
+			n.Name, notReady, total, c.cfg.MaxUnhealthyNodes)
+		logger.Info(msg)
+		c.event(n, v1.EventTypeWarning, EventDeletionBlocked, msg)
+		return nil
+	}
+	if !c.limiter.AllowN(c.clock.Now(), 1) {
+		c.blocked.WithLabelValues("rate-limit").Inc()
+		logger.V(2).Info("Node deletion postponed by --node-deletion-rate", "node", n.Name)
+		return nil
+	}
+	msg := fmt.Sprintf("Deleting node %s because it does not exist in the cloud provider", n.Name)
+	if c.cfg.DryRun {
+		c.dryRun.Report(ctx, n, "delete-node", msg)
+		return nil
+	}
+	c.event(n, v1.EventTypeNormal, EventDeletingNode, msg)
+	err := c.client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(n.UID))})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting node %s: %w", n.Name, err)
+	}
+	c.deleted.Inc()
+	logger.Info("Deleted node whose machine no longer exists", "node", n.Name)
+	return nil
+}
+
+func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) error {
+	add, remove, action := []v1.Taint{ShutdownTaint}, []v1.Taint(nil), "added"
+	if !on {
+		add, remove, action = nil, []v1.Taint{ShutdownTaint}, "removed"
+	}
+	if c.cfg.DryRun {
+		c.dryRun.Report(ctx, n, "shutdown-taint-"+action, fmt.Sprintf("node %s: shutdown taint %s", n.Name, action))
+		return nil
+	}
+	written, err := controllerutil.PatchTaints(ctx, c.client, n.Name, func() (*v1.Node, error) { return n, nil },
+		func(*v1.Node) ([]v1.Taint, []v1.Taint) { return add, remove }, c.clock.Now())
+	if err != nil {
+		return err
+	}
+	if written != nil {
+		c.taints.WithLabelValues(action).Inc()
+		klog.FromContext(ctx).Info("Shutdown taint "+action, "node", n.Name)
+	}
+	return nil
+}
+
+func (c *Controller) event(n *v1.Node, typ, reason, msg string) {
+	if c.recorder != nil {
+		c.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}, typ, reason, msg)
+	}
+}
