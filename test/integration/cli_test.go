@@ -85,6 +85,15 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=fd00::/48", "--node-cidr-mask-size=120"}, "at most 2^16 are supported"},
 		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16,10.245.0.0/16"}, "one IPv4 and one IPv6 CIDR"},
 		{[]string{"run", "--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16", "--service-cluster-ip-range=10.96.0.0"}, "--service-cluster-ip-range"},
+		{[]string{"run", "--controllers=cloudnodelifecycle"}, "needs --cloud-provider"},
+		{[]string{"run", "--cloud-provider=aws"}, `unknown --cloud-provider "aws"`},
+		{[]string{"run", "--cloud-provider=webhook"}, "must be an absolute https:// URL"},
+		{[]string{"run", "--cloud-provider=webhook", "--cloud-provider-webhook-url=ftp://infra/x"}, "must be an absolute https:// URL"},
+		{[]string{"run", "--cloud-provider=webhook", "--cloud-provider-webhook-url=https://infra/x", "--cloud-provider-webhook-ca-file=/nonexistent/ca.pem"}, "--cloud-provider-webhook-ca-file"},
+		{[]string{"run", "--cloud-provider=webhook", "--cloud-provider-webhook-url=https://infra/x", "--cloud-provider-webhook-ca-file=/etc/hostname"}, "holds no PEM certificate"},
+		{[]string{"run", "--cloud-provider=fake", "--node-deletion-rate=0"}, "--node-deletion-rate must be positive"},
+		{[]string{"run", "--cloud-provider=fake", "--max-unhealthy-nodes=150%"}, "--max-unhealthy-nodes"},
+		{[]string{"fakenodes", "fault", "machine-delete", "--all", "--for=1m", "--control-socket", socket}, "machine-delete takes no duration"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
