@@ -197,7 +197,7 @@ func newStatusCommand() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%-24s %-12s %-12s %s\n", "NODE", "ZONE", "KUBELET", "CONDITIONS")
+			fmt.Fprintf(out, "%-24s %-12s %-20s %s\n", "NODE", "ZONE", "KUBELET", "CONDITIONS")
 			for _, s := range states {
 				state := "running"
 				switch {
@@ -208,11 +208,14 @@ func newStatusCommand() *cobra.Command {
 				case s.KubeletStopped:
 					state = "stopped"
 				}
+				if s.Machine != "" {
+					state = "machine " + s.Machine
+				}
 				var conds []string
 				for t, st := range s.Conditions {
 					conds = append(conds, t+"="+st)
 				}
-				fmt.Fprintf(out, "%-24s %-12s %-12s %s\n", s.Name, s.Zone, state, strings.Join(conds, ","))
+				fmt.Fprintf(out, "%-24s %-12s %-20s %s\n", s.Name, s.Zone, state, strings.Join(conds, ","))
 			}
 			return nil
 		},
