@@ -96,6 +96,11 @@ func TestMachineDeletedNodeRemovedAndPodsReplaced(t *testing.T) {
 	if err != nil || len(evs.Items) != 1 {
 		t.Errorf("DeletingNode events: %v, %v", len(evs.Items), err)
 	}
+	// The node lifecycle controller notices the deletion too.
+	framework.Eventually(t, 20*time.Second, "RemovingNode event", func(ctx context.Context) (bool, string, error) {
+		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=RemovingNode,involvedObject.name=" + victim})
+		return err == nil && len(evs.Items) == 1, fmt.Sprint(err), nil
+	})
 	// kube-controller-manager's pod garbage collector removes the pods of
 	// a deleted node (after its 40s quarantine); the ReplicaSet replaces them.
 	framework.Eventually(t, 3*time.Minute, "app pods Running elsewhere", appPodsOn(client, func(n string) bool { return n != victim }))

@@ -504,3 +504,55 @@ func TestConditionAndUnschedulableNoScheduleTaints(t *testing.T) {
 		t.Errorf("beta os label = %q, want it reconciled to linux", got)
 	}
 }
+
+// TestTaintSwapAndCancelledEviction: an unreachable node whose kubelet comes
+// back reporting NotReady gets the not-ready taint in place of the
+// unreachable one at once; when the node is Ready again, the pending
+// eviction of a pod that tolerated the taint for a while is cancelled.
+func TestTaintSwapAndCancelledEviction(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 4, false))
+	framework.StartNodeShepherd(t, cfg, fastLifecycle(100), nil)
+	names := m.NodeNames()
+	node := names[0]
+	waitNodesReady(t, client, names...)
+	createPod(t, client, "patient", node, tolerations(ptr.To[int64](600)))
+	framework.Eventually(t, 20*time.Second, "pod Ready", podReadyIs(client, "patient", v1.ConditionTrue))
+
+	target := fakenode.Target{Nodes: []string{node}}
+	partition(t, m, fakenode.Partition, target)
+	framework.Eventually(t, 20*time.Second, "unreachable taint", nodeTainted(client, node, nodelifecycle.UnreachableTaint, true))
+	// The kubelet comes back but reports Ready=False.
+	if _, err := m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.SetCondition, Target: target,
+		Condition: &fakenode.Condition{Type: v1.NodeReady, Status: v1.ConditionFalse}}); err != nil {
+		t.Fatal(err)
+	}
+	partition(t, m, fakenode.Heal, target)
+	framework.Eventually(t, 10*time.Second, "not-ready taint in place of unreachable", func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return taintOf(n, nodelifecycle.NotReadyTaint) != nil && taintOf(n, nodelifecycle.UnreachableTaint) == nil, fmt.Sprint(n.Spec.Taints), nil
+	})
+	if _, err := m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.ClearCondition, Target: target,
+		Condition: &fakenode.Condition{Type: v1.NodeReady}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 10*time.Second, "not-ready taint lifted", nodeTainted(client, node, nodelifecycle.NotReadyTaint, false))
+	framework.Eventually(t, 10*time.Second, "pending eviction cancelled", func(ctx context.Context) (bool, string, error) {
+		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=TaintManagerEviction,involvedObject.name=patient"})
+		if err != nil {
+			return false, "", err
+		}
+		for _, e := range evs.Items {
+			if e.Message == "Cancelling deletion of Pod default/patient" {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(evs.Items)), nil
+	})
+	if ok, _, _ := podEvicted(client, "patient")(framework.Context(t)); ok {
+		t.Error("patient pod evicted")
+	}
+}
