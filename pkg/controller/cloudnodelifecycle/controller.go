@@ -12,8 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,29 +79,13 @@ func (c *Config) Validate() error {
 	if c.NodeDeletionRate <= 0 {
 		errs = append(errs, fmt.Errorf("--node-deletion-rate must be positive, got %v", c.NodeDeletionRate))
 	}
-	if _, err := ParseLimit(c.MaxUnhealthyNodes, 100); err != nil {
+	if _, err := controllerutil.ParseLimit(c.MaxUnhealthyNodes, 100); err != nil {
 		errs = append(errs, fmt.Errorf("--max-unhealthy-nodes: %w", err))
 	}
 	if c.NodeMonitorPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--node-monitor-period must be positive, got %v", c.NodeMonitorPeriod))
 	}
 	return errors.Join(errs...)
-}
-
-// ParseLimit turns "10" or "45%" into a count out of total.
-func ParseLimit(s string, total int) (int, error) {
-	if p, ok := strings.CutSuffix(s, "%"); ok {
-		v, err := strconv.ParseFloat(p, 64)
-		if err != nil || v < 0 || v > 100 {
-			return 0, fmt.Errorf("%q is not a percentage between 0%% and 100%%", s)
-		}
-		return int(v * float64(total) / 100), nil
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is neither a count (e.g. 10) nor a percentage (e.g. 45%%)", s)
-	}
-	return v, nil
 }
 
 // Deps are the controller's collaborators.
@@ -206,7 +188,7 @@ func (c *Controller) monitorNodes(ctx context.Context) {
 			notReady++
 		}
 	}
-	limit, _ := ParseLimit(c.cfg.MaxUnhealthyNodes, len(nodes))
+	limit, _ := controllerutil.ParseLimit(c.cfg.MaxUnhealthyNodes, len(nodes))
 	guard := notReady > limit
 	c.guardActive.Set(map[bool]float64{true: 1}[guard])
 	for _, n := range nodes {

@@ -1,0 +1,102 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Draino's TestParseConditions cases, plus the inputs Draino mishandles.
+func TestParseCondition(t *testing.T) {
+	good := map[string]Condition{
+		"KernelDeadlock":          {Type: "KernelDeadlock", Status: v1.ConditionTrue},
+		"KernelDeadlock=True,10m": {Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute},
+		"Ready=Unknown,30m":       {Type: v1.NodeReady, Status: v1.ConditionUnknown, MinDuration: 30 * time.Minute},
+		"OutOfDisk=True,10m":      {Type: "OutOfDisk", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute},
+		"Ready=Unknown":           {Type: v1.NodeReady, Status: v1.ConditionUnknown}, // Draino panics here
+	}
+	for in, want := range good {
+		if got, err := ParseCondition(in); err != nil || got != want {
+			t.Errorf("ParseCondition(%q) = %+v, %v", in, got, err)
+		}
+	}
+	bad := map[string]string{
+		"KernelDeadlock=True,tenminutes": `"tenminutes" is not a duration`,
+		"KernelDeadlock=Yes,10m":         `status "Yes"`,
+		"=True,10m":                      "type is missing",
+		"KernelDeadlock=True,-5m":        "is not a duration",
+	}
+	for in, want := range bad {
+		if _, err := ParseCondition(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseCondition(%q) error %v, want %q", in, err, want)
+		}
+	}
+	if _, err := ParseConditions(nil); err == nil {
+		t.Error("no conditions must be an error")
+	}
+}
+
+func node(labels map[string]string, conds ...v1.NodeCondition) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}, Status: v1.NodeStatus{Conditions: conds}}
+}
+
+func TestEvaluateDurations(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	r := Rules{Conditions: []Condition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute},
+		{Type: v1.NodeReady, Status: v1.ConditionUnknown, MinDuration: 30 * time.Minute}}}
+	since := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+	n := node(nil, v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionTrue, LastTransitionTime: since(4 * time.Minute)},
+		v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: since(25 * time.Minute)})
+	e := r.Evaluate(n, now)
+	if len(e.Matched) != 0 || !e.Pending.Equal(now.Add(5*time.Minute)) {
+		t.Fatalf("got %+v; want nothing yet, re-check in 5m (Ready's 30m comes first)", e)
+	}
+	// After 5m Ready=Unknown has held 30m; KernelDeadlock needs one more minute.
+	if e := r.Evaluate(n, now.Add(5*time.Minute)); len(e.Matched) != 1 || e.Matched[0].Type != v1.NodeReady || !e.Pending.Equal(now.Add(6*time.Minute)) {
+		t.Errorf("after 5m: %+v", e)
+	}
+	if e := r.Evaluate(n, now.Add(6*time.Minute)); len(e.Matched) != 2 || !e.Pending.IsZero() {
+		t.Errorf("after 6m: %+v", e)
+	}
+	healthy := node(nil, v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionFalse, LastTransitionTime: since(time.Hour)})
+	if e := r.Evaluate(healthy, now); len(e.Matched) != 0 || !e.Pending.IsZero() {
+		t.Errorf("healthy node: %+v", e)
+	}
+}
+
+func TestSelector(t *testing.T) {
+	s, err := NewSelector("pool in (blue,green)", `node.metadata.labels["team"] == "infra" && !has(node.spec.unschedulable)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		labels map[string]string
+		cordon bool
+		want   bool
+	}{
+		{map[string]string{"pool": "blue", "team": "infra"}, false, true},
+		{map[string]string{"pool": "blue", "team": "web"}, false, false},
+		{map[string]string{"pool": "red", "team": "infra"}, false, false},
+		{map[string]string{"pool": "blue", "team": "infra"}, true, false},
+	}
+	for _, tc := range cases {
+		n := node(tc.labels)
+		n.Spec.Unschedulable = tc.cordon
+		if got, err := s.Matches(n); err != nil || got != tc.want {
+			t.Errorf("%v cordoned=%v: %v, %v", tc.labels, tc.cordon, got, err)
+		}
+	}
+	// A missing label read without has() is an error on that node, not a match.
+	s2, _ := NewSelector("", `node.metadata.labels["team"] == "infra"`)
+	if ok, err := s2.Matches(node(map[string]string{"pool": "blue"})); ok || err == nil {
+		t.Errorf("missing key: %v, %v", ok, err)
+	}
+	for _, bad := range [][2]string{{"pool in (", ""}, {"", "node.metadata.labels["}, {"", `"just a string"`}} {
+		if _, err := NewSelector(bad[0], bad[1]); err == nil {
+			t.Errorf("NewSelector(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}
