@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -120,7 +119,3 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 	}
 	return true
 }
-
-// ZoneKey is the node lifecycle controller's key for a zone of the fake
-// nodes' default region, as it appears in metric labels.
-func ZoneKey(zone string) string { return fmt.Sprintf("region-1:\x00:%s", zone) }

@@ -83,7 +83,7 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 
 	zoneConditions := map[string][]*v1.NodeCondition{}
 	var next time.Time
-	for i, r := range results {
+	for _, r := range results {
 		if !r.deadline.IsZero() && (next.IsZero() || r.deadline.Before(next)) {
 			next = r.deadline
 		}
@@ -91,7 +91,6 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 			continue
 		}
 		zoneConditions[r.zone] = append(zoneConditions[r.zone], r.current)
-		_ = i
 	}
 	c.mu.Lock()
 	c.nextDeadline = next
