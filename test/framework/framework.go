@@ -132,3 +132,25 @@ func LeaseRenewTime(ctx context.Context, c kubernetes.Interface, node string) (t
 	}
 	return l.Spec.RenewTime.Time, nil
 }
+
+// WaitEvents waits until at least min events in namespace default match the
+// field selector, and returns them with their summed counts. Events are sent
+// asynchronously by the controllers' broadcasters, so they must be waited for.
+func WaitEvents(t testing.TB, c kubernetes.Interface, fieldSelector string, min int32) (int32, []string) {
+	t.Helper()
+	var total int32
+	var msgs []string
+	Eventually(t, 30*time.Second, "events "+fieldSelector, func(ctx context.Context) (bool, string, error) {
+		evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: fieldSelector})
+		if err != nil {
+			return false, "", err
+		}
+		total, msgs = 0, nil
+		for _, e := range evs.Items {
+			total += max(e.Count, 1)
+			msgs = append(msgs, e.Message)
+		}
+		return total >= min, fmt.Sprintf("%d events", total), nil
+	})
+	return total, msgs
+}

@@ -92,15 +92,11 @@ func TestMachineDeletedNodeRemovedAndPodsReplaced(t *testing.T) {
 
 	machine(t, m, fakenode.MachineDelete, victim)
 	framework.Eventually(t, 30*time.Second, "node deleted", nodeGone(client, victim))
-	evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + cloudnodelifecycle.EventDeletingNode})
-	if err != nil || len(evs.Items) != 1 {
-		t.Errorf("DeletingNode events: %v, %v", len(evs.Items), err)
+	if n, msgs := framework.WaitEvents(t, client, "reason="+cloudnodelifecycle.EventDeletingNode, 1); n != 1 {
+		t.Errorf("DeletingNode events: %v", msgs)
 	}
 	// The node lifecycle controller notices the deletion too.
-	framework.Eventually(t, 20*time.Second, "RemovingNode event", func(ctx context.Context) (bool, string, error) {
-		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=RemovingNode,involvedObject.name=" + victim})
-		return err == nil && len(evs.Items) == 1, fmt.Sprint(err), nil
-	})
+	framework.WaitEvents(t, client, "reason=RemovingNode,involvedObject.name="+victim, 1)
 	// kube-controller-manager's pod garbage collector removes the pods of
 	// a deleted node (after its 40s quarantine); the ReplicaSet replaces them.
 	framework.Eventually(t, 3*time.Minute, "app pods Running elsewhere", appPodsOn(client, func(n string) bool { return n != victim }))

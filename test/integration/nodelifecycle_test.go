@@ -252,10 +252,7 @@ func TestNodeFailureEvictionAndRecovery(t *testing.T) {
 			t.Errorf("pod %s should stay on the failed node: %v", name, err)
 		}
 	}
-	events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=TaintManagerEviction"})
-	if err != nil || len(events.Items) == 0 {
-		t.Errorf("no TaintManagerEviction events: %v", err)
-	}
+	framework.WaitEvents(t, client, "reason=TaintManagerEviction", 1)
 
 	partition(t, m, fakenode.Heal, fakenode.Target{Nodes: []string{victim}})
 	framework.Eventually(t, 15*time.Second, "victim Ready again", nodeCondition(client, victim, v1.NodeReady, v1.ConditionTrue))

@@ -126,14 +126,7 @@ func TestTwoReplicasOneLeader(t *testing.T) {
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: names[:1]})
 	framework.Eventually(t, 20*time.Second, "partitioned node Unknown", nodeCondition(client, names[0], v1.NodeReady, v1.ConditionUnknown))
 	passesAfter(t, map[string]*framework.NodeShepherd{"a": a, "b": b}[leader], 2)
-	events, err := client.CoreV1().Events("default").List(framework.Context(t), metav1.ListOptions{FieldSelector: "reason=NodeNotReady,involvedObject.kind=Node"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := int32(0)
-	for _, e := range events.Items {
-		total += e.Count
-	}
+	total, _ := framework.WaitEvents(t, client, "reason=NodeNotReady,involvedObject.kind=Node", 1)
 	if total != 1 {
 		t.Errorf("%d NodeNotReady node events, want 1 (only the leader acts)", total)
 	}
@@ -183,10 +176,7 @@ func TestReadinessRestored(t *testing.T) {
 			framework.Eventually(t, 20*time.Second, "node Ready again", nodeCondition(client, node, v1.NodeReady, v1.ConditionTrue))
 			if restore {
 				framework.Eventually(t, 20*time.Second, "readiness restored", podReadyIs(client, "app", v1.ConditionTrue))
-				events, err := client.CoreV1().Events("default").List(framework.Context(t), metav1.ListOptions{FieldSelector: "reason=" + nodelifecycle.EventReadinessRestored})
-				if err != nil || len(events.Items) == 0 {
-					t.Errorf("no %s event: %v", nodelifecycle.EventReadinessRestored, err)
-				}
+				framework.WaitEvents(t, client, "reason="+nodelifecycle.EventReadinessRestored, 1)
 				if v := ns.Metric(t, "nodeshepherd_nodelifecycle_pod_readiness_restored_total", nil); v != 1 {
 					t.Errorf("pod_readiness_restored_total = %v", v)
 				}
@@ -229,8 +219,5 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if ok, state, _ := podReadyIs(client, "app", v1.ConditionTrue)(framework.Context(t)); !ok {
 		t.Errorf("dry run wrote to the pod: %s", state)
 	}
-	events, err := client.CoreV1().Events("default").List(framework.Context(t), metav1.ListOptions{FieldSelector: "reason=DryRun"})
-	if err != nil || len(events.Items) == 0 {
-		t.Errorf("no DryRun events: %v", err)
-	}
+	framework.WaitEvents(t, client, "reason=DryRun", 1)
 }
