@@ -7,21 +7,27 @@ import (
 
 // contact tracks whether the controller can currently see heartbeats. It
 // goes blind when the API server stops answering; when it answers again, the
-// controller stays blind until the lease watch delivers an event again (the
-// informer may reconnect much later than the API server, after its backoff),
-// or at most one grace period. Leaving blindness resets every node's probe, so
-// no node is judged on heartbeats the controller could not have seen.
+// controller stays blind until the lease watch delivers an event again: the
+// informer may reconnect up to a minute after the API server (its backoff),
+// and its relist then delivers every Lease, renewed or not. Only a cluster
+// without Leases never sends one; after maxBlind the controller judges anyway.
+// Leaving blindness resets every node's probe, so no node is judged on
+// heartbeats the controller could not have seen.
 type contact struct {
 	mu          sync.Mutex
 	gap         time.Duration // no answer for longer: blind
-	grace       time.Duration
+	maxBlind    time.Duration
 	lastAnswer  time.Time
 	reconnected time.Time // zero unless waiting for a fresh view
 	leaseEvent  bool      // a lease event arrived since reconnecting
 }
 
+// maxBlindAfterOutage bounds the wait for the lease watch; it exceeds
+// client-go's longest reflector backoff (30s, doubled by jitter).
+const maxBlindAfterOutage = 2 * time.Minute
+
 func newContact(now time.Time, gap, grace time.Duration) *contact {
-	return &contact{gap: gap, grace: grace, lastAnswer: now}
+	return &contact{gap: gap, maxBlind: max(grace, maxBlindAfterOutage), lastAnswer: now}
 }
 
 // answered records a successful ping; it reports the length of the outage
@@ -58,7 +64,7 @@ func (c *contact) check(now time.Time) (judge, reset bool) {
 	if c.reconnected.IsZero() {
 		return true, false
 	}
-	if c.leaseEvent || now.Sub(c.reconnected) > c.grace {
+	if c.leaseEvent || now.Sub(c.reconnected) > c.maxBlind {
 		c.reconnected = time.Time{}
 		return true, true
 	}
