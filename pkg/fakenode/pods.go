@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // podState is what the fake kubelet believes about one of its pods.
@@ -41,10 +43,7 @@ func (m *Manager) onPod(obj any) {
 }
 
 func (m *Manager) onPodDelete(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	if pod, ok := obj.(*v1.Pod); ok {
+	if pod, ok := kube.Untombstone(obj).(*v1.Pod); ok {
 		m.podsMu.Lock()
 		delete(m.pods, pod.UID)
 		m.podsMu.Unlock()

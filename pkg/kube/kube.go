@@ -5,6 +5,7 @@ package kube
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Fast returns a copy of cfg for local, trusted servers: protobuf and no
@@ -41,6 +42,25 @@ func HasTaint(n *v1.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// FindTaint returns the node's taint with the same key and effect, or nil.
+func FindTaint(n *v1.Node, t v1.Taint) *v1.Taint {
+	for i := range n.Spec.Taints {
+		if n.Spec.Taints[i].Key == t.Key && n.Spec.Taints[i].Effect == t.Effect {
+			return &n.Spec.Taints[i]
+		}
+	}
+	return nil
+}
+
+// Untombstone returns the object inside an informer's
+// DeletedFinalStateUnknown, or obj itself.
+func Untombstone(obj any) any {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
 }
 
 // PodCondition returns the pod's condition of the given type, or nil.

@@ -59,15 +59,6 @@ func getNode(t *testing.T, client kubernetes.Interface, name string) *v1.Node {
 	return n
 }
 
-func taintOf(n *v1.Node, t v1.Taint) *v1.Taint {
-	for i := range n.Spec.Taints {
-		if n.Spec.Taints[i].Key == t.Key && n.Spec.Taints[i].Effect == t.Effect {
-			return &n.Spec.Taints[i]
-		}
-	}
-	return nil
-}
-
 // waitNodes waits until the nodes are Ready and free of the taints a node
 // lifecycle controller lifts.
 func waitNodesReady(t *testing.T, client kubernetes.Interface, names ...string) {
@@ -103,7 +94,7 @@ func nodeTainted(client kubernetes.Interface, name string, taint v1.Taint, want 
 		if err != nil {
 			return false, "", err
 		}
-		return (taintOf(n, taint) != nil) == want, fmt.Sprintf("%s taints %v", name, n.Spec.Taints), nil
+		return (kube.FindTaint(n, taint) != nil) == want, fmt.Sprintf("%s taints %v", name, n.Spec.Taints), nil
 	}
 }
 
@@ -226,7 +217,7 @@ func TestNodeFailureEvictionAndRecovery(t *testing.T) {
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{victim}})
 	framework.Eventually(t, 15*time.Second, "victim Unknown", nodeCondition(client, victim, v1.NodeReady, v1.ConditionUnknown))
 	framework.Eventually(t, 5*time.Second, "unreachable NoExecute taint", nodeTainted(client, victim, nodelifecycle.UnreachableTaint, true))
-	tainted := taintOf(getNode(t, client, victim), nodelifecycle.UnreachableTaint).TimeAdded.Time
+	tainted := kube.FindTaint(getNode(t, client, victim), nodelifecycle.UnreachableTaint).TimeAdded.Time
 	framework.Eventually(t, 5*time.Second, "unreachable NoSchedule taint", nodeTainted(client, victim, v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoSchedule}, true))
 	framework.Eventually(t, 5*time.Second, "pods NotReady", podReadyIs(client, "toleration-forever", v1.ConditionFalse))
 	framework.Eventually(t, 5*time.Second, "tolerationSeconds 0 evicted at once", podEvicted(client, "toleration-0"))
@@ -277,7 +268,7 @@ func TestEvictionRateLimitPerZone(t *testing.T) {
 	var times []time.Time
 	for _, v := range victims {
 		framework.Eventually(t, 30*time.Second, "taint on "+v, nodeTainted(client, v, nodelifecycle.UnreachableTaint, true))
-		times = append(times, taintOf(getNode(t, client, v), nodelifecycle.UnreachableTaint).TimeAdded.Time)
+		times = append(times, kube.FindTaint(getNode(t, client, v), nodelifecycle.UnreachableTaint).TimeAdded.Time)
 	}
 	gap := times[1].Sub(times[0])
 	if gap < 0 {
@@ -311,7 +302,7 @@ func TestPartialDisruptionStopsTainting(t *testing.T) {
 	})
 	tainted := 0
 	for _, n := range names[:3] {
-		if taintOf(getNode(t, client, n), nodelifecycle.UnreachableTaint) != nil {
+		if kube.FindTaint(getNode(t, client, n), nodelifecycle.UnreachableTaint) != nil {
 			tainted++
 		}
 		if c := kube.NodeCondition(getNode(t, client, n), v1.NodeReady); c.Status != v1.ConditionUnknown {
@@ -361,7 +352,7 @@ func TestAllZonesDownStopsEvictions(t *testing.T) {
 		if ok, state, _ := podEvicted(client, "p-"+n)(framework.Context(t)); ok {
 			t.Errorf("pod on %s evicted while every zone was down (%s)", n, state)
 		}
-		if taintOf(getNode(t, client, n), nodelifecycle.UnreachableTaint) != nil {
+		if kube.FindTaint(getNode(t, client, n), nodelifecycle.UnreachableTaint) != nil {
 			t.Errorf("%s tainted while every zone was down", n)
 		}
 	}
@@ -530,7 +521,7 @@ func TestTaintSwapAndCancelledEviction(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		return taintOf(n, nodelifecycle.NotReadyTaint) != nil && taintOf(n, nodelifecycle.UnreachableTaint) == nil, fmt.Sprint(n.Spec.Taints), nil
+		return kube.FindTaint(n, nodelifecycle.NotReadyTaint) != nil && kube.FindTaint(n, nodelifecycle.UnreachableTaint) == nil, fmt.Sprint(n.Spec.Taints), nil
 	})
 	if _, err := m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.ClearCondition, Target: target,
 		Condition: &fakenode.Condition{Type: v1.NodeReady}}); err != nil {

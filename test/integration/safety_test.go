@@ -25,7 +25,7 @@ func assertNoNodeJudged(t *testing.T, client kubernetes.Interface, names []strin
 	t.Helper()
 	for _, n := range names {
 		node := getNode(t, client, n)
-		if !kube.NodeReady(node) || taintOf(node, nodelifecycle.UnreachableTaint) != nil || taintOf(node, nodelifecycle.NotReadyTaint) != nil {
+		if !kube.NodeReady(node) || kube.FindTaint(node, nodelifecycle.UnreachableTaint) != nil || kube.FindTaint(node, nodelifecycle.NotReadyTaint) != nil {
 			t.Errorf("%s was judged: ready=%v taints=%v", n, kube.NodeReady(node), node.Spec.Taints)
 		}
 	}

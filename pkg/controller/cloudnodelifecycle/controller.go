@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // Name is the controller's name in --controllers.
@@ -184,7 +185,7 @@ func (c *Controller) monitorNodes(ctx context.Context) {
 	}
 	notReady := 0
 	for _, n := range nodes {
-		if !ready(n) {
+		if !kube.NodeReady(n) {
 			notReady++
 		}
 	}
@@ -198,23 +199,7 @@ func (c *Controller) monitorNodes(ctx context.Context) {
 	}
 }
 
-func ready(n *v1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func hasShutdownTaint(n *v1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Key == ShutdownTaint.Key && t.Effect == ShutdownTaint.Effect {
-			return true
-		}
-	}
-	return false
-}
+func hasShutdownTaint(n *v1.Node) bool { return kube.FindTaint(n, ShutdownTaint) != nil }
 
 // ask calls the provider and records the call.
 func (c *Controller) ask(question string, f func() (bool, error)) (bool, error) {
@@ -230,7 +215,7 @@ func (c *Controller) ask(question string, f func() (bool, error)) (bool, error) 
 }
 
 func (c *Controller) checkNode(ctx context.Context, n *v1.Node, guard bool, notReady, total int) error {
-	if ready(n) {
+	if kube.NodeReady(n) {
 		if hasShutdownTaint(n) {
 			return c.setShutdownTaint(ctx, n, false)
 		}

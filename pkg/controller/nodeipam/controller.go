@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam/cidrset"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // Name is the controller's name in --controllers.
@@ -101,10 +102,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		AddFunc:    func(obj any) { c.queue.Add(obj.(*v1.Node).Name) },
 		UpdateFunc: func(_, obj any) { c.queue.Add(obj.(*v1.Node).Name) },
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if n, ok := obj.(*v1.Node); ok {
+			if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
 				c.queue.Add(n.Name)
 			}
 		},

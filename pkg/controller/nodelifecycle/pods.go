@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // processMark marks every pod of a node NotReady; failures are retried with
@@ -23,7 +25,7 @@ func (c *Controller) processMark(ctx context.Context) bool {
 	}
 	defer c.markQueue.Done(name)
 	node, err := c.latestNode(name)
-	if err != nil || isReady(node) {
+	if err != nil || kube.NodeReady(node) {
 		c.markQueue.Forget(name)
 		return true
 	}
@@ -44,11 +46,6 @@ func (c *Controller) processMark(ctx context.Context) bool {
 	}
 	c.markQueue.Forget(name)
 	return true
-}
-
-func isReady(n *v1.Node) bool {
-	c := getCondition(&n.Status, v1.NodeReady)
-	return c != nil && c.Status == v1.ConditionTrue
 }
 
 // processPod handles a pod newly bound to a node: if the node is known and
@@ -191,7 +188,7 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 		return true
 	}
 	node, err := c.latestNode(m.node)
-	if err == nil && !isReady(node) && pod.Spec.NodeName == m.node {
+	if err == nil && !kube.NodeReady(node) && pod.Spec.NodeName == m.node {
 		// The node failed again before the delay ran out: keep the mark for
 		// its next recovery.
 		m.restoreQueued = false

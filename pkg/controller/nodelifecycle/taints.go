@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // The NoExecute taints this controller owns.
@@ -47,14 +48,7 @@ var ownedNoScheduleKeys = func() map[string]bool {
 	return m
 }()
 
-func hasTaint(n *v1.Node, t v1.Taint) bool {
-	for i := range n.Spec.Taints {
-		if n.Spec.Taints[i].Key == t.Key && n.Spec.Taints[i].Effect == t.Effect {
-			return true
-		}
-	}
-	return false
-}
+func hasTaint(n *v1.Node, t v1.Taint) bool { return kube.FindTaint(n, t) != nil }
 
 // decideTaint queues a not-ready or unreachable node for its NoExecute taint,
 // swaps the two taints at once when the kind of failure changes, and clears

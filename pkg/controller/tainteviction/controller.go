@@ -31,6 +31,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // Name is the controller's name in --controllers.
@@ -129,10 +130,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if n, ok := obj.(*v1.Node); ok {
+			if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
 				c.enqueue(item{node: n.Name})
 			}
 		},
@@ -146,10 +144,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			c.onPod(old.(*v1.Pod), obj.(*v1.Pod))
 		},
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if p, ok := obj.(*v1.Pod); ok {
+			if p, ok := kube.Untombstone(obj).(*v1.Pod); ok {
 				c.onPod(nil, p)
 			}
 		},
