@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
@@ -15,7 +16,7 @@ import (
 )
 
 // Names lists the controllers in start order.
-var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name, cloudnodelifecycle.Name}
+var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name, cloudnodelifecycle.Name, drain.Name}
 
 // Config holds every controller's settings.
 type Config struct {
@@ -23,11 +24,12 @@ type Config struct {
 	NodeIPAM           nodeipam.Config
 	CloudNodeLifecycle cloudnodelifecycle.Config
 	Cloud              providers.Options
+	Drain              drain.Config
 }
 
 // Default returns every controller's defaults.
 func Default() Config {
-	return Config{NodeLifecycle: nodelifecycle.DefaultConfig(), CloudNodeLifecycle: cloudnodelifecycle.DefaultConfig()}
+	return Config{NodeLifecycle: nodelifecycle.DefaultConfig(), CloudNodeLifecycle: cloudnodelifecycle.DefaultConfig(), Drain: drain.DefaultConfig()}
 }
 
 // Validate checks the settings of the selected controllers.
@@ -44,6 +46,14 @@ func (c *Config) Validate(selected []string) error {
 			errs = append(errs, errors.New("the cloudnodelifecycle controller needs --cloud-provider"))
 		} else if _, err := c.Cloud.Build(nil); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if slices.Contains(selected, drain.Name) {
+		if !c.Drain.Configured() {
+			errs = append(errs, errors.New("the drain controller needs --drain-condition (e.g. --drain-condition=KernelDeadlock=True,10m) or --drain-rules FILE"))
+		} else {
+			d := c.drainConfig()
+			errs = append(errs, d.Validate())
 		}
 	}
 	return errors.Join(errs...)
@@ -65,6 +75,9 @@ func (c *Config) Select(resolved, explicit []string) []string {
 	if c.Cloud.Name == "" {
 		drop(cloudnodelifecycle.Name)
 	}
+	if !c.Drain.Configured() {
+		drop(drain.Name)
+	}
 	return out
 }
 
@@ -73,6 +86,15 @@ func (c *Config) cloudConfig() cloudnodelifecycle.Config {
 	cnl := c.CloudNodeLifecycle
 	cnl.NodeMonitorPeriod = c.NodeLifecycle.NodeMonitorPeriod
 	return cnl
+}
+
+// drainConfig is the drain controller's settings with the shared incident
+// guard and the node lifecycle controller's zone threshold.
+func (c *Config) drainConfig() drain.Config {
+	d := c.Drain
+	d.Budget.MaxUnhealthyNodes = c.CloudNodeLifecycle.MaxUnhealthyNodes
+	d.UnhealthyZoneThreshold = c.NodeLifecycle.UnhealthyZoneThreshold
+	return d
 }
 
 // Constructors builds every controller; dry run comes from the manager.
@@ -102,6 +124,12 @@ func Constructors(cfg Config) map[string]manager.Constructor {
 			cnl.DryRun = c.DryRun
 			return cloudnodelifecycle.New(cnl, cloudnodelifecycle.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
 				Cloud: cloud, Recorder: c.Recorder(cloudnodelifecycle.EventSource), Registry: c.Registry, Clock: c.Clock})
+		},
+		drain.Name: func(c manager.Context) (manager.Controller, error) {
+			d := cfg.drainConfig()
+			d.DryRun = c.DryRun
+			return drain.New(d, drain.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
+				Recorder: c.Recorder(drain.EventSource), Registry: c.Registry, Clock: c.Clock})
 		},
 		tainteviction.Name: func(c manager.Context) (manager.Controller, error) {
 			return tainteviction.New(tainteviction.Config{DryRun: c.DryRun}, tainteviction.Deps{

@@ -206,3 +206,11 @@ func (o *Overlay[T]) Forget(key string) {
 	defer o.mu.Unlock()
 	delete(o.items, key)
 }
+
+// NodeEvent records an event on a node (nil recorder: nothing). Events on
+// nodes reference the node by name and UID, as kubectl describe expects.
+func NodeEvent(rec record.EventRecorder, n *v1.Node, typ, reason, msg string) {
+	if rec != nil {
+		rec.Event(&v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}, typ, reason, msg)
+	}
+}

@@ -43,11 +43,18 @@ Controllers:
                   asks --cloud-provider about nodes that are not Ready: deletes those whose
                   machine is gone, taints those whose machine is shut down (runs only with
                   --cloud-provider). Like the cloud controller manager's.
+  drain           cordons and drains (Eviction API, PDBs honoured) nodes whose conditions match
+                  --drain-condition or --drain-rules, within budgets (--max-concurrent-drains,
+                  --max-cordoned-nodes, --group-by-label, --drain-buffer) and a circuit breaker
+                  (--max-unhealthy-nodes, zone disruption); uncordons only what it cordoned.
+                  Like Draino (runs only with --drain-condition or --drain-rules).
 
 Run kube-controller-manager with
 --controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam next to it. Flag names and defaults follow kube-controller-manager.`,
 		Example: `  nodeshepherd run --kubeconfig ~/.kube/config --controllers=nodelifecycle,tainteviction
-  nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing`,
+  nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing
+  nodeshepherd run --controllers=drain --drain-condition=KernelDeadlock=True,10m \
+      --drain-condition=Ready=Unknown,30m --max-concurrent-drains=2 --group-by-label=topology.kubernetes.io/zone`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := o.validate()
@@ -71,6 +78,7 @@ Run kube-controller-manager with
 	o.config.NodeIPAM.AddFlags(f)
 	o.config.CloudNodeLifecycle.AddFlags(f)
 	o.config.Cloud.AddFlags(f)
+	o.config.Drain.AddFlags(f)
 	return c
 }
 

@@ -71,7 +71,7 @@ func DefaultConfig() Config {
 // AddFlags registers the controller's own flags (not --node-monitor-period).
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.NodeDeletionRate, "node-deletion-rate", c.NodeDeletionRate, "Nodes per second the cloudnodelifecycle controller may delete at most (0.1: one every 10s).")
-	fs.StringVar(&c.MaxUnhealthyNodes, "max-unhealthy-nodes", c.MaxUnhealthyNodes, "Stop deleting nodes while more nodes than this are not Ready: a count or a percentage of all nodes (incident guard).")
+	fs.StringVar(&c.MaxUnhealthyNodes, "max-unhealthy-nodes", c.MaxUnhealthyNodes, "Incident guard: the cloudnodelifecycle controller deletes no node while more nodes than this are not Ready, and the drain controller starts no cordon or drain while more selected nodes than this are not Ready. A count or a percentage.")
 }
 
 // Validate checks the settings.
@@ -296,7 +296,5 @@ func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) 
 }
 
 func (c *Controller) event(n *v1.Node, typ, reason, msg string) {
-	if c.recorder != nil {
-		c.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}, typ, reason, msg)
-	}
+	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 }

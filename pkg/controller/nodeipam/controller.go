@@ -289,7 +289,5 @@ func (c *Controller) updateGauge() {
 }
 
 func (c *Controller) event(n *v1.Node, typ, reason, msg string) {
-	if c.recorder != nil {
-		c.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}, typ, reason, msg)
-	}
+	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/component-helpers/node/topology"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 )
 
 // Upstream's retry of one node's health update.
@@ -330,11 +332,7 @@ func (c *Controller) ZoneStates() map[string]ZoneState {
 }
 
 func (c *Controller) recordNodeEvent(n *v1.Node, typ, reason, msg string) {
-	if c.recorder == nil {
-		return
-	}
-	ref := &v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}
-	c.recorder.Event(ref, typ, reason, msg)
+	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 }
 
 func ignoreNotFound(err error) error {

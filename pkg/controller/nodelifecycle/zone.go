@@ -2,6 +2,9 @@ package nodelifecycle
 
 import (
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/node/topology"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // ZoneState is the disruption state of a zone, with upstream's strings.
@@ -61,4 +64,25 @@ func (c *Config) rateFor(state ZoneState, zoneSize int) float64 {
 	default:
 		return c.NodeEvictionRate
 	}
+}
+
+// DisruptedZones classifies zones from their nodes' Ready conditions exactly
+// as the controller does and returns those in PartialDisruption or
+// FullDisruption, so that other controllers (drain) hold back during the
+// incidents the node lifecycle controller slows down for.
+func DisruptedZones(nodes []*v1.Node, unhealthyThreshold float32) map[string]ZoneState {
+	byZone := map[string][]*v1.NodeCondition{}
+	for _, n := range nodes {
+		if !excludedFromDisruption(n) {
+			zone := topology.GetZoneKey(n)
+			byZone[zone] = append(byZone[zone], kube.NodeCondition(n, v1.NodeReady))
+		}
+	}
+	out := map[string]ZoneState{}
+	for zone, conds := range byZone {
+		if _, state := computeZoneState(conds, unhealthyThreshold); state != StateNormal {
+			out[zone] = state
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
@@ -106,6 +107,9 @@ func (l Limits) breaker(c Cluster) *Verdict {
 	return nil
 }
 
+// Breaker says whether the circuit breaker is open.
+func (l Limits) Breaker(c Cluster) bool { return l.breaker(c) != nil }
+
 // scope returns the nodes a per-node limit counts: the node's group with
 // GroupByLabel, else every selected node.
 func (l Limits) scope(c Cluster, name string) (nodes []Node, label string) {
@@ -134,6 +138,9 @@ func (l Limits) Cordon(c Cluster, name string) Verdict {
 	if l.MaxCordonedNodes != "" {
 		nodes, label := l.scope(c, name)
 		limit, _ := controllerutil.ParseLimit(l.MaxCordonedNodes, len(nodes))
+		if strings.HasSuffix(l.MaxCordonedNodes, "%") && limit == 0 && len(nodes) > 0 {
+			limit = 1 // a percentage of a small group still lets one node be handled
+		}
 		cordoned := 0
 		for _, n := range nodes {
 			if n.Cordoned && n.Name != name {

@@ -1,0 +1,674 @@
+// Package drain is the condition-driven cordon and drain controller (seed
+// 003): nodes whose conditions match the rules long enough are cordoned and
+// drained through the Eviction API, the way Draino does, within budgets
+// Draino lacks (concurrent drains, cordoned nodes, per group, a circuit
+// breaker) and with its state kept on the Node so that restarts resume.
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/budget"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "drain"
+
+// EventSource is the component name on the controller's events.
+const EventSource = "nodeshepherd-drain"
+
+// Event reasons: Draino's (all Warning, as Draino sends them), then
+// nodeshepherd's own.
+const (
+	EventCordonStarting    = "CordonStarting"
+	EventCordonSucceeded   = "CordonSucceeded"
+	EventCordonFailed      = "CordonFailed"
+	EventUncordonStarting  = "UncordonStarting"
+	EventUncordonSucceeded = "UncordonSucceeded"
+	EventUncordonFailed    = "UncordonFailed"
+	EventDrainScheduled    = "DrainScheduled"
+	EventDrainSchedFailed  = "DrainSchedulingFailed"
+	EventDrainStarting     = "DrainStarting"
+	EventDrainSucceeded    = "DrainSucceeded"
+	EventDrainFailed       = "DrainFailed"
+
+	// EventCordonWaiting and EventDrainWaiting: a budget holds the node back.
+	EventCordonWaiting = "CordonWaiting"
+	EventDrainWaiting  = "DrainWaiting"
+	// EventDrainAborted: the drain stopped because the node was uncordoned by
+	// someone else or no rule matches any more.
+	EventDrainAborted = "DrainAborted"
+)
+
+// Deps are the controller's collaborators.
+type Deps struct {
+	Client   kubernetes.Interface
+	Nodes    coreinformers.NodeInformer
+	Pods     coreinformers.PodInformer
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+	Clock    clock.WithTicker
+}
+
+// Controller is the drain controller.
+type Controller struct {
+	cfg      Config
+	rules    *rules.Rules
+	client   kubernetes.Interface
+	nodes    corelisters.NodeLister
+	pods     cache.Indexer
+	synced   []cache.InformerSynced
+	recorder record.EventRecorder
+	clock    clock.WithTicker
+	dryRun   *controllerutil.DryRun
+	queue    workqueue.TypedRateLimitingInterface[string]
+	overlay  *controllerutil.Overlay[*v1.Node]
+	metrics  *metrics
+
+	mu      sync.Mutex
+	running map[string]*runningDrain
+	waiting map[string]waitInfo
+	// selected caches the selection of each node by resourceVersion (CEL is
+	// not free and budgets look at every node).
+	selected map[string]selection
+	// dry holds, in dry-run mode, the writes that would have been made, so
+	// that budgets and later decisions see them.
+	dry map[string][]func(*v1.Node)
+	// stopping is closed when Run returns: drains then stop without writing,
+	// so that the next leader resumes them.
+	stopping chan struct{}
+}
+
+type selection struct {
+	rv       string
+	selected bool
+}
+
+type waitInfo struct {
+	action, budget, reason string
+}
+
+type runningDrain struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// New builds the controller.
+func New(cfg Config, d Deps) (*Controller, error) {
+	r, err := cfg.Compile()
+	if err != nil {
+		return nil, err
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	c := &Controller{
+		cfg: cfg, rules: r, client: d.Client, nodes: d.Nodes.Lister(), pods: d.Pods.Informer().GetIndexer(),
+		synced:   []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
+		recorder: d.Recorder, clock: d.Clock,
+		dryRun: controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
+		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
+		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, selected: map[string]selection{},
+		dry: map[string][]func(*v1.Node){}, stopping: make(chan struct{}),
+	}
+	if err := nodelifecycle.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
+		return nil, err
+	}
+	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.onNode(nil, obj.(*v1.Node)) },
+		UpdateFunc: func(old, obj any) {
+			c.onNode(old.(*v1.Node), obj.(*v1.Node))
+		},
+		DeleteFunc: func(obj any) {
+			if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
+				c.overlay.Forget(n.Name)
+				c.queue.Add(n.Name)
+			}
+		},
+	})
+	return c, err
+}
+
+// onNode queues the node; a readiness change may open or close the circuit
+// breaker, so nodes waiting on a budget are looked at again too.
+func (c *Controller) onNode(old, n *v1.Node) {
+	c.queue.Add(n.Name)
+	if old == nil || kube.NodeReady(old) != kube.NodeReady(n) || old.Spec.Unschedulable != n.Spec.Unschedulable {
+		c.requeueWaiting()
+	}
+}
+
+func (c *Controller) requeueWaiting() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name := range c.waiting {
+		c.queue.Add(name)
+	}
+}
+
+// Run works until ctx ends. One worker makes every decision, so that
+// budgets are checked against the writes before them; drains run apart.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx).WithName(Name)
+	ctx = klog.NewContext(ctx, logger)
+	defer c.queue.ShutDown()
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
+		return fmt.Errorf("%s: caches did not sync", Name)
+	}
+	conds := make([]string, len(c.rules.Conditions))
+	for i, r := range c.rules.Conditions {
+		conds[i] = r.String()
+	}
+	logger.Info("Starting drain controller", "conditions", conds, "maxConcurrentDrains", c.cfg.Budget.MaxConcurrentDrains,
+		"maxCordonedNodes", c.cfg.Budget.MaxCordonedNodes, "groupByLabel", c.cfg.Budget.GroupByLabel,
+		"drainBuffer", c.cfg.Budget.DrainBuffer, "maxUnhealthyNodes", c.cfg.Budget.MaxUnhealthyNodes, "dryRun", c.cfg.DryRun)
+	go wait.Until(c.enqueueAll, c.cfg.ResyncPeriod, ctx.Done())
+	go func() {
+		for c.processNext(ctx) {
+		}
+	}()
+	<-ctx.Done()
+	close(c.stopping)
+	c.mu.Lock()
+	running := make([]*runningDrain, 0, len(c.running))
+	for _, r := range c.running {
+		running = append(running, r)
+	}
+	c.mu.Unlock()
+	for _, r := range running {
+		<-r.done
+	}
+	return nil
+}
+
+// enqueueAll re-evaluates every node (a safety net for timers) and
+// recounts the cordoned nodes from the objects.
+func (c *Controller) enqueueAll() {
+	nodes, _ := c.nodes.List(labels.Everything())
+	cordoned := 0
+	for _, n := range nodes {
+		c.queue.Add(n.Name)
+		if st := readState(c.view(n)); st.owned && st.cordoned {
+			cordoned++
+		}
+	}
+	c.metrics.cordonedNodes.Set(float64(cordoned))
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	name, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(name)
+	if err := c.sync(ctx, name); err != nil {
+		klog.FromContext(ctx).Error(err, "Syncing node; will retry", "node", name)
+		c.queue.AddRateLimited(name)
+		return true
+	}
+	c.queue.Forget(name)
+	return true
+}
+
+// view is the node as the controller last wrote it (or, in dry-run, would
+// have written it).
+func (c *Controller) view(n *v1.Node) *v1.Node {
+	n = c.overlay.Latest(n.Name, n)
+	c.mu.Lock()
+	muts := c.dry[n.Name]
+	c.mu.Unlock()
+	if len(muts) == 0 {
+		return n
+	}
+	n = n.DeepCopy()
+	for _, m := range muts {
+		m(n)
+	}
+	return n
+}
+
+func (c *Controller) isSelected(n *v1.Node) bool {
+	c.mu.Lock()
+	if s, ok := c.selected[n.Name]; ok && s.rv == n.ResourceVersion {
+		c.mu.Unlock()
+		return s.selected
+	}
+	c.mu.Unlock()
+	ok, err := c.rules.Selector.Matches(n)
+	if err != nil {
+		klog.Background().V(2).Info("Node not selected", "node", n.Name, "err", err)
+	}
+	c.mu.Lock()
+	c.selected[n.Name] = selection{rv: n.ResourceVersion, selected: ok}
+	c.mu.Unlock()
+	return ok
+}
+
+// sync makes the one next decision for a node.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	logger := klog.FromContext(ctx).WithValues("node", name)
+	cached, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.abort(name, errors.New("the node was deleted"))
+		c.setWaiting(name, nil)
+		c.mu.Lock()
+		delete(c.selected, name)
+		delete(c.dry, name)
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	n := c.view(cached)
+	now := c.clock.Now()
+	st := readState(n)
+	selected := c.isSelected(n)
+	eval := c.rules.Evaluate(n, now)
+
+	if !st.owned {
+		c.abort(name, errors.New("the node is not cordoned by the drain controller"))
+		if !selected || len(eval.Matched) == 0 {
+			c.setWaiting(name, nil)
+			if selected && !eval.Pending.IsZero() {
+				c.queue.AddAfter(name, eval.Pending.Sub(now))
+			}
+			return nil
+		}
+		if n.Spec.Unschedulable {
+			// Cordoned by someone else: theirs to handle, never ours.
+			c.setWaiting(name, nil)
+			logger.V(4).Info("Node matches but was cordoned by someone else; leaving it alone")
+			return nil
+		}
+		if v := c.cfg.Budget.Cordon(c.cluster(), name); !v.Allowed {
+			c.wait(n, "cordon", v)
+			return nil
+		}
+		c.setWaiting(name, nil)
+		return c.cordon(ctx, n, eval.Matched)
+	}
+
+	if !n.Spec.Unschedulable {
+		// Someone uncordoned a node we cordoned: they take it over.
+		c.abort(name, errors.New("the node was uncordoned by someone else"))
+		c.setWaiting(name, nil)
+		return c.release(ctx, n, false)
+	}
+	if since, cleared := clearedSince(n, c.rules.Conditions); cleared || !selected {
+		c.abort(name, errors.New("no drain condition matches the node any more"))
+		c.setWaiting(name, nil)
+		if due := since.Add(c.cfg.UncordonAfter); selected && now.Before(due) {
+			c.queue.AddAfter(name, due.Sub(now))
+			return nil
+		}
+		return c.release(ctx, n, true)
+	}
+	if c.cfg.SkipDrain {
+		return nil
+	}
+	switch st.phase {
+	case phaseInFlight:
+		c.setWaiting(name, nil)
+		c.ensureDrain(ctx, n, st.scheduledAt)
+		return nil
+	case phaseCompleted:
+		return nil
+	case phaseFailed:
+		if due := st.retryAt(c.cfg.RetryBackoff); now.Before(due) {
+			c.queue.AddAfter(name, due.Sub(now))
+			return nil
+		}
+	}
+	if len(eval.Matched) == 0 {
+		// The condition came back but has not held long enough yet.
+		c.queue.AddAfter(name, eval.Pending.Sub(now))
+		return nil
+	}
+	v := c.cfg.Budget.StartDrain(c.cluster(), name, now)
+	if !v.Allowed {
+		c.wait(n, "drain", v)
+		if !v.RetryAt.IsZero() {
+			c.queue.AddAfter(name, v.RetryAt.Sub(now))
+		}
+		return nil
+	}
+	c.setWaiting(name, nil)
+	return c.schedule(ctx, n, st, now)
+}
+
+// cluster describes the selected nodes for the budgets.
+func (c *Controller) cluster() budget.Cluster {
+	all, _ := c.nodes.List(labels.Everything())
+	var cl budget.Cluster
+	views := make([]*v1.Node, 0, len(all))
+	for _, cached := range all {
+		n := c.view(cached)
+		views = append(views, n)
+		st := readState(n)
+		if st.scheduledAt.After(cl.LastDrainStart) {
+			cl.LastDrainStart = st.scheduledAt
+		}
+		if !c.isSelected(n) {
+			continue
+		}
+		c.mu.Lock()
+		_, running := c.running[n.Name]
+		c.mu.Unlock()
+		cl.Nodes = append(cl.Nodes, budget.Node{
+			Name: n.Name, Group: n.Labels[c.cfg.Budget.GroupByLabel], Ready: kube.NodeReady(n),
+			Cordoned: st.owned && st.cordoned, Draining: st.owned && (st.phase == phaseInFlight || running),
+		})
+	}
+	disrupted := nodelifecycle.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)
+	zones := make([]string, 0, len(disrupted))
+	for z, s := range disrupted {
+		zones = append(zones, fmt.Sprintf("zone %q in %s", z, s))
+	}
+	sort.Strings(zones)
+	cl.ZoneDisruption = strings.Join(zones, ", ")
+	c.metrics.breakerOpen.Set(map[bool]float64{true: 1}[c.cfg.Budget.Breaker(cl)])
+	return cl
+}
+
+// wait records that a budget holds the node back, with an event when the
+// reason changes (not on every re-check).
+func (c *Controller) wait(n *v1.Node, action string, v budget.Verdict) {
+	w := waitInfo{action: action, budget: v.Budget, reason: v.Reason}
+	if c.setWaiting(n.Name, &w) {
+		reason := EventCordonWaiting
+		if action == "drain" {
+			reason = EventDrainWaiting
+		}
+		controllerutil.NodeEvent(c.recorder, n, v1.EventTypeNormal, reason, fmt.Sprintf("Waiting to %s the node: %s", action, v.Reason))
+		klog.Background().WithName(Name).Info("Node waits for a budget", "node", n.Name, "action", action, "budget", v.Budget, "reason", v.Reason)
+	}
+}
+
+// setWaiting updates the waiting set and gauge; it says whether the entry changed.
+func (c *Controller) setWaiting(name string, w *waitInfo) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, had := c.waiting[name]
+	switch {
+	case w == nil && !had:
+		return false
+	case w == nil:
+		delete(c.waiting, name)
+	case had && old == *w:
+		return false
+	default:
+		c.waiting[name] = *w
+	}
+	c.metrics.waiting.Reset()
+	for _, w := range c.waiting {
+		c.metrics.waiting.WithLabelValues(w.action, w.budget).Inc()
+	}
+	return true
+}
+
+// errSkip ends a write whose precondition no longer holds on the fresh object.
+var errSkip = errors.New("precondition no longer holds")
+
+// write changes a node, spec and metadata (status false, with a
+// resourceVersion precondition, so that a human's concurrent cordon wins)
+// or status (merged by condition type). check is re-run on a fresh copy
+// after a conflict. In dry-run mode the change is only remembered.
+func (c *Controller) write(ctx context.Context, n *v1.Node, status bool, action, msg string, check func(*v1.Node) bool, mutate func(*v1.Node)) (*v1.Node, error) {
+	if c.dryRun.Enabled {
+		c.dryRun.Report(ctx, n, action, msg)
+		c.mu.Lock()
+		c.dry[n.Name] = append(c.dry[n.Name], mutate)
+		c.mu.Unlock()
+		return c.view(n), nil
+	}
+	cur := n
+	var out *v1.Node
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if out != nil || cur == nil {
+			fresh, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur = fresh
+		}
+		if !check(cur) {
+			return errSkip
+		}
+		mod := cur.DeepCopy()
+		mutate(mod)
+		patch, err := twoWayPatch(cur, mod, !status)
+		if err != nil {
+			return err
+		}
+		nodes := c.client.CoreV1().Nodes()
+		if status {
+			out, err = nodes.PatchStatus(ctx, n.Name, patch)
+		} else {
+			out, err = nodes.Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		}
+		if err != nil {
+			out = cur // next attempt reads afresh
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.overlay.Put(n.Name, cur.ResourceVersion, out)
+	return out, nil
+}
+
+// twoWayPatch is the strategic merge patch from old to mod, with old's
+// resourceVersion as a precondition when asked.
+func twoWayPatch(old, mod *v1.Node, precondition bool) ([]byte, error) {
+	a, err := json.Marshal(old)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(mod)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(a, b, v1.Node{})
+	if err != nil || !precondition {
+		return patch, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(patch, &m); err != nil {
+		return nil, err
+	}
+	meta, _ := m["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		m["metadata"] = meta
+	}
+	meta["resourceVersion"] = old.ResourceVersion
+	return json.Marshal(m)
+}
+
+func (c *Controller) event(n *v1.Node, reason, msg string) {
+	typ := v1.EventTypeWarning // Draino sends all its events as warnings
+	if reason == EventDrainAborted {
+		typ = v1.EventTypeNormal
+	}
+	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
+}
+
+func (c *Controller) cordon(ctx context.Context, n *v1.Node, matched []rules.Condition) error {
+	why := formatConditions(matched)
+	c.event(n, EventCordonStarting, "Cordoning node: "+why)
+	_, err := c.write(ctx, n, false, "cordon", "cordon the node: "+why,
+		func(cur *v1.Node) bool {
+			_, owned := cur.Annotations[AnnotationConditions]
+			return !cur.Spec.Unschedulable && !owned
+		},
+		func(m *v1.Node) { cordon(m, matched) })
+	switch {
+	case errors.Is(err, errSkip):
+		c.queue.Add(n.Name)
+		return nil
+	case err != nil:
+		c.metrics.cordoned.WithLabelValues(resultFailed).Inc()
+		c.event(n, EventCordonFailed, "Cordoning node failed: "+err.Error())
+		return err
+	}
+	c.metrics.cordoned.WithLabelValues(resultSucceeded).Inc()
+	c.metrics.cordonedNodes.Inc()
+	c.event(n, EventCordonSucceeded, "Cordoned node: "+why)
+	klog.FromContext(ctx).Info("Cordoned node", "node", n.Name, "conditions", why)
+	c.queue.Add(n.Name) // next: schedule the drain
+	return nil
+}
+
+// release gives the node up: uncordon it (no rule matches any more), or
+// only drop ownership (someone uncordoned it). DrainScheduled goes too, so a
+// later cordon starts afresh.
+func (c *Controller) release(ctx context.Context, n *v1.Node, uncordon bool) error {
+	owned := func(cur *v1.Node) bool { _, ok := cur.Annotations[AnnotationConditions]; return ok }
+	action, msg := "release", "forget the node (it was uncordoned by someone else)"
+	if uncordon {
+		action, msg = "uncordon", "uncordon the node: no drain condition matched for --uncordon-after="+c.cfg.UncordonAfter.String()
+		c.event(n, EventUncordonStarting, "Uncordoning node: no drain condition matched for "+c.cfg.UncordonAfter.String())
+	}
+	if kube.NodeCondition(n, ConditionDrainScheduled) != nil {
+		if _, err := c.write(ctx, n, true, action+"-condition", "remove the DrainScheduled condition", owned, removeDrainCondition); err != nil && !errors.Is(err, errSkip) {
+			return err
+		}
+	}
+	_, err := c.write(ctx, n, false, action, msg, owned, func(m *v1.Node) { release(m, uncordon) })
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		if uncordon {
+			c.metrics.uncordoned.WithLabelValues(resultFailed).Inc()
+			c.event(n, EventUncordonFailed, "Uncordoning node failed: "+err.Error())
+		}
+		return err
+	}
+	c.metrics.cordonedNodes.Dec()
+	if uncordon {
+		c.metrics.uncordoned.WithLabelValues(resultSucceeded).Inc()
+		c.event(n, EventUncordonSucceeded, "Uncordoned node")
+		klog.FromContext(ctx).Info("Uncordoned node", "node", n.Name)
+	} else {
+		klog.FromContext(ctx).Info("Node uncordoned by someone else; no longer handled", "node", n.Name)
+	}
+	c.mu.Lock()
+	delete(c.dry, n.Name)
+	c.mu.Unlock()
+	c.requeueWaiting()
+	return nil
+}
+
+// schedule records the drain on the node (DrainScheduled=True) and starts it.
+func (c *Controller) schedule(ctx context.Context, n *v1.Node, st nodeState, now time.Time) error {
+	msg := scheduledMessage(now)
+	owned := func(cur *v1.Node) bool {
+		_, ok := cur.Annotations[AnnotationConditions]
+		return ok && cur.Spec.Unschedulable
+	}
+	out, err := c.write(ctx, n, true, "drain", "drain the node", owned,
+		func(m *v1.Node) { setDrainCondition(m, v1.ConditionTrue, msg, now) })
+	if errors.Is(err, errSkip) {
+		c.queue.Add(n.Name)
+		return nil
+	}
+	if err != nil {
+		c.metrics.scheduled.WithLabelValues(resultFailed).Inc()
+		c.event(n, EventDrainSchedFailed, "Scheduling the drain failed: "+err.Error())
+		return err
+	}
+	if st.retryNow && st.phase == phaseFailed && !c.dryRun.Enabled {
+		// Draino leaves its retry annotation in place; so do we, it is the user's.
+		klog.FromContext(ctx).Info("Retrying failed drain on request", "node", n.Name, "annotation", AnnotationRetry)
+	}
+	c.metrics.scheduled.WithLabelValues(resultSucceeded).Inc()
+	c.event(n, EventDrainScheduled, "Will drain node after "+now.UTC().Format(time.RFC3339))
+	c.ensureDrain(ctx, out, now)
+	return nil
+}
+
+// abort stops a running drain (no-op when none runs).
+func (c *Controller) abort(name string, cause error) {
+	c.mu.Lock()
+	r := c.running[name]
+	c.mu.Unlock()
+	if r != nil {
+		r.cancel(cause)
+	}
+}
+
+// ensureDrain starts the node's drain unless it runs already: after a
+// restart or a leader change, DrainScheduled=True on a node we own means
+// the drain was in flight, and it resumes.
+func (c *Controller) ensureDrain(ctx context.Context, n *v1.Node, scheduled time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.running[n.Name]; ok {
+		return
+	}
+	dctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	r := &runningDrain{cancel: cancel, done: make(chan struct{})}
+	c.running[n.Name] = r
+	c.metrics.inFlight.Set(float64(len(c.running)))
+	go func() {
+		defer close(r.done)
+		defer func() {
+			c.mu.Lock()
+			delete(c.running, n.Name)
+			c.metrics.inFlight.Set(float64(len(c.running)))
+			c.mu.Unlock()
+			c.queue.Add(n.Name)
+			c.requeueWaiting()
+		}()
+		select {
+		case <-c.stopping:
+			return
+		default:
+		}
+		stop := context.AfterFunc(ctx, func() { cancel(errStopping) })
+		defer stop()
+		c.drain(dctx, n, scheduled)
+	}()
+}
+
+// errStopping ends drains when the controller stops (lost leadership,
+// shutdown): nothing is written, the next leader resumes.
+var errStopping = errors.New("the controller is stopping")
+
+func isStopping(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errStopping) }
