@@ -42,6 +42,10 @@ func nodeshepherdBinary(t *testing.T) string {
 func TestBadInputExitsWithCode2(t *testing.T) {
 	bin := nodeshepherdBinary(t)
 	socket := filepath.Join(t.TempDir(), "none.sock")
+	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesFile, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions:\n- type: KernelDeadlock\n  minDurationn: 10m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string // part of the error message
@@ -94,6 +98,17 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"run", "--cloud-provider=fake", "--node-deletion-rate=0"}, "--node-deletion-rate must be positive"},
 		{[]string{"run", "--cloud-provider=fake", "--max-unhealthy-nodes=150%"}, "--max-unhealthy-nodes"},
 		{[]string{"fakenodes", "fault", "machine-delete", "--all", "--for=1m", "--control-socket", socket}, "machine-delete takes no duration"},
+		{[]string{"run", "--controllers=drain"}, "the drain controller needs --drain-condition"},
+		{[]string{"run", "--drain-condition=KernelDeadlock=True,tenminutes"}, `"tenminutes" is not a duration`},
+		{[]string{"run", "--drain-condition=KernelDeadlock=Maybe"}, `status "Maybe" must be True, False or Unknown`},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-node-selector=pool in (a"}, `label selector "pool in (a"`},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-node-expression=node.metadata.labels["}, "CEL expression"},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-node-expression=size(node.metadata.labels)"}, "must give a bool"},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--max-cordoned-nodes=120%"}, `--max-cordoned-nodes: "120%" is not a percentage between 0% and 100%`},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--max-unhealthy-nodes=101%"}, "--max-unhealthy-nodes"},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--max-concurrent-drains=-1"}, "--max-concurrent-drains must not be negative"},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-timeout=0s"}, "--drain-timeout must be positive"},
+		{[]string{"run", "--drain-rules=" + rulesFile}, rulesFile + ":5: field minDurationn not found"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
