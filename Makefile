@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane test test-unit test-integration demo bench-fakenodes bench-detection bench-steady vet fmt clean
+.PHONY: all build controlplane test test-unit test-integration demo bench-fakenodes bench-detection bench-steady bench-drain vet fmt clean
 
 all: build controlplane
 
@@ -48,6 +48,10 @@ bench-fakenodes: controlplane
 ## bench-detection: failure detection and API writes, kube-controller-manager next to nodeshepherd
 bench-detection: controlplane
 	go test -run '^$$' -bench BenchmarkDetection -benchtime 1x -timeout 30m ./test/bench/
+
+## bench-drain: 100 sick nodes x 20 pods drained, 10 at a time, through PDBs (see docs/benchmarks.md)
+bench-drain: controlplane
+	go test -run '^$$' -bench BenchmarkDrain -benchtime 1x -timeout 45m ./test/bench/
 
 ## bench-steady: steady-state CPU at 5,000 nodes, kube-controller-manager next to nodeshepherd
 bench-steady: controlplane

@@ -72,19 +72,7 @@ func runDetection(b *testing.B, side string, grace time.Duration, trials int) []
 		framework.StartNodeShepherd(b, cp.RESTConfig(), c, nil)
 	}
 	names := m.NodeNames()
-	framework.Eventually(b, 2*time.Minute, "nodes Ready and untainted", func(ctx context.Context) (bool, string, error) {
-		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		ok := 0
-		for i := range nodes.Items {
-			if kube.NodeReady(&nodes.Items[i]) && len(nodes.Items[i].Spec.Taints) == 0 {
-				ok++
-			}
-		}
-		return ok == len(names), fmt.Sprintf("%d ready", ok), nil
-	})
+	framework.WaitAllNodesReady(b, client, len(names), 2*time.Minute)
 	var out []detection
 	for i := 0; i < trials; i++ {
 		out = append(out, trial(b, client, m, names[i], grace))

@@ -1,20 +1,13 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
-	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -29,36 +22,11 @@ func BenchmarkSteadyStateCPU(b *testing.B) {
 	window := envDuration("BENCH_WINDOW", time.Minute)
 	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Controllers: "nodelifecycle"})
 	client := framework.Client(b, cp)
-	bin := filepath.Join(b.TempDir(), "nodeshepherd")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput(); err != nil {
-		b.Fatalf("building nodeshepherd: %s", out)
-	}
 	for i := 0; i < b.N; i++ {
 		framework.StartFakeNodes(b, fakenode.Config{Client: client, Nodes: nodes, NamePrefix: fmt.Sprintf("steady-%d-", i)})
-		ns := exec.Command(bin, "run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle",
+		ns := framework.StartBinary(b, "run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle",
 			"--leader-elect=false", "--metrics-bind-address=0")
-		logf, err := os.Create(filepath.Join(b.TempDir(), "nodeshepherd.log"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		ns.Stdout, ns.Stderr = logf, logf
-		if err := ns.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = ns.Process.Kill(); _, _ = ns.Process.Wait() })
-		framework.Eventually(b, 10*time.Minute, "every node Ready and untainted", func(ctx context.Context) (bool, string, error) {
-			list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-			if err != nil {
-				return false, "", err
-			}
-			ok := 0
-			for i := range list.Items {
-				if kube.NodeReady(&list.Items[i]) && len(list.Items[i].Spec.Taints) == 0 {
-					ok++
-				}
-			}
-			return ok == nodes, fmt.Sprintf("%d of %d", ok, nodes), nil
-		})
+		framework.WaitAllNodesReady(b, client, nodes, 10*time.Minute)
 		kcm := cp.PID(controlplane.ControllerManager)
 		pids := map[string]int{"kube-controller-manager": kcm, "nodeshepherd": ns.Process.Pid}
 		before := map[string]float64{}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
@@ -153,4 +154,77 @@ func WaitEvents(t testing.TB, c kubernetes.Interface, fieldSelector string, min 
 		return total >= min, fmt.Sprintf("%d events", total), nil
 	})
 	return total, msgs
+}
+
+// WaitAllNodesReady waits until at least want nodes are Ready and carry no
+// taint (the node lifecycle controller has lifted the not-ready ones).
+// It lists from the watch cache: cheap with thousands of nodes.
+func WaitAllNodesReady(t testing.TB, client kubernetes.Interface, want int, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, "nodes Ready and untainted", func(ctx context.Context) (bool, string, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, "", err
+		}
+		ok := 0
+		for i := range list.Items {
+			if kube.NodeReady(&list.Items[i]) && len(list.Items[i].Spec.Taints) == 0 {
+				ok++
+			}
+		}
+		return ok >= want, fmt.Sprintf("%d of %d", ok, want), nil
+	})
+}
+
+// SetUnschedulable cordons or uncordons a node as a human with kubectl would.
+func SetUnschedulable(t testing.TB, client kubernetes.Interface, node string, on bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+	if _, err := client.CoreV1().Nodes().Patch(Context(t), node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds cmd/nodeshepherd once per test binary and returns its path,
+// so that tests see the exit codes and output a user sees.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodeshepherd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nodeshepherd")
+		if out, err := exec.Command("go", "build", "-o", binPath, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building nodeshepherd: %v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// StartBinary starts the built binary with args, its output in a log file,
+// killed when the test ends.
+func StartBinary(t testing.TB, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	logf, err := os.Create(filepath.Join(t.TempDir(), "nodeshepherd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait(); logf.Close() })
+	return cmd
 }

@@ -7,40 +7,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-)
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
-
-// nodeshepherdBinary builds the CLI once per test run, so exit codes are
-// those a user sees.
-func nodeshepherdBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodeshepherd-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "nodeshepherd")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building nodeshepherd: %v", buildErr)
-	}
-	return binary
-}
 
 func TestBadInputExitsWithCode2(t *testing.T) {
-	bin := nodeshepherdBinary(t)
+	bin := framework.Binary(t)
 	socket := filepath.Join(t.TempDir(), "none.sock")
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(rulesFile, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions:\n- type: KernelDeadlock\n  minDurationn: 10m\n"), 0o644); err != nil {
@@ -124,7 +97,7 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 }
 
 func TestRuntimeErrorsExitWithCode1(t *testing.T) {
-	bin := nodeshepherdBinary(t)
+	bin := framework.Binary(t)
 	t.Run("fault without a running process", func(t *testing.T) {
 		code, stderr := run(t, bin, "fakenodes", "fault", "partition", "--all", "--control-socket", filepath.Join(t.TempDir(), "none.sock"))
 		if code != 1 || !strings.Contains(stderr, "cannot reach the fakenodes process") {
@@ -140,7 +113,7 @@ func TestRuntimeErrorsExitWithCode1(t *testing.T) {
 }
 
 func TestHelpIsAvailableForEveryCommand(t *testing.T) {
-	bin := nodeshepherdBinary(t)
+	bin := framework.Binary(t)
 	for _, args := range [][]string{{}, {"version"}, {"controlplane"}, {"controlplane", "up"}, {"fakenodes"}, {"fakenodes", "fault"}, {"fakenodes", "status"}, {"demo"}, {"run"}} {
 		code, stderr := run(t, bin, append(args, "--help")...)
 		if code != 0 {

@@ -13,7 +13,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -47,14 +46,6 @@ func setCondition(t *testing.T, m *fakenode.Manager, action fakenode.Action, sta
 	t.Helper()
 	f := fakenode.Fault{Action: action, Target: fakenode.Target{Nodes: nodes}, Condition: &fakenode.Condition{Type: "KernelDeadlock", Status: status}}
 	if _, err := m.Apply(framework.Context(t), f); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func cordonByHand(t *testing.T, client kubernetes.Interface, node string, on bool) {
-	t.Helper()
-	patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
-	if _, err := client.CoreV1().Nodes().Patch(framework.Context(t), node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -148,7 +139,7 @@ func TestDrainCordonDrainUncordon(t *testing.T) {
 
 	// Every pod starts on the sick node: the others are cordoned meanwhile.
 	for _, n := range names[1:] {
-		cordonByHand(t, client, n, true)
+		framework.SetUnschedulable(t, client, n, true)
 	}
 	web := deployment("web", 6)
 	createDeployment(t, client, web)
@@ -171,7 +162,7 @@ func TestDrainCordonDrainUncordon(t *testing.T) {
 	})
 	createPDB(t, client, "web", ptr.To(intstr.FromInt32(5)), nil)
 	for _, n := range names[1:4] {
-		cordonByHand(t, client, n, false)
+		framework.SetUnschedulable(t, client, n, false)
 	}
 
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick, human)
