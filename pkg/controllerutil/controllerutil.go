@@ -168,8 +168,11 @@ type Overlay[T metav1.Object] struct {
 }
 
 type overlayItem[T metav1.Object] struct {
-	basedOn string // resourceVersion the write started from
-	obj     T
+	// older are the resourceVersions obj supersedes: the version each write
+	// of a chain started from. While the informer still holds one of them,
+	// obj is the truth.
+	older map[string]bool
+	obj   T
 }
 
 // NewOverlay returns an empty overlay.
@@ -177,15 +180,23 @@ func NewOverlay[T metav1.Object]() *Overlay[T] {
 	return &Overlay[T]{items: map[string]overlayItem[T]{}}
 }
 
-// Put records obj as the result of changing the version basedOn.
+// Put records obj as the result of changing the version basedOn. Writes in
+// a row (each based on the previous result) form a chain, so that the
+// informer's copy from before the first write does not hide the last one.
 func (o *Overlay[T]) Put(key, basedOn string, obj T) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.items[key] = overlayItem[T]{basedOn: basedOn, obj: obj}
+	older := map[string]bool{basedOn: true}
+	if it, ok := o.items[key]; ok && it.obj.GetResourceVersion() == basedOn {
+		for rv := range it.older {
+			older[rv] = true
+		}
+	}
+	o.items[key] = overlayItem[T]{older: older, obj: obj}
 }
 
-// Latest returns the overlay's copy while cached is still the version the
-// write started from, and cached otherwise.
+// Latest returns the overlay's copy while cached is still a version the
+// writes started from, and cached otherwise.
 func (o *Overlay[T]) Latest(key string, cached T) T {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -193,7 +204,7 @@ func (o *Overlay[T]) Latest(key string, cached T) T {
 	if !ok {
 		return cached
 	}
-	if it.basedOn == cached.GetResourceVersion() {
+	if it.older[cached.GetResourceVersion()] {
 		return it.obj
 	}
 	delete(o.items, key)

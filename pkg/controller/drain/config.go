@@ -78,7 +78,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&c.Conditions, "drain-condition", c.Conditions, "Node condition that makes the drain controller cordon and drain a node, in Draino's syntax: TYPE, TYPE=STATUS or TYPE=STATUS,MIN_DURATION (e.g. KernelDeadlock=True,10m). Repeat for any-of.")
 	fs.StringVar(&c.File, "drain-rules", c.File, "YAML file (kind: DrainRules) with the drain conditions and node selection, instead of --drain-condition/--drain-node-selector/--drain-node-expression.")
 	fs.StringVar(&c.NodeSelector, "drain-node-selector", c.NodeSelector, "Label selector of the nodes the drain controller may act on (e.g. pool in (batch,web)); empty selects every node.")
-	fs.StringVar(&c.NodeExpression, "drain-node-expression", c.NodeExpression, "CEL expression over `node` that must also be true for a node to be acted on (e.g. node.metadata.labels[\"pool\"] == \"batch\").")
+	fs.StringVar(&c.NodeExpression, "drain-node-expression", c.NodeExpression, "CEL expression over the Node (the variable node) that must also be true for a node to be acted on (e.g. node.metadata.labels[\"pool\"] == \"batch\").")
 	fs.BoolVar(&c.SkipDrain, "skip-drain", c.SkipDrain, "Cordon matching nodes but do not drain them.")
 	fs.BoolVar(&c.EvictDaemonSetPods, "evict-daemonset-pods", c.EvictDaemonSetPods, "Evict pods owned by a DaemonSet (skipped by default).")
 	fs.BoolVar(&c.EvictStatefulSetPods, "evict-statefulset-pods", c.EvictStatefulSetPods, "Evict pods owned by a StatefulSet (skipped by default).")

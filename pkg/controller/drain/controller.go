@@ -488,6 +488,9 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, status bool, action,
 	if err != nil {
 		return nil, err
 	}
+	if cur.ResourceVersion != n.ResourceVersion {
+		c.overlay.Put(n.Name, n.ResourceVersion, cur) // read afresh after a conflict: cur supersedes n
+	}
 	c.overlay.Put(n.Name, cur.ResourceVersion, out)
 	return out, nil
 }
