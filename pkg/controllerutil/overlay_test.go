@@ -7,7 +7,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func node(rv string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: rv}} }
+func node(rv string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: rv}}
+}
 
 func TestOverlayChainsWrites(t *testing.T) {
 	o := NewOverlay[*v1.Node]()
