@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -204,11 +205,26 @@ func (o *Overlay[T]) Latest(key string, cached T) T {
 	if !ok {
 		return cached
 	}
-	if it.older[cached.GetResourceVersion()] {
+	if c, w, ok := revisions(cached, it.obj); ok {
+		// etcd revisions: the informer's copy is older than the write until
+		// its revision reaches it, even if someone else wrote in between.
+		if c < w {
+			return it.obj
+		}
+	} else if it.older[cached.GetResourceVersion()] {
 		return it.obj
 	}
 	delete(o.items, key)
 	return cached
+}
+
+// revisions reads two resourceVersions as the etcd revisions they are on
+// every kube-apiserver backed by etcd; ok is false for any other storage,
+// where only exact matches are trusted.
+func revisions(cached, written metav1.Object) (c, w uint64, ok bool) {
+	c, err1 := strconv.ParseUint(cached.GetResourceVersion(), 10, 64)
+	w, err2 := strconv.ParseUint(written.GetResourceVersion(), 10, 64)
+	return c, w, err1 == nil && err2 == nil
 }
 
 // Forget drops an entry (the object was deleted).

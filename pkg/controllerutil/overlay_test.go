@@ -28,6 +28,12 @@ func TestOverlayChainsWrites(t *testing.T) {
 	if got := o.Latest("n", cached).ResourceVersion; got != "1" {
 		t.Errorf("entry should be gone once the informer delivered a version it does not supersede; got %s", got)
 	}
+	// Someone else wrote (5) between the version a write started from (4)
+	// and the write (6): the informer's 5 must not hide 6.
+	o.Put("n", "4", node("6"))
+	if got := o.Latest("n", node("5")).ResourceVersion; got != "6" {
+		t.Errorf("intermediate version 5 hid the write 6")
+	}
 	o.Put("n", "7", node("8"))
 	if got := o.Latest("n", node("9")).ResourceVersion; got != "9" {
 		t.Errorf("a newer informer version wins: got %s", got)

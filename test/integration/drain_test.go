@@ -250,13 +250,15 @@ func TestDrainMaxConcurrentDrains(t *testing.T) {
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick...)
 	var most atomic.Int32
 	framework.Eventually(t, 3*time.Minute, "ten drains completed, two at a time", func(ctx context.Context) (bool, string, error) {
+		// One List is one consistent snapshot; Gets one by one could see a
+		// drain that ended and the next one that started as both in flight.
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
 		inFlight, done := 0, 0
-		for _, name := range sick {
-			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, "", err
-			}
-			if c := kube.NodeCondition(n, drain.ConditionDrainScheduled); c != nil {
+		for i := range list.Items {
+			if c := kube.NodeCondition(&list.Items[i], drain.ConditionDrainScheduled); c != nil {
 				if c.Status == v1.ConditionTrue {
 					inFlight++
 				} else if strings.Contains(c.Message, "Completed") {
