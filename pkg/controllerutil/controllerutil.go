@@ -205,13 +205,12 @@ func (o *Overlay[T]) Latest(key string, cached T) T {
 	if !ok {
 		return cached
 	}
-	if c, w, ok := revisions(cached, it.obj); ok {
-		// etcd revisions: the informer's copy is older than the write until
-		// its revision reaches it, even if someone else wrote in between.
-		if c < w {
-			return it.obj
-		}
-	} else if it.older[cached.GetResourceVersion()] {
+	if it.older[cached.GetResourceVersion()] {
+		return it.obj // also a dry-run "write", which keeps the version it started from
+	}
+	if c, w, ok := revisions(cached, it.obj); ok && c < w {
+		// etcd revisions: someone else wrote between the version our write
+		// started from and our write; the informer has not reached ours yet.
 		return it.obj
 	}
 	delete(o.items, key)

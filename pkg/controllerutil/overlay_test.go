@@ -34,6 +34,13 @@ func TestOverlayChainsWrites(t *testing.T) {
 	if got := o.Latest("n", node("5")).ResourceVersion; got != "6" {
 		t.Errorf("intermediate version 5 hid the write 6")
 	}
+	// A dry-run write keeps the version it started from.
+	dry := node("6")
+	dry.Labels = map[string]string{"dry": "run"}
+	o.Put("n", "6", dry)
+	if got := o.Latest("n", node("6")); got.Labels["dry"] != "run" {
+		t.Errorf("dry-run entry lost")
+	}
 	o.Put("n", "7", node("8"))
 	if got := o.Latest("n", node("9")).ResourceVersion; got != "9" {
 		t.Errorf("a newer informer version wins: got %s", got)

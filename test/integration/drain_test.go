@@ -294,7 +294,9 @@ func TestDrainCircuitBreaker(t *testing.T) {
 	m := framework.StartFakeNodes(t, fastNodes(client, 10, false))
 	names := m.NodeNames()
 	ns := framework.StartNodeShepherd(t, cfg, drainConfig(func(d *drain.Config) {
-		d.Conditions = append(d.Conditions, "Ready=Unknown,1s")
+		// Long enough for all six partitioned nodes to be Unknown before the
+		// first matches: they fail together, as in a real outage.
+		d.Conditions = append(d.Conditions, "Ready=Unknown,5s")
 	}), nil)
 	waitNodesReady(t, client, names...)
 
