@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
 
@@ -239,4 +240,23 @@ func NodeEvent(rec record.EventRecorder, n *v1.Node, typ, reason, msg string) {
 	if rec != nil {
 		rec.Event(&v1.ObjectReference{Kind: "Node", Name: n.Name, UID: n.UID, APIVersion: "v1"}, typ, reason, msg)
 	}
+}
+
+// ProcessNext takes one key off a work queue and syncs it: a key synced
+// without error is forgotten, a failed one is logged (failure, with the key
+// under logKey) and requeued with the queue's backoff. It returns false once
+// the queue shuts down, so workers loop on it.
+func ProcessNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[T], logKey, failure string, sync func(context.Context, T) error) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	if err := sync(ctx, key); err != nil {
+		klog.FromContext(ctx).Error(err, failure, logKey, key)
+		q.AddRateLimited(key)
+		return true
+	}
+	q.Forget(key)
+	return true
 }

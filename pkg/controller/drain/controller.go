@@ -229,18 +229,7 @@ func (c *Controller) enqueueAll() {
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		klog.FromContext(ctx).Error(err, "Syncing node; will retry", "node", name)
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
+	return controllerutil.ProcessNext(ctx, c.queue, "node", "Syncing node; will retry", c.sync)
 }
 
 // view is the node as the controller last wrote it (or, in dry-run, would
@@ -616,7 +605,7 @@ func (c *Controller) schedule(ctx context.Context, n *v1.Node, st nodeState, now
 		c.event(n, EventDrainSchedFailed, "Scheduling the drain failed: "+err.Error())
 		return err
 	}
-	if st.retryNow && st.phase == phaseFailed && !c.dryRun.Enabled {
+	if st.retryNow && st.phase == phaseFailed {
 		// Draino leaves its retry annotation in place; so do we, it is the user's.
 		klog.FromContext(ctx).Info("Retrying failed drain on request", "node", n.Name, "annotation", AnnotationRetry)
 	}

@@ -35,12 +35,11 @@ const (
 
 // podEviction is one pod's progress within a drain.
 type podEviction struct {
-	pod      *v1.Pod
-	evicted  bool
-	next     time.Time
-	backoff  time.Duration
-	lastErr  string
-	attempts int
+	pod     *v1.Pod
+	evicted bool
+	next    time.Time
+	backoff time.Duration
+	lastErr string
 }
 
 // podsOn returns the pods bound to the node, from the informer.
@@ -180,7 +179,6 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: metav1.NewUIDPreconditions(string(p.UID))}}
 	err := c.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
-	e.attempts++
 	switch {
 	case err == nil:
 		e.evicted, e.lastErr = true, ""

@@ -173,18 +173,7 @@ func (c *Controller) occupy(ctx context.Context, n *v1.Node) bool {
 }
 
 func (c *Controller) process(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		klog.FromContext(ctx).Error(err, "Pod CIDR allocation failed, retrying", "node", name)
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
+	return controllerutil.ProcessNext(ctx, c.queue, "node", "Pod CIDR allocation failed, retrying", c.sync)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {

@@ -13,39 +13,33 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // processMark marks every pod of a node NotReady; failures are retried with
 // backoff for as long as the node is not Ready (upstream's nodesToRetry).
 func (c *Controller) processMark(ctx context.Context) bool {
-	name, quit := c.markQueue.Get()
-	if quit {
-		return false
-	}
-	defer c.markQueue.Done(name)
+	return controllerutil.ProcessNext(ctx, c.markQueue, "node", "Failed to mark pods NotReady, retrying", c.markNodePods)
+}
+
+// markNodePods marks the pods of a node that is (still) not Ready.
+func (c *Controller) markNodePods(ctx context.Context, name string) error {
 	node, err := c.latestNode(name)
 	if err != nil || kube.NodeReady(node) {
-		c.markQueue.Forget(name)
-		return true
+		return nil
 	}
 	objs, err := c.podIndexer.ByIndex(ByNodeIndex, name)
-	if err == nil {
-		var errs []error
-		for _, obj := range objs {
-			if err := c.markPodNotReady(ctx, obj.(*v1.Pod)); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		err = errors.Join(errs...)
-	}
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Failed to mark pods NotReady, retrying", "node", name)
-		c.markQueue.AddRateLimited(name)
-		return true
+		return err
 	}
-	c.markQueue.Forget(name)
-	return true
+	var errs []error
+	for _, obj := range objs {
+		if err := c.markPodNotReady(ctx, obj.(*v1.Pod)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // processPod handles a pod newly bound to a node: if the node is known and

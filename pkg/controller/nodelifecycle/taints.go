@@ -233,22 +233,13 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 // processNode keeps a node's NoSchedule taints in line with its conditions
 // and spec.unschedulable, and its beta os/arch labels with the stable ones.
 func (c *Controller) processNode(ctx context.Context) bool {
-	name, quit := c.nodeQueue.Get()
-	if quit {
-		return false
-	}
-	defer c.nodeQueue.Done(name)
-	err := c.syncNoScheduleTaints(ctx, name)
-	if err == nil {
-		err = c.reconcileLabels(ctx, name)
-	}
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Failed to update node taints or labels, requeueing", "node", name)
-		c.nodeQueue.AddRateLimited(name)
-		return true
-	}
-	c.nodeQueue.Forget(name)
-	return true
+	return controllerutil.ProcessNext(ctx, c.nodeQueue, "node", "Failed to update node taints or labels, requeueing",
+		func(ctx context.Context, name string) error {
+			if err := c.syncNoScheduleTaints(ctx, name); err != nil {
+				return err
+			}
+			return c.reconcileLabels(ctx, name)
+		})
 }
 
 // desiredNoScheduleTaints derives the NoSchedule taints from the node.
