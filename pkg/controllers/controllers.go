@@ -11,12 +11,13 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
 // Names lists the controllers in start order.
-var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name, cloudnodelifecycle.Name, drain.Name}
+var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name, cloudnodelifecycle.Name, drain.Name, scheduler.Name}
 
 // Config holds every controller's settings.
 type Config struct {
@@ -25,11 +26,13 @@ type Config struct {
 	CloudNodeLifecycle cloudnodelifecycle.Config
 	Cloud              providers.Options
 	Drain              drain.Config
+	Scheduler          scheduler.Config
 }
 
 // Default returns every controller's defaults.
 func Default() Config {
-	return Config{NodeLifecycle: nodelifecycle.DefaultConfig(), CloudNodeLifecycle: cloudnodelifecycle.DefaultConfig(), Drain: drain.DefaultConfig()}
+	return Config{NodeLifecycle: nodelifecycle.DefaultConfig(), CloudNodeLifecycle: cloudnodelifecycle.DefaultConfig(), Drain: drain.DefaultConfig(),
+		Scheduler: scheduler.DefaultConfig()}
 }
 
 // Validate checks the settings of the selected controllers.
@@ -55,6 +58,9 @@ func (c *Config) Validate(selected []string) error {
 			d := c.drainConfig()
 			errs = append(errs, d.Validate())
 		}
+	}
+	if slices.Contains(selected, scheduler.Name) {
+		errs = append(errs, c.Scheduler.Validate())
 	}
 	return errors.Join(errs...)
 }
@@ -130,6 +136,11 @@ func Constructors(cfg Config) map[string]manager.Constructor {
 			d.DryRun = c.DryRun
 			return drain.New(d, drain.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
 				Recorder: c.Recorder(drain.EventSource), Registry: c.Registry, Clock: c.Clock})
+		},
+		scheduler.Name: func(c manager.Context) (manager.Controller, error) {
+			return scheduler.New(cfg.Scheduler, scheduler.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
+				Pods: c.Informers.Core().V1().Pods(), PDBs: c.Informers.Policy().V1().PodDisruptionBudgets(),
+				Recorder: c.Recorder(cfg.Scheduler.SchedulerName), Registry: c.Registry, Clock: c.Clock, DryRun: c.DryRun})
 		},
 		tainteviction.Name: func(c manager.Context) (manager.Controller, error) {
 			return tainteviction.New(tainteviction.Config{DryRun: c.DryRun}, tainteviction.Deps{

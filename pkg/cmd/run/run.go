@@ -48,13 +48,18 @@ Controllers:
                   --max-cordoned-nodes, --group-by-label, --drain-buffer) and a circuit breaker
                   (--max-unhealthy-nodes, zone disruption); uncordons only what it cordoned.
                   Like Draino (runs only with --drain-condition or --drain-rules).
+  scheduler       schedules the pods whose spec.schedulerName is --scheduler-name (default
+                  nodeshepherd-scheduler; default-scheduler replaces kube-scheduler): priority
+                  queue, kube-scheduler's filters and scores, binding, preemption with
+                  PodDisruptionBudgets as kube-scheduler 1.37 does it.
 
 Run kube-controller-manager with
 --controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam next to it. Flag names and defaults follow kube-controller-manager.`,
 		Example: `  nodeshepherd run --kubeconfig ~/.kube/config --controllers=nodelifecycle,tainteviction
   nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing
   nodeshepherd run --controllers=drain --drain-condition=KernelDeadlock=True,10m \
-      --drain-condition=Ready=Unknown,30m --max-concurrent-drains=2 --group-by-label=topology.kubernetes.io/zone`,
+      --drain-condition=Ready=Unknown,30m --max-concurrent-drains=2 --group-by-label=topology.kubernetes.io/zone
+  nodeshepherd run --controllers=scheduler --scheduler-name=default-scheduler   # in place of kube-scheduler`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := o.validate()
@@ -79,6 +84,7 @@ Run kube-controller-manager with
 	o.config.CloudNodeLifecycle.AddFlags(f)
 	o.config.Cloud.AddFlags(f)
 	o.config.Drain.AddFlags(f)
+	o.config.Scheduler.AddFlags(f)
 	return c
 }
 

@@ -1,0 +1,215 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// messageLimit is the API's limit on an event's note.
+const messageLimit = 1024
+
+func truncate(msg string) string {
+	if len(msg) <= messageLimit {
+		return msg
+	}
+	return msg[:messageLimit-3] + "..."
+}
+
+// bind writes the binding in the background so that the next pod is
+// scheduled meanwhile; the pod stays assumed on the node until the informer
+// confirms it, or is forgotten and retried with backoff on failure.
+func (s *Scheduler) bind(ctx context.Context, p *queuedPod, node string) {
+	pod := p.info.pod
+	if s.dryRun.Enabled {
+		s.dryRun.Report(ctx, pod, "bind", fmt.Sprintf("would bind pod %s/%s to node %s", pod.Namespace, pod.Name, node))
+		return
+	}
+	s.wg.Go(func() {
+		b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+			Target: v1.ObjectReference{Kind: "Node", Name: node}}
+		err := s.client.CoreV1().Pods(pod.Namespace).Bind(context.WithoutCancel(ctx), b, metav1.CreateOptions{})
+		if err != nil {
+			s.cache.forget(pod.UID)
+			s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			klog.FromContext(ctx).Error(err, "Binding failed; retrying with backoff", "pod", klog.KObj(pod), "node", node)
+			s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedScheduling", "Binding rejected: %v", err)
+			s.queue.Readd(pod)
+			return
+		}
+		s.metrics.e2eLatency.WithLabelValues(fmt.Sprint(min(p.attempts, 16))).Observe(s.clock.Since(p.created).Seconds())
+		s.recorder.Eventf(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
+	})
+}
+
+// fail parks the pod, then reports the failure as kube-scheduler does: a
+// FailedScheduling event and PodScheduled=False with reason Unschedulable,
+// with the nomination when preemption changed it (nil keeps it).
+func (s *Scheduler) fail(ctx context.Context, p *queuedPod, cycle int64, msg string, nominate *string, start time.Time) {
+	pod := p.info.pod
+	p.nominated = s.cache.nominatedNode(pod)
+	s.queue.Requeue(p, cycle, false)
+	s.metrics.attempts.WithLabelValues("unschedulable", s.cfg.SchedulerName).Inc()
+	s.metrics.attemptDuration.WithLabelValues("unschedulable", s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
+	klog.FromContext(ctx).V(2).Info("Unable to schedule pod; waiting", "pod", klog.KObj(pod), "err", msg)
+	msg = truncate(msg)
+	s.recorder.Event(pod, v1.EventTypeWarning, "FailedScheduling", msg)
+	cond := podScheduledFalse(pod, msg, s.clock.Now())
+	nominationChanged := nominate != nil && *nominate != pod.Status.NominatedNodeName
+	if cond == nil && !nominationChanged {
+		return
+	}
+	status := map[string]any{}
+	if cond != nil {
+		status["conditions"] = []any{cond}
+	}
+	if nominationChanged {
+		if *nominate == "" {
+			status["nominatedNodeName"] = nil
+		} else {
+			status["nominatedNodeName"] = *nominate
+		}
+	}
+	s.patchStatus(ctx, pod, status, "report the scheduling failure")
+}
+
+// podScheduledFalse is the condition to write, or nil when the pod already
+// has it.
+func podScheduledFalse(pod *v1.Pod, msg string, now time.Time) map[string]any {
+	transition := metav1.NewTime(now)
+	for _, c := range pod.Status.Conditions {
+		if c.Type != v1.PodScheduled {
+			continue
+		}
+		if c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable && c.Message == msg {
+			return nil
+		}
+		if c.Status == v1.ConditionFalse {
+			transition = c.LastTransitionTime
+		}
+	}
+	return map[string]any{"type": v1.PodScheduled, "status": v1.ConditionFalse, "reason": v1.PodReasonUnschedulable,
+		"message": msg, "lastProbeTime": nil, "lastTransitionTime": transition}
+}
+
+// patchStatus writes a strategic-merge patch of the pod's status in the
+// background (conditions merge by type).
+func (s *Scheduler) patchStatus(ctx context.Context, pod *v1.Pod, status map[string]any, why string) {
+	if s.dryRun.Enabled {
+		return
+	}
+	body, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return
+	}
+	s.wg.Go(func() {
+		_, err := s.client.CoreV1().Pods(pod.Namespace).Patch(context.WithoutCancel(ctx), pod.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
+		if err != nil && !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "Could not "+why, "pod", klog.KObj(pod))
+		}
+	})
+}
+
+// holdWhilePreempting keeps a preemptor back while its victims are being
+// deleted (kube-scheduler's PreEnqueue gate); it is woken when that ends.
+func (s *Scheduler) holdWhilePreempting(pod *v1.Pod) bool {
+	s.preemptMu.Lock()
+	defer s.preemptMu.Unlock()
+	if _, ok := s.preempting[string(pod.UID)]; !ok {
+		return false
+	}
+	s.preempting[string(pod.UID)] = true
+	return true
+}
+
+// preempt acts on the chosen candidate: lower-priority pods nominated to the
+// node lose their nomination now (in memory) and in the API, and the victims
+// get DisruptionTarget and are deleted, in the background so that other
+// pods keep being scheduled.
+func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidate) {
+	s.metrics.preemptionVictims.Observe(float64(len(c.victims)))
+	var demoted []*podInfo
+	s.cache.mu.Lock()
+	for _, p := range s.cache.nominated[c.node] {
+		if p.priority < preemptor.priority {
+			demoted = append(demoted, p)
+		}
+	}
+	for _, p := range demoted {
+		s.cache.unnominateLocked(p.pod.UID)
+	}
+	s.cache.mu.Unlock()
+	pod := preemptor.pod
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Preempting", "preemptor", klog.KObj(pod), "node", c.node, "victims", len(c.victims), "pdbViolations", c.pdbViolations)
+	if s.dryRun.Enabled {
+		for _, v := range c.victims {
+			s.dryRun.Report(ctx, v.pod, "preempt", fmt.Sprintf("would preempt pod %s/%s on node %s for %s/%s", v.pod.Namespace, v.pod.Name, c.node, pod.Namespace, pod.Name))
+		}
+		return
+	}
+	uid := string(pod.UID)
+	s.preemptMu.Lock()
+	s.preempting[uid] = false
+	s.preemptMu.Unlock()
+	s.wg.Go(func() {
+		ctx := context.WithoutCancel(ctx)
+		for _, p := range demoted {
+			s.patchStatus(ctx, p.pod, map[string]any{"nominatedNodeName": nil}, "clear a lower-priority nomination")
+		}
+		var failed sync.Once
+		failedAny := false
+		var wg sync.WaitGroup
+		for _, v := range c.victims {
+			if v.pod.DeletionTimestamp != nil {
+				continue
+			}
+			wg.Go(func() {
+				if err := s.deleteVictim(ctx, pod, v.pod, c.node); err != nil {
+					logger.Error(err, "Preemption failed", "preemptor", klog.KObj(pod), "victim", klog.KObj(v.pod))
+					failed.Do(func() { failedAny = true })
+				}
+			})
+		}
+		wg.Wait()
+		s.preemptMu.Lock()
+		held := s.preempting[uid]
+		delete(s.preempting, uid)
+		s.preemptMu.Unlock()
+		if held || failedAny {
+			s.queue.Activate(pod.UID)
+		}
+	})
+}
+
+// deleteVictim marks the victim with DisruptionTarget (PreemptionByScheduler)
+// and deletes it. A plain delete, as kube-scheduler: PDBs were weighed when
+// choosing victims, not enforced here.
+func (s *Scheduler) deleteVictim(ctx context.Context, preemptor, victim *v1.Pod, node string) error {
+	cond := map[string]any{"type": v1.DisruptionTarget, "status": v1.ConditionTrue, "reason": v1.PodReasonPreemptionByScheduler,
+		"message": preemptor.Spec.SchedulerName + ": preempting to accommodate a higher priority pod", "lastTransitionTime": metav1.NewTime(s.clock.Now())}
+	body, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{cond}}})
+	if _, err := s.client.CoreV1().Pods(victim.Namespace).Patch(ctx, victim.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	err := s.client.CoreV1().Pods(victim.Namespace).Delete(ctx, victim.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &victim.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return err
+	}
+	s.recorder.AnnotatedEventf(victim, nil, v1.EventTypeNormal, preemptedReason, "Preempted by pod %s on node %s", preemptor.UID, node)
+	return nil
+}

@@ -1,0 +1,91 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Config holds the scheduler's settings; defaults are kube-scheduler's.
+type Config struct {
+	// SchedulerName selects the pods to schedule (spec.schedulerName).
+	SchedulerName string
+	// PercentageOfNodesToScore: 0 is kube-scheduler's adaptive default
+	// (50 - nodes/125 %, at least 5 %, at least 100 nodes).
+	PercentageOfNodesToScore int32
+	Parallelism              int
+	PodInitialBackoff        time.Duration
+	PodMaxBackoff            time.Duration
+	// PodMaxInUnschedulablePods is how long a pod may sleep in the
+	// unschedulable pool before it is retried without an event.
+	PodMaxInUnschedulablePods   time.Duration
+	MinCandidateNodesPercentage int32
+	MinCandidateNodesAbsolute   int32
+}
+
+// DefaultSchedulerName is the name pods ask for to be scheduled by
+// nodeshepherd next to kube-scheduler.
+const DefaultSchedulerName = "nodeshepherd-scheduler"
+
+// DefaultConfig returns kube-scheduler's defaults under nodeshepherd's name.
+func DefaultConfig() Config {
+	return Config{SchedulerName: DefaultSchedulerName, Parallelism: 16, PodInitialBackoff: time.Second, PodMaxBackoff: 10 * time.Second,
+		PodMaxInUnschedulablePods: 5 * time.Minute, MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}
+}
+
+// AddFlags registers the scheduler's flags.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.SchedulerName, "scheduler-name", c.SchedulerName, "Schedule the pods whose spec.schedulerName is this; default-scheduler makes nodeshepherd replace kube-scheduler.")
+	fs.Int32Var(&c.PercentageOfNodesToScore, "percentage-of-nodes-to-score", c.PercentageOfNodesToScore, "Stop looking for feasible nodes after this share of the cluster (at least 100 nodes); 0 is kube-scheduler's adaptive default (50% minus 1% per 125 nodes, at least 5%).")
+	fs.IntVar(&c.Parallelism, "scheduler-parallelism", c.Parallelism, "Goroutines that filter nodes and evaluate preemption candidates in parallel.")
+	fs.DurationVar(&c.PodInitialBackoff, "pod-initial-backoff", c.PodInitialBackoff, "Backoff after a pod's first failed scheduling attempt, doubled per attempt.")
+	fs.DurationVar(&c.PodMaxBackoff, "pod-max-backoff", c.PodMaxBackoff, "Longest backoff between a pod's scheduling attempts.")
+	fs.DurationVar(&c.PodMaxInUnschedulablePods, "pod-max-in-unschedulable-pods-duration", c.PodMaxInUnschedulablePods, "Retry an unschedulable pod after this long even when no cluster event woke it.")
+	fs.Int32Var(&c.MinCandidateNodesPercentage, "min-candidate-nodes-percentage", c.MinCandidateNodesPercentage, "Preemption dry-runs at least this percentage of the nodes where preemption may help (DefaultPreemptionArgs).")
+	fs.Int32Var(&c.MinCandidateNodesAbsolute, "min-candidate-nodes-absolute", c.MinCandidateNodesAbsolute, "Preemption dry-runs at least this many nodes (DefaultPreemptionArgs).")
+}
+
+// Validate checks the settings as kube-scheduler validates its configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.SchedulerName == "" {
+		errs = append(errs, errors.New("--scheduler-name must not be empty"))
+	}
+	if c.PercentageOfNodesToScore < 0 || c.PercentageOfNodesToScore > 100 {
+		errs = append(errs, fmt.Errorf("--percentage-of-nodes-to-score must be in [0, 100], got %d", c.PercentageOfNodesToScore))
+	}
+	if c.Parallelism < 1 {
+		errs = append(errs, fmt.Errorf("--scheduler-parallelism must be at least 1, got %d", c.Parallelism))
+	}
+	if c.PodInitialBackoff <= 0 || c.PodMaxBackoff < c.PodInitialBackoff {
+		errs = append(errs, fmt.Errorf("--pod-initial-backoff (%v) must be positive and not above --pod-max-backoff (%v)", c.PodInitialBackoff, c.PodMaxBackoff))
+	}
+	if c.PodMaxInUnschedulablePods <= 0 {
+		errs = append(errs, fmt.Errorf("--pod-max-in-unschedulable-pods-duration must be positive, got %v", c.PodMaxInUnschedulablePods))
+	}
+	if c.MinCandidateNodesPercentage < 0 || c.MinCandidateNodesPercentage > 100 {
+		errs = append(errs, fmt.Errorf("--min-candidate-nodes-percentage must be in [0, 100], got %d", c.MinCandidateNodesPercentage))
+	}
+	if c.MinCandidateNodesAbsolute < 0 {
+		errs = append(errs, fmt.Errorf("--min-candidate-nodes-absolute must be at least 0, got %d", c.MinCandidateNodesAbsolute))
+	}
+	if c.MinCandidateNodesPercentage == 0 && c.MinCandidateNodesAbsolute == 0 {
+		errs = append(errs, errors.New("--min-candidate-nodes-percentage and --min-candidate-nodes-absolute cannot both be zero"))
+	}
+	return errors.Join(errs...)
+}
+
+// numFeasibleNodesToFind is how many feasible nodes to find before scoring.
+func (c *Config) numFeasibleNodesToFind(n int) int {
+	const minFeasible = 100
+	if n < minFeasible {
+		return n
+	}
+	pct := int(c.PercentageOfNodesToScore)
+	if pct == 0 {
+		pct = max(50-n/125, 5)
+	}
+	return max(n*pct/100, minFeasible)
+}

@@ -1,0 +1,173 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// Reasons in kube-scheduler's words, so that FailedScheduling messages read
+// (and alert) the same.
+const (
+	reasonUnschedulable   = "node(s) were unschedulable"
+	reasonNodeName        = "node(s) didn't match the requested node name"
+	reasonTaint           = "node(s) had untolerated taint(s)"
+	reasonAffinity        = "node(s) didn't match Pod's node affinity/selector"
+	reasonPorts           = "node(s) didn't have free ports for the requested pod ports"
+	reasonTooManyPods     = "Too many pods"
+	reasonNoVictims       = "No preemption victims found for incoming pod"
+	reasonNotHelpful      = "Preemption is not helpful for scheduling"
+	reasonNominatedIgnore = "waiting for the preemption for this pod to be finished"
+)
+
+// code says whether preemption could change a filter's answer.
+type code int
+
+const (
+	success code = iota
+	// unschedulable: removing pods from the node may help (resources, ports).
+	unschedulable
+	// unresolvable: no preemption helps (taints, affinity, cordon, too big).
+	unresolvable
+)
+
+type status struct {
+	code    code
+	reasons []string
+}
+
+func (s status) ok() bool { return s.code == success }
+
+func reject(c code, reasons ...string) status { return status{code: c, reasons: reasons} }
+
+// podQuery is what the filters need from the pod being scheduled, computed
+// once per scheduling cycle.
+type podQuery struct {
+	*podInfo
+	affinity    nodeaffinity.RequiredNodeAffinity
+	tolerations []v1.Toleration
+}
+
+var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
+
+// newPodQuery checks what the API server does not fully validate (node
+// affinity terms) so that a bad pod fails with a message, not a panic.
+func newPodQuery(pi *podInfo) (*podQuery, error) {
+	q := &podQuery{podInfo: pi, affinity: nodeaffinity.GetRequiredNodeAffinity(pi.pod), tolerations: pi.pod.Spec.Tolerations}
+	if a := pi.pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		if req := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution; req != nil {
+			if _, err := nodeaffinity.NewNodeSelector(req); err != nil {
+				return nil, fmt.Errorf("invalid required node affinity: %w", err)
+			}
+		}
+		if _, err := nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); err != nil {
+			return nil, fmt.Errorf("invalid preferred node affinity: %w", err)
+		}
+	}
+	return q, nil
+}
+
+func doNotSchedule(t *v1.Taint) bool {
+	return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+}
+
+// filter runs the filters in kube-scheduler's default order and returns the
+// first rejection, as kube-scheduler does.
+func filter(q *podQuery, n *nodeInfo) status {
+	node := n.node
+	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(klog.Background(), q.tolerations, &unschedulableTaint, false) {
+		return reject(unresolvable, reasonUnschedulable)
+	}
+	if q.pod.Spec.NodeName != "" && q.pod.Spec.NodeName != node.Name {
+		return reject(unresolvable, reasonNodeName)
+	}
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, q.tolerations, doNotSchedule, false); untolerated {
+		return reject(unresolvable, reasonTaint)
+	}
+	if ok, _ := q.affinity.Match(node); !ok {
+		return reject(unresolvable, reasonAffinity)
+	}
+	for _, p := range q.ports {
+		for _, used := range n.ports {
+			if p.conflicts(used) {
+				return reject(unschedulable, reasonPorts)
+			}
+		}
+	}
+	return fits(q.podInfo, n)
+}
+
+// fits is the resource filter: pod count, cpu, memory and every other
+// requested resource against allocatable minus what assigned pods request.
+// A request larger than the node's whole allocatable cannot be helped by
+// preemption.
+func fits(pi *podInfo, n *nodeInfo) status {
+	var reasons []string
+	c := unschedulable
+	if len(n.pods)+1 > n.allowedPods {
+		reasons = append(reasons, reasonTooManyPods)
+	}
+	r := &pi.request
+	if r.milliCPU > 0 && r.milliCPU > n.allocatable.milliCPU-n.requested.milliCPU {
+		reasons = append(reasons, "Insufficient cpu")
+		if r.milliCPU > n.allocatable.milliCPU {
+			c = unresolvable
+		}
+	}
+	if r.memory > 0 && r.memory > n.allocatable.memory-n.requested.memory {
+		reasons = append(reasons, "Insufficient memory")
+		if r.memory > n.allocatable.memory {
+			c = unresolvable
+		}
+	}
+	if len(r.scalar) > 0 {
+		names := make([]v1.ResourceName, 0, len(r.scalar))
+		for name := range r.scalar {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			want, alloc := r.scalar[name], n.allocatable.scalar[name]
+			if want > 0 && want > alloc-n.requested.scalar[name] {
+				reasons = append(reasons, "Insufficient "+string(name))
+				if want > alloc {
+					c = unresolvable
+				}
+			}
+		}
+	}
+	if len(reasons) == 0 {
+		return status{}
+	}
+	return reject(c, reasons...)
+}
+
+// fitError builds kube-scheduler's message: "0/N nodes are available:
+// <count> <reason>, ...." with the reasons counted over nodes and sorted as
+// strings; absent nodes count under absentReason.
+func fitError(numNodes int, statuses map[string]status, absentReason string) string {
+	counts := map[string]int{}
+	for _, s := range statuses {
+		for _, r := range s.reasons {
+			counts[r]++
+		}
+	}
+	if absentReason != "" && len(statuses) < numNodes {
+		counts[absentReason] += numNodes - len(statuses)
+	}
+	parts := make([]string, 0, len(counts))
+	for r, c := range counts {
+		parts = append(parts, fmt.Sprintf("%d %s", c, r))
+	}
+	slices.Sort(parts)
+	msg := fmt.Sprintf("0/%d nodes are available:", numNodes)
+	if len(parts) > 0 {
+		msg += " " + strings.Join(parts, ", ") + "."
+	}
+	return msg
+}

@@ -1,0 +1,367 @@
+// Package scheduler is nodeshepherd's pod scheduler: a priority queue with
+// backoff and an unschedulable pool, node filtering and scoring with
+// kube-scheduler's default rules, binding through pods/binding, and
+// preemption with kube-scheduler 1.37's DefaultPreemption semantics
+// (eligibility, candidate sampling, PDB-aware victim selection, node choice,
+// nominations). It schedules the pods whose spec.schedulerName is its name.
+package scheduler
+
+import (
+	"context"
+	"math/rand"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
+	"k8s.io/client-go/kubernetes"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "scheduler"
+
+// Deps are the scheduler's collaborators.
+type Deps struct {
+	Client   kubernetes.Interface
+	Nodes    coreinformers.NodeInformer
+	Pods     coreinformers.PodInformer
+	PDBs     policyinformers.PodDisruptionBudgetInformer
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+	Clock    clock.WithTickerAndDelayedExecution
+	DryRun   bool
+	// Rand seeds tie-breaking and the preemption offset; tests fix it.
+	Rand *rand.Rand
+}
+
+// Scheduler is the controller.
+type Scheduler struct {
+	cfg       Config
+	client    kubernetes.Interface
+	recorder  record.EventRecorder
+	clock     clock.WithTickerAndDelayedExecution
+	dryRun    *controllerutil.DryRun
+	metrics   *metrics
+	queue     *schedulingQueue
+	cache     *cache
+	pdbLister policylisters.PodDisruptionBudgetLister
+	synced    []toolscache.InformerSynced
+
+	// rand and nextStart are used by the scheduling loop only.
+	rand      *rand.Rand
+	nextStart int
+
+	// preempting holds preemptors whose victims are being deleted; true
+	// once the pod was held back meanwhile and must be woken at the end.
+	preemptMu  sync.Mutex
+	preempting map[string]bool
+	// wg tracks binding and preemption goroutines.
+	wg sync.WaitGroup
+}
+
+// New builds the scheduler and registers its informer handlers.
+func New(cfg Config, d Deps) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	if d.Rand == nil {
+		d.Rand = rand.New(rand.NewSource(time.Now().UnixNano()))
+	}
+	s := &Scheduler{
+		cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock,
+		dryRun:  controllerutil.NewDryRun(d.DryRun, Name, d.Registry, d.Recorder),
+		metrics: newMetrics(d.Registry, cfg.SchedulerName),
+		queue: newSchedulingQueue(queueConfig{InitialBackoff: cfg.PodInitialBackoff, MaxBackoff: cfg.PodMaxBackoff,
+			MaxUnschedulable: cfg.PodMaxInUnschedulablePods}, d.Clock),
+		cache:      newCache(),
+		pdbLister:  d.PDBs.Lister(),
+		rand:       d.Rand,
+		preempting: map[string]bool{},
+	}
+	s.queue.onMove = func(event, queue string) { s.metrics.incoming.WithLabelValues(queue, event).Inc() }
+	if _, err := d.Nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			s.cache.setNode(obj.(*v1.Node))
+			s.queue.MoveAll("NodeAdd", nil)
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			old, node := oldObj.(*v1.Node), newObj.(*v1.Node)
+			s.cache.setNode(node)
+			if nodeChangeMayHelp(old, node) {
+				s.queue.MoveAll("NodeUpdate", nil)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
+				s.cache.removeNode(n.Name)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := d.Pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.onPod(nil, obj.(*v1.Pod)) },
+		UpdateFunc: func(oldObj, newObj any) { s.onPod(oldObj.(*v1.Pod), newObj.(*v1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if p, ok := kube.Untombstone(obj).(*v1.Pod); ok {
+				s.onPodDelete(p)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	s.synced = []toolscache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.PDBs.Informer().HasSynced}
+	return s, nil
+}
+
+// nodeChangeMayHelp is true for changes that can make a pod fit: capacity,
+// labels, taints, cordon. Heartbeats do not wake the unschedulable pool.
+func nodeChangeMayHelp(old, n *v1.Node) bool {
+	return !equality.Semantic.DeepEqual(old.Status.Allocatable, n.Status.Allocatable) ||
+		!equality.Semantic.DeepEqual(old.Labels, n.Labels) ||
+		!equality.Semantic.DeepEqual(old.Spec.Taints, n.Spec.Taints) ||
+		old.Spec.Unschedulable != n.Spec.Unschedulable
+}
+
+func terminal(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+}
+
+func (s *Scheduler) onPod(old, pod *v1.Pod) {
+	if pod.Spec.NodeName != "" {
+		if old != nil && old.Spec.NodeName == "" {
+			s.queue.Delete(pod.UID)
+		}
+		if terminal(pod) {
+			s.onPodDelete(pod)
+			return
+		}
+		s.cache.setPod(pod)
+		return
+	}
+	if pod.Spec.SchedulerName != s.cfg.SchedulerName {
+		return
+	}
+	if pod.DeletionTimestamp != nil {
+		s.queue.Delete(pod.UID)
+		s.cache.unnominate(pod.UID)
+		return
+	}
+	if s.cache.isAssigned(pod.UID) {
+		return // assumed; the binding is in flight
+	}
+	if old == nil || old.Status.NominatedNodeName != pod.Status.NominatedNodeName {
+		// Restores nominations after a restart; our own in-memory
+		// nomination is not undone by an older copy of the pod.
+		s.cache.nominate(newPodInfo(pod), pod.Status.NominatedNodeName)
+	}
+	if old == nil || !s.queue.Update(old, pod) {
+		s.queue.Add(pod)
+	}
+}
+
+func (s *Scheduler) onPodDelete(pod *v1.Pod) {
+	if pod.Spec.NodeName == "" {
+		s.queue.Delete(pod.UID)
+		s.cache.unnominate(pod.UID)
+		return
+	}
+	s.cache.removePod(pod.UID)
+	node := pod.Spec.NodeName
+	// Room freed on a node helps pods nominated there, and pods that are not
+	// nominated anywhere and that some node rejected for lack of room.
+	s.queue.MoveAll("AssignedPodDelete", func(p *queuedPod) bool {
+		return p.nominated == node || (p.nominated == "" && p.resourceBound)
+	})
+}
+
+// Run schedules until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if !toolscache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return ctx.Err()
+	}
+	klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled)
+	go s.queue.Run(ctx)
+	go s.reportPending(ctx)
+	for {
+		p, cycle, ok := s.queue.Pop(ctx)
+		if !ok {
+			break
+		}
+		s.scheduleOne(ctx, p, cycle)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Scheduler) reportPending(ctx context.Context) {
+	t := s.clock.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			for q, n := range s.queue.Lens() {
+				s.metrics.pending.WithLabelValues(q).Set(float64(n))
+			}
+		}
+	}
+}
+
+// scheduleOne runs one scheduling cycle for p.
+func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) {
+	logger := klog.FromContext(ctx)
+	pod := p.info.pod
+	start := s.clock.Now()
+	if s.holdWhilePreempting(pod) {
+		p.nominated = s.cache.nominatedNode(pod)
+		s.queue.Requeue(p, cycle, false)
+		return
+	}
+	q, err := newPodQuery(p.info)
+	if err != nil {
+		s.fail(ctx, p, cycle, "pod "+pod.Namespace+"/"+pod.Name+" cannot be scheduled: "+err.Error(), nil, start)
+		return
+	}
+	s.cache.mu.RLock()
+	node, statuses, numNodes := s.findNode(ctx, q)
+	var out preemptOutcome
+	if node == "" && numNodes > 0 {
+		evalStart := s.clock.Now()
+		s.metrics.preemptionAttempts.Inc()
+		pdbs, _ := s.pdbLister.List(labels.Everything())
+		pr := &preemptor{cfg: preemptionConfig{MinCandidateNodesPercentage: s.cfg.MinCandidateNodesPercentage,
+			MinCandidateNodesAbsolute: s.cfg.MinCandidateNodesAbsolute, Parallelism: s.cfg.Parallelism},
+			c: s.cache, pdbs: pdbs, rand: s.rand}
+		out = pr.preempt(ctx, q, statuses, numNodes)
+		s.metrics.preemptionEval.Observe(s.clock.Since(evalStart).Seconds())
+	}
+	s.cache.mu.RUnlock()
+
+	if node != "" {
+		s.cache.assume(p.info, node)
+		s.queue.Done(pod.UID)
+		s.metrics.attempts.WithLabelValues("scheduled", s.cfg.SchedulerName).Inc()
+		s.metrics.attemptDuration.WithLabelValues("scheduled", s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
+		logger.V(2).Info("Scheduled", "pod", klog.KObj(pod), "node", node, "attempts", p.attempts)
+		s.bind(ctx, p, node)
+		return
+	}
+	msg := "no nodes available to schedule pods"
+	if numNodes > 0 {
+		msg = fitError(numNodes, statuses, "")
+	}
+	if out.msg != "" {
+		msg += " " + preemptionTag + out.msg
+	}
+	for _, st := range statuses {
+		if st.code == unschedulable {
+			p.resourceBound = true
+			break
+		}
+	}
+	if out.nominate != nil {
+		s.cache.nominate(p.info, *out.nominate)
+	}
+	if out.chosen != nil {
+		s.preempt(ctx, p.info, out.chosen)
+	}
+	s.fail(ctx, p, cycle, msg, out.nominate, start)
+}
+
+// findNode filters nodes (the nominated node first) in parallel until
+// enough feasible ones are found, then scores them. With no feasible node it
+// returns every node's status.
+func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[string]status, int) {
+	nodes := s.cache.list
+	n := len(nodes)
+	if n == 0 {
+		return "", nil, 0
+	}
+	if nom := s.cache.nominatedTo[q.pod.UID]; nom != "" {
+		if ni := s.cache.nodes[nom]; ni != nil && ni.node != nil && filter(q, s.cache.withNominated(q.podInfo, ni)).ok() {
+			return nom, nil, n
+		}
+	}
+	want := s.cfg.numFeasibleNodesToFind(n)
+	start := s.nextStart % n
+	results := make([]status, n)
+	done := make([]bool, n)
+	var mu sync.Mutex
+	found := 0
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	check := func(i int) {
+		idx := (start + i) % n
+		st := filter(q, s.cache.withNominated(q.podInfo, nodes[idx]))
+		results[idx], done[idx] = st, true
+		if st.ok() {
+			mu.Lock()
+			found++
+			if found >= want {
+				cancel()
+			}
+			mu.Unlock()
+		}
+	}
+	chunk := max(1, n/(s.cfg.Parallelism*4))
+	workqueue.ParallelizeUntil(ctx, s.cfg.Parallelism, n, check, workqueue.WithChunkSize(chunk))
+	processed := 0
+	var feasible []*nodeInfo
+	for i := range n {
+		if done[i] {
+			processed++
+			if results[i].ok() {
+				feasible = append(feasible, nodes[i])
+			}
+		}
+	}
+	s.nextStart = (start + processed) % n
+	if len(feasible) == 0 {
+		statuses := make(map[string]status, n)
+		for i, ni := range nodes {
+			statuses[ni.name()] = results[i]
+		}
+		return "", statuses, n
+	}
+	if len(feasible) == 1 {
+		return feasible[0].name(), nil, n
+	}
+	sc := newScorer(q.podInfo)
+	raws := make([]rawScore, len(feasible))
+	for i, ni := range feasible {
+		raws[i] = sc.raw(ni)
+	}
+	// Highest score; ties broken uniformly at random (reservoir sampling).
+	best, ties := 0, 1
+	scores := total(raws)
+	for i := 1; i < len(scores); i++ {
+		switch {
+		case scores[i] > scores[best]:
+			best, ties = i, 1
+		case scores[i] == scores[best]:
+			ties++
+			if s.rand.Intn(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return feasible[best].name(), nil, n
+}

@@ -1,0 +1,104 @@
+package scheduler
+
+import (
+	"math"
+
+	v1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// Score weights of kube-scheduler's default profile for the scores
+// nodeshepherd implements.
+const (
+	weightTaint    = 3
+	weightAffinity = 2
+	weightFit      = 1
+	weightBalanced = 1
+	maxNodeScore   = 100
+)
+
+// scorer scores the feasible nodes of one pod. Scores that kube-scheduler
+// normalises over all feasible nodes (affinity, taints) are raw here and
+// normalised in scoreNodes.
+type scorer struct {
+	pod        *podInfo
+	preferred  *nodeaffinity.PreferredSchedulingTerms
+	bestEffort bool
+}
+
+func newScorer(pi *podInfo) *scorer {
+	s := &scorer{pod: pi, bestEffort: pi.request.milliCPU == 0 && pi.request.memory == 0}
+	if a := pi.pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		// Validated in newPodQuery.
+		s.preferred, _ = nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+	}
+	return s
+}
+
+type rawScore struct {
+	fit, balanced   int64
+	affinity, taint int64
+}
+
+func preferNoSchedule(t *v1.Taint) bool { return t.Effect == v1.TaintEffectPreferNoSchedule }
+
+func (s *scorer) raw(n *nodeInfo) rawScore {
+	var r rawScore
+	cpu := n.nonZero.milliCPU + s.pod.nonZero.milliCPU
+	mem := n.nonZero.memory + s.pod.nonZero.memory
+	r.fit = (leastRequested(cpu, n.allocatable.milliCPU) + leastRequested(mem, n.allocatable.memory)) / 2
+	if !s.bestEffort {
+		fc := fraction(n.requested.milliCPU+s.pod.request.milliCPU, n.allocatable.milliCPU)
+		fm := fraction(n.requested.memory+s.pod.request.memory, n.allocatable.memory)
+		r.balanced = int64((1 - math.Abs(fc-fm)/2) * maxNodeScore)
+	}
+	if s.preferred != nil {
+		r.affinity = s.preferred.Score(n.node)
+	}
+	for i := range n.node.Spec.Taints {
+		t := &n.node.Spec.Taints[i]
+		if preferNoSchedule(t) && !corev1helpers.TolerationsTolerateTaint(klog.Background(), s.pod.pod.Spec.Tolerations, t, false) {
+			r.taint++
+		}
+	}
+	return r
+}
+
+func leastRequested(requested, capacity int64) int64 {
+	if capacity == 0 || requested > capacity {
+		return 0
+	}
+	return (capacity - requested) * maxNodeScore / capacity
+}
+
+func fraction(requested, capacity int64) float64 {
+	if capacity == 0 {
+		return 1
+	}
+	return min(float64(requested)/float64(capacity), 1)
+}
+
+// total combines raw scores with kube-scheduler's normalisation: preferred
+// affinity scaled to the best node, PreferNoSchedule taints inverted against
+// the worst node.
+func total(raws []rawScore) []int64 {
+	var maxAff, maxTaint int64
+	for _, r := range raws {
+		maxAff, maxTaint = max(maxAff, r.affinity), max(maxTaint, r.taint)
+	}
+	out := make([]int64, len(raws))
+	for i, r := range raws {
+		aff := int64(0)
+		if maxAff > 0 {
+			aff = r.affinity * maxNodeScore / maxAff
+		}
+		taint := int64(maxNodeScore)
+		if maxTaint > 0 {
+			taint = maxNodeScore - r.taint*maxNodeScore/maxTaint
+		}
+		out[i] = weightFit*r.fit + weightBalanced*r.balanced + weightAffinity*aff + weightTaint*taint
+	}
+	return out
+}
