@@ -113,7 +113,8 @@ var situations = []situation{
 func createPriorityClasses(t *testing.T, client kubernetes.Interface) {
 	t.Helper()
 	never := v1.PreemptNever
-	classes := []*schedulingv1.PriorityClass{{ObjectMeta: metav1.ObjectMeta{Name: "p1000-never"}, Value: 1000, PreemptionPolicy: &never}}
+	classes := []*schedulingv1.PriorityClass{{ObjectMeta: metav1.ObjectMeta{Name: "p1000-never"}, Value: 1000, PreemptionPolicy: &never},
+		{ObjectMeta: metav1.ObjectMeta{Name: "p100-never"}, Value: 100, PreemptionPolicy: &never}}
 	for name, value := range priorityClasses {
 		classes = append(classes, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value})
 	}
@@ -143,7 +144,7 @@ func (s spec) pod(nodes []string, schedulerName string) *v1.Pod {
 	}
 	if s.never {
 		// The priority admission plugin copies the class's policy.
-		p.Spec.PriorityClassName = "p1000-never"
+		p.Spec.PriorityClassName = s.class + "-never"
 	}
 	return p
 }

@@ -30,7 +30,10 @@ type podOpt func(*v1.Pod)
 func onNode(n string) podOpt      { return func(p *v1.Pod) { p.Spec.NodeName = n } }
 func labelled(k, v string) podOpt { return func(p *v1.Pod) { p.Labels = map[string]string{k: v} } }
 func started(minutes int) podOpt {
-	return func(p *v1.Pod) { t := metav1.NewTime(epoch.Add(time.Duration(minutes) * time.Minute)); p.Status.StartTime = &t }
+	return func(p *v1.Pod) {
+		t := metav1.NewTime(epoch.Add(time.Duration(minutes) * time.Minute))
+		p.Status.StartTime = &t
+	}
 }
 func never() podOpt { return func(p *v1.Pod) { n := v1.PreemptNever; p.Spec.PreemptionPolicy = &n } }
 
