@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane test test-unit test-integration demo bench-fakenodes bench-detection bench-steady bench-drain vet fmt clean
+.PHONY: all build controlplane test test-unit test-integration demo bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet fmt clean
 
 all: build controlplane
 
@@ -52,6 +52,11 @@ bench-detection: controlplane
 ## bench-drain: 100 sick nodes x 20 pods drained, 10 at a time, through PDBs (see docs/benchmarks.md)
 bench-drain: controlplane
 	go test -run '^$$' -bench BenchmarkDrain -benchtime 1x -timeout 45m ./test/bench/
+
+## bench-scheduler: kube-scheduler vs nodeshepherd, 1,000 nodes: 10,000 pods, then 1,000 preemptors; plus one cycle at 5,000 nodes
+bench-scheduler: controlplane
+	go test -run '^$$' -bench 'Benchmark(ScheduleOne|Preemption|FilterFailing)5000Nodes' ./pkg/controller/scheduler/
+	go test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 60m ./test/bench/
 
 ## bench-steady: steady-state CPU at 5,000 nodes, kube-controller-manager next to nodeshepherd
 bench-steady: controlplane
