@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -92,8 +93,9 @@ func BenchmarkScheduler(b *testing.B) {
 		r.victims = float64(lowBefore-countPods(b, client, "low-")) / float64(preemptors)
 		deleteAllPods(b, client)
 		results[side.name] = r
-		b.Logf("%s: (a) %d pods in %.0f pods/s, p50 %.2fs, p99 %.2fs, %.1f CPU-s; (b) %d preemptors at %.1f/s, %.2f victims each, %.1f CPU-s",
+		fmt.Fprintf(os.Stderr, "%s: (a) %d pods in %.0f pods/s, p50 %.2fs, p99 %.2fs, %.1f CPU-s; (b) %d preemptors at %.1f/s, %.2f victims each, %.1f CPU-s",
 			side.name, r.placedA, r.throughput, r.p50, r.p99, r.cpuA, r.placedB, r.preemptRate, r.victims, r.cpuB)
+		fmt.Fprintln(os.Stderr)
 	}
 	k, n := results["kube-scheduler"], results["nodeshepherd"]
 	fmt.Fprintf(os.Stderr, "\n%d nodes, client QPS %d for both schedulers\n", nodes, qps)
@@ -120,13 +122,21 @@ func benchPod(name, schedulerName, node, class, cpu string) *v1.Pod {
 // createMany creates n pods with 32 parallel clients and returns when all
 // are created.
 func createMany(b *testing.B, client kubernetes.Interface, n int, mk func(int) *v1.Pod) {
+	parallel(b, n, func(i int) error {
+		_, err := client.CoreV1().Pods("default").Create(context.Background(), mk(i), metav1.CreateOptions{})
+		return err
+	})
+}
+
+// parallel runs fn for 0..n-1 on 32 goroutines; the first error fails b.
+func parallel(b *testing.B, n int, fn func(int) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	for range 32 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				if _, err := client.CoreV1().Pods("default").Create(context.Background(), mk(i), metav1.CreateOptions{}); err != nil {
+				if err := fn(i); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -158,11 +168,20 @@ func countPods(b *testing.B, client kubernetes.Interface, prefix string) int {
 	return n
 }
 
+// deleteAllPods deletes every pod one by one (a collection delete of
+// 10,000 pods outlasts the API server's request timeout).
 func deleteAllPods(b *testing.B, client kubernetes.Interface) {
-	ctx := framework.Context(b)
-	if err := client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}, metav1.ListOptions{}); err != nil {
+	l, err := client.CoreV1().Pods("default").List(framework.Context(b), metav1.ListOptions{})
+	if err != nil {
 		b.Fatal(err)
 	}
+	parallel(b, len(l.Items), func(i int) error {
+		err := client.CoreV1().Pods("default").Delete(context.Background(), l.Items[i].Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
 	framework.Eventually(b, 5*time.Minute, "all pods gone", func(ctx context.Context) (bool, string, error) {
 		l, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		if err != nil {

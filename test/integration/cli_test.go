@@ -82,6 +82,11 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"run", "--drain-condition=KernelDeadlock", "--max-concurrent-drains=-1"}, "--max-concurrent-drains must not be negative"},
 		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-timeout=0s"}, "--drain-timeout must be positive"},
 		{[]string{"run", "--drain-rules=" + rulesFile}, rulesFile + ":5: field minDurationn not found"},
+		{[]string{"run", "--controllers=scheduler", "--scheduler-parallelism=0"}, "--scheduler-parallelism must be at least 1, got 0"},
+		{[]string{"run", "--controllers=scheduler", "--percentage-of-nodes-to-score=101"}, "--percentage-of-nodes-to-score must be in [0, 100], got 101"},
+		{[]string{"run", "--controllers=scheduler", "--min-candidate-nodes-percentage=0", "--min-candidate-nodes-absolute=0"}, "cannot both be zero"},
+		{[]string{"run", "--controllers=scheduler", "--pod-initial-backoff=20s"}, "--pod-initial-backoff (20s) must be positive and not above --pod-max-backoff (10s)"},
+		{[]string{"run", "--controllers=scheduler", "--scheduler-name="}, "--scheduler-name must not be empty"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

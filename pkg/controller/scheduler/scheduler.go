@@ -180,6 +180,7 @@ func (s *Scheduler) onPodDelete(pod *v1.Pod) {
 	if pod.Spec.NodeName == "" {
 		s.queue.Delete(pod.UID)
 		s.cache.unnominate(pod.UID)
+		s.cache.removePod(pod.UID) // it may be assumed, its binding in flight
 		return
 	}
 	s.cache.removePod(pod.UID)
