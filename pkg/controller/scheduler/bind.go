@@ -24,33 +24,59 @@ func truncate(msg string) string {
 	return msg[:messageLimit-3] + "..."
 }
 
-// bind writes the binding in the background so that the next pod is
-// scheduled meanwhile; the pod stays assumed on the node until the informer
-// confirms it, or is forgotten and retried with backoff on failure.
+// Binding runs on a fixed number of workers fed in scheduling order: the
+// next pods are scheduled meanwhile, and a burst of bindings neither floods
+// the API server nor overtakes earlier pods.
+const (
+	bindWorkers = 32
+	bindQueue   = 4096
+)
+
+type binding struct {
+	p    *queuedPod
+	node string
+}
+
+// bind hands the binding to the workers; the pod stays assumed on the node
+// until the informer confirms it, or is forgotten and retried with backoff on
+// failure.
 func (s *Scheduler) bind(ctx context.Context, p *queuedPod, node string) {
 	pod := p.info.pod
 	if s.dryRun.Enabled {
 		s.dryRun.Report(ctx, pod, "bind", fmt.Sprintf("would bind pod %s/%s to node %s", pod.Namespace, pod.Name, node))
 		return
 	}
-	s.wg.Go(func() {
-		b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
-			Target: v1.ObjectReference{Kind: "Node", Name: node}}
-		err := s.client.CoreV1().Pods(pod.Namespace).Bind(context.WithoutCancel(ctx), b, metav1.CreateOptions{})
-		if err != nil {
-			s.cache.forget(pod.UID)
-			s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
-			if apierrors.IsNotFound(err) {
-				return
-			}
-			klog.FromContext(ctx).Error(err, "Binding failed; retrying with backoff", "pod", klog.KObj(pod), "node", node)
-			s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedScheduling", "Binding rejected: %v", err)
-			s.queue.Readd(pod)
+	s.binds <- binding{p: p, node: node}
+}
+
+func (s *Scheduler) bindWorker(ctx context.Context) {
+	for b := range s.binds {
+		if ctx.Err() != nil {
+			s.cache.forget(b.p.info.pod.UID) // no longer leading: leave it to the next leader
+			continue
+		}
+		s.doBind(context.WithoutCancel(ctx), b.p, b.node)
+	}
+}
+
+func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
+	pod := p.info.pod
+	b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+		Target: v1.ObjectReference{Kind: "Node", Name: node}}
+	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	if err != nil {
+		s.cache.forget(pod.UID)
+		s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
+		if apierrors.IsNotFound(err) {
 			return
 		}
-		s.metrics.e2eLatency.WithLabelValues(fmt.Sprint(min(p.attempts, 16))).Observe(s.clock.Since(p.created).Seconds())
-		s.recorder.Eventf(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
-	})
+		klog.FromContext(ctx).Error(err, "Binding failed; retrying with backoff", "pod", klog.KObj(pod), "node", node)
+		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedScheduling", "Binding rejected: %v", err)
+		s.queue.Readd(pod)
+		return
+	}
+	s.metrics.e2eLatency.WithLabelValues(fmt.Sprint(min(p.attempts, 16))).Observe(s.clock.Since(p.created).Seconds())
+	s.recorder.Eventf(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
 }
 
 // fail parks the pod, then reports the failure as kube-scheduler does: a
@@ -121,16 +147,34 @@ func (s *Scheduler) patchStatus(ctx context.Context, pod *v1.Pod, status map[str
 	})
 }
 
-// holdWhilePreempting keeps a preemptor back while its victims are being
-// deleted (kube-scheduler's PreEnqueue gate); it is woken when that ends.
+// inflightPreemption is a preemptor whose victims are being deleted.
+type inflightPreemption struct {
+	victims []types.UID
+	running bool // the API calls are not done
+	held    bool // the preemptor was held back meanwhile: wake it at the end
+}
+
+// holdWhilePreempting keeps a preemptor back while its preemption is under
+// way (kube-scheduler's PreEnqueue gate): while the deletions run, and until
+// the cache sees every victim terminating or gone. Retrying earlier would see
+// the victims as healthy pods and preempt again, elsewhere. A pod held after
+// the calls finished is woken by its victims' deletion events.
 func (s *Scheduler) holdWhilePreempting(pod *v1.Pod) bool {
 	s.preemptMu.Lock()
 	defer s.preemptMu.Unlock()
-	if _, ok := s.preempting[string(pod.UID)]; !ok {
+	pr, ok := s.preempting[pod.UID]
+	if !ok {
 		return false
 	}
-	s.preempting[string(pod.UID)] = true
-	return true
+	if pr.running {
+		pr.held = true
+		return true
+	}
+	if s.cache.anyLive(pr.victims) {
+		return true
+	}
+	delete(s.preempting, pod.UID)
+	return false
 }
 
 // preempt acts on the chosen candidate: lower-priority pods nominated to the
@@ -159,9 +203,12 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 		}
 		return
 	}
-	uid := string(pod.UID)
+	pr := &inflightPreemption{running: true}
+	for _, v := range c.victims {
+		pr.victims = append(pr.victims, v.pod.UID)
+	}
 	s.preemptMu.Lock()
-	s.preempting[uid] = false
+	s.preempting[pod.UID] = pr
 	s.preemptMu.Unlock()
 	s.wg.Go(func() {
 		ctx := context.WithoutCancel(ctx)
@@ -184,8 +231,11 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 		}
 		wg.Wait()
 		s.preemptMu.Lock()
-		held := s.preempting[uid]
-		delete(s.preempting, uid)
+		held := pr.held
+		pr.running = false
+		if failedAny {
+			delete(s.preempting, pod.UID)
+		}
 		s.preemptMu.Unlock()
 		if held || failedAny {
 			s.queue.Activate(pod.UID)

@@ -205,3 +205,22 @@ func (c *cache) nominatedNode(pod *v1.Pod) string {
 	defer c.mu.RUnlock()
 	return c.nominatedTo[pod.UID]
 }
+
+// anyLive is true if one of the pods is still counted on a node and not
+// terminating.
+func (c *cache) anyLive(uids []types.UID) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, uid := range uids {
+		n := c.nodes[c.podNode[uid]]
+		if n == nil {
+			continue
+		}
+		for _, p := range n.pods {
+			if p.pod.UID == uid && p.pod.DeletionTimestamp == nil {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/client-go/kubernetes"
@@ -64,10 +65,11 @@ type Scheduler struct {
 	rand      *rand.Rand
 	nextStart int
 
-	// preempting holds preemptors whose victims are being deleted; true
-	// once the pod was held back meanwhile and must be woken at the end.
+	// preempting holds preemptors whose victims are being deleted.
 	preemptMu  sync.Mutex
-	preempting map[string]bool
+	preempting map[types.UID]*inflightPreemption
+	// binds feeds the binding workers in scheduling order.
+	binds chan binding
 	// wg tracks binding and preemption goroutines.
 	wg sync.WaitGroup
 }
@@ -92,7 +94,8 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		cache:      newCache(),
 		pdbLister:  d.PDBs.Lister(),
 		rand:       d.Rand,
-		preempting: map[string]bool{},
+		preempting: map[types.UID]*inflightPreemption{},
+		binds:      make(chan binding, bindQueue),
 	}
 	s.queue.onMove = func(event, queue string) { s.metrics.incoming.WithLabelValues(queue, event).Inc() }
 	if _, err := d.Nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -147,6 +150,9 @@ func (s *Scheduler) onPod(old, pod *v1.Pod) {
 	if pod.Spec.NodeName != "" {
 		if old != nil && old.Spec.NodeName == "" {
 			s.queue.Delete(pod.UID)
+			s.preemptMu.Lock()
+			delete(s.preempting, pod.UID)
+			s.preemptMu.Unlock()
 		}
 		if terminal(pod) {
 			s.onPodDelete(pod)
@@ -200,6 +206,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled)
 	go s.queue.Run(ctx)
 	go s.reportPending(ctx)
+	for range bindWorkers {
+		s.wg.Go(func() { s.bindWorker(ctx) })
+	}
 	for {
 		p, cycle, ok := s.queue.Pop(ctx)
 		if !ok {
@@ -207,6 +216,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		s.scheduleOne(ctx, p, cycle)
 	}
+	close(s.binds)
 	s.wg.Wait()
 	return nil
 }

@@ -1,13 +1,14 @@
 package scheduler
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"testing"
 )
 
 func newTestScheduler() *Scheduler {
 	q, _ := newTestQueue()
-	return &Scheduler{cfg: DefaultConfig(), cache: newCache(), queue: q, preempting: map[string]bool{}}
+	return &Scheduler{cfg: DefaultConfig(), cache: newCache(), queue: q, preempting: map[types.UID]*inflightPreemption{}}
 }
 
 func TestNominationRestoredFromStatus(t *testing.T) {
@@ -82,12 +83,27 @@ func TestAssignedPodDeleteWakesOnlyWhoItHelps(t *testing.T) {
 
 func TestPreemptorHeldUntilVictimsDeleted(t *testing.T) {
 	s := newTestScheduler()
+	s.cache.setNode(node("node1", 1000, 10))
+	victim := pod("v", 1, 1000, onNode("node1"))
+	s.cache.setPod(victim)
 	p := pod("high", 100, 500)
 	if s.holdWhilePreempting(p) {
 		t.Fatal("held without a preemption in flight")
 	}
-	s.preempting[string(p.UID)] = false
-	if !s.holdWhilePreempting(p) || !s.preempting[string(p.UID)] {
+	pr := &inflightPreemption{victims: []types.UID{victim.UID}, running: true}
+	s.preempting[p.UID] = pr
+	if !s.holdWhilePreempting(p) || !pr.held {
 		t.Fatal("a preemptor whose victims are being deleted must be held and marked for wake-up")
+	}
+	pr.running = false
+	if !s.holdWhilePreempting(p) {
+		t.Fatal("the calls are done but the cache still sees the victim running: must still hold")
+	}
+	terminating := victim.DeepCopy()
+	now := metav1.Now()
+	terminating.DeletionTimestamp = &now
+	s.cache.setPod(terminating)
+	if s.holdWhilePreempting(p) {
+		t.Fatal("victim terminating: the preemptor must be let through")
 	}
 }
