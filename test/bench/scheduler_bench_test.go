@@ -47,8 +47,10 @@ func BenchmarkScheduler(b *testing.B) {
 	ctx := framework.Context(b)
 	fn := framework.StartFakeNodes(b, fakenode.Config{Client: client, Nodes: nodes, CPU: resource.MustParse("4"), PodStartDelay: time.Second})
 	framework.StartBinary(b, "run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle", "--leader-elect=false", "--metrics-bind-address=0")
+	oursAddr := freeAddr(b)
 	ours := framework.StartBinary(b, append([]string{"run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=scheduler", "--leader-elect=false",
-		"--metrics-bind-address=0"}, qpsArgs...)...)
+		"--metrics-bind-address=" + oursAddr}, qpsArgs...)...)
+	oursMetrics := &framework.NodeShepherd{Addr: oursAddr}
 	framework.WaitAllNodesReady(b, client, nodes, 10*time.Minute)
 	for name, value := range map[string]int32{"bench-low": 10, "bench-high": 1000} {
 		if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}, metav1.CreateOptions{}); err != nil {
@@ -93,6 +95,11 @@ func BenchmarkScheduler(b *testing.B) {
 		r.victims = float64(lowBefore-countPods(b, client, "low-")) / float64(preemptors)
 		deleteAllPods(b, client)
 		results[side.name] = r
+		if side.name == "nodeshepherd" {
+			fmt.Fprintf(os.Stderr, "nodeshepherd metrics: %.0f binding errors, %.0f preemption attempts, %.0f preemptions\n",
+				oursMetrics.Metric(b, "scheduler_schedule_attempts_total", map[string]string{"result": "error"}),
+				oursMetrics.Metric(b, "scheduler_preemption_attempts_total", nil), oursMetrics.Metric(b, "scheduler_preemption_victims", nil))
+		}
 		fmt.Fprintf(os.Stderr, "%s: (a) %d pods in %.0f pods/s, p50 %.2fs, p99 %.2fs, %.1f CPU-s; (b) %d preemptors at %.1f/s, %.2f victims each, %.1f CPU-s",
 			side.name, r.placedA, r.throughput, r.p50, r.p99, r.cpuA, r.placedB, r.preemptRate, r.victims, r.cpuB)
 		fmt.Fprintln(os.Stderr)

@@ -64,6 +64,12 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 	b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target: v1.ObjectReference{Kind: "Node", Name: node}}
 	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	if err != nil && s.cache.isBound(pod.UID) {
+		// The binding landed although the call failed (a timeout under
+		// load): the informer already saw the pod bound. Retrying would
+		// schedule a bound pod again, and perhaps preempt for it.
+		err = nil
+	}
 	if err != nil {
 		s.cache.forget(pod.UID)
 		s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()

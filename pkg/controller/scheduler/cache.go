@@ -224,3 +224,10 @@ func (c *cache) anyLive(uids []types.UID) bool {
 	}
 	return false
 }
+
+// isBound is true once the informer has confirmed the pod on a node.
+func (c *cache) isBound(uid types.UID) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.podNode[uid] != "" && !c.assumed[uid]
+}

@@ -241,6 +241,10 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 	logger := klog.FromContext(ctx)
 	pod := p.info.pod
 	start := s.clock.Now()
+	if s.cache.isBound(pod.UID) {
+		s.queue.Done(pod.UID) // bound meanwhile (a binding that reported an error had landed)
+		return
+	}
 	if s.holdWhilePreempting(pod) {
 		p.nominated = s.cache.nominatedNode(pod)
 		s.queue.Requeue(p, cycle, false)
