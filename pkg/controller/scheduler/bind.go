@@ -199,10 +199,21 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 	for _, p := range demoted {
 		s.cache.unnominateLocked(p.pod.UID)
 	}
+	for _, v := range c.victims {
+		if s.cache.podNode[v.pod.UID] != "" {
+			s.cache.doomed[v.pod.UID] = true
+		}
+	}
 	s.cache.mu.Unlock()
 	pod := preemptor.pod
 	logger := klog.FromContext(ctx)
-	logger.V(2).Info("Preempting", "preemptor", klog.KObj(pod), "node", c.node, "victims", len(c.victims), "pdbViolations", c.pdbViolations)
+	if logger.V(2).Enabled() {
+		names := make([]string, len(c.victims))
+		for i, v := range c.victims {
+			names[i] = v.pod.Name
+		}
+		logger.V(2).Info("Preempting", "preemptor", klog.KObj(pod), "node", c.node, "victims", names, "pdbViolations", c.pdbViolations)
+	}
 	if s.dryRun.Enabled {
 		for _, v := range c.victims {
 			s.dryRun.Report(ctx, v.pod, "preempt", fmt.Sprintf("would preempt pod %s/%s on node %s for %s/%s", v.pod.Namespace, v.pod.Name, c.node, pod.Namespace, pod.Name))
@@ -230,6 +241,7 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 			}
 			wg.Go(func() {
 				if err := s.deleteVictim(ctx, pod, v.pod, c.node); err != nil {
+					s.cache.undoom(v.pod.UID)
 					logger.Error(err, "Preemption failed", "preemptor", klog.KObj(pod), "victim", klog.KObj(v.pod))
 					failed.Do(func() { failedAny = true })
 				}

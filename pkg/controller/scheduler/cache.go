@@ -22,11 +22,14 @@ type cache struct {
 	// nominated pods per node; nominatedTo is the reverse index.
 	nominated   map[string][]*podInfo
 	nominatedTo map[types.UID]string
+	// doomed are victims the scheduler has decided to delete, before the
+	// informer shows them terminating.
+	doomed map[types.UID]bool
 }
 
 func newCache() *cache {
 	return &cache{nodes: map[string]*nodeInfo{}, podNode: map[types.UID]string{}, assumed: map[types.UID]bool{},
-		nominated: map[string][]*podInfo{}, nominatedTo: map[types.UID]string{}}
+		nominated: map[string][]*podInfo{}, nominatedTo: map[types.UID]string{}, doomed: map[types.UID]bool{}}
 }
 
 func (c *cache) rebuildList() {
@@ -90,6 +93,7 @@ func (c *cache) removePod(uid types.UID) {
 	defer c.mu.Unlock()
 	c.removePodLocked(uid)
 	delete(c.assumed, uid)
+	delete(c.doomed, uid)
 }
 
 func (c *cache) removePodLocked(uid types.UID) {
@@ -230,4 +234,11 @@ func (c *cache) isBound(uid types.UID) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.podNode[uid] != "" && !c.assumed[uid]
+}
+
+// undoom forgets a victim whose deletion failed.
+func (c *cache) undoom(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.doomed, uid)
 }

@@ -90,7 +90,10 @@ func (p *preemptor) eligible(pi *podInfo, statuses map[string]status) (bool, str
 	}
 	if n := p.c.nodes[nom]; n != nil {
 		for _, q := range n.pods {
-			if q.priority < pi.priority && terminatingByPreemption(q.pod) {
+			// Victims of a preemption in flight count as terminating even
+			// before the informer shows it: retrying elsewhere now would
+			// preempt a second time.
+			if q.priority < pi.priority && (terminatingByPreemption(q.pod) || p.c.doomed[q.pod.UID]) {
 				return false, msgTerminating
 			}
 		}

@@ -204,6 +204,16 @@ func TestEligibility(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a victim chosen by another preemption in flight counts as terminating", func(t *testing.T) {
+		c := world(nodes(1, 1000, 10), pod("v", 1, 1000, onNode("node1")))
+		p := pod("p", 10, 500)
+		c.nominate(newPodInfo(p), "node1")
+		c.doomed["v"] = true
+		c.setPod(pod("v", 1, 1000, onNode("node1"))) // a status update of the victim does not forget it
+		if ok, msg := newTestPreemptor(c).eligible(newPodInfo(p), map[string]status{"node1": reject(unschedulable, "Insufficient cpu")}); ok || msg != msgTerminating {
+			t.Errorf("eligible=%v %q; want to wait for the victim", ok, msg)
+		}
+	})
 	t.Run("not eligible keeps the nomination", func(t *testing.T) {
 		c := world(nodes(1, 1000, 10), pod("v", 1, 1000, onNode("node1")))
 		out := run(t, newTestPreemptor(c), pod("p", 10, 500, never()))

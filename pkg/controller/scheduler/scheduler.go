@@ -8,6 +8,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"sync"
 	"time"
@@ -265,6 +266,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		pr := &preemptor{cfg: preemptionConfig{MinCandidateNodesPercentage: s.cfg.MinCandidateNodesPercentage,
 			MinCandidateNodesAbsolute: s.cfg.MinCandidateNodesAbsolute, Parallelism: s.cfg.Parallelism},
 			c: s.cache, pdbs: pdbs, rand: s.rand}
+		s.logNominatedNode(ctx, pod)
 		out = pr.preempt(ctx, q, statuses, numNodes)
 		s.metrics.preemptionEval.Observe(s.clock.Since(evalStart).Seconds())
 	}
@@ -379,4 +381,24 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 		}
 	}
 	return feasible[best].name(), nil, n
+}
+
+// logNominatedNode says, at -v=3, what keeps a nominated pod from its node.
+// Callers hold the cache's read lock.
+func (s *Scheduler) logNominatedNode(ctx context.Context, pod *v1.Pod) {
+	logger := klog.FromContext(ctx).V(3)
+	nom := s.cache.nominatedTo[pod.UID]
+	if nom == "" || !logger.Enabled() {
+		return
+	}
+	var nominated, pods []string
+	for _, np := range s.cache.nominated[nom] {
+		nominated = append(nominated, np.pod.Name)
+	}
+	if ni := s.cache.nodes[nom]; ni != nil {
+		for _, x := range ni.pods {
+			pods = append(pods, fmt.Sprintf("%s(terminating=%v,doomed=%v)", x.pod.Name, x.pod.DeletionTimestamp != nil, s.cache.doomed[x.pod.UID]))
+		}
+	}
+	logger.Info("Nominated pod does not fit its node", "pod", klog.KObj(pod), "node", nom, "nominatedThere", nominated, "podsThere", pods)
 }
