@@ -3,6 +3,7 @@ package scheduler
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -304,15 +305,37 @@ func (q *schedulingQueue) Activate(uid types.UID) {
 
 // MoveAll wakes every parked pod for which helps returns true (all when nil).
 func (q *schedulingQueue) MoveAll(event string, helps func(*queuedPod) bool) {
+	q.MoveAllSkipping(event, helps, nil)
+}
+
+// MoveAllSkipping is MoveAll, except that pods for which skipBackoff returns
+// true go to the active queue at once, also from backoff: a preemptor whose
+// nominated node just freed up is expected to fit, and backing off would
+// only delay it.
+func (q *schedulingQueue) MoveAllSkipping(event string, helps, skipBackoff func(*queuedPod) bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.moveCycle = q.cycle
+	if skipBackoff != nil {
+		for _, p := range slices.Clone(q.backoff.items) {
+			if skipBackoff(p) {
+				heap.Remove(q.backoff, p.index)
+				p.timestamp = q.clock.Now()
+				q.toActive(p)
+			}
+		}
+	}
 	for uid, p := range q.parked {
 		if helps != nil && !helps(p) {
 			continue
 		}
 		delete(q.parked, uid)
-		q.toActiveOrBackoff(p)
+		if skipBackoff != nil && skipBackoff(p) {
+			p.timestamp = q.clock.Now()
+			q.toActive(p)
+		} else {
+			q.toActiveOrBackoff(p)
+		}
 		if q.onMove != nil {
 			q.onMove(event, p.where)
 		}

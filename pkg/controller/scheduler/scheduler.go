@@ -194,9 +194,9 @@ func (s *Scheduler) onPodDelete(pod *v1.Pod) {
 	node := pod.Spec.NodeName
 	// Room freed on a node helps pods nominated there, and pods that are not
 	// nominated anywhere and that some node rejected for lack of room.
-	s.queue.MoveAll("AssignedPodDelete", func(p *queuedPod) bool {
+	s.queue.MoveAllSkipping("AssignedPodDelete", func(p *queuedPod) bool {
 		return p.nominated == node || (p.nominated == "" && p.resourceBound)
-	})
+	}, func(p *queuedPod) bool { return p.nominated == node })
 }
 
 // Run schedules until ctx ends.

@@ -79,6 +79,13 @@ func TestAssignedPodDeleteWakesOnlyWhoItHelps(t *testing.T) {
 			t.Errorf("%s parked=%v, want %v", name, parked, wantParked)
 		}
 	}
+	// The pod nominated to the freed node skips its backoff; the others serve it.
+	if p := s.queue.pods["nominated-here"]; p.where != inActive {
+		t.Errorf("nominated-here is %s, want active", p.where)
+	}
+	if p := s.queue.pods["needs-room"]; p.where != inBackoff {
+		t.Errorf("needs-room is %s, want backoff", p.where)
+	}
 }
 
 func TestPreemptorHeldUntilVictimsDeleted(t *testing.T) {
