@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -232,8 +233,7 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 		for _, p := range demoted {
 			s.patchStatus(ctx, p.pod, map[string]any{"nominatedNodeName": nil}, "clear a lower-priority nomination")
 		}
-		var failed sync.Once
-		failedAny := false
+		var failed atomic.Bool
 		var wg sync.WaitGroup
 		for _, v := range c.victims {
 			if v.pod.DeletionTimestamp != nil {
@@ -243,7 +243,7 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 				if err := s.deleteVictim(ctx, pod, v.pod, c.node); err != nil {
 					s.cache.undoom(v.pod.UID)
 					logger.Error(err, "Preemption failed", "preemptor", klog.KObj(pod), "victim", klog.KObj(v.pod))
-					failed.Do(func() { failedAny = true })
+					failed.Store(true)
 				}
 			})
 		}
@@ -251,11 +251,11 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 		s.preemptMu.Lock()
 		held := pr.held
 		pr.running = false
-		if failedAny {
+		if failed.Load() {
 			delete(s.preempting, pod.UID)
 		}
 		s.preemptMu.Unlock()
-		if held || failedAny {
+		if held || failed.Load() {
 			s.queue.Activate(pod.UID)
 		}
 	})

@@ -14,15 +14,14 @@ import (
 // Reasons in kube-scheduler's words, so that FailedScheduling messages read
 // (and alert) the same.
 const (
-	reasonUnschedulable   = "node(s) were unschedulable"
-	reasonNodeName        = "node(s) didn't match the requested node name"
-	reasonTaint           = "node(s) had untolerated taint(s)"
-	reasonAffinity        = "node(s) didn't match Pod's node affinity/selector"
-	reasonPorts           = "node(s) didn't have free ports for the requested pod ports"
-	reasonTooManyPods     = "Too many pods"
-	reasonNoVictims       = "No preemption victims found for incoming pod"
-	reasonNotHelpful      = "Preemption is not helpful for scheduling"
-	reasonNominatedIgnore = "waiting for the preemption for this pod to be finished"
+	reasonUnschedulable = "node(s) were unschedulable"
+	reasonNodeName      = "node(s) didn't match the requested node name"
+	reasonTaint         = "node(s) had untolerated taint(s)"
+	reasonAffinity      = "node(s) didn't match Pod's node affinity/selector"
+	reasonPorts         = "node(s) didn't have free ports for the requested pod ports"
+	reasonTooManyPods   = "Too many pods"
+	reasonNoVictims     = "No preemption victims found for incoming pod"
+	reasonNotHelpful    = "Preemption is not helpful for scheduling"
 )
 
 // code says whether preemption could change a filter's answer.

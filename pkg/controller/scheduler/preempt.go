@@ -13,6 +13,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 )
 
 // Messages of upstream's DefaultPreemption, prefixed "preemption: " in the
@@ -47,8 +48,6 @@ type preemptOutcome struct {
 	msg      string // without the "preemption: " prefix; empty on success
 	chosen   *candidate
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // preemptor evaluates preemption against the cache. Callers hold c.mu for
 // reading.
@@ -121,7 +120,7 @@ func (p *preemptor) preempt(ctx context.Context, q *podQuery, statuses map[strin
 		}
 	}
 	if len(potential) == 0 {
-		return preemptOutcome{nominate: ptr(""), msg: fitError(numNodes, nil, reasonNotHelpful)}
+		return preemptOutcome{nominate: ptr.To(""), msg: fitError(numNodes, nil, reasonNotHelpful)}
 	}
 	// Map order is random; sort so that the random offset is the only
 	// source of spread (and tests can fix it).
@@ -129,13 +128,13 @@ func (p *preemptor) preempt(ctx context.Context, q *podQuery, statuses map[strin
 	offset := p.rand.Intn(len(potential))
 	cands, dry := p.dryRun(ctx, q, potential, offset, p.numCandidates(len(potential)))
 	if len(cands) == 0 {
-		return preemptOutcome{nominate: ptr(""), msg: fitError(numNodes, dry, reasonNotHelpful)}
+		return preemptOutcome{nominate: ptr.To(""), msg: fitError(numNodes, dry, reasonNotHelpful)}
 	}
 	best := p.pick(cands)
 	if best == nil {
 		return preemptOutcome{msg: msgNoCandidate}
 	}
-	return preemptOutcome{nominate: ptr(best.node), chosen: best}
+	return preemptOutcome{nominate: ptr.To(best.node), chosen: best}
 }
 
 // dryRun selects victims on potential nodes in parallel from offset,

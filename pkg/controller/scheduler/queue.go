@@ -364,20 +364,6 @@ func (q *schedulingQueue) flush() {
 	}
 }
 
-// Run flushes every second until ctx ends.
-func (q *schedulingQueue) Run(ctx context.Context) {
-	t := q.clock.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			q.flush()
-		}
-	}
-}
-
 // Lens returns how many pods wait where.
 func (q *schedulingQueue) Lens() map[string]int {
 	q.mu.Lock()

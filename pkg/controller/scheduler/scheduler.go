@@ -205,8 +205,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled)
-	go s.queue.Run(ctx)
-	go s.reportPending(ctx)
+	go s.tick(ctx)
 	for range bindWorkers {
 		s.wg.Go(func() { s.bindWorker(ctx) })
 	}
@@ -222,7 +221,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
-func (s *Scheduler) reportPending(ctx context.Context) {
+// tick flushes the queue's backoff and unschedulable pool and reports the
+// pending pods, every second until ctx ends.
+func (s *Scheduler) tick(ctx context.Context) {
 	t := s.clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -230,6 +231,7 @@ func (s *Scheduler) reportPending(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+			s.queue.flush()
 			for q, n := range s.queue.Lens() {
 				s.metrics.pending.WithLabelValues(q).Set(float64(n))
 			}
