@@ -12,6 +12,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/demo"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/fakenodes"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/run"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/simulate"
 )
 
 // NewRootCommand returns the nodeshepherd command.
@@ -29,6 +30,6 @@ failures on a real local control plane with fake nodes before they happen in pro
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(fs.Lookup(name))
 	}
-	root.AddCommand(newVersionCommand(), run.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
+	root.AddCommand(newVersionCommand(), simulate.NewCommand(), run.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
 	return root
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/spf13/pflag"
+
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
@@ -33,6 +35,17 @@ type Config struct {
 func Default() Config {
 	return Config{NodeLifecycle: nodelifecycle.DefaultConfig(), CloudNodeLifecycle: cloudnodelifecycle.DefaultConfig(), Drain: drain.DefaultConfig(),
 		Scheduler: scheduler.DefaultConfig()}
+}
+
+// AddFlags registers every controller's settings under kube-controller-manager's
+// (or Draino's, or kube-scheduler's) flag names. `run` and `simulate` share it.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	c.NodeLifecycle.AddFlags(fs)
+	c.NodeIPAM.AddFlags(fs)
+	c.CloudNodeLifecycle.AddFlags(fs)
+	c.Cloud.AddFlags(fs)
+	c.Drain.AddFlags(fs)
+	c.Scheduler.AddFlags(fs)
 }
 
 // Validate checks the settings of the selected controllers.

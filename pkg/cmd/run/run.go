@@ -79,12 +79,7 @@ Run kube-controller-manager with
 	o.leader.AddFlags(f)
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
 	f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
-	o.config.NodeLifecycle.AddFlags(f)
-	o.config.NodeIPAM.AddFlags(f)
-	o.config.CloudNodeLifecycle.AddFlags(f)
-	o.config.Cloud.AddFlags(f)
-	o.config.Drain.AddFlags(f)
-	o.config.Scheduler.AddFlags(f)
+	o.config.AddFlags(f)
 	return c
 }
 

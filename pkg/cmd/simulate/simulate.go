@@ -1,0 +1,175 @@
+// Package simulate implements `nodeshepherd simulate`: rehearse a scenario
+// of node failures on a local control plane and report what happened.
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/simulate"
+)
+
+type options struct {
+	compare      string
+	timeScale    float64
+	output       string
+	binDir       string
+	setupTimeout time.Duration
+	validateOnly bool
+}
+
+// ErrExpectations is returned when the run finished but expectations failed.
+var ErrExpectations = errors.New("expectations failed")
+
+// NewCommand returns `nodeshepherd simulate`.
+func NewCommand() *cobra.Command {
+	o := &options{}
+	c := &cobra.Command{
+		Use:   "simulate SCENARIO.yaml",
+		Short: "Rehearse node failures on a local control plane and report what happens, next to upstream",
+		Long: `Run a scenario (kind: Scenario) on a real local control plane: etcd, kube-apiserver and
+kube-controller-manager without the controllers nodeshepherd replaces, fake nodes, and
+nodeshepherd's controllers and scheduler with the scenario's settings. The scenario's
+workloads are created and made Ready, then its timeline runs (partitions, network blips,
+kubelet restarts, node conditions, cordons, bursts of high-priority pods) and everything is
+recorded.
+
+The report is printed (time to detect, taint and evict, pods NotReady and for how long,
+pending time, preemptions, cordons and drains, each expectation with PASS or FAIL) and
+written to --output as report.json and report.html (self-contained, works offline, with
+timeline charts).
+
+--compare upstream runs the scenario a second time with kube-controller-manager's own
+nodelifecycle, taint-eviction and nodeipam controllers and kube-scheduler, and reports both
+side by side. Settings kube-controller-manager also has (node-monitor-grace-period,
+node-eviction-rate, ...) apply to both runs.
+
+--time-scale N divides every duration by N (controller settings, fake kubelet intervals,
+tolerationSeconds including the 300 s defaults, the timeline) and multiplies eviction
+rates by N; the report is in cluster time and states the scale.
+
+Exit status: 0 when every expectation holds, 1 when one fails or the run could not finish,
+2 for a bad scenario or flag. Ctrl-C stops the run cleanly and still writes the report of
+what was recorded. The control-plane binaries come from 'make controlplane'.`,
+		Example: `  # seed 002: a 45 s network blip, nodeshepherd next to upstream, ten times faster
+  nodeshepherd simulate examples/scenarios/network-blip.yaml --compare upstream --time-scale 10
+
+  # check a scenario file without running it
+  nodeshepherd simulate my-scenario.yaml --validate`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return cli.Usagef("simulate takes one scenario file, got %d arguments (see 'nodeshepherd simulate --help')", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd, args[0])
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.compare, "compare", "", "Run the scenario a second time with upstream's controllers and scheduler and compare: upstream.")
+	f.Float64Var(&o.timeScale, "time-scale", 1, "Divide every duration of the scenario by this (1 to 100); the report stays in cluster time.")
+	f.StringVarP(&o.output, "output", "o", "", "Directory for report.json, report.html and the runs' logs (default: simulate-reports/NAME-TIMESTAMP).")
+	f.StringVar(&o.binDir, "bin-dir", "", "Directory holding the control-plane binaries (default: see 'controlplane up --help').")
+	f.DurationVar(&o.setupTimeout, "setup-timeout", 5*time.Minute, "Give up if the nodes and workloads are not Ready by then (real time).")
+	f.BoolVar(&o.validateOnly, "validate", false, "Only check the scenario file and exit.")
+	return c
+}
+
+func (o *options) run(cmd *cobra.Command, path string) error {
+	out := cmd.OutOrStdout()
+	switch {
+	case o.compare != "" && o.compare != simulate.RunUpstream:
+		return cli.Usagef("--compare: only upstream is supported, got %q", o.compare)
+	case o.timeScale < 1 || o.timeScale > 100:
+		return cli.Usagef("--time-scale must be between 1 and 100, got %g", o.timeScale)
+	case o.setupTimeout <= 0:
+		return cli.Usagef("--setup-timeout must be positive, got %v", o.setupTimeout)
+	}
+	sc, err := simulate.Load(path)
+	if err != nil {
+		return &cli.UsageError{Err: err}
+	}
+	if o.validateOnly {
+		fmt.Fprintf(out, "%s: scenario %q is valid: %d zones, %d workload entries, %d timeline steps, %d expectations\n",
+			path, sc.Name, len(sc.Cluster.Zones), len(sc.Workloads), len(sc.Timeline), len(sc.Expect))
+		return nil
+	}
+	dir := o.output
+	if dir == "" {
+		dir = filepath.Join("simulate-reports", sc.Name+"-"+time.Now().Format("20060102-150405"))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// The components' logs would drown the progress lines: they go to a
+	// file unless -v asks for them on the terminal.
+	if f := cmd.Flags().Lookup("v"); f == nil || !f.Changed {
+		logFile, err := os.Create(filepath.Join(dir, "nodeshepherd.log"))
+		if err != nil {
+			return err
+		}
+		defer logFile.Close()
+		klog.LogToStderr(false)
+		klog.SetOutput(logFile)
+		defer klog.LogToStderr(true)
+	}
+	fmt.Fprintf(out, "Scenario %s: %s; report and logs in %s\n", sc.Name, path, dir)
+	modes := []string{simulate.ModeNodeShepherd}
+	if o.compare != "" {
+		modes = append(modes, simulate.ModeUpstream)
+	}
+	rep := simulate.NewReport(sc, o.timeScale)
+	ctx := cmd.Context()
+	var runErr error
+	for _, mode := range modes {
+		res, err := simulate.Execute(ctx, sc, simulate.Options{Mode: mode, TimeScale: o.timeScale, Dir: filepath.Join(dir, mode),
+			BinDir: o.binDir, Out: out, SetupTimeout: o.setupTimeout})
+		if err != nil {
+			runErr = fmt.Errorf("%s run: %w", mode, err)
+			break
+		}
+		rep.Runs = append(rep.Runs, res)
+		if res.Interrupted || ctx.Err() != nil {
+			break
+		}
+	}
+	if len(rep.Runs) > 0 {
+		if err := o.writeReport(out, rep, dir); err != nil {
+			return err
+		}
+	}
+	switch {
+	case runErr != nil && ctx.Err() != nil:
+		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	case runErr != nil:
+		return runErr
+	case ctx.Err() != nil:
+		return errors.New("interrupted: the report covers the part that ran")
+	case rep.Failed() > 0:
+		return fmt.Errorf("%d %w (see above or %s)", rep.Failed(), ErrExpectations, filepath.Join(dir, "report.html"))
+	}
+	return nil
+}
+
+func (o *options) writeReport(out io.Writer, rep *simulate.Report, dir string) error {
+	rep.WriteSummary(out)
+	jsonPath, htmlPath := filepath.Join(dir, "report.json"), filepath.Join(dir, "report.html")
+	if err := rep.WriteJSON(jsonPath); err != nil {
+		return err
+	}
+	if err := rep.WriteHTML(htmlPath); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nReport: %s\n        %s\n", htmlPath, jsonPath)
+	return nil
+}

@@ -1,0 +1,159 @@
+package simulate
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Measurement kinds.
+const (
+	kindDuration = "duration"
+	kindCount    = "count"
+)
+
+// Measure is one figure of a run's report; `expect:` names them.
+type Measure struct {
+	Name  string
+	Kind  string
+	Title string
+	Help  string
+}
+
+// Measures lists every figure a report has, in the order it prints them.
+// Durations are cluster time from the first timeline step unless said.
+var Measures = []Measure{
+	{"timeToDetect", kindDuration, "time to detect", "first fault until a faulty node's Ready condition is no longer True"},
+	{"timeToTaint", kindDuration, "time to taint (NoExecute)", "first fault until the first not-ready/unreachable NoExecute taint"},
+	{"timeToFirstEviction", kindDuration, "time to first eviction", "first fault until the first pod deleted for a NoExecute taint"},
+	{"timeToLastEviction", kindDuration, "time to last eviction", "first fault until the last pod deleted for a NoExecute taint"},
+	{"podsEvicted", kindCount, "pods evicted (taints)", "pods deleted by taint eviction"},
+	{"nodesTainted", kindCount, "nodes tainted NoExecute", "nodes that got a not-ready or unreachable NoExecute taint"},
+	{"podsNotReady", kindCount, "pods that went NotReady", "bound pods whose Ready condition turned False"},
+	{"maxPodNotReady", kindDuration, "longest NotReady", "longest time a pod stayed NotReady (to the end of the run if it never recovered)"},
+	{"podNotReadyAfterRecovery", kindDuration, "longest NotReady after recovery", "longest time a pod stayed NotReady after its node was Ready again"},
+	{"podsNotReadyAtEnd", kindCount, "pods NotReady at the end", "bound pods NotReady when the run ended"},
+	{"rescheduledPods", kindCount, "replacement pods", "pods created during the timeline, burst pods aside"},
+	{"maxPendingTime", kindDuration, "longest pending (replacements)", "longest time a replacement pod waited for a node (to the end if it never got one)"},
+	{"podsPendingAtEnd", kindCount, "pods pending at the end", "pods without a node when the run ended"},
+	{"burstPendingTime", kindDuration, "longest pending (burst)", "longest time a pod of a burst step waited for a node"},
+	{"preemptions", kindCount, "pods preempted", "pods deleted by the scheduler to make room (DisruptionTarget PreemptionByScheduler)"},
+	{"nodesCordoned", kindCount, "nodes cordoned", "nodes that became unschedulable during the timeline"},
+	{"maxNodesCordoned", kindCount, "most nodes cordoned at once", "largest number of unschedulable nodes at any moment"},
+	{"drains", kindCount, "drains finished", "nodes drained (DrainSucceeded events)"},
+	{"podsDrained", kindCount, "pods evicted by drains", "pods evicted through the Eviction API (DisruptionTarget EvictionByEvictionAPI)"},
+	{"allReplicasReadyAfterRecovery", kindDuration, "all replicas Ready after recovery", "from the end of the last fault until every Deployment, StatefulSet and DaemonSet has all replicas Ready"},
+}
+
+func measure(name string) *Measure {
+	for i := range Measures {
+		if Measures[i].Name == name {
+			return &Measures[i]
+		}
+	}
+	return nil
+}
+
+// Runs an expectation applies to.
+const (
+	RunNodeShepherd = "nodeshepherd"
+	RunUpstream     = "upstream"
+	RunBoth         = "both"
+)
+
+// Expectation is a bound on one measure. A duration that never happened
+// (no eviction at all, say) counts as infinite: atMost fails, atLeast holds.
+type Expectation struct {
+	Metric  string `yaml:"metric"`
+	AtMost  *Bound `yaml:"atMost"`
+	AtLeast *Bound `yaml:"atLeast"`
+	// Run is nodeshepherd (the default), upstream or both; upstream
+	// expectations are checked with --compare upstream only.
+	Run string `yaml:"run"`
+}
+
+// Bound is a duration ("60s") or a count ("2"), after the measure's kind.
+type Bound struct {
+	raw  string
+	line int
+	v    float64 // seconds for durations
+}
+
+// UnmarshalYAML keeps the raw value; check parses it by the measure's kind.
+func (b *Bound) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: expected a duration such as 60s or a count such as 2", n.Line)
+	}
+	b.raw, b.line = n.Value, n.Line
+	return nil
+}
+
+func (b *Bound) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(b.raw)), nil }
+
+func (e *Expectation) check() string {
+	m := measure(e.Metric)
+	if m == nil {
+		var names []string
+		for _, m := range Measures {
+			names = append(names, m.Name)
+		}
+		return fmt.Sprintf("unknown metric %q; metrics: %s", e.Metric, strings.Join(names, ", "))
+	}
+	if e.AtMost == nil && e.AtLeast == nil {
+		return fmt.Sprintf("%s: give atMost, atLeast or both", e.Metric)
+	}
+	if e.Run == "" {
+		e.Run = RunNodeShepherd
+	}
+	if !slices.Contains([]string{RunNodeShepherd, RunUpstream, RunBoth}, e.Run) {
+		return fmt.Sprintf("run %q: must be nodeshepherd, upstream or both", e.Run)
+	}
+	for _, b := range []*Bound{e.AtMost, e.AtLeast} {
+		if b == nil {
+			continue
+		}
+		if m.Kind == kindDuration {
+			d, err := time.ParseDuration(b.raw)
+			if err != nil {
+				return fmt.Sprintf("%s is a duration: write e.g. 60s or 5m, got %q", e.Metric, b.raw)
+			}
+			b.v = d.Seconds()
+		} else {
+			n, err := strconv.Atoi(b.raw)
+			if err != nil || n < 0 {
+				return fmt.Sprintf("%s is a count: write a whole number, got %q", e.Metric, b.raw)
+			}
+			b.v = float64(n)
+		}
+	}
+	return ""
+}
+
+func (e *Expectation) String() string {
+	var parts []string
+	if e.AtLeast != nil {
+		parts = append(parts, "≥ "+e.AtLeast.raw)
+	}
+	if e.AtMost != nil {
+		parts = append(parts, "≤ "+e.AtMost.raw)
+	}
+	return e.Metric + " " + strings.Join(parts, " and ")
+}
+
+// appliesTo says whether the expectation is checked on a run of mode.
+func (e *Expectation) appliesTo(mode string) bool { return e.Run == RunBoth || e.Run == mode }
+
+// holds evaluates the expectation on a value; nil is "never" (infinite).
+func (e *Expectation) holds(v *float64) bool {
+	if e.AtMost != nil && (v == nil || *v > e.AtMost.v) {
+		return false
+	}
+	if e.AtLeast != nil && v != nil && *v < e.AtLeast.v {
+		return false
+	}
+	return true
+}

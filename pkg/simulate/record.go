@@ -1,0 +1,462 @@
+package simulate
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+)
+
+// DisruptionTarget reasons that tell who deleted a pod.
+const (
+	reasonTaintEviction = "DeletionByTaintManager"
+	reasonPreemption    = "PreemptionByScheduler"
+	reasonEvictionAPI   = "EvictionByEvictionAPI"
+)
+
+// burstLabel marks the pods of burst steps.
+const burstLabel = "simulate.nodeshepherd.io/burst"
+
+// recorder follows nodes, pods, workloads and drain events through
+// informers and keeps what the report needs: transitions with their times,
+// and the current state for the charts' samples.
+type recorder struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	t0    time.Time // zero until the timeline starts
+	nodes map[string]*nodeRec
+	pods  map[types.UID]*podRec
+
+	firstFault                                             time.Time
+	firstNotReady, firstTaint, firstEviction, lastEviction time.Time
+	evicted, preempted, drained, drains                    int
+	tainted, cordoned                                      map[string]bool
+	maxCordoned                                            int
+	notReadyPods                                           map[types.UID]bool
+	maxNotReady, maxAfterRecovery                          time.Duration
+
+	workloads      func() (ready bool)
+	allReady       bool
+	allReadySince  time.Time
+	workloadsKnown bool
+}
+
+type nodeRec struct {
+	zone          string
+	ready         bool
+	readySince    time.Time
+	noExecute     bool
+	noSchedule    bool // a condition taint other than not-ready
+	unschedulable bool
+}
+
+type podRec struct {
+	node          string
+	created       time.Time
+	scheduled     time.Time
+	burst         bool
+	ready         bool
+	everReady     bool
+	notReadySince time.Time
+	terminating   bool
+	counted       bool // its DisruptionTarget was counted
+}
+
+func newRecorder(now func() time.Time) *recorder {
+	return &recorder{now: now, nodes: map[string]*nodeRec{}, pods: map[types.UID]*podRec{},
+		tainted: map[string]bool{}, cordoned: map[string]bool{}, notReadyPods: map[types.UID]bool{}}
+}
+
+// watch registers the handlers on the informers.
+func (r *recorder) watch(f informers.SharedInformerFactory) {
+	handler := func(on func(obj any, deleted bool)) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { on(obj, false) },
+			UpdateFunc: func(_, obj any) { on(obj, false) },
+			DeleteFunc: func(obj any) { on(kube.Untombstone(obj), true) },
+		}
+	}
+	_, _ = f.Core().V1().Nodes().Informer().AddEventHandler(handler(func(o any, del bool) {
+		if n, ok := o.(*v1.Node); ok {
+			r.onNode(n, del)
+		}
+	}))
+	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(handler(func(o any, del bool) {
+		if p, ok := o.(*v1.Pod); ok {
+			r.onPod(p, del)
+		}
+	}))
+	_, _ = f.Core().V1().Events().Informer().AddEventHandler(handler(func(o any, del bool) {
+		if e, ok := o.(*v1.Event); ok && !del {
+			r.onEvent(e)
+		}
+	}))
+	deps, sts, dss := f.Apps().V1().Deployments(), f.Apps().V1().StatefulSets(), f.Apps().V1().DaemonSets()
+	r.workloads = func() bool { return workloadsReady(deps.Lister(), sts.Lister(), dss.Lister()) }
+	for _, inf := range []cache.SharedIndexInformer{deps.Informer(), sts.Informer(), dss.Informer()} {
+		_, _ = inf.AddEventHandler(handler(func(any, bool) { r.onWorkload() }))
+	}
+}
+
+// start marks the beginning of the timeline: counting starts now.
+func (r *recorder) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.t0 = r.now()
+	for name, n := range r.nodes {
+		if n.unschedulable {
+			r.cordoned[name] = true
+		}
+	}
+}
+
+func (r *recorder) started() bool { return !r.t0.IsZero() }
+
+// fault marks a timeline step: the first one starts the clocks of the
+// time-to measures.
+func (r *recorder) fault() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.firstFault.IsZero() {
+		r.firstFault = r.now()
+	}
+}
+
+func (r *recorder) onNode(n *v1.Node, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if deleted {
+		delete(r.nodes, n.Name)
+		return
+	}
+	rec := r.nodes[n.Name]
+	if rec == nil {
+		rec = &nodeRec{zone: n.Labels[v1.LabelTopologyZone]}
+		r.nodes[n.Name] = rec
+	}
+	ready := kube.NodeReady(n)
+	if ready && !rec.ready {
+		rec.readySince = now
+	}
+	if !ready && rec.ready && r.started() && r.firstNotReady.IsZero() {
+		r.firstNotReady = now
+	}
+	rec.ready = ready
+	rec.noExecute, rec.noSchedule = false, false
+	for _, t := range n.Spec.Taints {
+		switch {
+		case t.Effect == v1.TaintEffectNoExecute && (t.Key == v1.TaintNodeNotReady || t.Key == v1.TaintNodeUnreachable):
+			rec.noExecute = true
+		case t.Effect == v1.TaintEffectNoSchedule && t.Key != v1.TaintNodeNotReady && t.Key != v1.TaintNodeUnreachable && t.Key != v1.TaintNodeUnschedulable:
+			rec.noSchedule = true
+		}
+	}
+	if rec.noExecute && r.started() {
+		if r.firstTaint.IsZero() {
+			r.firstTaint = now
+		}
+		r.tainted[n.Name] = true
+	}
+	rec.unschedulable = n.Spec.Unschedulable
+	if r.started() {
+		if rec.unschedulable {
+			r.cordoned[n.Name] = true
+		}
+		c := 0
+		for _, x := range r.nodes {
+			if x.unschedulable {
+				c++
+			}
+		}
+		r.maxCordoned = max(r.maxCordoned, c)
+	}
+}
+
+func (r *recorder) onPod(p *v1.Pod, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	rec := r.pods[p.UID]
+	if rec == nil {
+		if deleted {
+			return
+		}
+		rec = &podRec{created: now, burst: p.Labels[burstLabel] != ""}
+		if !r.started() {
+			rec.created = time.Time{} // existed before the timeline
+		}
+		r.pods[p.UID] = rec
+	}
+	if p.Spec.NodeName != "" && rec.node == "" {
+		rec.node, rec.scheduled = p.Spec.NodeName, now
+	}
+	if c := kube.PodCondition(p, v1.DisruptionTarget); c != nil && c.Status == v1.ConditionTrue && !rec.counted && r.started() {
+		rec.counted = true
+		switch c.Reason {
+		case reasonTaintEviction:
+			r.evicted++
+			if r.firstEviction.IsZero() {
+				r.firstEviction = now
+			}
+			r.lastEviction = now
+		case reasonPreemption:
+			r.preempted++
+		case reasonEvictionAPI:
+			r.drained++
+		}
+	}
+	rec.terminating = p.DeletionTimestamp != nil
+	ready := kube.PodReady(p) && !deleted
+	if ready {
+		rec.everReady = true
+	}
+	switch {
+	case !ready && rec.ready && !deleted && !rec.terminating && rec.node != "":
+		rec.notReadySince = now
+		if r.started() {
+			r.notReadyPods[p.UID] = true
+		}
+	case (ready || deleted) && !rec.notReadySince.IsZero():
+		r.closeNotReady(rec, now, deleted)
+	}
+	rec.ready = ready
+	if deleted {
+		delete(r.pods, p.UID)
+	}
+}
+
+// closeNotReady ends a NotReady episode and measures it, also after the
+// node's recovery when the node is Ready.
+func (r *recorder) closeNotReady(rec *podRec, now time.Time, deleted bool) {
+	since := rec.notReadySince
+	rec.notReadySince = time.Time{}
+	if !r.started() {
+		return
+	}
+	since = later(since, r.t0)
+	r.maxNotReady = max(r.maxNotReady, now.Sub(since))
+	if n := r.nodes[rec.node]; n != nil && n.ready && !deleted {
+		r.maxAfterRecovery = max(r.maxAfterRecovery, now.Sub(later(since, n.readySince)))
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (r *recorder) onEvent(e *v1.Event) {
+	if e.Reason != drain.EventDrainSucceeded {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started() && !e.LastTimestamp.Time.Before(r.t0.Truncate(time.Second)) {
+		r.drains++
+	}
+}
+
+func (r *recorder) onWorkload() {
+	if r.workloads == nil {
+		return
+	}
+	ready := r.workloads()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ready && !r.allReady {
+		r.allReadySince = r.now()
+	}
+	r.allReady, r.workloadsKnown = ready, true
+}
+
+// workloadsReady says whether every Deployment, StatefulSet and DaemonSet
+// has all its replicas Ready.
+func workloadsReady(deps appslisters.DeploymentLister, sts appslisters.StatefulSetLister, dss appslisters.DaemonSetLister) bool {
+	everything := labels.Everything()
+	ds, _ := deps.List(everything)
+	for _, d := range ds {
+		if d.Status.ReadyReplicas < replicas(d.Spec.Replicas) || d.Status.ObservedGeneration < d.Generation {
+			return false
+		}
+	}
+	ss, _ := sts.List(everything)
+	for _, s := range ss {
+		if s.Status.ReadyReplicas < replicas(s.Spec.Replicas) {
+			return false
+		}
+	}
+	dd, _ := dss.List(everything)
+	for _, d := range dd {
+		if d.Status.NumberReady < d.Status.DesiredNumberScheduled || d.Status.DesiredNumberScheduled == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func replicas(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+// Sample is the cluster's state at one moment, for the charts.
+type Sample struct {
+	T             float64        `json:"t"` // cluster seconds since the timeline started
+	ZoneReady     map[string]int `json:"zoneReady"`
+	ZoneNotReady  map[string]int `json:"zoneNotReady"`
+	NoExecute     int            `json:"noExecuteTainted"`
+	NoSchedule    int            `json:"conditionTainted"`
+	Cordoned      int            `json:"cordoned"`
+	PodsReady     int            `json:"podsReady"`
+	PodsNotReady  int            `json:"podsNotReady"`
+	PodsPending   int            `json:"podsPending"`
+	Evicted       int            `json:"evicted"`
+	Preempted     int            `json:"preempted"`
+	DrainEvicted  int            `json:"drainEvicted"`
+	DrainsDone    int            `json:"drains"`
+}
+
+// sample takes the current state; t is in cluster seconds.
+func (r *recorder) sample(t float64) Sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Sample{T: t, ZoneReady: map[string]int{}, ZoneNotReady: map[string]int{},
+		Evicted: r.evicted, Preempted: r.preempted, DrainEvicted: r.drained, DrainsDone: r.drains}
+	for _, n := range r.nodes {
+		if n.ready {
+			s.ZoneReady[n.zone]++
+		} else {
+			s.ZoneNotReady[n.zone]++
+		}
+		if n.noExecute {
+			s.NoExecute++
+		}
+		if n.noSchedule {
+			s.NoSchedule++
+		}
+		if n.unschedulable {
+			s.Cordoned++
+		}
+	}
+	for _, p := range r.pods {
+		switch {
+		case p.terminating:
+		case p.node == "":
+			s.PodsPending++
+		case p.ready:
+			s.PodsReady++
+		default:
+			s.PodsNotReady++
+		}
+	}
+	return s
+}
+
+// finish closes what is still open at the end of the run and returns the
+// measures in real time (the caller scales them); nil is "never".
+func (r *recorder) finish(recovery time.Time) map[string]*float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	end := r.now()
+	out := map[string]*float64{}
+	dur := func(name string, d time.Duration) { v := d.Seconds(); out[name] = &v }
+	count := func(name string, n int) { v := float64(n); out[name] = &v }
+	since := func(name string, from, t time.Time) {
+		if !t.IsZero() {
+			dur(name, t.Sub(from))
+		} else {
+			out[name] = nil
+		}
+	}
+	first := r.firstFault
+	since("timeToDetect", first, r.firstNotReady)
+	since("timeToTaint", first, r.firstTaint)
+	since("timeToFirstEviction", first, r.firstEviction)
+	since("timeToLastEviction", first, r.lastEviction)
+	count("podsEvicted", r.evicted)
+	count("nodesTainted", len(r.tainted))
+	count("preemptions", r.preempted)
+	count("podsDrained", r.drained)
+	count("drains", r.drains)
+	count("nodesCordoned", len(r.cordoned))
+	count("maxNodesCordoned", r.maxCordoned)
+
+	maxNotReady, afterRecovery := r.maxNotReady, r.maxAfterRecovery
+	notReadyAtEnd, pendingAtEnd, replacements := 0, 0, 0
+	var maxPending, burstPending time.Duration
+	burstSeen := false
+	for _, p := range r.pods {
+		if !p.notReadySince.IsZero() && !p.terminating {
+			notReadyAtEnd++
+			since := later(p.notReadySince, r.t0)
+			maxNotReady = max(maxNotReady, end.Sub(since))
+			if n := r.nodes[p.node]; n != nil && n.ready {
+				afterRecovery = max(afterRecovery, end.Sub(later(since, n.readySince)))
+			}
+		}
+		if p.node == "" && !p.terminating {
+			pendingAtEnd++
+		}
+		if p.created.IsZero() {
+			continue
+		}
+		wait := end.Sub(p.created)
+		if p.node != "" {
+			wait = p.scheduled.Sub(p.created)
+		}
+		if p.burst {
+			burstPending, burstSeen = max(burstPending, wait), true
+			continue
+		}
+		replacements++
+		maxPending = max(maxPending, wait)
+	}
+	count("podsNotReady", len(r.notReadyPods))
+	dur("maxPodNotReady", maxNotReady)
+	dur("podNotReadyAfterRecovery", afterRecovery)
+	count("podsNotReadyAtEnd", notReadyAtEnd)
+	count("rescheduledPods", replacements)
+	dur("maxPendingTime", maxPending)
+	count("podsPendingAtEnd", pendingAtEnd)
+	if burstSeen {
+		dur("burstPendingTime", burstPending)
+	} else {
+		out["burstPendingTime"] = nil
+	}
+	if r.workloads != nil {
+		ready := r.workloads()
+		switch {
+		case !ready:
+			out["allReplicasReadyAfterRecovery"] = nil
+		case r.allReadySince.Before(recovery):
+			dur("allReplicasReadyAfterRecovery", 0)
+		default:
+			dur("allReplicasReadyAfterRecovery", r.allReadySince.Sub(recovery))
+		}
+	}
+	return out
+}
+
+// zones returns the zones seen, sorted.
+func (r *recorder) zones() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for _, n := range r.nodes {
+		seen[n.zone] = true
+	}
+	return sortedKeys(seen)
+}

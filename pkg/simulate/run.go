@@ -1,0 +1,561 @@
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Run modes.
+const (
+	ModeNodeShepherd = RunNodeShepherd // nodeshepherd's controllers and scheduler
+	ModeUpstream     = RunUpstream     // kube-controller-manager's controllers and kube-scheduler
+)
+
+// defaultTolerationSeconds is what the DefaultTolerationSeconds admission
+// plugin gives pods for not-ready and unreachable.
+const defaultTolerationSeconds = 300
+
+// podCIDR is the cluster CIDR both runs allocate node pod CIDRs from.
+const podCIDR = "10.244.0.0/16"
+
+// Options says how to run a scenario.
+type Options struct {
+	Mode      string
+	TimeScale float64
+	// Dir holds the control plane's files and logs of this run.
+	Dir    string
+	BinDir string
+	// Out gets progress lines.
+	Out io.Writer
+	// SetupTimeout bounds getting nodes and workloads ready (real time).
+	SetupTimeout time.Duration
+}
+
+// Mark is a timeline step as it happened.
+type Mark struct {
+	T     float64  `json:"t"` // cluster seconds
+	Text  string   `json:"text"`
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// RunResult is what one run measured, in cluster time.
+type RunResult struct {
+	Mode         string              `json:"mode"`
+	Components   string              `json:"components"`
+	Measures     map[string]*float64 `json:"measures"`
+	Expectations []Checked           `json:"expectations"`
+	Samples      []Sample            `json:"samples"`
+	Marks        []Mark              `json:"marks"`
+	Zones        []string            `json:"zones"`
+	Nodes        int                 `json:"nodes"`
+	Pods         int                 `json:"podsAtStart"`
+	Interrupted  bool                `json:"interrupted,omitempty"`
+	SetupSeconds float64             `json:"setupSeconds"`
+	LogDir       string              `json:"logDir"`
+}
+
+// Checked is an expectation with its outcome.
+type Checked struct {
+	Expectation string   `json:"expectation"`
+	Metric      string   `json:"metric"`
+	Value       *float64 `json:"value"`
+	Passed      bool     `json:"passed"`
+}
+
+// Failed counts the expectations that did not hold.
+func (r *RunResult) Failed() int {
+	n := 0
+	for _, c := range r.Expectations {
+		if !c.Passed {
+			n++
+		}
+	}
+	return n
+}
+
+// runner is one run of a scenario.
+type runner struct {
+	sc     *Scenario
+	opts   Options
+	out    io.Writer
+	client kubernetes.Interface
+	nodes  *fakenode.Manager
+	rec    *recorder
+	start  time.Time // real time the timeline started
+}
+
+// Execute runs the scenario once. An interrupted run (ctx cancelled once the
+// timeline started) still returns what it recorded.
+func Execute(ctx context.Context, sc *Scenario, opts Options) (*RunResult, error) {
+	if opts.TimeScale <= 0 {
+		opts.TimeScale = 1
+	}
+	if opts.SetupTimeout == 0 {
+		opts.SetupTimeout = 5 * time.Minute
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	r := &runner{sc: sc, opts: opts, out: opts.Out, rec: newRecorder(time.Now)}
+	return r.run(ctx)
+}
+
+func (r *runner) printf(format string, args ...any) {
+	fmt.Fprintf(r.out, "[%s] "+format+"\n", append([]any{r.opts.Mode}, args...)...)
+}
+
+// clusterSince is the cluster time since the timeline started.
+func (r *runner) clusterSince(t time.Time) time.Duration {
+	return time.Duration(float64(t.Sub(r.start)) * r.opts.TimeScale)
+}
+
+// real turns cluster time into real time.
+func (r *runner) real(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / r.opts.TimeScale)
+}
+
+func (r *runner) run(ctx context.Context) (*RunResult, error) {
+	scale := r.opts.TimeScale
+	cfg, kcmArgs, err := r.sc.Controllers.scaled(r.sc.path, scale)
+	if err != nil {
+		return nil, err
+	}
+	tol := fmt.Sprint(scaleSeconds(defaultTolerationSeconds, scale))
+	cpCfg := controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true,
+		APIServerArgs: []string{"--default-not-ready-toleration-seconds=" + tol, "--default-unreachable-toleration-seconds=" + tol}}
+	res := &RunResult{Mode: r.opts.Mode, LogDir: r.opts.Dir + "/logs"}
+	switch r.opts.Mode {
+	case ModeUpstream:
+		cpCfg.Controllers = "*"
+		cpCfg.ControllerManagerArgs = append(kcmArgs, "--allocate-node-cidrs=true", "--cluster-cidr="+podCIDR,
+			"--service-cluster-ip-range="+controlplane.ServiceClusterIPRange)
+		cpCfg.Scheduler = true
+		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
+	case ModeNodeShepherd:
+		res.Components = "nodeshepherd (nodelifecycle, tainteviction, nodeipam, scheduler"
+		if cfg.Drain.Configured() {
+			res.Components += ", drain"
+		}
+		res.Components += ") with kube-controller-manager for the rest"
+	default:
+		return nil, fmt.Errorf("unknown mode %q", r.opts.Mode)
+	}
+	setupStart := time.Now()
+	r.printf("starting etcd, kube-apiserver and kube-controller-manager%s ...", map[bool]string{true: " and kube-scheduler"}[cpCfg.Scheduler])
+	plane, err := controlplane.Start(ctx, cpCfg)
+	if err != nil {
+		return nil, err
+	}
+	defer plane.Stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	restCfg := rest.CopyConfig(plane.RESTConfig())
+	restCfg.QPS, restCfg.Burst = 50, 100
+	errc := make(chan error, 4)
+	if r.opts.Mode == ModeNodeShepherd {
+		cfg.Scheduler.SchedulerName = v1.DefaultSchedulerName
+		cfg.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: podCIDR, ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
+		names := slices.DeleteFunc(cfg.Select(controllers.Names, nil), func(n string) bool { return n == cloudnodelifecycle.Name })
+		if err := cfg.Validate(names); err != nil {
+			return nil, err
+		}
+		go func() {
+			errc <- manager.Run(ctx, restCfg, manager.Options{Controllers: names, Constructors: controllers.Constructors(*cfg), MetricsBindAddress: "0"})
+		}()
+	}
+	client, err := kubernetes.NewForConfig(kube.Fast(plane.RESTConfig()))
+	if err != nil {
+		return nil, err
+	}
+	r.client = client
+	if v, err := client.Discovery().ServerVersion(); err == nil && r.opts.Mode == ModeUpstream {
+		res.Components += " " + v.GitVersion
+	}
+	fcfg := r.sc.fakeNodeConfig(scale)
+	fcfg.Client = client
+	if r.nodes, err = fakenode.New(fcfg); err != nil {
+		return nil, err
+	}
+	go func() { errc <- r.nodes.Run(ctx) }()
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	r.rec.watch(factory)
+	factory.Start(ctx.Done())
+	defer func() { cancel(); factory.Shutdown() }()
+	factory.WaitForCacheSync(ctx.Done())
+
+	setupCtx, setupCancel := context.WithTimeout(ctx, r.opts.SetupTimeout)
+	defer setupCancel()
+	if err := r.waitNodes(setupCtx, errc, factory); err != nil {
+		return nil, err
+	}
+	if err := r.applyWorkloads(setupCtx, plane.RESTConfig()); err != nil {
+		return nil, err
+	}
+	if err := r.waitWorkloads(setupCtx, errc, factory); err != nil {
+		return nil, err
+	}
+	res.SetupSeconds = time.Since(setupStart).Seconds()
+	res.Nodes = len(r.nodes.NodeNames())
+	pods, _ := factory.Core().V1().Pods().Lister().List(labels.Everything())
+	res.Pods = len(pods)
+
+	r.start = time.Now()
+	r.rec.start()
+	r.printf("setup done in %s: %d nodes, %d pods Ready; timeline of %v starts (time scale %g: %v real)",
+		time.Since(setupStart).Round(100*time.Millisecond), res.Nodes, res.Pods, r.sc.Duration.Duration, scale, r.real(r.sc.Duration.Duration).Round(100*time.Millisecond))
+	res.Marks, res.Samples, res.Interrupted, err = r.timeline(ctx, errc)
+	if err != nil {
+		return nil, err
+	}
+	measures := r.rec.finish(r.start.Add(r.real(r.recoveryAt())))
+	for name, v := range measures {
+		if v != nil && measure(name).Kind == kindDuration {
+			*v *= scale
+		}
+	}
+	res.Measures = measures
+	res.Zones = r.rec.zones()
+	for i := range r.sc.Expect {
+		e := &r.sc.Expect[i]
+		if !e.appliesTo(r.opts.Mode) {
+			continue
+		}
+		v := measures[e.Metric]
+		res.Expectations = append(res.Expectations, Checked{Expectation: e.String(), Metric: e.Metric, Value: v, Passed: e.holds(v)})
+	}
+	return res, nil
+}
+
+// recoveryAt is when the last fault ends, in cluster time from the start.
+func (r *runner) recoveryAt() time.Duration {
+	var end time.Duration
+	for _, st := range r.sc.Timeline {
+		if st.Action != ActionBurst {
+			end = max(end, st.End())
+		}
+	}
+	return end
+}
+
+// waitNodes waits until every fake node is Ready and schedulable: the
+// not-ready NoSchedule taint of registration is gone.
+func (r *runner) waitNodes(ctx context.Context, errc <-chan error, f informers.SharedInformerFactory) error {
+	select {
+	case <-r.nodes.Ready():
+	case err := <-errc:
+		return fmt.Errorf("fake nodes or controllers stopped: %w", err)
+	case <-ctx.Done():
+		return fmt.Errorf("registering the fake nodes: %w", ctx.Err())
+	}
+	want := len(r.nodes.NodeNames())
+	return r.waitFor(ctx, errc, "nodes Ready and untainted", func() (string, bool) {
+		nodes, _ := f.Core().V1().Nodes().Lister().List(labels.Everything())
+		ready := 0
+		for _, n := range nodes {
+			if kube.NodeReady(n) && !kube.HasTaint(n, v1.TaintNodeNotReady) {
+				ready++
+			}
+		}
+		return fmt.Sprintf("%d/%d nodes Ready and untainted", ready, want), ready == want
+	})
+}
+
+func (r *runner) waitWorkloads(ctx context.Context, errc <-chan error, f informers.SharedInformerFactory) error {
+	return r.waitFor(ctx, errc, "workloads Ready", func() (string, bool) {
+		pods, _ := f.Core().V1().Pods().Lister().List(labels.Everything())
+		ready := 0
+		for _, p := range pods {
+			if kube.PodReady(p) {
+				ready++
+			}
+		}
+		return fmt.Sprintf("%d/%d pods Ready", ready, len(pods)), r.rec.workloads()
+	})
+}
+
+// waitFor polls cond every 200ms, printing its progress every 5s.
+func (r *runner) waitFor(ctx context.Context, errc <-chan error, what string, cond func() (string, bool)) error {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	lastPrint := time.Now()
+	for {
+		status, ok := cond()
+		if ok {
+			r.printf("%s", status)
+			return nil
+		}
+		if time.Since(lastPrint) >= 5*time.Second {
+			r.printf("waiting for %s: %s", what, status)
+			lastPrint = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s (%s): %w; raise --setup-timeout or see the logs in %s/logs", what, status, ctx.Err(), r.opts.Dir)
+		case err := <-errc:
+			return fmt.Errorf("fake nodes or controllers stopped: %w", err)
+		case <-tick.C:
+		}
+	}
+}
+
+// applyWorkloads creates the scenario's manifests in order, creating
+// namespaces they name.
+func (r *runner) applyWorkloads(ctx context.Context, cfg *rest.Config) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(r.client.Discovery()))
+	namespaces := map[string]bool{}
+	for _, m := range r.sc.manifests(r.opts.TimeScale) {
+		gvk := m.obj.GetObjectKind().GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", m.src, gvk.Kind, err)
+		}
+		data, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m.obj)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.src, err)
+		}
+		u := &unstructured.Unstructured{Object: data}
+		u.SetAPIVersion(gvk.GroupVersion().String())
+		u.SetKind(gvk.Kind)
+		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ns := u.GetNamespace()
+			if ns == "" {
+				ns = metav1.NamespaceDefault
+				u.SetNamespace(ns)
+			}
+			if !namespaces[ns] && ns != metav1.NamespaceDefault {
+				_, err := r.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+				if err != nil && !apierrors.IsAlreadyExists(err) {
+					return fmt.Errorf("%s: creating namespace %s: %w", m.src, ns, err)
+				}
+			}
+			namespaces[ns] = true
+			ri = dyn.Resource(mapping.Resource).Namespace(ns)
+		}
+		if _, err := ri.Create(ctx, u, metav1.CreateOptions{FieldManager: "nodeshepherd-simulate"}); err != nil {
+			return fmt.Errorf("%s: creating %s %s: %w", m.src, gvk.Kind, u.GetName(), err)
+		}
+	}
+	r.printf("created %d workload objects", len(r.sc.manifests(1)))
+	return nil
+}
+
+// timeline runs the steps at their times, samples the state for the charts
+// and prints progress, until the scenario's duration or ctx ends.
+func (r *runner) timeline(ctx context.Context, errc <-chan error) (marks []Mark, samples []Sample, interrupted bool, err error) {
+	steps := slices.Clone(r.sc.Timeline)
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].At.Duration < steps[j].At.Duration })
+	total := r.sc.Duration.Duration
+	// About 400 samples per run, at most 20 a second.
+	sampleEvery := max(r.real(total)/400, 50*time.Millisecond)
+	progressEvery := max(r.real(total)/20, 2*time.Second)
+	sampleTick := time.NewTicker(sampleEvery)
+	defer sampleTick.Stop()
+	progressTick := time.NewTicker(progressEvery)
+	defer progressTick.Stop()
+	end := time.NewTimer(r.real(total))
+	defer end.Stop()
+	next := 0
+	stepTimer := time.NewTimer(0)
+	defer stepTimer.Stop()
+	samples = append(samples, r.rec.sample(0))
+	for {
+		select {
+		case <-ctx.Done():
+			r.printf("interrupted at %v: reporting what was recorded so far", r.clusterSince(time.Now()).Round(time.Second))
+			return marks, samples, true, nil
+		case err := <-errc:
+			return nil, nil, false, fmt.Errorf("fake nodes or controllers stopped: %w", err)
+		case <-end.C:
+			samples = append(samples, r.rec.sample(r.clusterSince(time.Now()).Seconds()))
+			r.progress()
+			return marks, samples, false, nil
+		case <-sampleTick.C:
+			samples = append(samples, r.rec.sample(r.clusterSince(time.Now()).Seconds()))
+		case <-progressTick.C:
+			r.progress()
+		case <-stepTimer.C:
+			for next < len(steps) && r.clusterSince(time.Now()) >= steps[next].At.Duration {
+				st := &steps[next]
+				next++
+				nodes, err := r.do(ctx, st)
+				if err != nil {
+					return nil, nil, false, fmt.Errorf("timeline step %q at %v: %w", st.String(), st.At.Duration, err)
+				}
+				marks = append(marks, Mark{T: st.At.Duration.Seconds(), Text: st.String(), Nodes: nodes})
+				r.printf("t=%-7s ▶ %s%s", fmtDuration(st.At.Duration), st.String(), nodeList(nodes))
+			}
+			if next < len(steps) {
+				stepTimer.Reset(max(r.real(steps[next].At.Duration)-time.Since(r.start), 0))
+			}
+		}
+	}
+}
+
+func nodeList(nodes []string) string {
+	switch {
+	case len(nodes) == 0:
+		return ""
+	case len(nodes) <= 3:
+		return " (" + strings.Join(nodes, ", ") + ")"
+	}
+	return fmt.Sprintf(" (%d nodes: %s, ...)", len(nodes), strings.Join(nodes[:2], ", "))
+}
+
+// progress prints one status line.
+func (r *runner) progress() {
+	t := r.clusterSince(time.Now())
+	s := r.rec.sample(t.Seconds())
+	ready, notReady := 0, 0
+	for _, z := range r.rec.zones() {
+		ready += s.ZoneReady[z]
+		notReady += s.ZoneNotReady[z]
+	}
+	r.printf("t=%-7s nodes Ready %d NotReady %d · NoExecute %d · cordoned %d · pods Ready %d NotReady %d Pending %d · evicted %d · preempted %d · drained %d",
+		fmtDuration(t), ready, notReady, s.NoExecute, s.Cordoned, s.PodsReady, s.PodsNotReady, s.PodsPending, s.Evicted, s.Preempted, s.DrainEvicted)
+}
+
+// resolve turns a step's target into node names.
+func (r *runner) resolve(t Target) []string {
+	var names []string
+	switch {
+	case len(t.Nodes) > 0:
+		names = slices.Clone(t.Nodes)
+	default:
+		names = r.nodes.NodeNames()
+	}
+	if t.Zone != "" {
+		names = slices.DeleteFunc(names, func(n string) bool { return r.nodes.Zone(n) != t.Zone })
+	}
+	if t.Count > 0 && t.Count < len(names) {
+		names = names[:t.Count]
+	}
+	return names
+}
+
+// do executes one step and returns the nodes it touched.
+func (r *runner) do(ctx context.Context, st *Step) ([]string, error) {
+	r.rec.fault()
+	if st.Action == ActionBurst {
+		return nil, r.burst(ctx, st.Burst)
+	}
+	nodes := r.resolve(st.Target)
+	fault := func(a fakenode.Action, d time.Duration) error {
+		_, err := r.nodes.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: nodes}, Condition: st.cond, Duration: d})
+		return err
+	}
+	d := r.real(st.For.Duration)
+	switch st.Action {
+	case ActionPartition, ActionNetworkBlip:
+		return nodes, fault(fakenode.Partition, d)
+	case ActionHeal:
+		return nodes, fault(fakenode.Heal, 0)
+	case ActionKubeletStop:
+		return nodes, fault(fakenode.KubeletStop, d)
+	case ActionKubeletStart:
+		return nodes, fault(fakenode.KubeletStart, 0)
+	case ActionKubeletRestart:
+		if d > 0 {
+			return nodes, fault(fakenode.KubeletStop, d)
+		}
+		if err := fault(fakenode.KubeletStop, 0); err != nil {
+			return nodes, err
+		}
+		return nodes, fault(fakenode.KubeletStart, 0)
+	case ActionSetCondition:
+		return nodes, fault(fakenode.SetCondition, d)
+	case ActionClearCondition:
+		return nodes, fault(fakenode.ClearCondition, 0)
+	case ActionCordon, ActionUncordon:
+		if err := r.cordon(ctx, nodes, st.Action == ActionCordon); err != nil {
+			return nodes, err
+		}
+		if st.Action == ActionCordon && d > 0 {
+			time.AfterFunc(d, func() { _ = r.cordon(ctx, nodes, false) })
+		}
+		return nodes, nil
+	}
+	return nil, fmt.Errorf("unknown action %q", st.Action)
+}
+
+// cordon sets spec.unschedulable as kubectl cordon does.
+func (r *runner) cordon(ctx context.Context, nodes []string, on bool) error {
+	patch := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on))
+	var errs []error
+	for _, n := range nodes {
+		_, err := r.client.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-cordon"})
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// burst creates a Deployment of pods that need the burst's resources.
+func (r *runner) burst(ctx context.Context, b *Burst) error {
+	labels := map[string]string{"app": b.Name, burstLabel: b.Name}
+	req := v1.ResourceList{}
+	if !b.CPU.IsZero() {
+		req[v1.ResourceCPU] = b.CPU.Quantity
+	}
+	if !b.Memory.IsZero() {
+		req[v1.ResourceMemory] = b.Memory.Quantity
+	}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: metav1.NamespaceDefault, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(b.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: v1.PodSpec{PriorityClassName: b.PriorityClassName, Containers: []v1.Container{{
+					Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Requests: req},
+				}}},
+			},
+		},
+	}
+	_, err := r.client.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, dep, metav1.CreateOptions{})
+	return err
+}
+
+// fmtDuration prints a cluster duration compactly: 45s, 5m0s, 1h2m3s.
+func fmtDuration(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	return "+" + d.Round(time.Second).String()
+}

@@ -1,0 +1,442 @@
+// Package simulate runs scenarios: a real local control plane with fake
+// nodes, nodeshepherd's controllers (or kube-controller-manager's and
+// kube-scheduler, to compare), a scripted timeline of failures, and a report
+// of what happened, with the scenario's expectations checked.
+package simulate
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/configfile"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+)
+
+// Kind is the kind of a scenario file.
+const Kind = "Scenario"
+
+// Scenario is a rehearsal: the cluster, its workloads, what goes wrong when,
+// and what must hold. Durations are cluster time; --time-scale divides them.
+type Scenario struct {
+	configfile.TypeMeta `yaml:",inline"`
+	Name                string `yaml:"name"`
+	Description         string `yaml:"description"`
+	// Duration is how long the timeline runs, from the moment every workload
+	// is ready.
+	Duration Duration `yaml:"duration"`
+	// Controllers are `nodeshepherd run` flags by name, e.g.
+	// node-monitor-grace-period: 40s. Those kube-controller-manager also has
+	// apply to the upstream run as well.
+	Controllers Settings    `yaml:"controllers"`
+	Cluster     Cluster     `yaml:"cluster"`
+	Workloads   []Workload  `yaml:"workloads"`
+	Timeline    []Step      `yaml:"timeline"`
+	Expect      []Expectation `yaml:"expect"`
+
+	path string
+}
+
+// Cluster is the fake nodes: zones with node counts, node capacity and the
+// fake kubelet's timing.
+type Cluster struct {
+	Zones   []Zone      `yaml:"zones"`
+	Node    NodeShape   `yaml:"node"`
+	Kubelet KubeletSpec `yaml:"kubelet"`
+}
+
+// Zone is a topology zone with its number of nodes.
+type Zone struct {
+	Name  string `yaml:"name"`
+	Nodes int    `yaml:"nodes"`
+}
+
+// NodeShape is every node's capacity and extra labels.
+type NodeShape struct {
+	CPU     Quantity          `yaml:"cpu"`
+	Memory  Quantity          `yaml:"memory"`
+	MaxPods int               `yaml:"maxPods"`
+	Labels  map[string]string `yaml:"labels"`
+}
+
+// KubeletSpec is the fake kubelet's timing (kubelet defaults when omitted).
+type KubeletSpec struct {
+	LeaseDuration             Duration `yaml:"leaseDuration"`
+	LeaseRenewInterval        Duration `yaml:"leaseRenewInterval"`
+	NodeStatusUpdateFrequency Duration `yaml:"nodeStatusUpdateFrequency"`
+	NodeStatusReportFrequency Duration `yaml:"nodeStatusReportFrequency"`
+	PodStartDelay             Duration `yaml:"podStartDelay"`
+	// EmulateStalePodStatus reproduces the kubelet 1.15 behaviour of seed
+	// 002: pod statuses changed while the node was away are not re-posted.
+	EmulateStalePodStatus bool `yaml:"emulateStalePodStatus"`
+}
+
+// Duration is a time.Duration written as "45s" or "10m" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalYAML parses Go duration syntax and names the line on error.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return configfile.LineError(n, "invalid duration %q: write a number with a unit, e.g. 45s, 5m or 1h30m", n.Value)
+	}
+	if v < 0 {
+		return configfile.LineError(n, "duration %q must not be negative", n.Value)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(d.String())), nil }
+
+// Quantity is a resource quantity ("4", "500m", "16Gi").
+type Quantity struct{ resource.Quantity }
+
+// UnmarshalYAML parses a Kubernetes quantity and names the line on error.
+func (q *Quantity) UnmarshalYAML(n *yaml.Node) error {
+	v, err := resource.ParseQuantity(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return configfile.LineError(n, "invalid quantity %q: write e.g. 4, 500m or 16Gi", n.Value)
+	}
+	q.Quantity = v
+	return nil
+}
+
+// Target selects nodes: by name, by zone, or all; Count keeps the first N
+// (by name) of the selection, so that part of a zone can fail.
+type Target struct {
+	Nodes []string `yaml:"nodes"`
+	Zone  string   `yaml:"zone"`
+	All   bool     `yaml:"all"`
+	Count int      `yaml:"count"`
+}
+
+// Step actions.
+const (
+	ActionPartition      = "partition"       // cut the nodes' API traffic, for `for:` or until heal
+	ActionNetworkBlip    = "network-blip"    // a partition that must have `for:`
+	ActionHeal           = "heal"            // end a partition
+	ActionKubeletRestart = "kubelet-restart" // stop the kubelet, start it after `for:` (default at once)
+	ActionKubeletStop    = "kubelet-stop"
+	ActionKubeletStart   = "kubelet-start"
+	ActionSetCondition   = "set-condition"   // condition: KernelDeadlock=True, cleared after `for:`
+	ActionClearCondition = "clear-condition" // condition: KernelDeadlock
+	ActionCordon         = "cordon"          // by hand, as kubectl cordon
+	ActionUncordon       = "uncordon"
+	ActionBurst          = "burst" // create a Deployment of high-priority pods
+)
+
+// Actions lists every step action, for errors and help.
+var Actions = []string{ActionPartition, ActionNetworkBlip, ActionHeal, ActionKubeletRestart, ActionKubeletStop, ActionKubeletStart,
+	ActionSetCondition, ActionClearCondition, ActionCordon, ActionUncordon, ActionBurst}
+
+// Step is one timeline event.
+type Step struct {
+	At        Duration `yaml:"at"`
+	Action    string   `yaml:"action"`
+	Target    `yaml:",inline"`
+	For       Duration `yaml:"for"`
+	Condition string   `yaml:"condition"`
+	Burst     *Burst   `yaml:"burst"`
+
+	cond *fakenode.Condition
+}
+
+// Burst is a Deployment created by a burst step.
+type Burst struct {
+	Name              string   `yaml:"name"`
+	Replicas          int32    `yaml:"replicas"`
+	PriorityClassName string   `yaml:"priorityClassName"`
+	CPU               Quantity `yaml:"cpu"`
+	Memory            Quantity `yaml:"memory"`
+}
+
+// End is when the step's effect ends (its start when it has no duration).
+func (s *Step) End() time.Duration { return s.At.Duration + s.For.Duration }
+
+func (s *Step) String() string {
+	var b strings.Builder
+	b.WriteString(s.Action)
+	if s.Condition != "" {
+		b.WriteString(" " + s.Condition)
+	}
+	if s.Burst != nil {
+		fmt.Fprintf(&b, " %s: %d pods of %s", s.Burst.Name, s.Burst.Replicas, s.Burst.PriorityClassName)
+	}
+	if t := s.Target.String(); t != "" {
+		b.WriteString(" on " + t)
+	}
+	if s.For.Duration > 0 {
+		b.WriteString(" for " + s.For.Duration.String())
+	}
+	return b.String()
+}
+
+func (t Target) String() string {
+	var s string
+	switch {
+	case t.All:
+		s = "all nodes"
+	case t.Zone != "":
+		s = "zone " + t.Zone
+	case len(t.Nodes) > 0:
+		s = strings.Join(t.Nodes, ",")
+	}
+	if t.Count > 0 && s != "" {
+		s = fmt.Sprintf("%d nodes of %s", t.Count, s)
+	}
+	return s
+}
+
+func (t Target) empty() bool { return !t.All && t.Zone == "" && len(t.Nodes) == 0 }
+
+// Load reads and validates a scenario file; every error names file:line.
+func Load(path string) (*Scenario, error) {
+	var s Scenario
+	if err := configfile.Load(path, Kind, &s); err != nil {
+		return nil, err
+	}
+	s.path = path
+	if s.Name == "" {
+		s.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Path is the file the scenario came from.
+func (s *Scenario) Path() string { return s.path }
+
+// validate checks what the YAML types cannot: references to nodes and
+// zones, settings, manifests and expectations.
+func (s *Scenario) validate() error {
+	root, err := s.rootNode()
+	if err != nil {
+		return err
+	}
+	var errs []string
+	at := func(n *yaml.Node, format string, args ...any) {
+		line := 1
+		if n != nil {
+			line = n.Line
+		}
+		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, line, fmt.Sprintf(format, args...)))
+	}
+	if s.Duration.Duration <= 0 {
+		at(field(root, "duration"), "duration: give how long the timeline runs, e.g. duration: 10m")
+	}
+	clusterNode := field(root, "cluster")
+	zonesNode := field(clusterNode, "zones")
+	if len(s.Cluster.Zones) == 0 {
+		at(clusterNode, "cluster.zones: list at least one zone, e.g. - {name: zone-a, nodes: 3}")
+	}
+	zones := map[string]bool{}
+	for i, z := range s.Cluster.Zones {
+		n := item(zonesNode, i)
+		switch {
+		case z.Name == "":
+			at(n, "cluster.zones[%d]: name is missing", i)
+		case zones[z.Name]:
+			at(n, "cluster.zones[%d]: zone %q is listed twice", i, z.Name)
+		}
+		if z.Nodes < 1 {
+			at(n, "cluster.zones[%d]: nodes must be at least 1, got %d", i, z.Nodes)
+		}
+		zones[z.Name] = true
+	}
+	fcfg := s.fakeNodeConfig(1)
+	// New only validates and names the nodes; the client is never called.
+	fcfg.Client, _ = kubernetes.NewForConfig(&rest.Config{Host: "http://validation.invalid"})
+	var nodeNames []string
+	if len(errs) == 0 {
+		m, err := fakenode.New(fcfg)
+		if err != nil {
+			at(clusterNode, "cluster: %v", err)
+		} else {
+			nodeNames = m.NodeNames()
+		}
+	}
+	if err := s.Controllers.check(s.path); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if err := s.loadWorkloads(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	timelineNode := field(root, "timeline")
+	for i := range s.Timeline {
+		st := &s.Timeline[i]
+		where := item(timelineNode, i)
+		for _, e := range s.checkStep(st, zones, nodeNames) {
+			at(where, "timeline[%d] (%s): %s", i, st.Action, e)
+		}
+		if s.Duration.Duration > 0 && st.At.Duration > s.Duration.Duration {
+			at(where, "timeline[%d]: at %v is after the scenario's duration %v", i, st.At.Duration, s.Duration.Duration)
+		}
+	}
+	expectNode := field(root, "expect")
+	for i := range s.Expect {
+		if e := s.Expect[i].check(); e != "" {
+			at(item(expectNode, i), "expect[%d]: %s", i, e)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return nil
+}
+
+func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []string {
+	var errs []string
+	if !slices.Contains(Actions, st.Action) {
+		return []string{fmt.Sprintf("unknown action %q; actions: %s", st.Action, strings.Join(Actions, ", "))}
+	}
+	if st.Action == ActionBurst {
+		b := st.Burst
+		switch {
+		case b == nil:
+			errs = append(errs, "burst: give name, replicas, priorityClassName and cpu, e.g. burst: {name: urgent, replicas: 10, priorityClassName: high, cpu: \"1\"}")
+		case b.Name == "" || b.Replicas < 1:
+			errs = append(errs, "burst: name and replicas (at least 1) are required")
+		}
+		if !st.Target.empty() || st.For.Duration > 0 || st.Condition != "" {
+			errs = append(errs, "burst takes no nodes, zone, for or condition")
+		}
+		return errs
+	}
+	if st.Burst != nil {
+		errs = append(errs, "burst: only the burst action takes it")
+	}
+	if st.Target.empty() {
+		errs = append(errs, "no target: give nodes: [NAME...], zone: NAME or all: true")
+	}
+	if st.Zone != "" && !zones[st.Zone] {
+		errs = append(errs, fmt.Sprintf("unknown zone %q; the cluster's zones: %s", st.Zone, strings.Join(sortedKeys(zones), ", ")))
+	}
+	for _, n := range st.Nodes {
+		if nodes != nil && !slices.Contains(nodes, n) {
+			errs = append(errs, fmt.Sprintf("unknown node %q; nodes are named %s to %s", n, nodes[0], nodes[len(nodes)-1]))
+		}
+	}
+	if st.Count < 0 {
+		errs = append(errs, "count must not be negative")
+	}
+	switch st.Action {
+	case ActionNetworkBlip:
+		if st.For.Duration <= 0 {
+			errs = append(errs, "network-blip needs for: (how long the network is down), e.g. for: 45s")
+		}
+	case ActionSetCondition:
+		c, err := fakenode.ParseCondition(st.Condition, true)
+		if err != nil {
+			errs = append(errs, "condition: "+err.Error())
+		}
+		st.cond = c
+	case ActionClearCondition:
+		c, err := fakenode.ParseCondition(st.Condition, false)
+		if err != nil {
+			errs = append(errs, "condition: "+err.Error())
+		}
+		st.cond = c
+	case ActionHeal, ActionKubeletStart, ActionCordon, ActionUncordon, ActionKubeletStop:
+		if st.For.Duration > 0 && st.Action != ActionKubeletStop && st.Action != ActionCordon {
+			errs = append(errs, fmt.Sprintf("%s takes no for:", st.Action))
+		}
+	}
+	if st.Condition != "" && st.Action != ActionSetCondition && st.Action != ActionClearCondition {
+		errs = append(errs, fmt.Sprintf("%s takes no condition", st.Action))
+	}
+	return errs
+}
+
+func sortedKeys(m map[string]bool) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// rootNode parses the file again as a node tree, to point errors found after
+// decoding at their lines.
+func (s *Scenario) rootNode() (*yaml.Node, error) {
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 0 {
+		return &doc, nil
+	}
+	return doc.Content[0], nil
+}
+
+// field returns the value node of key in a mapping node, or nil.
+func field(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// item returns the i-th element of a sequence node, or its parent.
+func item(n *yaml.Node, i int) *yaml.Node {
+	if n == nil || n.Kind != yaml.SequenceNode || i >= len(n.Content) {
+		return n
+	}
+	return n.Content[i]
+}
+
+// fakeNodeConfig is the cluster for the fake node manager, durations divided
+// by scale.
+func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
+	c := fakenode.Config{
+		CPU: s.Cluster.Node.CPU.Quantity, Memory: s.Cluster.Node.Memory.Quantity, MaxPods: s.Cluster.Node.MaxPods,
+		Labels:                    s.Cluster.Node.Labels,
+		LeaseDuration:             scaleDuration(s.Cluster.Kubelet.LeaseDuration.Duration, fakenode.DefaultLeaseDuration, scale),
+		LeaseRenewInterval:        scaleDuration(s.Cluster.Kubelet.LeaseRenewInterval.Duration, fakenode.DefaultLeaseRenewInterval, scale),
+		NodeStatusUpdateFrequency: scaleDuration(s.Cluster.Kubelet.NodeStatusUpdateFrequency.Duration, fakenode.DefaultNodeStatusUpdateFrequency, scale),
+		NodeStatusReportFrequency: scaleDuration(s.Cluster.Kubelet.NodeStatusReportFrequency.Duration, fakenode.DefaultNodeStatusReportFrequency, scale),
+		PodStartDelay:             scaleDuration(s.Cluster.Kubelet.PodStartDelay.Duration, fakenode.DefaultPodStartDelay, scale),
+		EmulateStalePodStatus:     s.Cluster.Kubelet.EmulateStalePodStatus,
+	}
+	for _, z := range s.Cluster.Zones {
+		c.Zones = append(c.Zones, fakenode.Zone{Name: z.Name, Count: z.Nodes})
+	}
+	return c
+}
+
+// scaleDuration divides d (or def when d is zero) by scale, keeping at
+// least a millisecond.
+func scaleDuration(d, def time.Duration, scale float64) time.Duration {
+	if d == 0 {
+		d = def
+	}
+	return max(time.Duration(float64(d)/scale), time.Millisecond)
+}
+
+// scaleSeconds divides whole seconds by scale, rounding up so that a
+// positive toleration stays positive.
+func scaleSeconds(s int64, scale float64) int64 {
+	if s <= 0 {
+		return s
+	}
+	return int64(math.Ceil(float64(s) / scale))
+}
