@@ -76,7 +76,8 @@ func fmtTick(s float64) string {
 	if s == 0 {
 		return "0"
 	}
-	return strings.TrimSuffix(strings.TrimSuffix(secondsDuration(s).String(), "0s"), "m0")
+	// 1m0s reads as 1m, 1h0m0s as 1h.
+	return strings.TrimSuffix(strings.TrimSuffix(secondsDuration(s).String(), "0s"), "0m")
 }
 
 // render draws the chart's series as step lines, with the timeline's marks.

@@ -314,19 +314,19 @@ func replicas(p *int32) int32 {
 
 // Sample is the cluster's state at one moment, for the charts.
 type Sample struct {
-	T             float64        `json:"t"` // cluster seconds since the timeline started
-	ZoneReady     map[string]int `json:"zoneReady"`
-	ZoneNotReady  map[string]int `json:"zoneNotReady"`
-	NoExecute     int            `json:"noExecuteTainted"`
-	NoSchedule    int            `json:"conditionTainted"`
-	Cordoned      int            `json:"cordoned"`
-	PodsReady     int            `json:"podsReady"`
-	PodsNotReady  int            `json:"podsNotReady"`
-	PodsPending   int            `json:"podsPending"`
-	Evicted       int            `json:"evicted"`
-	Preempted     int            `json:"preempted"`
-	DrainEvicted  int            `json:"drainEvicted"`
-	DrainsDone    int            `json:"drains"`
+	T            float64        `json:"t"` // cluster seconds since the timeline started
+	ZoneReady    map[string]int `json:"zoneReady"`
+	ZoneNotReady map[string]int `json:"zoneNotReady"`
+	NoExecute    int            `json:"noExecuteTainted"`
+	NoSchedule   int            `json:"conditionTainted"`
+	Cordoned     int            `json:"cordoned"`
+	PodsReady    int            `json:"podsReady"`
+	PodsNotReady int            `json:"podsNotReady"`
+	PodsPending  int            `json:"podsPending"`
+	Evicted      int            `json:"evicted"`
+	Preempted    int            `json:"preempted"`
+	DrainEvicted int            `json:"drainEvicted"`
+	DrainsDone   int            `json:"drains"`
 }
 
 // sample takes the current state; t is in cluster seconds.

@@ -39,10 +39,10 @@ type Scenario struct {
 	// Controllers are `nodeshepherd run` flags by name, e.g.
 	// node-monitor-grace-period: 40s. Those kube-controller-manager also has
 	// apply to the upstream run as well.
-	Controllers Settings    `yaml:"controllers"`
-	Cluster     Cluster     `yaml:"cluster"`
-	Workloads   []Workload  `yaml:"workloads"`
-	Timeline    []Step      `yaml:"timeline"`
+	Controllers Settings      `yaml:"controllers"`
+	Cluster     Cluster       `yaml:"cluster"`
+	Workloads   []Workload    `yaml:"workloads"`
+	Timeline    []Step        `yaml:"timeline"`
 	Expect      []Expectation `yaml:"expect"`
 
 	path string
