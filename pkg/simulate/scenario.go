@@ -101,6 +101,16 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalJSON writes the Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(d.String())), nil }
 
+// UnmarshalJSON reads what MarshalJSON wrote, for readers of report.json.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration, err = time.ParseDuration(s)
+	return err
+}
+
 // Quantity is a resource quantity ("4", "500m", "16Gi").
 type Quantity struct{ resource.Quantity }
 

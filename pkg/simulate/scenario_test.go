@@ -1,0 +1,178 @@
+package simulate
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+const validScenario = `apiVersion: nodeshepherd.io/v1alpha1
+kind: Scenario
+name: test
+duration: 5m
+controllers:
+  node-monitor-grace-period: 40s
+  node-eviction-rate: 0.2
+  drain-condition: ["KernelDeadlock=True,2m"]
+cluster:
+  zones:
+  - {name: zone-a, nodes: 2}
+  - {name: zone-b, nodes: 1}
+  node: {cpu: "4", memory: 8Gi}
+workloads:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web}
+  spec:
+    replicas: 3
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        tolerations:
+        - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 120}
+        containers: [{name: web, image: pause}]
+timeline:
+- {at: 30s, action: network-blip, nodes: [fake-node-0000], for: 45s}
+- {at: 1m, action: partition, zone: zone-a, count: 1}
+- {at: 2m, action: set-condition, condition: KernelDeadlock=True, all: true, for: 1m}
+- {at: 3m, action: burst, burst: {name: urgent, replicas: 2, priorityClassName: high, cpu: "1"}}
+expect:
+- {metric: podNotReadyAfterRecovery, atMost: 60s}
+- {metric: maxNodesCordoned, atMost: 2}
+- {metric: podsEvicted, atLeast: 0, run: upstream}
+`
+
+func writeScenario(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadValidScenarioAndScale(t *testing.T) {
+	sc, err := Load(writeScenario(t, validScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Timeline) != 4 || len(sc.Expect) != 3 || len(sc.Workloads) != 1 {
+		t.Fatalf("decoded %d steps, %d expectations, %d workloads", len(sc.Timeline), len(sc.Expect), len(sc.Workloads))
+	}
+	cfg, kcm, err := sc.Controllers.scaled(sc.path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeLifecycle.NodeMonitorGracePeriod != 4*time.Second || cfg.NodeLifecycle.NodeMonitorPeriod != 500*time.Millisecond {
+		t.Errorf("durations not divided by 10: grace %v, period %v", cfg.NodeLifecycle.NodeMonitorGracePeriod, cfg.NodeLifecycle.NodeMonitorPeriod)
+	}
+	if cfg.NodeLifecycle.NodeEvictionRate != 2 {
+		t.Errorf("rate not multiplied by 10: %v", cfg.NodeLifecycle.NodeEvictionRate)
+	}
+	if got := cfg.Drain.Conditions; len(got) != 1 || got[0] != "KernelDeadlock=True,12s" {
+		t.Errorf("drain condition's minimum duration not scaled: %v", got)
+	}
+	if !strings.Contains(strings.Join(kcm, " "), "--node-monitor-grace-period=4s") || !strings.Contains(strings.Join(kcm, " "), "--node-eviction-rate=2") {
+		t.Errorf("kube-controller-manager flags: %v", kcm)
+	}
+	ms := sc.manifests(10)
+	spec := podSpec(ms[0].obj)
+	if ts := spec.Tolerations[0].TolerationSeconds; ts == nil || *ts != 12 {
+		t.Errorf("tolerationSeconds not scaled to 12: %v", ts)
+	}
+	// The original is untouched: a second run scales afresh.
+	if ts := podSpec(sc.Workloads[0].objects[0].obj).Tolerations[0].TolerationSeconds; *ts != 120 {
+		t.Errorf("scaling changed the scenario: %d", *ts)
+	}
+	f := sc.fakeNodeConfig(10)
+	if f.LeaseRenewInterval != time.Second || f.LeaseDuration != 4*time.Second {
+		t.Errorf("kubelet timing not scaled: renew %v, lease %v", f.LeaseRenewInterval, f.LeaseDuration)
+	}
+	if sc.Timeline[2].cond == nil || sc.Timeline[2].cond.Type != "KernelDeadlock" || sc.Timeline[2].cond.Status != v1.ConditionTrue {
+		t.Errorf("condition not parsed: %+v", sc.Timeline[2].cond)
+	}
+	if sc.Expect[2].appliesTo(RunNodeShepherd) || !sc.Expect[2].appliesTo(RunUpstream) || !sc.Expect[0].appliesTo(RunNodeShepherd) {
+		t.Error("expectations' runs wrong")
+	}
+}
+
+func TestBadScenariosNameFileAndLine(t *testing.T) {
+	replace := func(old, new string) string {
+		if !strings.Contains(validScenario, old) {
+			t.Fatalf("test bug: %q not in the scenario", old)
+		}
+		return strings.Replace(validScenario, old, new, 1)
+	}
+	cases := []struct {
+		name, text, want string
+	}{
+		{"unknown top-level field", replace("duration: 5m", "duration: 5m\ndurration: 6m"), ":5: field durration not found"},
+		{"bad duration", replace("duration: 5m", "duration: 5 minutes"), `:4: invalid duration "5 minutes"`},
+		{"missing duration", replace("duration: 5m\n", ""), "duration: give how long"},
+		{"negative duration", replace("for: 45s", "for: -45s"), "must not be negative"},
+		{"unknown zone", replace("zone: zone-a, count: 1", "zone: zone-x"), `:29: timeline[1] (partition): unknown zone "zone-x"; the cluster's zones: zone-a, zone-b`},
+		{"unknown node", replace("nodes: [fake-node-0000]", "nodes: [node-7]"), `:28: timeline[0] (network-blip): unknown node "node-7"; nodes are named fake-node-0000 to fake-node-0002`},
+		{"unknown action", replace("action: partition", "action: explode"), `:29: timeline[1] (explode): unknown action "explode"`},
+		{"blip without for", replace(", for: 45s}", "}"), "network-blip needs for:"},
+		{"bad condition", replace("condition: KernelDeadlock=True,", "condition: KernelDeadlock=Maybe,"), "must be True, False or Unknown"},
+		{"step after the end", replace("{at: 3m, action: burst", "{at: 7m, action: burst"), "at 7m0s is after the scenario's duration 5m0s"},
+		{"unknown step field", replace("count: 1}", "count: 1, foo: bar}"), ":29: field foo not found"},
+		{"unknown controller setting", replace("node-eviction-rate: 0.2", "node-eviction-rat: 0.2"), `:7: controllers: unknown setting "node-eviction-rat"`},
+		{"bad controller value", replace("node-eviction-rate: 0.2", "node-eviction-rate: fast"), `:7: controllers: node-eviction-rate: invalid argument "fast"`},
+		{"invalid controller setting", replace("node-eviction-rate: 0.2", "node-eviction-rate: -1"), "--node-eviction-rate must not be negative"},
+		{"simulation-owned setting", replace("node-eviction-rate: 0.2", "scheduler-name: mine"), ":7: controllers: scheduler-name is set by the simulation"},
+		{"manifest unknown field", replace("replicas: 3", "replicas: 3\n    replicaz: 4"), `:15: strict decoding error: unknown field "spec.replicaz"`},
+		{"manifest without name", replace("metadata: {name: web}", "metadata: {labels: {a: b}}"), ":15: metadata.name is missing"},
+		{"unknown metric", replace("metric: maxNodesCordoned", "metric: maxNodesCordonned"), `:34: expect[1]: unknown metric "maxNodesCordonned"`},
+		{"count given as duration", replace("maxNodesCordoned, atMost: 2", "maxNodesCordoned, atMost: 2s"), "maxNodesCordoned is a count"},
+		{"duration given as count", replace("atMost: 60s", "atMost: sixty"), "podNotReadyAfterRecovery is a duration"},
+		{"bad run", replace("run: upstream", "run: kcm"), `run "kcm": must be nodeshepherd, upstream or both`},
+		{"no zones", replace("  - {name: zone-a, nodes: 2}\n  - {name: zone-b, nodes: 1}\n", ""), "cluster.zones: list at least one zone"},
+		{"zone without nodes", replace("{name: zone-b, nodes: 1}", "{name: zone-b, nodes: 0}"), ":12: cluster.zones[1]: nodes must be at least 1"},
+		{"bad quantity", replace(`cpu: "4"`, "cpu: four"), `:13: invalid quantity "four"`},
+		{"wrong kind", replace("kind: Scenario", "kind: Scenery"), "expected apiVersion: nodeshepherd.io/v1alpha1 and kind: Scenario"},
+		{"missing workload file", replace("- apiVersion: apps/v1\n  kind: Deployment", "- file: nope.yaml\n- apiVersion: apps/v1\n  kind: Deployment"), "workloads[0]: open"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeScenario(t, c.text)
+			_, err := Load(p)
+			if err == nil {
+				t.Fatalf("no error; want %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q\ndoes not contain %q", err, c.want)
+			}
+			if !strings.Contains(err.Error(), p) {
+				t.Fatalf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestExpectationHolds(t *testing.T) {
+	e := Expectation{Metric: "timeToFirstEviction", AtLeast: &Bound{raw: "5m"}, AtMost: &Bound{raw: "6m"}}
+	if msg := e.check(); msg != "" {
+		t.Fatal(msg)
+	}
+	v := func(f float64) *float64 { return &f }
+	for _, c := range []struct {
+		v    *float64
+		want bool
+	}{{v(299), false}, {v(300), true}, {v(360), true}, {v(361), false}, {nil, false}} {
+		if got := e.holds(c.v); got != c.want {
+			t.Errorf("holds(%v) = %v, want %v", c.v, got, c.want)
+		}
+	}
+	// "never" is infinite: an atLeast alone holds.
+	only := Expectation{Metric: "timeToTaint", AtLeast: &Bound{raw: "1m"}}
+	only.check()
+	if !only.holds(nil) {
+		t.Error("never should satisfy atLeast")
+	}
+}

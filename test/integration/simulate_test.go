@@ -1,0 +1,230 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/simulate"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+// scenarioRuns says how CI runs each example scenario: time-scaled, and
+// compared with upstream where the scenario has upstream expectations.
+var scenarioRuns = map[string][]string{
+	"network-blip.yaml":     {"--time-scale=10", "--compare=upstream"},
+	"node-failure.yaml":     {"--time-scale=10", "--compare=upstream"},
+	"zone-outage.yaml":      {"--time-scale=10"},
+	"all-zones-down.yaml":   {"--time-scale=10"},
+	"kernel-deadlock.yaml":  {"--time-scale=10", "--compare=upstream"},
+	"preemption-burst.yaml": {"--time-scale=10", "--compare=upstream"},
+}
+
+// TestExampleScenarios runs every scenario of examples/scenarios with its
+// expectations, and checks one HTML report in headless Chromium.
+func TestExampleScenarios(t *testing.T) {
+	files, err := filepath.Glob("../../examples/scenarios/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example scenarios: %v", err)
+	}
+	for _, f := range files {
+		if _, ok := scenarioRuns[filepath.Base(f)]; !ok {
+			t.Errorf("%s is not in scenarioRuns: say how CI runs it", f)
+		}
+	}
+	bin := framework.Binary(t)
+	for _, f := range files {
+		args, ok := scenarioRuns[filepath.Base(f)]
+		if !ok {
+			continue
+		}
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, append([]string{"simulate", f, "-o", dir}, args...)...)
+			out, err := cmd.CombinedOutput()
+			t.Logf("simulate %s %v:\n%s", f, args, summary(out))
+			if err != nil {
+				t.Fatalf("simulate failed: %v (logs in %s)", err, dir)
+			}
+			rep := readReport(t, dir)
+			wantRuns := 1
+			if slices.Contains(args, "--compare=upstream") {
+				wantRuns = 2
+			}
+			if len(rep.Runs) != wantRuns {
+				t.Fatalf("%d runs in the report, want %d", len(rep.Runs), wantRuns)
+			}
+			checked := 0
+			for _, r := range rep.Runs {
+				for _, c := range r.Expectations {
+					checked++
+					if !c.Passed {
+						t.Errorf("%s: expectation %s failed", r.Mode, c.Expectation)
+					}
+				}
+				if len(r.Samples) < 100 {
+					t.Errorf("%s: only %d samples for the charts", r.Mode, len(r.Samples))
+				}
+			}
+			if checked == 0 {
+				t.Error("the scenario checked no expectation")
+			}
+			if rep.TimeScale != 10 {
+				t.Errorf("report's time scale %v, want 10", rep.TimeScale)
+			}
+			if filepath.Base(f) == "network-blip.yaml" {
+				checkHTMLInChromium(t, filepath.Join(dir, "report.html"), 2)
+			}
+		})
+	}
+}
+
+// summary keeps the report part of simulate's output.
+func summary(out []byte) string {
+	if i := bytes.Index(out, []byte("\nScenario ")); i >= 0 {
+		return string(out[i:])
+	}
+	return string(out)
+}
+
+func readReport(t *testing.T, dir string) *simulate.Report {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep simulate.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("report.json: %v", err)
+	}
+	return &rep
+}
+
+// chromiumArgs start Chromium headless without any network traffic of its own.
+var chromiumArgs = []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+	"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"}
+
+// checkHTMLInChromium loads the report in headless Chromium: the page's own
+// check must find every chart drawn and no script error, and a screenshot
+// is taken (kept next to the test's logs).
+func checkHTMLInChromium(t *testing.T, page string, runs int) {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is missing: 'make chromium' installs Debian's package (make test does it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := "file://" + page
+	dom, err := exec.CommandContext(ctx, chromium, append(chromiumArgs, "--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", url)...).Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v", err)
+	}
+	body := regexp.MustCompile(`<body[^>]*>`).Find(dom)
+	attr := func(name string) string {
+		m := regexp.MustCompile(name + `="([^"]*)"`).FindSubmatch(body)
+		if m == nil {
+			return ""
+		}
+		return string(m[1])
+	}
+	t.Logf("report page in chromium: %s", body)
+	if attr("data-charts") == "" || attr("data-charts") == "0" || attr("data-charts-drawn") != attr("data-charts") {
+		t.Errorf("charts drawn %q of %q: the page's self-check failed", attr("data-charts-drawn"), attr("data-charts"))
+	}
+	if e := attr("data-errors"); e != "" {
+		t.Errorf("script errors on the page: %s", e)
+	}
+	if n := bytes.Count(dom, []byte(`class="series"`)); n < runs*2 {
+		t.Errorf("only %d chart lines in the page", n)
+	}
+	if bytes.Contains(dom, []byte("http://")) || bytes.Contains(dom, []byte("https://")) {
+		t.Error("the report refers to the network; it must be self-contained")
+	}
+	shot := filepath.Join(os.TempDir(), "nodeshepherd-simulate-report.png")
+	if out, err := exec.CommandContext(ctx, chromium, append(chromiumArgs, "--user-data-dir="+t.TempDir(), "--window-size=1000,2600",
+		"--screenshot="+shot, url)...).CombinedOutput(); err != nil {
+		t.Fatalf("chromium --screenshot: %v: %s", err, out)
+	}
+	st, err := os.Stat(shot)
+	if err != nil || st.Size() < 20_000 {
+		t.Fatalf("screenshot %s missing or blank: %v", shot, err)
+	}
+	t.Logf("screenshot of the report: %s (%d bytes)", shot, st.Size())
+}
+
+// TestSimulateInterruptStopsCleanly sends Ctrl-C in the middle of the
+// timeline: the run stops, the report of what was recorded is written, and
+// no control-plane process is left.
+func TestSimulateInterruptStopsCleanly(t *testing.T) {
+	dir := t.TempDir()
+	var out lockedBuffer
+	cmd := exec.Command(framework.Binary(t), "simulate", "../../examples/scenarios/node-failure.yaml", "--time-scale=10", "-o", dir)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	framework.Eventually(t, 3*time.Minute, "the timeline to start", func(context.Context) (bool, string, error) {
+		return strings.Contains(out.String(), "▶ partition"), out.String(), nil
+	})
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("exit after Ctrl-C: %v, want code 1", err)
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("simulate did not stop within a minute of Ctrl-C:\n%s", out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+	if !strings.Contains(out.String(), "interrupted") {
+		t.Error("the output does not say the run was interrupted")
+	}
+	rep := readReport(t, dir)
+	if len(rep.Runs) != 1 || !rep.Runs[0].Interrupted {
+		t.Errorf("report runs %d, interrupted %v", len(rep.Runs), len(rep.Runs) == 1 && rep.Runs[0].Interrupted)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "report.html")); err != nil {
+		t.Error(err)
+	}
+	if left, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(left)) > 0 {
+		t.Errorf("processes left behind: %s", left)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a process writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
