@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane test test-unit test-integration demo bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet fmt clean
+.PHONY: all build controlplane chromium test test-unit test-integration demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet fmt clean
 
 all: build controlplane
 
@@ -25,8 +25,12 @@ controlplane: $(CONTROLPLANE_BINS)
 $(CONTROLPLANE_BINS) &: $(CONTROLPLANE_SRC)
 	@hack/build-controlplane.sh
 
+## chromium: Debian's headless Chromium, which checks simulate's HTML report in the tests
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
 ## test: unit and integration tests (builds the control plane first)
-test: vet controlplane
+test: vet controlplane chromium
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 45m ./...
 
 ## test-unit: only the tests that need no control plane
@@ -34,12 +38,18 @@ test-unit:
 	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./... | grep -v /test/)
 
 ## test-integration: only the tests against the local control plane
-test-integration: controlplane
+test-integration: controlplane chromium
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 45m ./test/...
 
 ## demo: a local control plane, fake nodes and a Deployment Running on them
 demo: build controlplane
 	$(BIN)/nodeshepherd demo
+
+## simulate: seed 002's network blip, nodeshepherd next to upstream, 5x faster (SCENARIO=... TIME_SCALE=... for others)
+SCENARIO ?= examples/scenarios/network-blip.yaml
+TIME_SCALE ?= 5
+simulate: build controlplane
+	$(BIN)/nodeshepherd simulate $(SCENARIO) --compare upstream --time-scale $(TIME_SCALE)
 
 ## bench-fakenodes: CPU and memory of 5,000 fake nodes (see docs/benchmarks.md)
 bench-fakenodes: controlplane

@@ -170,28 +170,27 @@ func (rep *Report) charts() []chart {
 		name, color string
 		value       func(Sample) int
 	}
-	var out []chart
-	for _, z := range zones {
-		out = append(out, build("Nodes in "+z, "nodes",
-			def{"Ready", colorGood, func(s Sample) int { return s.ZoneReady[z] }},
-			def{"NotReady", colorBad, func(s Sample) int { return s.ZoneNotReady[z] }}))
-	}
-	out = append(out,
-		build("Taints and cordons", "nodes",
-			def{"NoExecute (not-ready/unreachable)", colorBad, func(s Sample) int { return s.NoExecute }},
-			def{"NoSchedule by condition", colorWarn, func(s Sample) int { return s.NoSchedule }},
-			def{"cordoned", colorOther, func(s Sample) int { return s.Cordoned }}),
+	out := []chart{
 		build("Pods", "pods",
 			def{"Ready", colorGood, func(s Sample) int { return s.PodsReady }},
 			def{"NotReady", colorBad, func(s Sample) int { return s.PodsNotReady }},
 			def{"Pending", colorWarn, func(s Sample) int { return s.PodsPending }}),
+		build("Taints and cordons", "nodes",
+			def{"NoExecute (not-ready/unreachable)", colorBad, func(s Sample) int { return s.NoExecute }},
+			def{"NoSchedule by condition", colorWarn, func(s Sample) int { return s.NoSchedule }},
+			def{"cordoned", colorOther, func(s Sample) int { return s.Cordoned }}),
 		build("Evictions and preemptions (cumulative)", "pods",
 			def{"evicted by taints", colorBad, func(s Sample) int { return s.Evicted }},
 			def{"preempted", colorInfo, func(s Sample) int { return s.Preempted }}),
 		build("Drains (cumulative)", "count",
 			def{"pods evicted by drains", colorOther, func(s Sample) int { return s.DrainEvicted }},
 			def{"drains finished", colorSec, func(s Sample) int { return s.DrainsDone }}),
-	)
+	}
+	for _, z := range zones {
+		out = append(out, build("Nodes in "+z, "nodes",
+			def{"Ready", colorGood, func(s Sample) int { return s.ZoneReady[z] }},
+			def{"NotReady", colorBad, func(s Sample) int { return s.ZoneNotReady[z] }}))
+	}
 	var marks []Mark
 	if len(rep.Runs) > 0 {
 		marks = rep.Runs[0].Marks

@@ -225,8 +225,9 @@ func (r *recorder) onPod(p *v1.Pod, deleted bool) {
 		if r.started() {
 			r.notReadyPods[p.UID] = true
 		}
-	case (ready || deleted) && !rec.notReadySince.IsZero():
-		r.closeNotReady(rec, now, deleted)
+	case (ready || deleted || rec.terminating) && !rec.notReadySince.IsZero():
+		// A pod being deleted is out of service for good: its episode ends.
+		r.closeNotReady(rec, now, deleted || rec.terminating)
 	}
 	rec.ready = ready
 	if deleted {
