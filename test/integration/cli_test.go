@@ -19,11 +19,20 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 	if err := os.WriteFile(rulesFile, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions:\n- type: KernelDeadlock\n  minDurationn: 10m\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	scenario := filepath.Join(t.TempDir(), "scenario.yaml")
+	if err := os.WriteFile(scenario, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 5m\ncluster:\n  zones: [{name: a, nodes: 1}]\ntimeline:\n- {at: 1m, action: partition, zone: b}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string // part of the error message
 	}{
 		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"simulate"}, "simulate takes one scenario file, got 0 arguments"},
+		{[]string{"simulate", scenario, "--time-scale=0"}, "--time-scale must be between 1 and 100, got 0"},
+		{[]string{"simulate", scenario, "--compare=kcm"}, `--compare: only upstream is supported, got "kcm"`},
+		{[]string{"simulate", scenario}, scenario + `:7: timeline[0] (partition): unknown zone "b"; the cluster's zones: a`},
+		{[]string{"simulate", "/nonexistent/scenario.yaml"}, "/nonexistent/scenario.yaml: no such file"},
 		{[]string{"controlplane", "bogus"}, `unknown command "bogus"`},
 		{[]string{"fakenodes", "--nodes=-1"}, "--nodes must be at least 1"},
 		{[]string{"fakenodes", "--nodes=abc"}, `invalid argument "abc"`},
