@@ -76,8 +76,15 @@ func fmtTick(s float64) string {
 	if s == 0 {
 		return "0"
 	}
-	// 1m0s reads as 1m, 1h0m0s as 1h.
-	return strings.TrimSuffix(strings.TrimSuffix(secondsDuration(s).String(), "0s"), "0m")
+	// 1m0s reads as 1m, 1h0m0s as 1h; 30s and 1m30s stay.
+	out := secondsDuration(s).String()
+	if strings.HasSuffix(out, "m0s") {
+		out = strings.TrimSuffix(out, "0s")
+	}
+	if strings.HasSuffix(out, "h0m") {
+		out = strings.TrimSuffix(out, "0m")
+	}
+	return out
 }
 
 // render draws the chart's series as step lines, with the timeline's marks.

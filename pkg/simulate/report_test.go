@@ -77,3 +77,11 @@ func TestHTMLIsSelfContainedWithBothRunsOnOneChart(t *testing.T) {
 		}
 	}
 }
+
+func TestTickLabels(t *testing.T) {
+	for s, want := range map[float64]string{0: "0", 30: "30s", 60: "1m", 90: "1m30s", 600: "10m", 3600: "1h", 5400: "1h30m"} {
+		if got := fmtTick(s); got != want {
+			t.Errorf("fmtTick(%v) = %q, want %q", s, got, want)
+		}
+	}
+}
