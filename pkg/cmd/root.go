@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/demo"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/fakenodes"
@@ -30,6 +31,6 @@ failures on a real local control plane with fake nodes before they happen in pro
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(fs.Lookup(name))
 	}
-	root.AddCommand(newVersionCommand(), simulate.NewCommand(), run.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
+	root.AddCommand(newVersionCommand(), simulate.NewCommand(), run.NewCommand(), config.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
 	return root
 }

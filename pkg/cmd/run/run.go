@@ -3,16 +3,20 @@ package run
 
 import (
 	"errors"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
 type options struct {
+	configFile  string
 	kube        cli.KubeFlags
 	controllers []string
 	leader      manager.LeaderElection
@@ -22,8 +26,9 @@ type options struct {
 }
 
 // NewCommand returns `nodeshepherd run`.
-func NewCommand() *cobra.Command {
-	o := &options{leader: manager.DefaultLeaderElection(), config: controllers.Default()}
+func NewCommand() *cobra.Command { return newCommand(newOptions()) }
+
+func newCommand(o *options) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run",
 		Short: "Run nodeshepherd's controllers against a cluster",
@@ -62,6 +67,11 @@ Run kube-controller-manager with
   nodeshepherd run --controllers=scheduler --scheduler-name=default-scheduler   # in place of kube-scheduler`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.configFile != "" {
+				if err := config.Apply(o.configFile, cmd.Flags(), defaultSections); err != nil {
+					return &cli.UsageError{Err: err}
+				}
+			}
 			opts, err := o.validate()
 			if err != nil {
 				return err
@@ -74,13 +84,45 @@ Run kube-controller-manager with
 		},
 	}
 	f := c.Flags()
-	o.kube.AddFlags(f, 50, 100)
-	f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(controllers.Names, ", ")+"; * for all; -name to leave one out.")
-	o.leader.AddFlags(f)
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
-	f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
-	o.config.AddFlags(f)
+	f.SortFlags = false
+	f.StringVar(&o.configFile, "config", "", "A NodeShepherdConfiguration file with any of the settings below ('nodeshepherd config default' prints one); flags given here override it.")
+	for _, s := range sections(o) {
+		s.Register(f)
+	}
 	return c
+}
+
+// sections are the run command's flags grouped as the configuration file
+// has them; the flags of a fresh options are the defaults.
+func sections(o *options) []config.Section {
+	return []config.Section{
+		{Name: "clientConnection", Help: "How to reach the API server.", Register: func(f *pflag.FlagSet) { o.kube.AddFlags(f, 50, 100) }},
+		{Name: "manager", Help: "Which controllers run, and the metrics and health server.", Register: func(f *pflag.FlagSet) {
+			f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(controllers.Names, ", ")+"; * for all; -name to leave one out.")
+			f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
+			f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
+		}},
+		{Name: "leaderElection", Help: "Leader election on a Lease, so that replicas take over from each other.", Register: o.leader.AddFlags},
+		{Name: "nodeLifecycle", Help: "The nodelifecycle controller (kube-controller-manager's flag names and defaults).", Register: o.config.NodeLifecycle.AddFlags},
+		{Name: "nodeIPAM", Help: "The nodeipam controller: pod CIDRs for nodes.", Register: o.config.NodeIPAM.AddFlags},
+		{Name: "cloudNodeLifecycle", Help: "The cloudnodelifecycle controller.", Register: o.config.CloudNodeLifecycle.AddFlags},
+		{Name: "cloudProvider", Help: "The cloud provider the cloudnodelifecycle controller asks.", Register: o.config.Cloud.AddFlags},
+		{Name: "drain", Help: "The drain controller (Draino's flag names where Draino has the setting).", Register: o.config.Drain.AddFlags},
+		{Name: "scheduler", Help: "The scheduler (kube-scheduler's names for its settings).", Register: o.config.Scheduler.AddFlags},
+	}
+}
+
+// defaultSections are the sections bound to a fresh options: their flags
+// hold the defaults.
+func defaultSections() []config.Section { return sections(newOptions()) }
+
+// WriteDefaultConfig prints the complete default configuration file.
+func WriteDefaultConfig(w io.Writer) error {
+	return config.WriteDefault(w, defaultSections())
+}
+
+func newOptions() *options {
+	return &options{leader: manager.DefaultLeaderElection(), config: controllers.Default()}
 }
 
 func (o *options) validate() (manager.Options, error) {

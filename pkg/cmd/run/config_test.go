@@ -1,0 +1,130 @@
+package run
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/config"
+)
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultConfigRoundTrips(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteDefaultConfig(&b); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, want := range []string{"kind: NodeShepherdConfiguration", "nodeLifecycle:", "  nodeMonitorGracePeriod: 50s",
+		"  nodeEvictionRate: 0.1", "  leaderElect: true", "  maxCordonedNodes: 10%", "  schedulerName: nodeshepherd-scheduler",
+		"  # How long a node may go without a heartbeat"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("default config lacks %q", want)
+		}
+	}
+	o := newOptions()
+	fs := newCommand(o).Flags()
+	if err := config.Apply(writeFile(t, text), fs, defaultSections); err != nil {
+		t.Fatalf("the default does not load: %v", err)
+	}
+	if _, err := o.validate(); err != nil {
+		t.Fatalf("the default does not validate: %v", err)
+	}
+	if o.config.NodeLifecycle != newOptions().config.NodeLifecycle || o.leader != newOptions().leader {
+		t.Error("loading the default changed settings")
+	}
+}
+
+func TestConfigFileAndFlagOverride(t *testing.T) {
+	p := writeFile(t, `apiVersion: nodeshepherd.io/v1alpha1
+kind: NodeShepherdConfiguration
+manager:
+  controllers: [nodelifecycle, tainteviction, drain]
+nodeLifecycle:
+  nodeMonitorGracePeriod: 40s
+  nodeEvictionRate: 0.5
+drain:
+  drainCondition: ["KernelDeadlock=True,10m", "Ready=Unknown,30m"]
+  maxConcurrentDrains: 2
+leaderElection:
+  leaderElectResourceNamespace: nodeshepherd-system
+`)
+	o := newOptions()
+	cmd := newCommand(o)
+	if err := cmd.Flags().Parse([]string{"--node-eviction-rate=0.2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.Apply(p, cmd.Flags(), defaultSections); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := o.validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.config.NodeLifecycle.NodeMonitorGracePeriod != 40*time.Second {
+		t.Errorf("grace period %v, want the file's 40s", o.config.NodeLifecycle.NodeMonitorGracePeriod)
+	}
+	if o.config.NodeLifecycle.NodeEvictionRate != 0.2 {
+		t.Errorf("eviction rate %v, want the flag's 0.2 over the file's 0.5", o.config.NodeLifecycle.NodeEvictionRate)
+	}
+	if got := o.config.Drain.Conditions; len(got) != 2 || got[1] != "Ready=Unknown,30m" {
+		t.Errorf("drain conditions %v", got)
+	}
+	if strings.Join(opts.Controllers, ",") != "nodelifecycle,tainteviction,drain" || o.leader.ResourceNamespace != "nodeshepherd-system" {
+		t.Errorf("controllers %v, lease namespace %q", opts.Controllers, o.leader.ResourceNamespace)
+	}
+}
+
+func TestBadConfigFiles(t *testing.T) {
+	head := "apiVersion: nodeshepherd.io/v1alpha1\nkind: NodeShepherdConfiguration\n"
+	cases := []struct{ name, text, want string }{
+		{"wrong kind", "apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\n", ":1: expected apiVersion: nodeshepherd.io/v1alpha1 and kind: NodeShepherdConfiguration"},
+		{"unknown section", head + "nodelifecycle:\n  nodeMonitorPeriod: 5s\n", `:3: unknown section "nodelifecycle"; sections: clientConnection, manager`},
+		{"unknown setting", head + "nodeLifecycle:\n  nodeMonitorPeriodd: 5s\n", ":4: unknown setting nodeLifecycle.nodeMonitorPeriodd; the section's settings: nodeMonitorPeriod,"},
+		{"setting in the wrong section", head + "drain:\n  nodeMonitorPeriod: 5s\n", ":4: unknown setting drain.nodeMonitorPeriod"},
+		{"bad duration", head + "nodeLifecycle:\n  nodeMonitorPeriod: fast\n", `:4: nodeMonitorPeriod: invalid argument "fast"`},
+		{"list for a scalar", head + "nodeLifecycle:\n  nodeMonitorPeriod: [5s, 6s]\n", ":4: nodeMonitorPeriod takes one value, got a list"},
+		{"twice", head + "drain:\n  skipDrain: true\n  skipDrain: false\n", ":5: drain.skipDrain is given twice"},
+		{"not a mapping", head + "drain: true\n", ":3: drain: expected a mapping of settings"},
+		{"invalid value caught by validation", head + "nodeLifecycle:\n  unhealthyZoneThreshold: 1.5\n", "--unhealthy-zone-threshold must be in (0, 1]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeFile(t, c.text)
+			o := newOptions()
+			cmd := newCommand(o)
+			err := config.Apply(p, cmd.Flags(), defaultSections)
+			if err == nil {
+				_, err = o.validate()
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+			if cli.ExitCode(&cli.UsageError{Err: err}) != 2 {
+				t.Error("not a usage error")
+			}
+		})
+	}
+	// Nothing is half-applied: a file with one good and one bad value changes nothing.
+	o := newOptions()
+	cmd := newCommand(o)
+	p := writeFile(t, head+"nodeLifecycle:\n  nodeMonitorGracePeriod: 40s\n  nodeMonitorPeriod: fast\n")
+	if err := config.Apply(p, cmd.Flags(), defaultSections); err == nil {
+		t.Fatal("no error")
+	}
+	if o.config.NodeLifecycle.NodeMonitorGracePeriod != 50*time.Second {
+		t.Errorf("half-applied: grace period %v", o.config.NodeLifecycle.NodeMonitorGracePeriod)
+	}
+}
