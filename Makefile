@@ -13,10 +13,10 @@ export NODESHEPHERD_BIN_DIR := $(BIN)
 
 all: build controlplane
 
-## build: the nodeshepherd binary in bin/
+## build: the nodeshepherd binary in bin/ (static; the Dockerfile and the tests build it this way)
 build:
 	@mkdir -p $(BIN)
-	go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeshepherd ./cmd/nodeshepherd
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeshepherd ./cmd/nodeshepherd
 
 ## controlplane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler in bin/ (cold: ~8 min)
 controlplane: $(CONTROLPLANE_BINS)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,7 +203,13 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "nodeshepherd")
-		if out, err := exec.Command("go", "build", "-o", binPath, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput(); err != nil {
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		if err != nil {
+			buildErr = fmt.Errorf("finding the module root: %v", err)
+			return
+		}
+		// `make build`, as the Dockerfile does: the tests run the shipped binary.
+		if out, err := exec.Command("make", "-s", "-C", strings.TrimSpace(string(root)), "build", "BIN="+dir).CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("building nodeshepherd: %v: %s", err, out)
 		}
 	})

@@ -35,6 +35,12 @@ func StartNodeShepherd(t testing.TB, cfg *rest.Config, ctrl controllers.Config, 
 	if opts != nil {
 		opts(&o)
 	}
+	if asServiceAccount() {
+		cfg = ServiceAccountConfig(t, cfg)
+		if o.LeaderElection.Enabled {
+			o.LeaderElection.ResourceNamespace = DeployNamespace // where deploy/ grants the Lease
+		}
+	}
 	c := rest.CopyConfig(cfg)
 	c.QPS, c.Burst = 50, 100
 	ctx, cancel := context.WithCancel(Context(t))

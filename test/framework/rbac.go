@@ -1,0 +1,154 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
+)
+
+// CredentialsEnv, set to "serviceaccount", makes StartNodeShepherd run the
+// controllers as deploy/'s ServiceAccount instead of admin: deploy/ is
+// applied to the cluster with kubectl, a token comes from the TokenRequest
+// API, and any request the API server forbids fails the test.
+const CredentialsEnv = "NODESHEPHERD_TEST_CREDENTIALS"
+
+// Where deploy/ puts nodeshepherd.
+const (
+	DeployNamespace      = "nodeshepherd-system"
+	DeployServiceAccount = "nodeshepherd"
+)
+
+func asServiceAccount() bool { return os.Getenv(CredentialsEnv) == "serviceaccount" }
+
+// RepoRoot is the module's directory.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("finding the module root: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Kubectl runs kubectl against the cluster of cfg (admin) and returns its output.
+func Kubectl(t testing.TB, cfg *rest.Config, args ...string) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("kubectl", append([]string{"--kubeconfig", path}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// ServiceAccountConfig applies deploy/ (server-side, as an operator would)
+// and returns a client configuration with a token of its ServiceAccount.
+// Every 403 the API server answers on it fails the test at its end.
+func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
+	t.Helper()
+	Kubectl(t, admin, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(RepoRoot(t), "deploy"))
+	client, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := Context(t)
+	grantFakeCloud(t, ctx, client)
+	tr, err := client.CoreV1().ServiceAccounts(DeployNamespace).CreateToken(ctx, DeployServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", DeployNamespace, DeployServiceAccount, err)
+	}
+	forbidden := &forbiddenLog{}
+	t.Cleanup(func() {
+		if msgs := forbidden.list(); len(msgs) > 0 {
+			t.Errorf("deploy/'s RBAC forbade %d requests of the controllers:\n%s", len(msgs), strings.Join(msgs, "\n"))
+		}
+	})
+	t.Logf("running the controllers as system:serviceaccount:%s:%s (deploy/ applied with kubectl apply --server-side -k)", DeployNamespace, DeployServiceAccount)
+	return &rest.Config{
+		Host:            admin.Host,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData},
+		WrapTransport:   func(rt http.RoundTripper) http.RoundTripper { return &forbiddenCatcher{next: rt, log: forbidden} },
+	}
+}
+
+// grantFakeCloud lets the ServiceAccount read the fake cloud's machine
+// states: the fake provider is a test double that keeps them in a ConfigMap;
+// real providers are asked outside Kubernetes and deploy/ grants nothing for it.
+func grantFakeCloud(t testing.TB, ctx context.Context, client kubernetes.Interface) {
+	t.Helper()
+	name := "nodeshepherd:test-fake-cloud"
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fakecloud.ConfigMapNamespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{fakecloud.ConfigMapName}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fakecloud.ConfigMapNamespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: DeployServiceAccount, Namespace: DeployNamespace}}}
+	if _, err := client.RbacV1().Roles(role.Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := client.RbacV1().RoleBindings(binding.Namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+type forbiddenLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (f *forbiddenLog) add(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.msgs = append(f.msgs, s)
+}
+
+func (f *forbiddenLog) list() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.msgs...)
+}
+
+// forbiddenCatcher records every 403 with the request and the API server's reason.
+type forbiddenCatcher struct {
+	next http.RoundTripper
+	log  *forbiddenLog
+}
+
+func (c *forbiddenCatcher) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusForbidden {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(strings.NewReader(string(body)))
+		c.log.add(fmt.Sprintf("  %s %s: %s", req.Method, req.URL.Path, strings.TrimSpace(string(body))))
+	}
+	return resp, err
+}
