@@ -39,6 +39,15 @@ const (
 
 func asServiceAccount() bool { return os.Getenv(CredentialsEnv) == "serviceaccount" }
 
+// LeaderElectionNamespace is where StartNodeShepherd's leader-election Lease
+// lives: the given namespace, or deploy/'s when running as its ServiceAccount.
+func LeaderElectionNamespace(def string) string {
+	if asServiceAccount() {
+		return DeployNamespace
+	}
+	return def
+}
+
 // RepoRoot is the module's directory.
 func RepoRoot(t testing.TB) string {
 	t.Helper()

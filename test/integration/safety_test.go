@@ -145,7 +145,7 @@ func TestTwoReplicasOneLeader(t *testing.T) {
 	if took := time.Since(stopped); took > 5*time.Second {
 		t.Errorf("takeover took %v, lease duration is 4s", took)
 	}
-	lease, err := client.CoordinationV1().Leases("kube-system").Get(framework.Context(t), "nodeshepherd", metav1.GetOptions{})
+	lease, err := client.CoordinationV1().Leases(framework.LeaderElectionNamespace("kube-system")).Get(framework.Context(t), "nodeshepherd", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || !strings.HasPrefix(*lease.Spec.HolderIdentity, "replica-") {
 		t.Fatalf("leader lease: %+v, %v", lease, err)
 	}
