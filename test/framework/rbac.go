@@ -11,8 +11,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,6 +90,20 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 		t.Fatal(err)
 	}
 	ctx := Context(t)
+	// The controllers run in the test's process; the Deployment's own pods
+	// would only be scheduled onto fake nodes and get in the scenarios' way.
+	if _, err := client.AppsV1().Deployments(DeployNamespace).UpdateScale(ctx, "nodeshepherd",
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "nodeshepherd", Namespace: DeployNamespace}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
+		metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("scaling deploy/'s Deployment to 0: %v", err)
+	}
+	Eventually(t, time.Minute, "deploy/'s pods gone", func(ctx context.Context) (bool, string, error) {
+		pods, err := client.CoreV1().Pods(DeployNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items)), nil
+	})
 	grantFakeCloud(t, ctx, client)
 	tr, err := client.CoreV1().ServiceAccounts(DeployNamespace).CreateToken(ctx, DeployServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
