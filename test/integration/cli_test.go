@@ -23,11 +23,18 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 	if err := os.WriteFile(scenario, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 5m\ncluster:\n  zones: [{name: a, nodes: 1}]\ntimeline:\n- {at: 1m, action: partition, zone: b}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badConfig := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(badConfig, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: NodeShepherdConfiguration\nnodeLifecycle:\n  nodeMonitorGracePeriod: soon\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string // part of the error message
 	}{
 		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"run", "--config=" + badConfig}, badConfig + `:4: nodeMonitorGracePeriod: invalid argument "soon"`},
+		{[]string{"run", "--config=/nonexistent.yaml"}, "--config: open /nonexistent.yaml"},
+		{[]string{"config", "bogus"}, `unknown command "bogus"`},
 		{[]string{"simulate"}, "simulate takes one scenario file, got 0 arguments"},
 		{[]string{"simulate", scenario, "--time-scale=0"}, "--time-scale must be between 1 and 100, got 0"},
 		{[]string{"simulate", scenario, "--compare=kcm"}, `--compare: only upstream is supported, got "kcm"`},

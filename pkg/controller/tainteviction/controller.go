@@ -254,6 +254,9 @@ func (c *Controller) handleNode(ctx context.Context, name string) error {
 			c.cancel(nn, pod.UID)
 			continue
 		}
+		if pod.DeletionTimestamp != nil {
+			continue // already being deleted, e.g. by a leader before a failover: not evicted twice
+		}
 		c.processPodOnNode(ctx, nn, pod.Spec.Tolerations, taints, now)
 	}
 	return nil
@@ -265,7 +268,7 @@ func (c *Controller) handlePod(ctx context.Context, it item) {
 		c.cancel(it.pod, "")
 		return
 	}
-	if pod.Spec.NodeName == "" || pod.Spec.NodeName != it.node {
+	if pod.Spec.NodeName == "" || pod.Spec.NodeName != it.node || pod.DeletionTimestamp != nil {
 		return
 	}
 	c.taintsMu.Lock()
