@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 )
 
 // UsageError is bad input from the user: a flag, an argument or a file. main
@@ -119,4 +120,20 @@ func Group(cmd *cobra.Command) *cobra.Command {
 	}
 	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 	return cmd
+}
+
+// LogsToFile sends klog's output to path unless -v was given, so that the
+// components' logs do not drown a command's progress lines. It returns
+// whether it did, and a function that restores stderr logging.
+func LogsToFile(cmd *cobra.Command, path string) (bool, func(), error) {
+	if f := cmd.Flags().Lookup("v"); f != nil && f.Changed {
+		return false, func() {}, nil
+	}
+	logFile, err := os.Create(path)
+	if err != nil {
+		return false, nil, err
+	}
+	klog.LogToStderr(false)
+	klog.SetOutput(logFile)
+	return true, func() { klog.LogToStderr(true); logFile.Close() }, nil
 }

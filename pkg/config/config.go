@@ -223,15 +223,12 @@ func WriteDefault(w io.Writer, sections []Section) error {
 			for _, line := range wrap(f.Usage, 96) {
 				fmt.Fprintf(&b, "  # %s\n", line)
 			}
+			// Strings and durations stay strings; numbers and booleans are
+			// written as YAML scalars of their kind; lists as lists.
 			var val any = f.Value.String()
 			if sv, ok := f.Value.(pflag.SliceValue); ok {
-				val = sv.GetSlice()
-				if len(sv.GetSlice()) == 0 {
-					val = []string{}
-				}
-			} else if f.Value.Type() == "string" || f.Value.Type() == "duration" {
-				val = f.Value.String()
-			} else {
+				val = append([]string{}, sv.GetSlice()...)
+			} else if t := f.Value.Type(); t != "string" && t != "duration" {
 				var n yaml.Node
 				if e := yaml.Unmarshal([]byte(f.Value.String()), &n); e == nil && len(n.Content) == 1 {
 					val = n.Content[0]

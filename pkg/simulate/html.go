@@ -38,11 +38,12 @@ const (
 	colorInfo, colorOther, colorSec = "#1565c0", "#6a1b9a", "#00838f"
 )
 
-// runStyle makes the upstream run dashed, so both fit on one chart.
-func runStyle(r *RunResult, name, color string) series {
+// runStyle makes the upstream run dashed and, when runs share a chart,
+// names the run in the legend.
+func runStyle(r *RunResult, name, color string, runs int) series {
 	s := series{Name: name, Color: color, Dashed: r.Mode == ModeUpstream}
-	if len(s.Name) > 0 && r != nil {
-		s.Name = name + " (" + r.Mode + ")"
+	if runs > 1 {
+		s.Name += " (" + r.Mode + ")"
 	}
 	return s
 }
@@ -161,10 +162,7 @@ func (rep *Report) charts() []chart {
 		c := chart{Title: title, YLabel: ylabel}
 		for _, r := range rep.Runs {
 			for _, d := range defs {
-				s := runStyle(r, d.name, d.color)
-				if len(rep.Runs) == 1 {
-					s.Name = d.name
-				}
+				s := runStyle(r, d.name, d.color, len(rep.Runs))
 				for _, smp := range r.Samples {
 					s.points = append(s.points, point{smp.T, float64(d.value(smp))})
 				}

@@ -43,10 +43,9 @@ type recorder struct {
 	notReadyPods                                           map[types.UID]bool
 	maxNotReady, maxAfterRecovery                          time.Duration
 
-	workloads      func() (ready bool)
-	allReady       bool
-	allReadySince  time.Time
-	workloadsKnown bool
+	workloads     func() (ready bool)
+	allReady      bool
+	allReadySince time.Time
 }
 
 type nodeRec struct {
@@ -278,7 +277,7 @@ func (r *recorder) onWorkload() {
 	if ready && !r.allReady {
 		r.allReadySince = r.now()
 	}
-	r.allReady, r.workloadsKnown = ready, true
+	r.allReady = ready
 }
 
 // workloadsReady says whether every Deployment, StatefulSet and DaemonSet

@@ -21,13 +21,12 @@ type Report struct {
 	Started     time.Time    `json:"started"`
 	Timeline    []string     `json:"timeline"`
 	Runs        []*RunResult `json:"runs"`
-	Measures    []Measure    `json:"-"`
 }
 
 // NewReport starts a report of a scenario.
 func NewReport(sc *Scenario, scale float64) *Report {
 	rep := &Report{Scenario: sc.Name, Description: strings.TrimSpace(sc.Description), File: sc.path, TimeScale: scale,
-		Duration: sc.Duration, Started: time.Now().UTC().Truncate(time.Second), Measures: Measures}
+		Duration: sc.Duration, Started: time.Now().UTC().Truncate(time.Second)}
 	for _, st := range sc.Timeline {
 		rep.Timeline = append(rep.Timeline, fmt.Sprintf("%s %s", fmtDuration(st.At.Duration), st.String()))
 	}

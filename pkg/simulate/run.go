@@ -339,7 +339,8 @@ func (r *runner) applyWorkloads(ctx context.Context, cfg *rest.Config) error {
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(r.client.Discovery()))
 	namespaces := map[string]bool{}
-	for _, m := range r.sc.manifests(r.opts.TimeScale) {
+	manifests := r.sc.manifests(r.opts.TimeScale)
+	for _, m := range manifests {
 		gvk := m.obj.GetObjectKind().GroupVersionKind()
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -372,7 +373,7 @@ func (r *runner) applyWorkloads(ctx context.Context, cfg *rest.Config) error {
 			return fmt.Errorf("%s: creating %s %s: %w", m.src, gvk.Kind, u.GetName(), err)
 		}
 	}
-	r.printf("created %d workload objects", len(r.sc.manifests(1)))
+	r.printf("created %d workload objects", len(manifests))
 	return nil
 }
 

@@ -361,8 +361,8 @@ func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []
 			errs = append(errs, "condition: "+err.Error())
 		}
 		st.cond = c
-	case ActionHeal, ActionKubeletStart, ActionCordon, ActionUncordon, ActionKubeletStop:
-		if st.For.Duration > 0 && st.Action != ActionKubeletStop && st.Action != ActionCordon {
+	case ActionHeal, ActionKubeletStart, ActionUncordon:
+		if st.For.Duration > 0 {
 			errs = append(errs, fmt.Sprintf("%s takes no for:", st.Action))
 		}
 	}

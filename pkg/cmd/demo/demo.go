@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
@@ -53,18 +52,13 @@ from 'make controlplane'.`,
 			if o.nodes < 1 || o.replicas < 1 || o.timeout <= 0 {
 				return cli.Usagef("--nodes and --replicas must be at least 1 and --timeout positive")
 			}
-			// The components' logs would drown the progress lines: they go to
-			// a file unless -v asks for them on the terminal.
-			if f := cmd.Flags().Lookup("v"); f == nil || !f.Changed {
-				logPath := filepath.Join(os.TempDir(), "nodeshepherd-demo.log")
-				logFile, err := os.Create(logPath)
-				if err != nil {
-					return err
-				}
-				defer logFile.Close()
-				klog.LogToStderr(false)
-				klog.SetOutput(logFile)
-				defer klog.LogToStderr(true)
+			logPath := filepath.Join(os.TempDir(), "nodeshepherd-demo.log")
+			toFile, restore, err := cli.LogsToFile(cmd, logPath)
+			if err != nil {
+				return err
+			}
+			defer restore()
+			if toFile {
 				fmt.Fprintf(cmd.OutOrStdout(), "Logs: %s (-v=2 shows them here)\n", logPath)
 			}
 			return o.run(cmd.Context(), cmd.OutOrStdout())

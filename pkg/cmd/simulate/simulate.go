@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
 	"github.com/nodeshepherd/nodeshepherd/pkg/simulate"
@@ -111,18 +110,11 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	// The components' logs would drown the progress lines: they go to a
-	// file unless -v asks for them on the terminal.
-	if f := cmd.Flags().Lookup("v"); f == nil || !f.Changed {
-		logFile, err := os.Create(filepath.Join(dir, "nodeshepherd.log"))
-		if err != nil {
-			return err
-		}
-		defer logFile.Close()
-		klog.LogToStderr(false)
-		klog.SetOutput(logFile)
-		defer klog.LogToStderr(true)
+	_, restore, err := cli.LogsToFile(cmd, filepath.Join(dir, "nodeshepherd.log"))
+	if err != nil {
+		return err
 	}
+	defer restore()
 	fmt.Fprintf(out, "Scenario %s: %s; report and logs in %s\n", sc.Name, path, dir)
 	modes := []string{simulate.ModeNodeShepherd}
 	if o.compare != "" {
