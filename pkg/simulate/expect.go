@@ -37,6 +37,8 @@ var Measures = []Measure{
 	{"maxPodNotReady", kindDuration, "longest NotReady", "longest time a pod stayed NotReady (to the end of the run if it never recovered)"},
 	{"podNotReadyAfterRecovery", kindDuration, "longest NotReady after recovery", "longest time a pod stayed NotReady after its node was Ready again"},
 	{"podsNotReadyAtEnd", kindCount, "pods NotReady at the end", "bound pods NotReady when the run ended"},
+	{"serviceReadyEndpointsMin", kindCount, "fewest ready Service endpoints", "fewest ready endpoints (EndpointSlices, conditions.ready) of the scenario's Services together, at any moment of the timeline"},
+	{"serviceReadyEndpointsAtEnd", kindCount, "ready Service endpoints at the end", "ready endpoints of the scenario's Services together when the run ended"},
 	{"rescheduledPods", kindCount, "replacement pods", "pods created during the timeline, burst pods aside"},
 	{"maxPendingTime", kindDuration, "longest pending (replacements)", "longest time a replacement pod waited for a node (to the end if it never got one)"},
 	{"podsPendingAtEnd", kindCount, "pods pending at the end", "pods without a node when the run ended"},

@@ -144,7 +144,8 @@ func (rep *Report) charts() []chart {
 	var zones []string
 	seen := map[string]bool{}
 	xmax := rep.Duration.Seconds()
-	for _, r := range rep.Runs {
+	runs := rep.chartRuns()
+	for _, r := range runs {
 		for _, z := range r.Zones {
 			if !seen[z] {
 				seen[z] = true
@@ -160,9 +161,9 @@ func (rep *Report) charts() []chart {
 		value       func(Sample) int
 	}) chart {
 		c := chart{Title: title, YLabel: ylabel}
-		for _, r := range rep.Runs {
+		for _, r := range runs {
 			for _, d := range defs {
-				s := runStyle(r, d.name, d.color, len(rep.Runs))
+				s := runStyle(r, d.name, d.color, len(runs))
 				for _, smp := range r.Samples {
 					s.points = append(s.points, point{smp.T, float64(d.value(smp))})
 				}
@@ -191,17 +192,39 @@ func (rep *Report) charts() []chart {
 			def{"pods evicted by drains", colorOther, func(s Sample) int { return s.DrainEvicted }},
 			def{"drains finished", colorSec, func(s Sample) int { return s.DrainsDone }}),
 	}
+	services := false
+	for _, r := range runs {
+		services = services || len(r.Services) > 0
+	}
+	if services {
+		out = append(out, build("Service endpoints", "ready endpoints",
+			def{"ready endpoints of the scenario's Services", colorGood, func(s Sample) int { return s.ServiceEndpoints }}))
+	}
 	for _, z := range zones {
 		out = append(out, build("Nodes in "+z, "nodes",
 			def{"Ready", colorGood, func(s Sample) int { return s.ZoneReady[z] }},
 			def{"NotReady", colorBad, func(s Sample) int { return s.ZoneNotReady[z] }}))
 	}
 	var marks []Mark
-	if len(rep.Runs) > 0 {
-		marks = rep.Runs[0].Marks
+	if len(runs) > 0 {
+		marks = runs[0].Marks
 	}
 	for i := range out {
 		out[i].render(xmax, marks)
+	}
+	return out
+}
+
+// chartRuns are the runs the charts draw: the first trial of each mode, as
+// lines of every trial on one chart would hide each other.
+func (rep *Report) chartRuns() []*RunResult {
+	var out []*RunResult
+	seen := map[string]bool{}
+	for _, r := range rep.Runs {
+		if !seen[r.Mode] {
+			seen[r.Mode] = true
+			out = append(out, r)
+		}
 	}
 	return out
 }
@@ -218,24 +241,47 @@ func (rep *Report) WriteHTML(path string) error {
 	if err != nil {
 		return err
 	}
-	var rows []measureRow
+	sums := Summarize(rep.Runs)
+	var rows, trialRows []measureRow
 	for i := range Measures {
 		m := &Measures[i]
 		row := measureRow{Title: m.Title, Help: m.Name + ": " + m.Help}
-		for _, r := range rep.Runs {
-			row.Values = append(row.Values, formatValue(m, r.Measures[m.Name]))
+		trialRow := row
+		for _, s := range sums {
+			st := s.Measures[m.Name]
+			if rep.trials() {
+				row.Values = append(row.Values, formatStat(m, st))
+			} else {
+				row.Values = append(row.Values, formatValue(m, st.Median))
+			}
 		}
-		rows = append(rows, row)
+		for _, r := range rep.Runs {
+			trialRow.Values = append(trialRow.Values, formatValue(m, r.Measures[m.Name]))
+		}
+		rows, trialRows = append(rows, row), append(trialRows, trialRow)
 	}
 	type checkRow struct {
-		Mode, Expectation, Got string
-		Passed                 bool
+		Mode, Expectation, Got, Trials string
+		Passed                         bool
 	}
 	var checks []checkRow
-	for _, r := range rep.Runs {
-		for _, c := range r.Expectations {
-			checks = append(checks, checkRow{r.Mode, c.Expectation, formatValue(measure(c.Metric), c.Value), c.Passed})
+	for _, s := range sums {
+		for _, e := range s.Expectations {
+			m := measure(e.Metric)
+			c := checkRow{Mode: s.Mode, Expectation: e.Expectation, Got: formatValue(m, e.Got.Median), Passed: e.Held()}
+			if rep.trials() {
+				c.Got, c.Trials = formatStat(m, e.Got), fmt.Sprintf("%d/%d", e.Passed, e.Trials)
+			}
+			checks = append(checks, c)
 		}
+	}
+	var trialsPassed []string
+	for _, s := range sums {
+		trialsPassed = append(trialsPassed, fmt.Sprintf("%s %d/%d", s.Mode, s.TrialsPassed, s.Trials))
+	}
+	var runNames []string
+	for _, r := range rep.Runs {
+		runNames = append(runNames, fmt.Sprintf("%s #%d", r.Mode, r.Trial))
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -243,6 +289,7 @@ func (rep *Report) WriteHTML(path string) error {
 	}
 	defer f.Close()
 	return tmpl.Execute(f, map[string]any{
-		"R": rep, "Rows": rows, "Checks": checks, "Charts": rep.charts(), "Failed": rep.Failed(),
+		"R": rep, "Sums": sums, "Rows": rows, "TrialRows": trialRows, "RunNames": runNames, "Checks": checks,
+		"Charts": rep.charts(), "Failed": rep.Failed(), "Multi": rep.trials(), "TrialsPassed": strings.Join(trialsPassed, ", "),
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -46,6 +47,18 @@ type recorder struct {
 	workloads     func() (ready bool)
 	allReady      bool
 	allReadySince time.Time
+
+	// services are the scenario's Services (namespace/name); slices holds
+	// the ready endpoint addresses of each EndpointSlice of any Service.
+	services     map[string]bool
+	slices       map[string]sliceRec
+	minEndpoints int
+}
+
+// sliceRec is an EndpointSlice: its Service and ready addresses.
+type sliceRec struct {
+	service string // namespace/name
+	ready   []string
 }
 
 type nodeRec struct {
@@ -71,7 +84,17 @@ type podRec struct {
 
 func newRecorder(now func() time.Time) *recorder {
 	return &recorder{now: now, nodes: map[string]*nodeRec{}, pods: map[types.UID]*podRec{},
-		tainted: map[string]bool{}, cordoned: map[string]bool{}, notReadyPods: map[types.UID]bool{}}
+		tainted: map[string]bool{}, cordoned: map[string]bool{}, notReadyPods: map[types.UID]bool{},
+		services: map[string]bool{}, slices: map[string]sliceRec{}}
+}
+
+// watchServices names the scenario's Services, whose endpoints are counted.
+func (r *recorder) watchServices(keys []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		r.services[k] = true
+	}
 }
 
 // watch registers the handlers on the informers.
@@ -98,6 +121,11 @@ func (r *recorder) watch(f informers.SharedInformerFactory) {
 			r.onEvent(e)
 		}
 	}))
+	_, _ = f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler(func(o any, del bool) {
+		if es, ok := o.(*discoveryv1.EndpointSlice); ok {
+			r.onEndpointSlice(es, del)
+		}
+	}))
 	deps, sts, dss := f.Apps().V1().Deployments(), f.Apps().V1().StatefulSets(), f.Apps().V1().DaemonSets()
 	r.workloads = func() bool { return workloadsReady(deps.Lister(), sts.Lister(), dss.Lister()) }
 	for _, inf := range []cache.SharedIndexInformer{deps.Informer(), sts.Informer(), dss.Informer()} {
@@ -110,6 +138,7 @@ func (r *recorder) start() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.t0 = r.now()
+	r.minEndpoints = r.readyEndpointsLocked()
 	for name, n := range r.nodes {
 		if n.unschedulable {
 			r.cordoned[name] = true
@@ -267,6 +296,69 @@ func (r *recorder) onEvent(e *v1.Event) {
 	}
 }
 
+func (r *recorder) onEndpointSlice(es *discoveryv1.EndpointSlice, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := es.Namespace + "/" + es.Name
+	if deleted {
+		delete(r.slices, key)
+	} else {
+		rec := sliceRec{service: es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}
+		for _, ep := range es.Endpoints {
+			// The API says a nil ready is to be read as true.
+			if (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && len(ep.Addresses) > 0 {
+				rec.ready = append(rec.ready, ep.Addresses[0])
+			}
+		}
+		r.slices[key] = rec
+	}
+	if r.started() {
+		r.minEndpoints = min(r.minEndpoints, r.readyEndpointsLocked())
+	}
+}
+
+// readyEndpointsLocked counts the distinct ready addresses of each of the
+// scenario's Services (a pod moving between slices is counted once), summed.
+func (r *recorder) readyEndpointsLocked() int {
+	return sumValues(r.readyEndpointsByServiceLocked())
+}
+
+func (r *recorder) readyEndpointsByServiceLocked() map[string]int {
+	seen := map[string]map[string]bool{}
+	for _, s := range r.slices {
+		if !r.services[s.service] {
+			continue
+		}
+		if seen[s.service] == nil {
+			seen[s.service] = map[string]bool{}
+		}
+		for _, a := range s.ready {
+			seen[s.service][a] = true
+		}
+	}
+	out := map[string]int{}
+	for svc := range r.services {
+		out[svc] = len(seen[svc])
+	}
+	return out
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// readyEndpoints returns the ready endpoints of each of the scenario's
+// Services.
+func (r *recorder) readyEndpoints() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.readyEndpointsByServiceLocked()
+}
+
 func (r *recorder) onWorkload() {
 	if r.workloads == nil {
 		return
@@ -327,6 +419,8 @@ type Sample struct {
 	Preempted    int            `json:"preempted"`
 	DrainEvicted int            `json:"drainEvicted"`
 	DrainsDone   int            `json:"drains"`
+	// ServiceEndpoints is the ready endpoints of the scenario's Services.
+	ServiceEndpoints int `json:"serviceReadyEndpoints"`
 }
 
 // sample takes the current state; t is in cluster seconds.
@@ -334,7 +428,8 @@ func (r *recorder) sample(t float64) Sample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := Sample{T: t, ZoneReady: map[string]int{}, ZoneNotReady: map[string]int{},
-		Evicted: r.evicted, Preempted: r.preempted, DrainEvicted: r.drained, DrainsDone: r.drains}
+		Evicted: r.evicted, Preempted: r.preempted, DrainEvicted: r.drained, DrainsDone: r.drains,
+		ServiceEndpoints: r.readyEndpointsLocked()}
 	for _, n := range r.nodes {
 		if n.ready {
 			s.ZoneReady[n.zone]++
@@ -393,6 +488,12 @@ func (r *recorder) finish(recovery time.Time) map[string]*float64 {
 	count("drains", r.drains)
 	count("nodesCordoned", len(r.cordoned))
 	count("maxNodesCordoned", r.maxCordoned)
+	if len(r.services) > 0 {
+		count("serviceReadyEndpointsMin", r.minEndpoints)
+		count("serviceReadyEndpointsAtEnd", r.readyEndpointsLocked())
+	} else {
+		out["serviceReadyEndpointsMin"], out["serviceReadyEndpointsAtEnd"] = nil, nil
+	}
 
 	maxNotReady, afterRecovery := r.maxNotReady, r.maxAfterRecovery
 	notReadyAtEnd, pendingAtEnd, replacements := 0, 0, 0

@@ -13,20 +13,24 @@ import (
 
 // Report is the outcome of `simulate`: one run, or two when comparing.
 type Report struct {
-	Scenario    string       `json:"scenario"`
-	Description string       `json:"description,omitempty"`
-	File        string       `json:"file"`
-	TimeScale   float64      `json:"timeScale"`
-	Duration    Duration     `json:"duration"`
-	Started     time.Time    `json:"started"`
-	Timeline    []string     `json:"timeline"`
-	Runs        []*RunResult `json:"runs"`
+	Scenario    string    `json:"scenario"`
+	Description string    `json:"description,omitempty"`
+	File        string    `json:"file"`
+	TimeScale   float64   `json:"timeScale"`
+	Duration    Duration  `json:"duration"`
+	Started     time.Time `json:"started"`
+	Timeline    []string  `json:"timeline"`
+	// Trials is how many times each mode ran (--trials); Runs holds every
+	// run, Summary each mode over its trials.
+	Trials  int           `json:"trials"`
+	Runs    []*RunResult  `json:"runs"`
+	Summary []ModeSummary `json:"summary"`
 }
 
 // NewReport starts a report of a scenario.
 func NewReport(sc *Scenario, scale float64) *Report {
 	rep := &Report{Scenario: sc.Name, Description: strings.TrimSpace(sc.Description), File: sc.path, TimeScale: scale,
-		Duration: sc.Duration, Started: time.Now().UTC().Truncate(time.Second)}
+		Duration: sc.Duration, Started: time.Now().UTC().Truncate(time.Second), Trials: 1}
 	for _, st := range sc.Timeline {
 		rep.Timeline = append(rep.Timeline, fmt.Sprintf("%s %s", fmtDuration(st.At.Duration), st.String()))
 	}
@@ -42,8 +46,12 @@ func (rep *Report) Failed() int {
 	return n
 }
 
+// trials says whether the report aggregates repeated trials.
+func (rep *Report) trials() bool { return rep.Trials > 1 }
+
 // WriteJSON writes the report for machines.
 func (rep *Report) WriteJSON(path string) error {
+	rep.Summary = Summarize(rep.Runs)
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -76,58 +84,99 @@ func formatSeconds(s float64) string {
 }
 
 // WriteSummary prints the terminal summary: the measures side by side, then
-// every expectation with its outcome.
+// every expectation with its outcome. Over several trials each figure is the
+// median with the range, and an expectation holds only if it held in every
+// trial.
 func (rep *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "\nScenario %s (%s): %v of cluster time", rep.Scenario, rep.File, rep.Duration.Duration)
 	if rep.TimeScale != 1 {
 		fmt.Fprintf(w, ", run at time scale %g (every duration divided by %g; figures below are cluster time)", rep.TimeScale, rep.TimeScale)
 	}
 	fmt.Fprintln(w)
-	for _, r := range rep.Runs {
-		fmt.Fprintf(w, "  %-12s %s", r.Mode+":", r.Components)
-		if r.Interrupted {
-			fmt.Fprint(w, " — INTERRUPTED, figures cover the part that ran")
+	sums := Summarize(rep.Runs)
+	for _, s := range sums {
+		for _, r := range rep.Runs {
+			if r.Mode != s.Mode {
+				continue
+			}
+			fmt.Fprintf(w, "  %-12s %s", r.Mode+":", r.Components)
+			break
+		}
+		if rep.trials() {
+			fmt.Fprintf(w, "; %d of %d trials ran", s.Trials, rep.Trials)
+		}
+		for _, r := range rep.Runs {
+			if r.Mode == s.Mode && r.Interrupted {
+				fmt.Fprintf(w, " — trial %d INTERRUPTED, figures cover the part that ran", r.Trial)
+			}
 		}
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "MEASURE"
-	for _, r := range rep.Runs {
-		header += "\t" + strings.ToUpper(r.Mode)
+	for _, s := range sums {
+		header += "\t" + strings.ToUpper(s.Mode)
+		if rep.trials() {
+			header += " median (min–max)"
+		}
 	}
 	fmt.Fprintln(tw, header)
 	for i := range Measures {
 		m := &Measures[i]
 		line := m.Title
-		for _, r := range rep.Runs {
-			line += "\t" + formatValue(m, r.Measures[m.Name])
+		for _, s := range sums {
+			if rep.trials() {
+				line += "\t" + formatStat(m, s.Measures[m.Name])
+			} else {
+				line += "\t" + formatValue(m, s.Measures[m.Name].Median)
+			}
 		}
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
 	total, failed := 0, 0
-	for _, r := range rep.Runs {
-		if len(r.Expectations) == 0 {
+	for _, s := range sums {
+		if len(s.Expectations) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\nExpectations (%s):\n", r.Mode)
-		for _, c := range r.Expectations {
+		if rep.trials() {
+			fmt.Fprintf(w, "\nExpectations (%s; each must hold in every trial):\n", s.Mode)
+		} else {
+			fmt.Fprintf(w, "\nExpectations (%s):\n", s.Mode)
+		}
+		for _, e := range s.Expectations {
 			total++
 			mark := "PASS"
-			if !c.Passed {
+			if !e.Held() {
 				mark, failed = "FAIL", failed+1
 			}
-			fmt.Fprintf(w, "  %s  %-50s got %s\n", mark, c.Expectation, formatValue(measure(c.Metric), c.Value))
+			m := measure(e.Metric)
+			if rep.trials() {
+				fmt.Fprintf(w, "  %s  %2d/%-2d  %-50s got %s\n", mark, e.Passed, e.Trials, e.Expectation, formatStat(m, e.Got))
+			} else {
+				fmt.Fprintf(w, "  %s  %-50s got %s\n", mark, e.Expectation, formatValue(m, e.Got.Median))
+			}
 		}
+	}
+	if rep.trials() {
+		var parts []string
+		for _, s := range sums {
+			parts = append(parts, fmt.Sprintf("%s %d/%d", s.Mode, s.TrialsPassed, s.Trials))
+		}
+		fmt.Fprintf(w, "\nTrials where every expectation held: %s.\n", strings.Join(parts, ", "))
+	}
+	every := ""
+	if rep.trials() {
+		every = " in every trial"
 	}
 	switch {
 	case total == 0:
 		fmt.Fprintln(w, "\nNo expectations in the scenario.")
 	case failed == 0:
-		fmt.Fprintf(w, "\nAll %d expectations hold.\n", total)
+		fmt.Fprintf(w, "\nAll %d expectations hold%s.\n", total, every)
 	default:
-		fmt.Fprintf(w, "\n%d of %d expectations FAILED.\n", failed, total)
+		fmt.Fprintf(w, "\n%d of %d expectations FAILED%s.\n", failed, total, map[bool]string{true: " in at least one trial"}[rep.trials()])
 	}
 }
 

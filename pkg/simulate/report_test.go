@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -40,13 +41,16 @@ func TestSummarySideBySide(t *testing.T) {
 	rep.WriteSummary(&b)
 	out := b.String()
 	for _, want := range []string{
-		"run at time scale 10", "NODESHEPHERD  UPSTREAM", "time to detect", "39s", "longest NotReady after recovery    14s",
+		"run at time scale 10", "NODESHEPHERD  UPSTREAM", "time to detect", "39s",
 		"2m44s", "time to first eviction", "never", "PASS  podNotReadyAfterRecovery ≤ 30s", "FAIL  podNotReadyAfterRecovery ≤ 30s",
 		"1 of 2 expectations FAILED",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
+	}
+	if !regexp.MustCompile(`longest NotReady after recovery +14s +2m44s`).MatchString(out) {
+		t.Errorf("summary lacks both runs' longest NotReady after recovery:\n%s", out)
 	}
 	if rep.Failed() != 1 {
 		t.Errorf("Failed() = %d", rep.Failed())

@@ -60,6 +60,8 @@ type Options struct {
 	Out io.Writer
 	// SetupTimeout bounds getting nodes and workloads ready (real time).
 	SetupTimeout time.Duration
+	// Trial numbers the run among repeated trials (0: the only one).
+	Trial int
 }
 
 // Mark is a timeline step as it happened.
@@ -72,6 +74,7 @@ type Mark struct {
 // RunResult is what one run measured, in cluster time.
 type RunResult struct {
 	Mode         string              `json:"mode"`
+	Trial        int                 `json:"trial"` // 1-based
 	Components   string              `json:"components"`
 	Measures     map[string]*float64 `json:"measures"`
 	Expectations []Checked           `json:"expectations"`
@@ -80,6 +83,7 @@ type RunResult struct {
 	Zones        []string            `json:"zones"`
 	Nodes        int                 `json:"nodes"`
 	Pods         int                 `json:"podsAtStart"`
+	Services     []string            `json:"services,omitempty"` // namespace/name, whose endpoints are counted
 	Interrupted  bool                `json:"interrupted,omitempty"`
 	SetupSeconds float64             `json:"setupSeconds"`
 	LogDir       string              `json:"logDir"`
@@ -132,7 +136,11 @@ func Execute(ctx context.Context, sc *Scenario, opts Options) (*RunResult, error
 }
 
 func (r *runner) printf(format string, args ...any) {
-	fmt.Fprintf(r.out, "[%s] "+format+"\n", append([]any{r.opts.Mode}, args...)...)
+	label := r.opts.Mode
+	if r.opts.Trial > 0 {
+		label += fmt.Sprintf(" #%d", r.opts.Trial)
+	}
+	fmt.Fprintf(r.out, "[%s] "+format+"\n", append([]any{label}, args...)...)
 }
 
 // clusterSince is the cluster time since the timeline started.
@@ -154,7 +162,7 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 	tol := fmt.Sprint(scaleSeconds(defaultTolerationSeconds, scale))
 	cpCfg := controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true,
 		APIServerArgs: []string{"--default-not-ready-toleration-seconds=" + tol, "--default-unreachable-toleration-seconds=" + tol}}
-	res := &RunResult{Mode: r.opts.Mode, LogDir: r.opts.Dir + "/logs"}
+	res := &RunResult{Mode: r.opts.Mode, Trial: max(r.opts.Trial, 1), LogDir: r.opts.Dir + "/logs"}
 	switch r.opts.Mode {
 	case ModeUpstream:
 		cpCfg.Controllers = "*"
@@ -210,6 +218,12 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 	go func() { errc <- r.nodes.Run(ctx) }()
 
 	factory := informers.NewSharedInformerFactory(client, 0)
+	services := r.sc.services()
+	for k := range services {
+		res.Services = append(res.Services, k)
+	}
+	sort.Strings(res.Services)
+	r.rec.watchServices(res.Services)
 	r.rec.watch(factory)
 	factory.Start(ctx.Done())
 	defer func() { cancel(); factory.Shutdown() }()
@@ -223,7 +237,7 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 	if err := r.applyWorkloads(setupCtx, plane.RESTConfig()); err != nil {
 		return nil, err
 	}
-	if err := r.waitWorkloads(setupCtx, errc, factory); err != nil {
+	if err := r.waitWorkloads(setupCtx, errc, factory, services); err != nil {
 		return nil, err
 	}
 	res.SetupSeconds = time.Since(setupStart).Seconds()
@@ -292,16 +306,37 @@ func (r *runner) waitNodes(ctx context.Context, errc <-chan error, f informers.S
 	})
 }
 
-func (r *runner) waitWorkloads(ctx context.Context, errc <-chan error, f informers.SharedInformerFactory) error {
+// waitWorkloads waits until every workload has its replicas Ready and every
+// Service of the scenario lists each of its Ready pods as a ready endpoint,
+// so that the endpoint measures start from the full count.
+func (r *runner) waitWorkloads(ctx context.Context, errc <-chan error, f informers.SharedInformerFactory, services map[string]labels.Selector) error {
 	return r.waitFor(ctx, errc, "workloads Ready", func() (string, bool) {
 		pods, _ := f.Core().V1().Pods().Lister().List(labels.Everything())
 		ready := 0
+		want := map[string]int{}
 		for _, p := range pods {
-			if kube.PodReady(p) {
-				ready++
+			if !kube.PodReady(p) {
+				continue
+			}
+			ready++
+			for k, sel := range services {
+				if sel != nil && strings.HasPrefix(k, p.Namespace+"/") && sel.Matches(labels.Set(p.Labels)) && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+					want[k]++
+				}
 			}
 		}
-		return fmt.Sprintf("%d/%d pods Ready", ready, len(pods)), r.rec.workloads()
+		status := fmt.Sprintf("%d/%d pods Ready", ready, len(pods))
+		got := r.rec.readyEndpoints()
+		endpointsDone := true
+		for k, sel := range services {
+			if sel != nil && got[k] != want[k] {
+				endpointsDone = false
+			}
+		}
+		if len(services) > 0 {
+			status += fmt.Sprintf(", %d/%d Service endpoints ready", sumValues(got), sumValues(want))
+		}
+		return status, r.rec.workloads() && endpointsDone
 	})
 }
 

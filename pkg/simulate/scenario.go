@@ -298,9 +298,12 @@ func (s *Scenario) validate() error {
 		}
 	}
 	expectNode := field(root, "expect")
+	hasServices := len(s.services()) > 0
 	for i := range s.Expect {
 		if e := s.Expect[i].check(); e != "" {
 			at(item(expectNode, i), "expect[%d]: %s", i, e)
+		} else if strings.HasPrefix(s.Expect[i].Metric, "serviceReadyEndpoints") && !hasServices {
+			at(item(expectNode, i), "expect[%d]: %s counts the endpoints of the scenario's Services, but its workloads have no Service", i, s.Expect[i].Metric)
 		}
 	}
 	if len(errs) > 0 {

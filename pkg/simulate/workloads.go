@@ -13,6 +13,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -144,6 +146,30 @@ func (s *Scenario) manifests(scale float64) []manifest {
 				}
 			}
 			out = append(out, manifest{obj: obj, src: m.src})
+		}
+	}
+	return out
+}
+
+// services returns the scenario's Services by namespace/name, with their
+// pod selectors (nil for a Service without one).
+func (s *Scenario) services() map[string]labels.Selector {
+	out := map[string]labels.Selector{}
+	for _, w := range s.Workloads {
+		for _, m := range w.objects {
+			svc, ok := m.obj.(*v1.Service)
+			if !ok {
+				continue
+			}
+			ns := svc.Namespace
+			if ns == "" {
+				ns = metav1.NamespaceDefault
+			}
+			var sel labels.Selector
+			if len(svc.Spec.Selector) > 0 {
+				sel = labels.SelectorFromSet(svc.Spec.Selector)
+			}
+			out[ns+"/"+svc.Name] = sel
 		}
 	}
 	return out

@@ -19,6 +19,7 @@ import (
 
 type options struct {
 	compare      string
+	trials       int
 	timeScale    float64
 	output       string
 	binDir       string
@@ -52,6 +53,14 @@ nodelifecycle, taint-eviction and nodeipam controllers and kube-scheduler, and r
 side by side. Settings kube-controller-manager also has (node-monitor-grace-period,
 node-eviction-rate, ...) apply to both runs.
 
+--trials N runs every run N times, each on a fresh control plane (with --compare upstream,
+nodeshepherd and upstream take turns), and reports each measure as the median and range
+(min–max) over the trials; report.json keeps every trial's figures. An expectation holds
+only if it holds in every trial; the summary says in how many trials each one held.
+
+Workloads may include Services: the ready endpoints of their EndpointSlices are counted
+(serviceReadyEndpointsMin, serviceReadyEndpointsAtEnd) and charted.
+
 --time-scale N divides every duration by N (controller settings, fake kubelet intervals,
 tolerationSeconds including the 300 s defaults, the timeline) and multiplies eviction
 rates by N; the report is in cluster time and states the scale.
@@ -61,6 +70,9 @@ Exit status: 0 when every expectation holds, 1 when one fails or the run could n
 what was recorded. The control-plane binaries come from 'make controlplane'.`,
 		Example: `  # seed 002: a 45 s network blip, nodeshepherd next to upstream, ten times faster
   nodeshepherd simulate examples/scenarios/network-blip.yaml --compare upstream --time-scale 10
+
+  # every zone falls silent: Service endpoints under both, over 5 trials each
+  nodeshepherd simulate examples/scenarios/control-plane-partition.yaml --compare upstream --time-scale 10 --trials 5
 
   # check a scenario file without running it
   nodeshepherd simulate my-scenario.yaml --validate`,
@@ -76,6 +88,7 @@ what was recorded. The control-plane binaries come from 'make controlplane'.`,
 	}
 	f := c.Flags()
 	f.StringVar(&o.compare, "compare", "", "Run the scenario a second time with upstream's controllers and scheduler and compare: upstream.")
+	f.IntVar(&o.trials, "trials", 1, "Run the scenario this many times (each run, with --compare each side) and report the median and range of every measure.")
 	f.Float64Var(&o.timeScale, "time-scale", 1, "Divide every duration of the scenario by this (1 to 100); the report stays in cluster time.")
 	f.StringVarP(&o.output, "output", "o", "", "Directory for report.json, report.html and the runs' logs (default: simulate-reports/NAME-TIMESTAMP).")
 	f.StringVar(&o.binDir, "bin-dir", "", "Directory holding the control-plane binaries (default: see 'controlplane up --help').")
@@ -89,6 +102,8 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 	switch {
 	case o.compare != "" && o.compare != simulate.RunUpstream:
 		return cli.Usagef("--compare: only upstream is supported, got %q", o.compare)
+	case o.trials < 1:
+		return cli.Usagef("--trials must be at least 1, got %d", o.trials)
 	case o.timeScale < 1 || o.timeScale > 100:
 		return cli.Usagef("--time-scale must be between 1 and 100, got %g", o.timeScale)
 	case o.setupTimeout <= 0:
@@ -121,18 +136,34 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 		modes = append(modes, simulate.ModeUpstream)
 	}
 	rep := simulate.NewReport(sc, o.timeScale)
+	rep.Trials = o.trials
 	ctx := cmd.Context()
 	var runErr error
-	for _, mode := range modes {
-		res, err := simulate.Execute(ctx, sc, simulate.Options{Mode: mode, TimeScale: o.timeScale, Dir: filepath.Join(dir, mode),
-			BinDir: o.binDir, Out: out, SetupTimeout: o.setupTimeout})
-		if err != nil {
-			runErr = fmt.Errorf("%s run: %w", mode, err)
-			break
-		}
-		rep.Runs = append(rep.Runs, res)
-		if res.Interrupted || ctx.Err() != nil {
-			break
+runs:
+	for trial := 1; trial <= o.trials; trial++ {
+		for _, mode := range modes {
+			opts := simulate.Options{Mode: mode, TimeScale: o.timeScale, Dir: filepath.Join(dir, mode),
+				BinDir: o.binDir, Out: out, SetupTimeout: o.setupTimeout}
+			if o.trials > 1 {
+				opts.Trial, opts.Dir = trial, filepath.Join(dir, fmt.Sprintf("%s-%d", mode, trial))
+				fmt.Fprintf(out, "=== trial %d/%d: %s\n", trial, o.trials, mode)
+			}
+			res, err := simulate.Execute(ctx, sc, opts)
+			if err != nil {
+				runErr = fmt.Errorf("%s run: %w", mode, err)
+				if o.trials > 1 {
+					runErr = fmt.Errorf("trial %d, %s run: %w", trial, mode, err)
+				}
+				break runs
+			}
+			rep.Runs = append(rep.Runs, res)
+			if o.trials > 1 {
+				fmt.Fprintf(out, "=== trial %d/%d: %s done: %d of %d expectations hold\n", trial, o.trials, mode,
+					len(res.Expectations)-res.Failed(), len(res.Expectations))
+			}
+			if res.Interrupted || ctx.Err() != nil {
+				break runs
+			}
 		}
 	}
 	if len(rep.Runs) > 0 {
