@@ -29,6 +29,8 @@ var scenarioRuns = map[string][]string{
 	"all-zones-down.yaml":   {"--time-scale=10"},
 	"kernel-deadlock.yaml":  {"--time-scale=10", "--compare=upstream"},
 	"preemption-burst.yaml": {"--time-scale=10", "--compare=upstream"},
+	// Static stability: Service endpoints kept (nodeshepherd), dropped to zero (upstream).
+	"control-plane-partition.yaml": {"--time-scale=10", "--compare=upstream"},
 }
 
 // TestExampleScenarios runs every scenario of examples/scenarios with its
@@ -227,4 +229,105 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// trialsScenario is a small scenario with a Service: two nodes, a kubelet
+// restart, a minute of cluster time.
+const trialsScenario = `apiVersion: nodeshepherd.io/v1alpha1
+kind: Scenario
+name: trials
+duration: 1m
+cluster:
+  zones:
+  - {name: zone-a, nodes: 2}
+  node: {cpu: "4", memory: 8Gi}
+workloads:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: app}
+  spec:
+    replicas: 4
+    selector: {matchLabels: {app: app}}
+    template:
+      metadata: {labels: {app: app}}
+      spec:
+        containers: [{name: app, image: registry.k8s.io/pause:3.10}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: app}
+  spec:
+    selector: {app: app}
+    ports: [{port: 80}]
+timeline:
+- at: 10s
+  action: kubelet-restart
+  nodes: [fake-node-0000]
+expect:
+- {metric: serviceReadyEndpointsMin, atLeast: 4}
+- {metric: serviceReadyEndpointsAtEnd, atLeast: 4}
+- {metric: podsEvicted, atMost: 0}
+`
+
+// TestSimulateTrials runs a small scenario twice (--trials 2): a progress
+// line per trial, a log directory per trial, every trial's figures and the
+// median and range of each measure in report.json and on the terminal, the
+// Service endpoints counted; --trials 0 is a usage error.
+func TestSimulateTrials(t *testing.T) {
+	bin := framework.Binary(t)
+	scenario := filepath.Join(t.TempDir(), "trials.yaml")
+	if err := os.WriteFile(scenario, []byte(trialsScenario), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "simulate", scenario, "--trials", "0").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "--trials must be at least 1, got 0") {
+		t.Errorf("--trials 0: %v, want exit 2 naming the flag: %s", err, out)
+	}
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err = exec.CommandContext(ctx, bin, "simulate", scenario, "--trials=2", "--time-scale=10", "-o", dir).CombinedOutput()
+	t.Logf("simulate --trials 2:\n%s", out)
+	if err != nil {
+		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)
+	}
+	for _, want := range []string{"=== trial 1/2: nodeshepherd", "=== trial 2/2: nodeshepherd done: 3 of 3 expectations hold",
+		"[nodeshepherd #2]", "NODESHEPHERD median (min–max)", "PASS   2/2   serviceReadyEndpointsMin ≥ 4",
+		"Trials where every expectation held: nodeshepherd 2/2.", "All 3 expectations hold in every trial."} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, sub := range []string{"nodeshepherd-1/logs", "nodeshepherd-2/logs"} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); err != nil {
+			t.Errorf("per-trial logs: %v", err)
+		}
+	}
+	rep := readReport(t, dir)
+	if rep.Trials != 2 || len(rep.Runs) != 2 || rep.Runs[0].Trial != 1 || rep.Runs[1].Trial != 2 {
+		t.Fatalf("report: trials %d, %d runs", rep.Trials, len(rep.Runs))
+	}
+	if len(rep.Summary) != 1 || rep.Summary[0].Trials != 2 || rep.Summary[0].TrialsPassed != 2 {
+		t.Fatalf("report summary: %+v", rep.Summary)
+	}
+	for _, r := range rep.Runs {
+		if !slices.Equal(r.Services, []string{"default/app"}) {
+			t.Errorf("trial %d: services %v", r.Trial, r.Services)
+		}
+		if len(r.Samples) == 0 || r.Samples[0].ServiceEndpoints != 4 {
+			t.Errorf("trial %d: the first sample does not have the 4 endpoints", r.Trial)
+		}
+	}
+	st := rep.Summary[0].Measures["serviceReadyEndpointsMin"]
+	if len(st.Values) != 2 || st.Values[0] == nil || *st.Values[0] != 4 || st.Median == nil || *st.Median != 4 {
+		t.Errorf("serviceReadyEndpointsMin over trials: %+v", st)
+	}
+	if d := rep.Summary[0].Measures["timeToDetect"]; len(d.Values) != 2 {
+		t.Errorf("timeToDetect over trials: %+v", d)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil || !strings.Contains(string(page), "Every trial") || !strings.Contains(string(page), "Service endpoints") {
+		t.Errorf("report.html lacks the per-trial table or the endpoints chart: %v", err)
+	}
 }
