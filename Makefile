@@ -45,17 +45,18 @@ test-integration: controlplane chromium
 demo: build controlplane
 	$(BIN)/nodeshepherd demo
 
-## simulate: seed 002's network blip, nodeshepherd next to upstream, 5x faster (SCENARIO=... TIME_SCALE=... for others)
+## simulate: seed 002's network blip, nodeshepherd next to upstream, 5x faster (SCENARIO=... TIME_SCALE=... TRIALS=... for others)
 SCENARIO ?= examples/scenarios/network-blip.yaml
 TIME_SCALE ?= 5
+TRIALS ?= 1
 simulate: build controlplane
-	$(BIN)/nodeshepherd simulate $(SCENARIO) --compare upstream --time-scale $(TIME_SCALE)
+	$(BIN)/nodeshepherd simulate $(SCENARIO) --compare upstream --time-scale $(TIME_SCALE) --trials $(TRIALS)
 
 ## bench-fakenodes: CPU and memory of 5,000 fake nodes (see docs/benchmarks.md)
 bench-fakenodes: controlplane
 	go test -run '^$$' -bench BenchmarkFakeNodes -benchtime 1x -timeout 30m ./test/bench/
 
-## bench-detection: failure detection and API writes, kube-controller-manager next to nodeshepherd
+## bench-detection: failure detection (p50/p95/max of 20 trials, BENCH_TRIALS=...) and API writes, kube-controller-manager next to nodeshepherd
 bench-detection: controlplane
 	go test -run '^$$' -bench BenchmarkDetection -benchtime 1x -timeout 30m ./test/bench/
 
