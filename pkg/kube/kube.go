@@ -3,6 +3,8 @@
 package kube
 
 import (
+	"time"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -77,4 +79,16 @@ func PodCondition(p *v1.Pod, t v1.PodConditionType) *v1.PodCondition {
 func PodReady(p *v1.Pod) bool {
 	c := PodCondition(p, v1.PodReady)
 	return c != nil && c.Status == v1.ConditionTrue
+}
+
+// NotBefore is the latest instant a Kubernetes timestamp may stand for.
+// creationTimestamp, condition transition times, taint timeAdded and RFC 3339
+// strings are truncated to the second, so the real moment lies in [t, t+1s);
+// a wait measured from NotBefore(t) is never shorter than configured. A
+// timestamp that carries sub-second digits is taken as exact.
+func NotBefore(t time.Time) time.Time {
+	if t.IsZero() || t.Nanosecond() != 0 {
+		return t
+	}
+	return t.Add(time.Second)
 }

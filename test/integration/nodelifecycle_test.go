@@ -309,10 +309,11 @@ func TestPartialDisruptionStopsTainting(t *testing.T) {
 			t.Errorf("%s: Ready %s, want Unknown", n, c.Status)
 		}
 	}
-	// The first node to expire finds its zone still Normal and may be tainted;
-	// once the zone is partially disrupted (4 nodes ≤ 50: rate 0) no more.
-	if tainted > 1 {
-		t.Errorf("%d nodes of a partially disrupted small zone got the NoExecute taint, want at most 1", tainted)
+	// The first node to expire is judged with the two others, already
+	// overdue, counted: its zone is partially disrupted (4 nodes ≤ 50: rate
+	// 0) from the first decision on, so no node is tainted.
+	if tainted > 0 {
+		t.Errorf("%d nodes of a partially disrupted small zone got the NoExecute taint, want none", tainted)
 	}
 	if got := ns.Metric(t, "node_collector_unhealthy_nodes_in_zone", map[string]string{"zone": "zone-a"}); got != 3 {
 		t.Errorf("unhealthy_nodes_in_zone = %v, want 3", got)
@@ -355,6 +356,16 @@ func TestAllZonesDownStopsEvictions(t *testing.T) {
 		if kube.FindTaint(getNode(t, client, n), nodelifecycle.UnreachableTaint) != nil {
 			t.Errorf("%s tainted while every zone was down", n)
 		}
+		// Static stability: the pods keep serving, so they stay Ready.
+		if ok, state, _ := podReadyIs(client, "p-"+n, v1.ConditionTrue)(framework.Context(t)); !ok {
+			t.Errorf("pod on %s marked NotReady while every zone was down: %s", n, state)
+		}
+	}
+	if v := ns.Metric(t, "nodeshepherd_nodelifecycle_static_stability_active", nil); v != 1 {
+		t.Errorf("static_stability_active = %v while every zone is down, want 1", v)
+	}
+	if n, msgs := framework.WaitEvents(t, client, "reason="+nodelifecycle.EventAllNodesSilent, 1); n != 1 {
+		t.Errorf("%d %s events, want one for the one change of state: %v", n, nodelifecycle.EventAllNodesSilent, msgs)
 	}
 
 	// zone-a comes back: the mode ends, zone-b (still fully disrupted while
@@ -365,6 +376,10 @@ func TestAllZonesDownStopsEvictions(t *testing.T) {
 		v := ns.Metric(t, "nodeshepherd_nodelifecycle_zone_state", map[string]string{"zone": "zone-a", "state": "Normal"})
 		return v == 1, fmt.Sprintf("normal=%v", v), nil
 	})
+	framework.WaitEvents(t, client, "reason="+nodelifecycle.EventNodesHeartbeating, 1)
+	if v := ns.Metric(t, "nodeshepherd_nodelifecycle_static_stability_active", nil); v != 0 {
+		t.Errorf("static_stability_active = %v after zone-a came back, want 0", v)
+	}
 	for _, n := range names {
 		if m.Zone(n) == "zone-b" {
 			framework.Eventually(t, 20*time.Second, "zone-b node tainted after the mode ends", nodeTainted(client, n, nodelifecycle.UnreachableTaint, true))
@@ -542,5 +557,30 @@ func TestTaintSwapAndCancelledEviction(t *testing.T) {
 	})
 	if ok, _, _ := podEvicted(client, "patient")(framework.Context(t)); ok {
 		t.Error("patient pod evicted")
+	}
+}
+
+// TestAllZonesDownWithoutStaticStability: --static-stability=false restores
+// upstream's behaviour: every pod is marked NotReady when every zone is down.
+func TestAllZonesDownWithoutStaticStability(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, zonedNodes(client, "zone-a=2,zone-b=2", false))
+	ctrl := fastLifecycle(100)
+	ctrl.NodeLifecycle.StaticStability = false
+	ns := framework.StartNodeShepherd(t, cfg, ctrl, nil)
+	names := m.NodeNames()
+	waitNodesReady(t, client, names...)
+	for _, n := range names {
+		createPod(t, client, "p-"+n, n, tolerations(nil))
+	}
+	for _, n := range names {
+		framework.Eventually(t, 20*time.Second, "pod ready", podReadyIs(client, "p-"+n, v1.ConditionTrue))
+	}
+	partition(t, m, fakenode.Partition, fakenode.Target{All: true})
+	for _, n := range names {
+		framework.Eventually(t, 20*time.Second, "pod marked NotReady", podReadyIs(client, "p-"+n, v1.ConditionFalse))
+	}
+	if v := ns.Metric(t, "nodeshepherd_nodelifecycle_static_stability_active", nil); v != 0 {
+		t.Errorf("static_stability_active = %v with --static-stability=false", v)
 	}
 }

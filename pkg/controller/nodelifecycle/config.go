@@ -40,11 +40,24 @@ type Config struct {
 	// that this controller marked NotReady, and that its kubelet did not touch
 	// since, gets Ready=True back. Zero turns restoring off.
 	PodReadinessRestoreDelay time.Duration
+	// HeartbeatOverdueSlack: a node silent for longer than its usual heartbeat
+	// interval plus this slack counts as not ready in its zone's disruption
+	// state, before its own grace period ends, so that the first node of a
+	// group that fell silent together is judged with the others (upstream
+	// judges every node in one pass every NodeMonitorPeriod, nodeshepherd the
+	// moment each grace period ends). Zero counts only nodes already marked.
+	HeartbeatOverdueSlack time.Duration
+	// StaticStability keeps pods Ready while every zone is in FullDisruption:
+	// when no node at all heartbeats, the likely cause is the controller's or
+	// the control plane's network, and marking every pod NotReady would empty
+	// every Service. False restores upstream's behaviour.
+	StaticStability bool
 	// DryRun computes everything and reports what would be written.
 	DryRun bool
 }
 
-// DefaultConfig returns kube-controller-manager's defaults.
+// DefaultConfig returns kube-controller-manager's defaults, and nodeshepherd's
+// own safety settings on.
 func DefaultConfig() Config {
 	return Config{
 		NodeMonitorPeriod:         5 * time.Second,
@@ -55,6 +68,8 @@ func DefaultConfig() Config {
 		LargeClusterSizeThreshold: 50,
 		UnhealthyZoneThreshold:    0.55,
 		PodReadinessRestoreDelay:  10 * time.Second,
+		HeartbeatOverdueSlack:     2 * time.Second,
+		StaticStability:           true,
 	}
 }
 
@@ -67,6 +82,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.SecondaryNodeEvictionRate, "secondary-node-eviction-rate", c.SecondaryNodeEvictionRate, "Nodes per second per zone that get a NoExecute taint while a zone larger than --large-cluster-size-threshold is partially disrupted.")
 	fs.IntVar(&c.LargeClusterSizeThreshold, "large-cluster-size-threshold", c.LargeClusterSizeThreshold, "Zones with more nodes than this keep --secondary-node-eviction-rate in partial disruption; smaller zones stop tainting.")
 	fs.Float32Var(&c.UnhealthyZoneThreshold, "unhealthy-zone-threshold", c.UnhealthyZoneThreshold, "Fraction of not-ready nodes (at least 3) from which a zone is partially disrupted.")
+	fs.DurationVar(&c.HeartbeatOverdueSlack, "heartbeat-overdue-slack", c.HeartbeatOverdueSlack, "A node silent for longer than its usual heartbeat interval plus this slack counts as not ready in its zone's disruption state before its grace period ends, so nodes that fall silent together are judged together (0: count only nodes already marked, as upstream).")
+	fs.BoolVar(&c.StaticStability, "static-stability", c.StaticStability, "While every zone is in FullDisruption (no node heartbeats at all, likely a control-plane network problem), do not mark pods NotReady, so Services keep their endpoints; false marks them as kube-controller-manager does.")
 	fs.DurationVar(&c.PodReadinessRestoreDelay, "pod-readiness-restore-delay", c.PodReadinessRestoreDelay, "After a node is Ready again, restore Ready=True on pods this controller marked NotReady and their kubelet has not updated since (0 turns it off).")
 }
 
@@ -95,6 +112,9 @@ func (c *Config) Validate() error {
 	}
 	if c.UnhealthyZoneThreshold <= 0 || c.UnhealthyZoneThreshold > 1 {
 		errs = append(errs, fmt.Errorf("--unhealthy-zone-threshold must be in (0, 1], got %v", c.UnhealthyZoneThreshold))
+	}
+	if c.HeartbeatOverdueSlack < 0 {
+		errs = append(errs, fmt.Errorf("--heartbeat-overdue-slack must not be negative, got %v", c.HeartbeatOverdueSlack))
 	}
 	if c.PodReadinessRestoreDelay < 0 {
 		errs = append(errs, fmt.Errorf("--pod-readiness-restore-delay must not be negative, got %v", c.PodReadinessRestoreDelay))

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // Name is the controller's name in --controllers.
@@ -37,6 +38,8 @@ const (
 	EventRemovingNode       = "RemovingNode"
 	EventNodeNotReady       = "NodeNotReady"
 	EventReadinessRestored  = "PodReadinessRestored"
+	EventAllNodesSilent     = "AllNodesSilent"
+	EventNodesHeartbeating  = "NodeHeartbeatsResumed"
 	nodeUpdateWorkers       = 8
 	podUpdateWorkers        = 4
 	noExecuteTaintingPeriod = 100 * time.Millisecond
@@ -95,17 +98,23 @@ type Controller struct {
 	markQueue    workqueue.TypedRateLimitingInterface[string] // nodes whose pods must be marked NotReady
 	restoreQueue workqueue.TypedRateLimitingInterface[string] // pods whose readiness may be restored
 
+	// Static stability: while every zone is in FullDisruption, the nodes
+	// whose pods would have been marked NotReady are held here instead
+	// (guarded by mu); released is when the hold ended.
+	holding  bool
+	held     map[string]bool
+	released time.Time
+
 	markedMu sync.Mutex
 	marked   map[types.UID]markedPod
 
 	contact *contact
 }
 
-// markedPod is a pod this controller set Ready=False.
+// markedPod is a pod that carries a live MarkedCondition.
 type markedPod struct {
-	node            string
-	resourceVersion string // after our write: any later change is someone else's
-	restoreQueued   bool
+	node          string
+	restoreQueued bool
 }
 
 // New builds the controller; Run starts it.
@@ -129,6 +138,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		zoneStates:  map[string]ZoneState{},
 		zoneQueues:  map[string]*zoneQueue{},
 		zoneOfNode:  map[string]string{},
+		held:        map[string]bool{},
 		overlay:     controllerutil.NewOverlay[*v1.Node](),
 		marked:      map[types.UID]markedPod{},
 		ping:        d.Ping,
@@ -175,6 +185,11 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		UpdateFunc: func(old, obj any) {
 			c.onPod(old.(*v1.Pod), obj.(*v1.Pod))
 		},
+		DeleteFunc: func(obj any) {
+			if p, ok := kube.Untombstone(obj).(*v1.Pod); ok {
+				c.forgetMark(p)
+			}
+		},
 	})
 	return c, err
 }
@@ -207,7 +222,7 @@ func (c *Controller) onNode(n *v1.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rec := c.health[n.Name]; rec != nil && rec.hasReady && !rec.heartbeat.Equal(&ready.LastHeartbeatTime) {
-		rec.probe = now
+		rec.heard(now)
 		if !rec.transition.Equal(&ready.LastTransitionTime) {
 			rec.readyTransition = now
 		}
@@ -226,11 +241,12 @@ func (c *Controller) onLease(l *coordinationv1.Lease) {
 	defer c.mu.Unlock()
 	if rec := c.health[l.Name]; rec != nil && l.Spec.RenewTime.Time.After(rec.leaseRenew) {
 		rec.leaseRenew = l.Spec.RenewTime.Time
-		rec.probe = now
+		rec.heard(now)
 	}
 }
 
 func (c *Controller) onPod(old, pod *v1.Pod) {
+	c.trackMark(pod)
 	if pod.Spec.NodeName == "" || (old != nil && old.Spec.NodeName == pod.Spec.NodeName) {
 		return
 	}
@@ -295,7 +311,6 @@ func (c *Controller) Run(ctx context.Context) error {
 // in this one goroutine, so zone states are always decided before a taint of
 // the same pass is applied.
 func (c *Controller) monitorLoop(ctx context.Context) {
-	logger := klog.FromContext(ctx)
 	nextPass := c.clock.Now()
 	timer := c.clock.NewTimer(0)
 	defer timer.Stop()
@@ -305,32 +320,38 @@ func (c *Controller) monitorLoop(ctx context.Context) {
 			return
 		case <-timer.C():
 		}
-		now := c.clock.Now()
-		if !now.Before(nextPass) {
-			judge, reset := c.contact.check(now)
-			if reset {
-				logger.Info("Heartbeats visible again; giving every node a fresh grace period")
-				c.resetAllProbes(now)
-			}
-			if judge {
-				start := c.clock.Now()
-				if err := c.monitorNodeHealth(ctx); err != nil {
-					logger.Error(err, "Error monitoring node health")
-				}
-				c.metrics.updateAllNodesHealth.Observe(c.clock.Since(start).Seconds())
-			}
-			now = c.clock.Now()
-			nextPass = now.Add(c.cfg.NodeMonitorPeriod)
-			c.mu.Lock()
-			if d := c.nextDeadline; !d.IsZero() && d.Before(nextPass) {
-				nextPass = d
-			}
-			c.mu.Unlock()
-		}
-		c.doNoExecuteTaintingPass(ctx)
-		wait := min(nextPass.Sub(c.clock.Now()), noExecuteTaintingPeriod)
-		timer.Reset(max(wait, 0))
+		timer.Reset(c.monitorStep(ctx, &nextPass))
 	}
+}
+
+// monitorStep runs the health pass if it is due, then the tainting pass, and
+// returns how long to wait for the next step.
+func (c *Controller) monitorStep(ctx context.Context, nextPass *time.Time) time.Duration {
+	logger := klog.FromContext(ctx)
+	now := c.clock.Now()
+	if !now.Before(*nextPass) {
+		judge, reset := c.contact.check(now)
+		if reset {
+			logger.Info("Heartbeats visible again; giving every node a fresh grace period")
+			c.resetAllProbes(now)
+		}
+		if judge {
+			start := c.clock.Now()
+			if err := c.monitorNodeHealth(ctx); err != nil {
+				logger.Error(err, "Error monitoring node health")
+			}
+			c.metrics.updateAllNodesHealth.Observe(c.clock.Since(start).Seconds())
+		}
+		now = c.clock.Now()
+		*nextPass = now.Add(c.cfg.NodeMonitorPeriod)
+		c.mu.Lock()
+		if d := c.nextDeadline; !d.IsZero() && d.Before(*nextPass) {
+			*nextPass = d
+		}
+		c.mu.Unlock()
+	}
+	c.doNoExecuteTaintingPass(ctx)
+	return max(min(nextPass.Sub(c.clock.Now()), noExecuteTaintingPeriod), 0)
 }
 
 // watchContact pings the API server every second; see contact for what the

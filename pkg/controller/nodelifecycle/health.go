@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // nodeHealth is what the controller remembers of a node's heartbeats. Every
@@ -18,6 +20,30 @@ type nodeHealth struct {
 	heartbeat       metav1.Time // last seen Ready.lastHeartbeatTime
 	transition      metav1.Time // last seen Ready.lastTransitionTime
 	leaseRenew      time.Time   // last seen Lease renewTime
+	// gaps are the last two intervals between heartbeats: how often this
+	// node usually reports, to tell an overdue node before its grace ends.
+	gaps [2]time.Duration
+}
+
+// heard records a heartbeat seen at now.
+func (h *nodeHealth) heard(now time.Time) {
+	if !h.probe.IsZero() && now.After(h.probe) {
+		h.gaps[1], h.gaps[0] = h.gaps[0], now.Sub(h.probe)
+	}
+	h.probe = now
+}
+
+// overdue says whether the node has been silent for longer than its usual
+// heartbeat interval plus slack. Such a node counts as failing in its zone's
+// state before its own grace period ends, so that nodes that fall silent
+// together are judged together. Without two heartbeats seen, or with slack
+// 0, nothing is overdue.
+func (h *nodeHealth) overdue(now time.Time, grace, slack time.Duration) bool {
+	interval := max(h.gaps[0], h.gaps[1])
+	if slack <= 0 || interval <= 0 || !h.hasReady {
+		return false
+	}
+	return now.Sub(h.probe) > min(interval+slack, grace)
 }
 
 // Condition reasons and messages, as upstream writes them.
@@ -49,10 +75,13 @@ func (c *Config) observe(rec *nodeHealth, node *v1.Node, now time.Time) (*nodeHe
 	ready := getCondition(&node.Status, v1.NodeReady)
 	if ready == nil {
 		// Never reported: timed from creation, with the startup grace period.
+		// creationTimestamp is truncated to the second: the grace runs from
+		// the latest instant it may stand for, so it is never shorter.
 		observed := &v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown,
 			LastHeartbeatTime: node.CreationTimestamp, LastTransitionTime: node.CreationTimestamp}
 		if rec == nil {
-			rec = &nodeHealth{probe: node.CreationTimestamp.Time, readyTransition: node.CreationTimestamp.Time}
+			created := kube.NotBefore(node.CreationTimestamp.Time)
+			rec = &nodeHealth{probe: created, readyTransition: created}
 		}
 		rec.hasReady = false
 		return rec, c.NodeStartupGracePeriod, observed
@@ -63,7 +92,7 @@ func (c *Config) observe(rec *nodeHealth, node *v1.Node, now time.Time) (*nodeHe
 		// First sight (also after a restart): a fresh grace period.
 		rec = &nodeHealth{probe: now, readyTransition: now, leaseRenew: leaseRenewOf(rec)}
 	case !rec.heartbeat.Equal(&ready.LastHeartbeatTime):
-		rec.probe = now
+		rec.heard(now)
 		if !rec.transition.Equal(&ready.LastTransitionTime) {
 			rec.readyTransition = now
 		}

@@ -26,7 +26,7 @@ func TestObserveWithoutReadyUsesStartupGrace(t *testing.T) {
 	now := t0
 	n := readyNode("", metav1.Time{})
 	rec, grace, observed := c.observe(nil, n, now)
-	if grace != c.NodeStartupGracePeriod || observed.Status != v1.ConditionUnknown || !rec.probe.Equal(longAgo.Time) {
+	if grace != c.NodeStartupGracePeriod || observed.Status != v1.ConditionUnknown || !rec.probe.Equal(longAgo.Time.Add(time.Second)) {
 		t.Fatalf("grace %v observed %+v probe %v", grace, observed, rec.probe)
 	}
 	if !now.After(rec.probe.Add(grace)) {
@@ -40,6 +40,21 @@ func TestObserveWithoutReadyUsesStartupGrace(t *testing.T) {
 		if c.Reason != reasonNeverUpdated || c.Message != messageNeverUpdated || !c.LastHeartbeatTime.Equal(&longAgo) {
 			t.Errorf("%+v", c)
 		}
+	}
+}
+
+// creationTimestamp has one-second precision: the startup grace period runs
+// from the end of that second, so a node is never judged before the full
+// period has passed since its real creation (up to 0.999 s after the stamp).
+func TestStartupGraceNeverShorterThanConfigured(t *testing.T) {
+	c := DefaultConfig()
+	created := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC) // as the API server stores it
+	realCreation := created.Add(999 * time.Millisecond)
+	n := readyNode("", metav1.Time{})
+	n.CreationTimestamp = metav1.NewTime(created)
+	rec, grace, _ := c.observe(nil, n, realCreation)
+	if expiry := rec.probe.Add(grace); expiry.Before(realCreation.Add(c.NodeStartupGracePeriod)) {
+		t.Fatalf("expires %v after the real creation, shorter than --node-startup-grace-period %v", expiry.Sub(realCreation), c.NodeStartupGracePeriod)
 	}
 }
 

@@ -17,6 +17,7 @@ type metrics struct {
 	podReadinessRestored prometheus.Counter
 	detectionDelay       prometheus.Histogram
 	zoneState            *prometheus.GaugeVec
+	staticStability      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,7 +43,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		zoneState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "zone_state",
 			Help: "1 for the current disruption state of each zone (Initial, Normal, PartialDisruption, FullDisruption), 0 for the others."}, []string{"zone", "state"}),
 	}
-	reg.MustRegister(m.zoneState, m.zoneHealth, m.zoneSize, m.unhealthyNodes, m.evictions, m.updateNodeHealth, m.updateAllNodesHealth,
+	m.staticStability = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "static_stability_active",
+		Help: "1 while every zone is in FullDisruption and pods are kept Ready instead of being marked NotReady (--static-stability)."})
+	reg.MustRegister(m.staticStability, m.zoneState, m.zoneHealth, m.zoneSize, m.unhealthyNodes, m.evictions, m.updateNodeHealth, m.updateAllNodesHealth,
 		m.podsMarkedNotReady, m.podReadinessRestored, m.detectionDelay)
 	return m
 }

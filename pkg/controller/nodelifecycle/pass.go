@@ -25,11 +25,26 @@ const (
 
 // nodeResult is what one node contributes to the zone computation.
 type nodeResult struct {
+	name     string
 	zone     string
 	current  *v1.NodeCondition
 	counted  bool // false: excluded or skipped
+	overdue  bool // Ready, but silent for longer than its heartbeats are apart
+	markPods bool // just stopped being Ready: its pods are to be marked NotReady
 	deadline time.Time
 }
+
+// zoneCondition is what the zone state counts for a node: its Ready
+// condition, or Unknown for an overdue node, which is failing with the
+// others but not yet marked.
+func (r nodeResult) zoneCondition() *v1.NodeCondition {
+	if r.overdue && r.current != nil && r.current.Status == v1.ConditionTrue {
+		return overdueCondition
+	}
+	return r.current
+}
+
+var overdueCondition = &v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown, Reason: "HeartbeatOverdue"}
 
 // monitorNodeHealth is one health pass over every node.
 func (c *Controller) monitorNodeHealth(ctx context.Context) error {
@@ -83,21 +98,30 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 		results[i] = c.processNodeHealth(ctx, nodes[i].Name)
 	})
 
+	// The zone states are decided from every node of this pass, overdue ones
+	// included, before any NoExecute taint queued in it is applied (the
+	// tainting pass runs after this one in the same goroutine) and before
+	// any pod is marked NotReady.
 	zoneConditions := map[string][]*v1.NodeCondition{}
 	var next time.Time
+	var toMark []string
 	for _, r := range results {
 		if !r.deadline.IsZero() && (next.IsZero() || r.deadline.Before(next)) {
 			next = r.deadline
 		}
+		if r.markPods {
+			toMark = append(toMark, r.name)
+		}
 		if !r.counted {
 			continue
 		}
-		zoneConditions[r.zone] = append(zoneConditions[r.zone], r.current)
+		zoneConditions[r.zone] = append(zoneConditions[r.zone], r.zoneCondition())
 	}
 	c.mu.Lock()
 	c.nextDeadline = next
 	c.mu.Unlock()
 	c.handleDisruption(ctx, zoneConditions, nodes)
+	c.queueMarks(ctx, toMark)
 	return nil
 }
 
@@ -112,8 +136,7 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 	// from the API server after a failure. The first attempt allocates no
 	// timer, which matters at thousands of nodes per pass.
 	var node *v1.Node
-	var observed, current *v1.NodeCondition
-	var deadline time.Time
+	var u healthUpdate
 	var err error
 	for attempt := 0; attempt < nodeHealthUpdateRetry; attempt++ {
 		if attempt > 0 {
@@ -130,7 +153,7 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 			logger.Error(err, "Failed to read node", "node", name)
 			continue
 		}
-		if observed, current, deadline, err = c.tryUpdateNodeHealth(ctx, node); err == nil {
+		if u, err = c.tryUpdateNodeHealth(ctx, node); err == nil {
 			break
 		}
 		logger.V(2).Info("Failed to update node health, retrying", "node", name, "err", err)
@@ -139,7 +162,9 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 		logger.Error(err, "Skipping node health update: too many retries", "node", name)
 		return nodeResult{}
 	}
-	r := nodeResult{zone: topology.GetZoneKey(node), current: current, counted: !excludedFromDisruption(node), deadline: deadline}
+	observed, current := u.observed, u.current
+	r := nodeResult{name: name, zone: topology.GetZoneKey(node), current: current, counted: !excludedFromDisruption(node),
+		overdue: u.overdue, deadline: u.deadline}
 	if current == nil {
 		return r
 	}
@@ -150,7 +175,7 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 	c.decideTaint(ctx, node, current)
 	if current.Status != v1.ConditionTrue && observed.Status == v1.ConditionTrue {
 		c.recordNodeEvent(node, v1.EventTypeNormal, EventNodeNotReady, fmt.Sprintf("Node %s status is now: NodeNotReady", node.Name))
-		c.markQueue.Add(node.Name)
+		r.markPods = true
 	}
 	if current.Status == v1.ConditionTrue {
 		c.queueRestores(node.Name)
@@ -158,12 +183,17 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 	return r
 }
 
+// healthUpdate is the outcome of one node's grace-period check.
+type healthUpdate struct {
+	observed, current *v1.NodeCondition // Ready before and after the check
+	deadline          time.Time         // within its grace period: when it expires
+	overdue           bool              // within its grace period but silent for longer than usual
+}
+
 // tryUpdateNodeHealth applies the grace-period rules to one node and writes
 // its status when Ready changes. node is the cached object: it is copied
-// only when it must change, which keeps a healthy pass free of copies. It returns the observed (before) and current
-// (after) Ready conditions and, for a node still within its grace period,
-// the moment it expires.
-func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (observed, current *v1.NodeCondition, deadline time.Time, err error) {
+// only when it must change, which keeps a healthy pass free of copies.
+func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (healthUpdate, error) {
 	now := c.clock.Now()
 	c.mu.Lock()
 	rec, grace, observed := c.cfg.observe(c.health[node.Name], node, now)
@@ -171,23 +201,24 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (ob
 	if lease, lerr := c.leaseLister.Leases(v1.NamespaceNodeLease).Get(node.Name); lerr == nil && lease.Spec.RenewTime != nil &&
 		lease.Spec.RenewTime.Time.After(rec.leaseRenew) {
 		rec.leaseRenew = lease.Spec.RenewTime.Time
-		rec.probe = now
+		rec.heard(now)
 	}
 	probe := rec.probe
+	overdue := rec.overdue(now, grace, c.cfg.HeartbeatOverdueSlack)
 	c.mu.Unlock()
 
 	expiry := probe.Add(grace)
 	if !now.After(expiry) {
-		current = getCondition(&node.Status, v1.NodeReady)
-		return observed, current, expiry.Add(time.Millisecond), nil
+		return healthUpdate{observed: observed, current: getCondition(&node.Status, v1.NodeReady),
+			deadline: expiry.Add(time.Millisecond), overdue: overdue}, nil
 	}
 	nowMeta := metav1.NewTime(now)
 	node = node.DeepCopy()
 	expire(node, nowMeta)
-	current = getCondition(&node.Status, v1.NodeReady)
+	current := getCondition(&node.Status, v1.NodeReady)
 	if current.Status == observed.Status && current.LastTransitionTime.Equal(&observed.LastTransitionTime) &&
 		current.Reason == observed.Reason {
-		return observed, current, time.Time{}, nil
+		return healthUpdate{observed: observed, current: current}, nil
 	}
 	basedOn := node.ResourceVersion
 	if c.cfg.DryRun {
@@ -195,7 +226,7 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (ob
 	} else {
 		written, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		if err != nil {
-			return observed, nil, time.Time{}, err
+			return healthUpdate{}, err
 		}
 		node = written
 	}
@@ -208,7 +239,7 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (ob
 	}
 	c.mu.Unlock()
 	klog.FromContext(ctx).V(2).Info("Node marked Unknown", "node", klog.KObj(node), "silentFor", now.Sub(probe).Round(time.Millisecond))
-	return observed, getCondition(&node.Status, v1.NodeReady), time.Time{}, nil
+	return healthUpdate{observed: observed, current: getCondition(&node.Status, v1.NodeReady)}, nil
 }
 
 // ensureZoneLocked creates the state and queue of a zone seen for the first time.
@@ -268,6 +299,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		// Nothing changes (also the case without any zone).
 	case allNowFull && !allWereFull:
 		logger.Info("Controller detected that all Nodes are not-Ready. Entering master disruption mode")
+		c.holdMarks(ctx, len(nodes) > 0)
 		for _, n := range nodes {
 			if err := c.markReachable(ctx, n.Name); err != nil {
 				logger.Error(err, "Failed to remove NoExecute taints", "node", klog.KObj(n))
@@ -283,6 +315,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 	case !allNowFull && allWereFull:
 		logger.Info("Controller detected that some Nodes are Ready. Exiting master disruption mode")
 		c.resetAllProbes(now)
+		c.releaseMarks(ctx, now)
 		c.mu.Lock()
 		for zone, state := range newStates {
 			c.zoneQueueLocked(zone, now).SwapLimiter(c.cfg.rateFor(state, len(zoneConditions[zone])), now)

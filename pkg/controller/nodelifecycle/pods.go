@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +27,7 @@ func (c *Controller) processMark(ctx context.Context) bool {
 // markNodePods marks the pods of a node that is (still) not Ready.
 func (c *Controller) markNodePods(ctx context.Context, name string) error {
 	node, err := c.latestNode(name)
-	if err != nil || kube.NodeReady(node) {
+	if err != nil || kube.NodeReady(node) || c.holdingMarks(name) {
 		return nil
 	}
 	objs, err := c.podIndexer.ByIndex(ByNodeIndex, name)
@@ -70,7 +71,7 @@ func (c *Controller) processPod(ctx context.Context) bool {
 		return true
 	}
 	ready := getCondition(&node.Status, v1.NodeReady)
-	if ready == nil || ready.Status == v1.ConditionTrue {
+	if ready == nil || ready.Status == v1.ConditionTrue || c.holdingMarks(node.Name) {
 		c.podQueue.Forget(key)
 		return true
 	}
@@ -82,8 +83,28 @@ func (c *Controller) processPod(ctx context.Context) bool {
 	return true
 }
 
+// MarkedCondition is the pod condition nodeshepherd writes next to Ready=False
+// when it marks a pod NotReady because of its node. It is the durable record
+// of the mark: any replica, after a leader change too, knows from it which
+// pods it may give readiness back to. Status False once that is settled.
+const MarkedCondition v1.PodConditionType = "nodeshepherd.io/MarkedNotReadyByNode"
+
+// Reasons of MarkedCondition.
+const (
+	reasonMarked          = "NodeNotReady"
+	reasonRestored        = "ReadinessRestored"
+	reasonKubeletReported = "KubeletReported"
+)
+
+// markedOn returns the node a pod's mark names and when it was made, if the
+// pod carries a live mark.
+func markedOn(pod *v1.Pod) (*v1.PodCondition, bool) {
+	c := kube.PodCondition(pod, MarkedCondition)
+	return c, c != nil && c.Status == v1.ConditionTrue
+}
+
 // markPodNotReady sets a pod's Ready condition False (pods without one are
-// left alone, as upstream does) and remembers it for readiness restoring.
+// left alone, as upstream does) and records the mark on the pod.
 func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 	idx := -1
 	for i := range pod.Status.Conditions {
@@ -100,11 +121,16 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 	}
 	// Upstream writes the whole status, which conflicts with every other
 	// writer of the pod (the taint eviction controller's DisruptionTarget
-	// condition above all); a patch of the one condition (merged by type)
-	// cannot conflict.
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-		"type": v1.PodReady, "status": v1.ConditionFalse, "lastTransitionTime": metav1.NewTime(c.clock.Now()),
-	}}}})
+	// condition above all); a patch of the conditions (merged by type)
+	// cannot conflict. The mark is written in the same patch, so it exists
+	// exactly when the pod was marked.
+	now := metav1.NewTime(c.clock.Now())
+	conds := []map[string]any{{"type": v1.PodReady, "status": v1.ConditionFalse, "lastTransitionTime": now}}
+	if c.cfg.PodReadinessRestoreDelay > 0 {
+		conds = append(conds, map[string]any{"type": MarkedCondition, "status": v1.ConditionTrue, "reason": reasonMarked,
+			"message": fmt.Sprintf("Ready set False by nodeshepherd because node %s stopped being Ready", pod.Spec.NodeName), "lastTransitionTime": now})
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
 	written, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -116,16 +142,38 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 		c.recorder.Event(written, v1.EventTypeWarning, EventNodeNotReady, "Node is not ready")
 	}
 	c.metrics.podsMarkedNotReady.Inc()
-	if c.cfg.PodReadinessRestoreDelay > 0 {
-		c.markedMu.Lock()
-		c.marked[written.UID] = markedPod{node: written.Spec.NodeName, resourceVersion: written.ResourceVersion}
-		c.markedMu.Unlock()
-	}
+	c.trackMark(written)
 	return nil
 }
 
+// trackMark keeps the in-memory index of marked pods in line with a pod as
+// last seen (informer events and this controller's own writes): the record
+// itself lives on the pod, so a new leader rebuilds the index from its
+// informer's first list, and a pod that is gone is forgotten.
+func (c *Controller) trackMark(pod *v1.Pod) {
+	_, live := markedOn(pod)
+	c.markedMu.Lock()
+	defer c.markedMu.Unlock()
+	m, known := c.marked[pod.UID]
+	switch {
+	case live && !known:
+		c.marked[pod.UID] = markedPod{node: pod.Spec.NodeName}
+	case live && known && m.node != pod.Spec.NodeName:
+		m.node = pod.Spec.NodeName
+		c.marked[pod.UID] = m
+	case !live && known:
+		delete(c.marked, pod.UID)
+	}
+}
+
+func (c *Controller) forgetMark(pod *v1.Pod) {
+	c.markedMu.Lock()
+	delete(c.marked, pod.UID)
+	c.markedMu.Unlock()
+}
+
 // queueRestores schedules a readiness check, PodReadinessRestoreDelay from
-// now, for every pod of a now Ready node that this controller marked NotReady.
+// now, for every pod of a now Ready node that carries a mark.
 func (c *Controller) queueRestores(node string) {
 	if c.cfg.PodReadinessRestoreDelay <= 0 {
 		return
@@ -153,10 +201,14 @@ func (c *Controller) queueRestores(node string) {
 	}
 }
 
-// processRestore gives a pod Ready=True back when its node is Ready, its
-// containers are all ready, and nobody (its kubelet above all) has written the
-// pod since this controller marked it NotReady: the seed 002 incident, where a
-// kubelet never re-posted the status after a short network loss.
+// processRestore gives a marked pod Ready=True back when its node came back
+// after the mark, its containers and readiness gates are all ready, and
+// nobody (its kubelet above all) changed its readiness since the mark: the
+// seed 002 incident, where a kubelet never re-posted the status after a
+// short network loss. The pod is read from the API server, after the
+// recovery and the delay, not from the cache, and written with that
+// resourceVersion, so the decision never rests on a status older than the
+// recovery: a kubelet write in between makes the update fail and wins.
 func (c *Controller) processRestore(ctx context.Context) bool {
 	key, quit := c.restoreQueue.Get()
 	if quit {
@@ -165,52 +217,76 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 	defer c.restoreQueue.Done(key)
 	defer c.restoreQueue.Forget(key)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	pod, err := c.podLister.Pods(ns).Get(name)
+	pod, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
+		if cached, cerr := c.podLister.Pods(ns).Get(name); cerr == nil && apierrors.IsNotFound(err) {
+			c.forgetMark(cached)
+		} else if !apierrors.IsNotFound(err) {
+			c.requeueRestore(ctx, key, err)
+		}
 		return true
 	}
-	c.markedMu.Lock()
-	m, ok := c.marked[pod.UID]
-	delete(c.marked, pod.UID)
-	c.markedMu.Unlock()
-	if !ok {
+	mark, live := markedOn(pod)
+	if !live {
+		c.forgetMark(pod)
 		return true
 	}
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", m.node)
-	if pod.ResourceVersion != m.resourceVersion {
-		logger.V(2).Info("Pod was updated since it was marked NotReady; leaving its readiness to the kubelet")
-		return true
-	}
-	node, err := c.latestNode(m.node)
-	if err == nil && !kube.NodeReady(node) && pod.Spec.NodeName == m.node {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName)
+	node, err := c.latestNode(pod.Spec.NodeName)
+	if err == nil && !kube.NodeReady(node) {
 		// The node failed again before the delay ran out: keep the mark for
 		// its next recovery.
-		m.restoreQueued = false
 		c.markedMu.Lock()
-		c.marked[pod.UID] = m
+		if m, ok := c.marked[pod.UID]; ok {
+			m.restoreQueued = false
+			c.marked[pod.UID] = m
+		}
 		c.markedMu.Unlock()
 		return true
 	}
-	if err != nil || pod.Spec.NodeName != m.node || !containersAllReady(pod) {
+	verdict, reason := restoreVerdict(pod, node, mark)
+	if verdict == keepMark {
+		logger.V(2).Info("Not restoring pod readiness", "why", reason)
+		c.markedMu.Lock()
+		if m, ok := c.marked[pod.UID]; ok {
+			m.restoreQueued = false
+			c.marked[pod.UID] = m
+		}
+		c.markedMu.Unlock()
 		return true
 	}
-	p := pod.DeepCopy()
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == v1.PodReady {
-			p.Status.Conditions[i].Status = v1.ConditionTrue
-			p.Status.Conditions[i].LastTransitionTime = metav1.NewTime(c.clock.Now())
-		}
+	msg := fmt.Sprintf("Node %s is Ready again and its kubelet did not re-post this pod's status within %s; restored Ready=True", pod.Spec.NodeName, c.cfg.PodReadinessRestoreDelay)
+	if verdict == settleMark {
+		msg = reason
 	}
-	msg := fmt.Sprintf("Node %s is Ready again and its kubelet did not re-post this pod's status within %s; restored Ready=True", m.node, c.cfg.PodReadinessRestoreDelay)
 	if c.cfg.DryRun {
 		c.dryRun.Report(ctx, pod, "restore-pod-readiness", fmt.Sprintf("pod %s: %s", key, msg))
 		return true
 	}
+	p := pod.DeepCopy()
+	now := metav1.NewTime(c.clock.Now())
+	for i := range p.Status.Conditions {
+		cond := &p.Status.Conditions[i]
+		switch {
+		case cond.Type == v1.PodReady && verdict == restore:
+			cond.Status, cond.LastTransitionTime = v1.ConditionTrue, now
+		case cond.Type == MarkedCondition:
+			cond.Status, cond.LastTransitionTime, cond.Reason, cond.Message = v1.ConditionFalse, now, reasonRestored, msg
+			if verdict == settleMark {
+				cond.Reason = reasonKubeletReported
+			}
+		}
+	}
 	// The update carries the resourceVersion read above: if the kubelet wrote
-	// the pod in the meantime, it fails with a conflict and is left alone.
+	// the pod in the meantime, it fails with a conflict and is tried again
+	// (from a fresh read) at the node's next recovery check.
 	written, err := c.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	if err != nil {
-		logger.V(2).Info("Not restoring pod readiness", "err", err)
+		c.requeueRestore(ctx, key, err)
+		return true
+	}
+	c.forgetMark(written)
+	if verdict != restore {
 		return true
 	}
 	c.metrics.podReadinessRestored.Inc()
@@ -218,6 +294,62 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 		c.recorder.Event(written, v1.EventTypeNormal, EventReadinessRestored, msg)
 	}
 	logger.Info("Restored pod readiness after its node recovered")
+	return true
+}
+
+// requeueRestore makes the pod eligible again at its node's next Ready check.
+func (c *Controller) requeueRestore(ctx context.Context, key string, err error) {
+	klog.FromContext(ctx).V(2).Info("Pod readiness restore failed, will retry", "pod", key, "err", err)
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	if pod, perr := c.podLister.Pods(ns).Get(name); perr == nil {
+		c.markedMu.Lock()
+		if m, ok := c.marked[pod.UID]; ok {
+			m.restoreQueued = false
+			c.marked[pod.UID] = m
+		}
+		c.markedMu.Unlock()
+	}
+}
+
+type verdict int
+
+const (
+	keepMark   verdict = iota // not now
+	restore                   // set Ready=True and settle the mark
+	settleMark                // readiness is no longer ours to give: settle the mark only
+)
+
+// restoreVerdict decides what to do with a marked pod on a Ready node.
+func restoreVerdict(pod *v1.Pod, node *v1.Node, mark *v1.PodCondition) (verdict, string) {
+	ready := kube.PodCondition(pod, v1.PodReady)
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return settleMark, "Pod is being deleted; readiness not restored"
+	case ready == nil || ready.Status == v1.ConditionTrue:
+		return settleMark, "The kubelet reported the pod's readiness again"
+	case ready.LastTransitionTime.Time.After(mark.LastTransitionTime.Time.Add(time.Second)):
+		return settleMark, "Pod readiness changed since the mark; left to the kubelet"
+	}
+	if node == nil {
+		return keepMark, "node unknown"
+	}
+	nr := kube.NodeCondition(node, v1.NodeReady)
+	if nr == nil || nr.LastTransitionTime.Time.Before(mark.LastTransitionTime.Time) {
+		return keepMark, "node has not come back since the mark"
+	}
+	if !containersAllReady(pod) || !gatesReady(pod) {
+		return keepMark, "containers or readiness gates not ready"
+	}
+	return restore, ""
+}
+
+// gatesReady says whether every readiness gate's condition is True.
+func gatesReady(pod *v1.Pod) bool {
+	for _, g := range pod.Spec.ReadinessGates {
+		if c := kube.PodCondition(pod, g.ConditionType); c == nil || c.Status != v1.ConditionTrue {
+			return false
+		}
+	}
 	return true
 }
 

@@ -1,0 +1,362 @@
+package nodelifecycle
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+)
+
+// cluster drives the controller's monitor loop step by step on a fake clock:
+// nodes renew their Leases every renew until they fall silent, and each
+// step runs what the loop runs (health pass when due, then tainting pass).
+type cluster struct {
+	t        *testing.T
+	c        *Controller
+	clk      *testingclock.FakeClock
+	leases   cache.Store
+	nodeSt   cache.Store
+	pods     cache.Store
+	nodes    []string
+	zone     map[string]string
+	silentAt map[string]time.Time // zero: heartbeating
+	phase    map[string]time.Duration
+	lastRnw  map[string]time.Time
+	renew    time.Duration
+	nextPass time.Time
+	tainted  map[string]time.Time // first NoExecute taint seen
+	marked   map[string]bool      // nodes whose pods were queued for marking
+}
+
+const testZoneKey = "r:\x00:"
+
+func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
+	t.Helper()
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	client := fake.NewClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(cfg, Deps{Client: client, Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
+		Leases: factory.Coordination().V1().Leases(), Registry: prometheus.NewRegistry(), Clock: clk,
+		Ping: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &cluster{t: t, c: c, clk: clk, leases: factory.Coordination().V1().Leases().Informer().GetStore(),
+		pods: factory.Core().V1().Pods().Informer().GetIndexer(), zone: map[string]string{},
+		silentAt: map[string]time.Time{}, phase: map[string]time.Duration{}, lastRnw: map[string]time.Time{},
+		renew: 2 * time.Second, nextPass: clk.Now(), tainted: map[string]time.Time{}, marked: map[string]bool{}}
+	nodeStore := factory.Core().V1().Nodes().Informer().GetStore()
+	cl.nodeSt = nodeStore
+	now := metav1.NewTime(clk.Now())
+	i := 0
+	for _, z := range sortedKeys(zones) {
+		for j := 0; j < zones[z]; j++ {
+			name := fmt.Sprintf("%s-%02d", z, j)
+			n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", UID: "uid-" + "name",
+				CreationTimestamp: metav1.NewTime(clk.Now().Add(-time.Hour)),
+				Labels:            map[string]string{v1.LabelTopologyRegion: "r", v1.LabelTopologyZone: z}},
+				Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}}}
+			if err := nodeStore.Add(n); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			cl.nodes = append(cl.nodes, name)
+			cl.zone[name] = z
+			// Renewals spread over the interval, as real kubelets' are.
+			cl.phase[name] = time.Duration(i*337) * time.Millisecond % cl.renew
+			i++
+		}
+	}
+	return cl
+}
+
+func sortedKeys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// updateNode stores a node as the informer would deliver it.
+func (cl *cluster) updateNode(n *v1.Node) {
+	if err := cl.nodeSt.Update(n); err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.c.onNode(n)
+}
+
+// renewLeases renews the lease of every heartbeating node whose renewal is due.
+func (cl *cluster) renewLeases() {
+	now := cl.clk.Now()
+	for _, n := range cl.nodes {
+		if s := cl.silentAt[n]; !s.IsZero() && !now.Before(s) {
+			continue
+		}
+		last, ok := cl.lastRnw[n]
+		due := last.Add(cl.renew)
+		if !ok {
+			due = now.Add(-cl.renew).Truncate(cl.renew).Add(cl.phase[n])
+		}
+		if now.Before(due) {
+			continue
+		}
+		cl.lastRnw[n] = now
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: v1.NamespaceNodeLease},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), RenewTime: ptr.To(metav1.NewMicroTime(now))}}
+		if err := cl.leases.Update(l); err != nil {
+			cl.t.Fatal(err)
+		}
+		cl.c.onLease(l)
+	}
+}
+
+// run advances the clock in 100 ms steps for d.
+func (cl *cluster) run(d time.Duration) {
+	ctx := klog.NewContext(context.Background(), logr.Discard())
+	end := cl.clk.Now().Add(d)
+	for cl.clk.Now().Before(end) {
+		cl.renewLeases()
+		cl.c.contact.answered(cl.clk.Now())
+		cl.c.monitorStep(ctx, &cl.nextPass)
+		for cl.c.markQueue.Len() > 0 {
+			n, _ := cl.c.markQueue.Get()
+			cl.marked[n] = true
+			cl.c.markQueue.Done(n)
+		}
+		for _, n := range cl.nodes {
+			if _, seen := cl.tainted[n]; seen {
+				continue
+			}
+			node, err := cl.c.latestNode(n)
+			if err != nil {
+				cl.t.Fatal(err)
+			}
+			if kube.FindTaint(node, UnreachableTaint) != nil || kube.FindTaint(node, NotReadyTaint) != nil {
+				cl.tainted[n] = cl.clk.Now()
+			}
+		}
+		cl.clk.Step(100 * time.Millisecond)
+	}
+}
+
+// silence makes nodes stop heartbeating, spread evenly over spread from now.
+func (cl *cluster) silence(names []string, spread time.Duration) {
+	for i, n := range names {
+		at := cl.clk.Now()
+		if len(names) > 1 {
+			at = at.Add(spread * time.Duration(i) / time.Duration(len(names)-1))
+		}
+		cl.silentAt[n] = at
+	}
+}
+
+func (cl *cluster) inZone(z string) []string {
+	var out []string
+	for _, n := range cl.nodes {
+		if cl.zone[n] == z {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func correlatedConfig() Config {
+	cfg := DefaultConfig()
+	cfg.NodeMonitorGracePeriod = 20 * time.Second
+	cfg.NodeEvictionRate = 1 // fast enough to taint every node of a Normal zone within the test
+	cfg.SecondaryNodeEvictionRate = 0.01
+	return cfg
+}
+
+// TestCorrelatedSilenceRespectsZoneState: several nodes of one zone fall
+// silent 0 to 10 s apart. Whenever the zone rules forbid a taint once every
+// silent node is counted, the first node to expire is not tainted either
+// (nodeshepherd judges each node at its own expiry, and counts the others,
+// already overdue, with it). Zones of 4, 5 and 10 nodes; in a small cluster
+// (PartialDisruption stops tainting) and in a large one (the secondary rate
+// allows one taint per 100 s).
+func TestCorrelatedSilenceRespectsZoneState(t *testing.T) {
+	for _, size := range []int{4, 5, 10} {
+		partial := 3 // the fewest silent nodes that make the zone PartialDisruption
+		for float32(partial)/float32(size) < 0.55 {
+			partial++
+		}
+		for _, large := range []bool{false, true} {
+			for _, spread := range []time.Duration{0, 3 * time.Second, 10 * time.Second} {
+				t.Run(fmt.Sprintf("zone%d/large=%v/silent%d/spread%s", size, large, partial, spread), func(t *testing.T) {
+					cfg := correlatedConfig()
+					if large {
+						cfg.LargeClusterSizeThreshold = size - 1
+					}
+					cl := newCluster(t, cfg, map[string]int{"a": size, "b": 4})
+					cl.run(10 * time.Second)
+					cl.silence(cl.inZone("a")[:partial], spread)
+					cl.run(spread + cfg.NodeMonitorGracePeriod + 30*time.Second)
+					allowed := 0
+					if large {
+						allowed = 1 // the secondary rate's first token, as upstream's SwapLimiter
+					}
+					if len(cl.tainted) > allowed {
+						t.Errorf("%d nodes tainted NoExecute, the zone rules allow %d: %v", len(cl.tainted), allowed, cl.tainted)
+					}
+					if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != StatePartialDisruption {
+						t.Errorf("zone a is %s, want PartialDisruption", got)
+					}
+				})
+			}
+		}
+		// One silent node fewer: the zone stays Normal and every silent node
+		// is tainted.
+		t.Run(fmt.Sprintf("zone%d/silent%d/normal", size, partial-1), func(t *testing.T) {
+			cl := newCluster(t, correlatedConfig(), map[string]int{"a": size, "b": 4})
+			cl.run(10 * time.Second)
+			cl.silence(cl.inZone("a")[:partial-1], 10*time.Second)
+			cl.run(10*time.Second + 20*time.Second + 10*time.Second)
+			if len(cl.tainted) != partial-1 {
+				t.Errorf("%d nodes tainted, want %d: %v", len(cl.tainted), partial-1, cl.tainted)
+			}
+		})
+	}
+}
+
+// TestFullySilentZoneTaintedAtNormalRate: a whole zone falls silent while
+// another zone is healthy: FullDisruption keeps the normal rate (upstream).
+func TestFullySilentZoneTaintedAtNormalRate(t *testing.T) {
+	for _, spread := range []time.Duration{0, 10 * time.Second} {
+		t.Run(spread.String(), func(t *testing.T) {
+			cfg := correlatedConfig()
+			cl := newCluster(t, cfg, map[string]int{"a": 5, "b": 4})
+			cl.run(10 * time.Second)
+			cl.silence(cl.inZone("a"), spread)
+			cl.run(spread + cfg.NodeMonitorGracePeriod + 15*time.Second)
+			if len(cl.tainted) != 5 {
+				t.Errorf("%d nodes tainted, want the 5 of the silent zone: %v", len(cl.tainted), cl.tainted)
+			}
+			for n, at := range cl.tainted {
+				if expiry := cl.lastRnw[n].Add(cfg.NodeMonitorGracePeriod); at.Before(expiry) {
+					t.Errorf("%s tainted %v before its grace period ended", n, expiry.Sub(at))
+				}
+			}
+			if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != StateFullDisruption {
+				t.Errorf("zone a is %s, want FullDisruption", got)
+			}
+		})
+	}
+}
+
+// TestSingleSilentNodeTaintedAtGraceExpiry: fast detection is kept for a
+// lone failure in a healthy zone: Unknown and tainted within 1 s of expiry.
+func TestSingleSilentNodeTaintedAtGraceExpiry(t *testing.T) {
+	cfg := correlatedConfig()
+	cfg.NodeEvictionRate = 0.1
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 4})
+	cl.run(10 * time.Second)
+	n := cl.inZone("a")[0]
+	cl.silence([]string{n}, 0)
+	lastHeard := cl.lastRnw[n]
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	at, ok := cl.tainted[n]
+	if !ok {
+		t.Fatalf("%s not tainted", n)
+	}
+	if late := at.Sub(lastHeard.Add(cfg.NodeMonitorGracePeriod)); late < 0 || late > time.Second {
+		t.Errorf("tainted %v after its grace period ended, want within 1 s", late)
+	}
+	if len(cl.tainted) != 1 {
+		t.Errorf("tainted %v, want only %s", cl.tainted, n)
+	}
+}
+
+// TestOverdueNeedsTwoHeartbeatsAndSlack covers the overdue rule itself.
+func TestOverdueNeedsTwoHeartbeatsAndSlack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := &nodeHealth{hasReady: true}
+	h.heard(t0)
+	if h.overdue(t0.Add(time.Hour), time.Hour*2, 2*time.Second) {
+		t.Error("overdue without a known interval")
+	}
+	h.heard(t0.Add(2 * time.Second))
+	h.heard(t0.Add(2500 * time.Millisecond)) // a status update between two renewals
+	// interval: the larger of the last two gaps (2 s), plus 2 s slack.
+	for _, c := range []struct {
+		silent time.Duration
+		want   bool
+	}{{3 * time.Second, false}, {4 * time.Second, false}, {4100 * time.Millisecond, true}} {
+		if got := h.overdue(t0.Add(2500*time.Millisecond+c.silent), 40*time.Second, 2*time.Second); got != c.want {
+			t.Errorf("silent %v: overdue=%v, want %v", c.silent, got, c.want)
+		}
+	}
+	if h.overdue(t0.Add(time.Hour), 40*time.Second, 0) {
+		t.Error("slack 0 turns the rule off")
+	}
+}
+
+// TestStaticStabilityHoldsMarks: when every node of every zone falls silent,
+// no pod is marked NotReady (and nothing is tainted); when one node comes
+// back, the nodes still silent a grace period later get their pods marked.
+// With --static-stability=false every node's pods are marked, as upstream.
+func TestStaticStabilityHoldsMarks(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("static-stability=%v", on), func(t *testing.T) {
+			cfg := correlatedConfig()
+			cfg.StaticStability = on
+			cl := newCluster(t, cfg, map[string]int{"a": 3, "b": 3})
+			cl.run(10 * time.Second)
+			cl.silence(cl.nodes, 5*time.Second)
+			cl.run(5*time.Second + cfg.NodeMonitorGracePeriod + 10*time.Second)
+			if len(cl.tainted) != 0 {
+				t.Errorf("tainted %v while every zone is in FullDisruption", cl.tainted)
+			}
+			if on && len(cl.marked) != 0 {
+				t.Fatalf("pods of %v marked NotReady while every zone is in FullDisruption", cl.marked)
+			}
+			if !on && len(cl.marked) != len(cl.nodes) {
+				t.Fatalf("pods of %d nodes marked, want all %d (upstream's behaviour)", len(cl.marked), len(cl.nodes))
+			}
+			if !on {
+				return
+			}
+			// One node heartbeats again (its kubelet posts Ready).
+			back := cl.nodes[0]
+			delete(cl.silentAt, back)
+			node, _ := cl.c.latestNode(back)
+			node = node.DeepCopy()
+			now := metav1.NewTime(cl.clk.Now())
+			node.ResourceVersion = "100"
+			node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}
+			cl.updateNode(node)
+			cl.run(cfg.NodeMonitorGracePeriod / 2)
+			if len(cl.marked) != 0 {
+				t.Errorf("pods of %v marked before the fresh grace period ended", cl.marked)
+			}
+			cl.run(cfg.NodeMonitorGracePeriod/2 + 6*time.Second)
+			if len(cl.marked) != len(cl.nodes)-1 || cl.marked[back] {
+				t.Errorf("marked %v, want every node but %s", cl.marked, back)
+			}
+		})
+	}
+}
