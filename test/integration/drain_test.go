@@ -346,7 +346,7 @@ func TestDrainBlockedByPDBFailsAndRetries(t *testing.T) {
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
 	framework.Eventually(t, 30*time.Second, "drain failed", drainCondition(client, sick, v1.ConditionFalse, "| Failed: "))
 	_, msgs := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainFailed), 1)
-	if !strings.Contains(msgs[0], "disruption budget") || !strings.Contains(msgs[0], "retrying at") {
+	if !strings.Contains(msgs[0], "PodDisruptionBudget web refuses") || !strings.Contains(msgs[0], "retrying at") {
 		t.Errorf("DrainFailed message should name the PDB and the retry: %q", msgs[0])
 	}
 	framework.Eventually(t, 30*time.Second, "a retry that fails again", func(ctx context.Context) (bool, string, error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/configfile"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/budget"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/window"
 )
 
 // SafeToEvictAnnotation=false protects a pod from eviction, always, as
@@ -48,6 +49,14 @@ type Config struct {
 	// UncordonAfter is how long no rule must match before the controller
 	// uncordons a node it cordoned (anti-flap).
 	UncordonAfter time.Duration
+	// ForceAfter, when positive, deletes pods whose eviction a
+	// PodDisruptionBudget has refused for this long, for every rule that sets
+	// no force-after of its own. Off (0) by default.
+	ForceAfter time.Duration
+	// Windows are weekly maintenance windows ("Mon-Fri 22:00-06:00") in
+	// WindowTimeZone: drains start only inside one. Cordons are immediate.
+	Windows        []string
+	WindowTimeZone string
 
 	Budget budget.Limits
 	// UnhealthyZoneThreshold is shared with the node lifecycle controller:
@@ -68,7 +77,7 @@ func DefaultConfig() Config {
 		MaxGracePeriod: 8 * time.Minute, DrainTimeout: 8*time.Minute + 30*time.Second,
 		RetryBackoff: 2 * time.Minute, UncordonAfter: 5 * time.Minute,
 		Budget:                 budget.Limits{MaxConcurrentDrains: 1, MaxCordonedNodes: "10%", MaxUnhealthyNodes: "45%"},
-		UnhealthyZoneThreshold: 0.55, ResyncPeriod: 30 * time.Second,
+		UnhealthyZoneThreshold: 0.55, ResyncPeriod: 30 * time.Second, WindowTimeZone: "UTC",
 	}
 }
 
@@ -88,6 +97,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.MaxGracePeriod, "max-grace-period", c.MaxGracePeriod, "Longest termination grace period given to an evicted pod: min(the pod's, this).")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "Time a drain may take, from its start until every pod is gone; then it fails and is retried (Draino: --max-grace-period plus --eviction-headroom).")
 	fs.DurationVar(&c.RetryBackoff, "drain-retry-backoff", c.RetryBackoff, "Wait before retrying a failed drain, doubled after each failure up to 1h. The draino/drain-retry=true node annotation retries at once.")
+	fs.DurationVar(&c.ForceAfter, "drain-force-after", c.ForceAfter, "Escalation, off by default (0): once a PodDisruptionBudget has refused the evictions of a drain for this long (counted from the first refusal since the cordon), delete the blocking pods with their own grace period, bypassing the PodDisruptionBudget, with a Warning event per pod. Applies to rules without their own force-after= option. Never deletes pods protected by annotation; with --dry-run only reported.")
+	fs.StringArrayVar(&c.Windows, "drain-window", c.Windows, "Weekly maintenance window in which drains may start, DAYS START-END in --drain-window-time-zone (e.g. \"Mon-Fri 22:00-06:00\", \"Sat,Sun 00:00-24:00\", \"* 01:00-05:00\"). Repeat for any-of; none means any time. Cordons are not delayed.")
+	fs.StringVar(&c.WindowTimeZone, "drain-window-time-zone", c.WindowTimeZone, "IANA time zone of --drain-window (e.g. Europe/Paris).")
 	fs.DurationVar(&c.UncordonAfter, "uncordon-after", c.UncordonAfter, "Uncordon a node the drain controller cordoned once no condition has matched for this long. Nodes cordoned by anyone else are never uncordoned.")
 	fs.IntVar(&c.Budget.MaxConcurrentDrains, "max-concurrent-drains", c.Budget.MaxConcurrentDrains, "Drains in flight at most (per group with --group-by-label); 0 means no limit.")
 	fs.StringVar(&c.Budget.MaxCordonedNodes, "max-cordoned-nodes", c.Budget.MaxCordonedNodes, "Nodes the drain controller may have cordoned at once: a count or a percentage of the selected nodes (per group with --group-by-label; a percentage allows at least one); empty means no limit.")
@@ -115,7 +127,7 @@ func (c *Config) Compile() (*rules.Rules, error) {
 		}
 	}
 	for name, d := range map[string]time.Duration{"--max-grace-period": c.MaxGracePeriod, "--drain-timeout": c.DrainTimeout,
-		"--drain-retry-backoff": c.RetryBackoff, "--uncordon-after": c.UncordonAfter} {
+		"--drain-retry-backoff": c.RetryBackoff, "--uncordon-after": c.UncordonAfter, "--drain-force-after": c.ForceAfter} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", name, d))
 		}
@@ -136,7 +148,19 @@ func (c *Config) rules() (*rules.Rules, error) {
 		if len(c.Conditions) > 0 || c.NodeSelector != "" || c.NodeExpression != "" {
 			return nil, errors.New("--drain-rules replaces --drain-condition, --drain-node-selector and --drain-node-expression; give one or the other")
 		}
-		return LoadRules(c.File)
+		r, err := LoadRules(c.File)
+		if err != nil {
+			return nil, err
+		}
+		if r.Windows != nil && len(c.Windows) > 0 {
+			return nil, fmt.Errorf("--drain-rules %s has windows, and so has --drain-window; give them in one place", c.File)
+		}
+		if r.Windows == nil {
+			if r.Windows, err = window.Parse(c.Windows, c.WindowTimeZone); err != nil {
+				return nil, fmt.Errorf("--drain-window/--drain-window-time-zone: %w", err)
+			}
+		}
+		return r, nil
 	}
 	conds, err := rules.ParseConditions(c.Conditions)
 	if err != nil {
@@ -146,7 +170,11 @@ func (c *Config) rules() (*rules.Rules, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--drain-node-selector/--drain-node-expression: %w", err)
 	}
-	return &rules.Rules{Conditions: conds, Selector: sel}, nil
+	win, err := window.Parse(c.Windows, c.WindowTimeZone)
+	if err != nil {
+		return nil, fmt.Errorf("--drain-window/--drain-window-time-zone: %w", err)
+	}
+	return &rules.Rules{Conditions: conds, Selector: sel, Windows: win}, nil
 }
 
 // RulesKind is the kind of a drain rules file.
@@ -161,11 +189,40 @@ const RulesKind = "DrainRules"
 //	- {type: Ready, status: Unknown, minDuration: 30m}
 //	nodeSelector: pool in (batch,web)
 //	nodeExpression: 'node.metadata.labels["tier"] != "critical"'
+//	windows: ["Mon-Fri 22:00-06:00"]   # optional; drains start only inside
+//	timeZone: Europe/Paris
 type rulesFile struct {
 	configfile.TypeMeta `yaml:",inline"`
 	Conditions          []fileCondition `yaml:"conditions"`
 	NodeSelector        string          `yaml:"nodeSelector"`
 	NodeExpression      string          `yaml:"nodeExpression"`
+	Windows             []fileWindow    `yaml:"windows"`
+	TimeZone            fileTimeZone    `yaml:"timeZone"`
+}
+
+// fileWindow and fileTimeZone are checked as they are read, so that their
+// errors name file:line.
+type fileWindow struct{ spec string }
+
+func (f *fileWindow) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind != yaml.ScalarNode {
+		return configfile.LineError(node, "a window is a string DAYS START-END, e.g. \"Mon-Fri 22:00-06:00\"")
+	}
+	if _, err := window.ParseWindow(node.Value); err != nil {
+		return configfile.LineError(node, "%v", err)
+	}
+	f.spec = node.Value
+	return nil
+}
+
+type fileTimeZone struct{ name string }
+
+func (f *fileTimeZone) UnmarshalYAML(node *yaml.Node) error {
+	if _, err := window.Parse([]string{"* 00:00-24:00"}, node.Value); err != nil {
+		return configfile.LineError(node, "%v", err)
+	}
+	f.name = node.Value
+	return nil
 }
 
 type fileCondition struct{ rules.Condition }
@@ -184,6 +241,7 @@ func (f *fileCondition) UnmarshalYAML(node *yaml.Node) error {
 		Type        string `yaml:"type"`
 		Status      string `yaml:"status"`
 		MinDuration string `yaml:"minDuration"`
+		ForceAfter  string `yaml:"forceAfter"`
 	}
 	if err := configfile.DecodeStrict(node, &m); err != nil {
 		return err
@@ -195,8 +253,14 @@ func (f *fileCondition) UnmarshalYAML(node *yaml.Node) error {
 			spec += "True"
 		}
 	}
-	if m.MinDuration != "" {
+	if m.MinDuration != "" || m.ForceAfter != "" {
 		spec += "," + m.MinDuration
+		if m.MinDuration == "" {
+			spec += "0s"
+		}
+	}
+	if m.ForceAfter != "" {
+		spec += ",force-after=" + m.ForceAfter
 	}
 	c, err := rules.ParseCondition(spec)
 	if err != nil {
@@ -224,5 +288,16 @@ func LoadRules(path string) (*rules.Rules, error) {
 		return nil, fmt.Errorf("--drain-rules: %s: %w", path, err)
 	}
 	r.Selector = sel
+	if len(f.Windows) > 0 {
+		specs := make([]string, len(f.Windows))
+		for i, w := range f.Windows {
+			specs[i] = w.spec
+		}
+		if r.Windows, err = window.Parse(specs, f.TimeZone.name); err != nil {
+			return nil, fmt.Errorf("--drain-rules: %s: %w", path, err)
+		}
+	} else if f.TimeZone.name != "" {
+		return nil, fmt.Errorf("--drain-rules: %s: timeZone is given without windows", path)
+	}
 	return r, nil
 }

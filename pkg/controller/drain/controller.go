@@ -68,7 +68,21 @@ const (
 	// EventDrainAborted: the drain stopped because the node was uncordoned by
 	// someone else or no rule matches any more.
 	EventDrainAborted = "DrainAborted"
+	// EventDrainSkipped: a rule matches a node the controller leaves alone
+	// (cordoned by someone else), said once per change.
+	EventDrainSkipped = "DrainSkipped"
+	// EventDrainForceDeleted (Warning): force-after deleted a pod whose
+	// eviction a PodDisruptionBudget kept refusing.
+	EventDrainForceDeleted = "DrainForceDeleted"
 )
+
+// SkipCordonedByOther is the reason a matching node is left alone when
+// someone else cordoned it (label of nodeshepherd_drain_nodes_skipped).
+const SkipCordonedByOther = "cordoned-by-someone-else"
+
+// BudgetMaintenanceWindow names the maintenance windows in DrainWaiting and
+// nodeshepherd_drain_nodes_waiting.
+const BudgetMaintenanceWindow = "maintenance-window"
 
 // Deps are the controller's collaborators.
 type Deps struct {
@@ -98,6 +112,12 @@ type Controller struct {
 	mu      sync.Mutex
 	running map[string]*runningDrain
 	waiting map[string]waitInfo
+	// skipped holds the matching nodes left alone, and why.
+	skipped map[string]skipInfo
+	// lastStart is when the latest drain sent its first eviction: the drain
+	// buffer counts from it too, so that no drain's first eviction comes less
+	// than the buffer after the previous one's.
+	lastStart time.Time
 	// selected caches the selection of each node by resourceVersion (CEL is
 	// not free and budgets look at every node).
 	selected map[string]selection
@@ -114,9 +134,13 @@ type selection struct {
 	selected bool
 }
 
+// waitInfo is why a node waits; action and budget are the decision (an event
+// when they change), reason its current wording.
 type waitInfo struct {
 	action, budget, reason string
 }
+
+type skipInfo struct{ reason, message string }
 
 type runningDrain struct {
 	cancel context.CancelCauseFunc
@@ -140,7 +164,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
-		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, selected: map[string]selection{},
+		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
 		dry: map[string][]func(*v1.Node){}, stopping: make(chan struct{}),
 	}
 	if err := nodelifecycle.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
@@ -273,6 +297,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if apierrors.IsNotFound(err) {
 		c.abort(name, errors.New("the node was deleted"))
 		c.setWaiting(name, nil)
+		c.setSkipped(name, nil, nil)
 		c.mu.Lock()
 		delete(c.selected, name)
 		delete(c.dry, name)
@@ -292,17 +317,21 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.abort(name, errors.New("the node is not cordoned by the drain controller"))
 		if !selected || len(eval.Matched) == 0 {
 			c.setWaiting(name, nil)
+			c.setSkipped(name, n, nil)
 			if selected && !eval.Pending.IsZero() {
 				c.queue.AddAfter(name, eval.Pending.Sub(now))
 			}
 			return nil
 		}
 		if n.Spec.Unschedulable {
-			// Cordoned by someone else: theirs to handle, never ours.
+			// Cordoned by someone else: theirs to handle, never ours; said once.
 			c.setWaiting(name, nil)
+			c.setSkipped(name, n, &skipInfo{reason: SkipCordonedByOther,
+				message: "Cordoned by someone else; not drained although " + describeMatched(eval.Matched)})
 			logger.V(4).Info("Node matches but was cordoned by someone else; leaving it alone")
 			return nil
 		}
+		c.setSkipped(name, n, nil)
 		if v := c.cfg.Budget.Cordon(c.cluster(), name); !v.Allowed {
 			c.wait(n, "cordon", v)
 			return nil
@@ -311,6 +340,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return c.cordon(ctx, n, eval.Matched)
 	}
 
+	c.setSkipped(name, n, nil)
 	if !n.Spec.Unschedulable {
 		// Someone uncordoned a node we cordoned: they take it over.
 		c.abort(name, errors.New("the node was uncordoned by someone else"))
@@ -337,7 +367,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	case phaseCompleted:
 		return nil
 	case phaseFailed:
-		if due := st.retryAt(c.cfg.RetryBackoff); now.Before(due) {
+		due := st.retryAt(c.cfg.RetryBackoff)
+		if fa := c.forceAfter(n); fa > 0 && !st.blockedSince.IsZero() {
+			// Retry when force-after falls due, not a backoff later.
+			if fd := st.blockedSince.Add(fa); fd.Before(due) && fd.After(st.finishedAt) {
+				due = fd
+			}
+		}
+		if now.Before(due) {
 			c.queue.AddAfter(name, due.Sub(now))
 			return nil
 		}
@@ -345,6 +382,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if len(eval.Matched) == 0 {
 		// The condition came back but has not held long enough yet.
 		c.queue.AddAfter(name, eval.Pending.Sub(now))
+		return nil
+	}
+	if w := c.rules.Windows; !w.Open(now) {
+		next := w.Next(now)
+		c.wait(n, "drain", budget.Verdict{Budget: BudgetMaintenanceWindow, RetryAt: next,
+			Reason: fmt.Sprintf("outside the maintenance windows (%s); the drain starts at %s", w, next.In(w.Loc).Format(time.RFC3339))})
+		c.queue.AddAfter(name, next.Sub(now))
 		return nil
 	}
 	v := c.cfg.Budget.StartDrain(c.cluster(), name, now)
@@ -371,6 +415,11 @@ func (c *Controller) cluster() budget.Cluster {
 		if st.scheduledAt.After(cl.LastDrainStart) {
 			cl.LastDrainStart = st.scheduledAt
 		}
+		c.mu.Lock()
+		if c.lastStart.After(cl.LastDrainStart) {
+			cl.LastDrainStart = c.lastStart
+		}
+		c.mu.Unlock()
 		if !c.isSelected(n) {
 			continue
 		}
@@ -394,7 +443,8 @@ func (c *Controller) cluster() budget.Cluster {
 }
 
 // wait records that a budget holds the node back, with an event when the
-// reason changes (not on every re-check).
+// action or the budget changes (not on every re-check, nor when only the
+// figures in the wording do).
 func (c *Controller) wait(n *v1.Node, action string, v budget.Verdict) {
 	w := waitInfo{action: action, budget: v.Budget, reason: v.Reason}
 	if c.setWaiting(n.Name, &w) {
@@ -407,7 +457,8 @@ func (c *Controller) wait(n *v1.Node, action string, v budget.Verdict) {
 	}
 }
 
-// setWaiting updates the waiting set and gauge; it says whether the entry changed.
+// setWaiting updates the waiting set and gauge; it says whether the
+// decision (action, budget) changed.
 func (c *Controller) setWaiting(name string, w *waitInfo) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -417,7 +468,8 @@ func (c *Controller) setWaiting(name string, w *waitInfo) bool {
 		return false
 	case w == nil:
 		delete(c.waiting, name)
-	case had && old == *w:
+	case had && old.action == w.action && old.budget == w.budget:
+		c.waiting[name] = *w // the wording may change; the decision did not
 		return false
 	default:
 		c.waiting[name] = *w
@@ -427,6 +479,59 @@ func (c *Controller) setWaiting(name string, w *waitInfo) bool {
 		c.metrics.waiting.WithLabelValues(w.action, w.budget).Inc()
 	}
 	return true
+}
+
+// setSkipped records that a matching node is left alone (nil: it is not),
+// with one DrainSkipped event per change and the skipped-nodes gauge.
+func (c *Controller) setSkipped(name string, n *v1.Node, s *skipInfo) {
+	c.mu.Lock()
+	old, had := c.skipped[name]
+	switch {
+	case s == nil && !had, s != nil && had && old.reason == s.reason:
+		c.mu.Unlock()
+		return
+	case s == nil:
+		delete(c.skipped, name)
+	default:
+		c.skipped[name] = *s
+	}
+	c.metrics.skipped.Reset()
+	for _, s := range c.skipped {
+		c.metrics.skipped.WithLabelValues(s.reason).Inc()
+	}
+	c.mu.Unlock()
+	if s != nil && n != nil {
+		controllerutil.NodeEvent(c.recorder, n, v1.EventTypeNormal, EventDrainSkipped, s.message)
+		klog.Background().WithName(Name).Info("Node matches a drain rule but is left alone", "node", n.Name, "reason", s.reason)
+	}
+}
+
+func describeMatched(cs []rules.Condition) string {
+	parts := make([]string, len(cs))
+	for i, r := range cs {
+		parts[i] = string(r.Type) + "=" + string(r.Status)
+	}
+	return strings.Join(parts, " and ")
+}
+
+// forceAfter is the force-after in effect for the node: the shortest among
+// the rules whose condition holds on it (each rule's own, else
+// --drain-force-after); 0 when none forces.
+func (c *Controller) forceAfter(n *v1.Node) time.Duration {
+	var out time.Duration
+	for _, r := range c.rules.Conditions {
+		if cond := kube.NodeCondition(n, r.Type); cond == nil || cond.Status != r.Status {
+			continue
+		}
+		fa := r.ForceAfter
+		if fa == 0 {
+			fa = c.cfg.ForceAfter
+		}
+		if fa > 0 && (out == 0 || fa < out) {
+			out = fa
+		}
+	}
+	return out
 }
 
 // errSkip ends a write whose precondition no longer holds on the fresh object.
@@ -514,7 +619,7 @@ func twoWayPatch(old, mod *v1.Node, precondition bool) ([]byte, error) {
 
 func (c *Controller) event(n *v1.Node, reason, msg string) {
 	typ := v1.EventTypeWarning // Draino sends all its events as warnings
-	if reason == EventDrainAborted {
+	if reason == EventDrainAborted || reason == EventDrainSkipped {
 		typ = v1.EventTypeNormal
 	}
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
@@ -610,7 +715,7 @@ func (c *Controller) schedule(ctx context.Context, n *v1.Node, st nodeState, now
 		klog.FromContext(ctx).Info("Retrying failed drain on request", "node", n.Name, "annotation", AnnotationRetry)
 	}
 	c.metrics.scheduled.WithLabelValues(resultSucceeded).Inc()
-	c.event(n, EventDrainScheduled, "Will drain node after "+now.UTC().Format(time.RFC3339))
+	c.event(n, EventDrainScheduled, "Will drain node after "+formatTime(now))
 	c.ensureDrain(ctx, out, now)
 	return nil
 }
@@ -664,3 +769,52 @@ func (c *Controller) ensureDrain(ctx context.Context, n *v1.Node, scheduled time
 var errStopping = errors.New("the controller is stopping")
 
 func isStopping(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errStopping) }
+
+// NodeDecision is the drain controller's current decision about a node and
+// why, for an explain command (not written yet) and for tests.
+type NodeDecision struct {
+	// State is none, skipped, waiting, cordoned, draining, drained or failed.
+	State string
+	// Reason says why, in the words of the events (for skipped: the
+	// nodeshepherd_drain_nodes_skipped reason, then the message).
+	Reason string
+}
+
+// Explain returns the decision about a node as the controller holds it now.
+func (c *Controller) Explain(name string) NodeDecision {
+	c.mu.Lock()
+	s, skipped := c.skipped[name]
+	w, waiting := c.waiting[name]
+	_, running := c.running[name]
+	c.mu.Unlock()
+	switch {
+	case skipped:
+		return NodeDecision{State: "skipped", Reason: s.reason + ": " + s.message}
+	case waiting:
+		return NodeDecision{State: "waiting", Reason: fmt.Sprintf("waiting to %s (%s): %s", w.action, w.budget, w.reason)}
+	case running:
+		return NodeDecision{State: "draining"}
+	}
+	cached, err := c.nodes.Get(name)
+	if err != nil {
+		return NodeDecision{State: "none", Reason: err.Error()}
+	}
+	n := c.view(cached)
+	st := readState(n)
+	if !st.owned {
+		return NodeDecision{State: "none"}
+	}
+	msg := ""
+	if cond := kube.NodeCondition(n, ConditionDrainScheduled); cond != nil {
+		msg = cond.Message
+	}
+	switch st.phase {
+	case phaseCompleted:
+		return NodeDecision{State: "drained", Reason: msg}
+	case phaseFailed:
+		return NodeDecision{State: "failed", Reason: msg}
+	case phaseInFlight:
+		return NodeDecision{State: "draining", Reason: msg}
+	}
+	return NodeDecision{State: "cordoned", Reason: n.Annotations[AnnotationConditions]}
+}

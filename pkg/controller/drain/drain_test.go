@@ -8,7 +8,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
@@ -16,7 +19,7 @@ import (
 
 func pod(mut func(*v1.Pod)) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p",
-		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", Controller: ptr.To(true)}}}}
+		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", UID: "rs-uid", Controller: ptr.To(true)}}}}
 	if mut != nil {
 		mut(p)
 	}
@@ -93,17 +96,17 @@ func TestStateRoundTrip(t *testing.T) {
 	if !s.owned || !s.cordoned || s.phase != phaseInFlight || !s.scheduledAt.Equal(t0) {
 		t.Fatalf("scheduled: %+v", s)
 	}
-	if c := n.Status.Conditions[0]; c.Reason != "Draino" || c.Message != "Drain activity scheduled 2026-11-21T10:00:00Z" {
-		t.Errorf("condition %+v is not Draino's", c)
+	if c := n.Status.Conditions[0]; c.Reason != "Draino" || c.Message != "Drain activity scheduled 2026-11-21T10:00:00.000000000Z" {
+		t.Errorf("condition %+v is not Draino's (with sub-second precision)", c)
 	}
-	t1 := t0.Add(time.Minute)
-	setDrainCondition(n, v1.ConditionFalse, finishedMessage(t0, false, t1), t1)
+	t1 := t0.Add(time.Minute + 350*time.Millisecond)
+	setDrainCondition(n, v1.ConditionFalse, finishedMessage(t0, false, t1, "Blocked: default/web-1 (PodDisruptionBudget web refuses)"), t1)
 	setAnnotation(n, AnnotationAttempts, "3")
 	s = readState(n)
 	if s.phase != phaseFailed || !s.finishedAt.Equal(t1) || !s.scheduledAt.Equal(t0) || s.attempts != 3 {
 		t.Fatalf("failed: %+v", s)
 	}
-	if want := "Drain activity scheduled 2026-11-21T10:00:00Z | Failed: 2026-11-21T10:01:00Z"; n.Status.Conditions[0].Message != want {
+	if want := "Drain activity scheduled 2026-11-21T10:00:00.000000000Z | Failed: 2026-11-21T10:01:00.350000000Z | Blocked: default/web-1 (PodDisruptionBudget web refuses)"; n.Status.Conditions[0].Message != want {
 		t.Errorf("message %q, want %q", n.Status.Conditions[0].Message, want)
 	}
 	// Backoff doubles: 2m, 4m, 8m for the third failure.
@@ -118,7 +121,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if s := readState(n); !s.retryAt(time.Hour).Equal(t1) {
 		t.Errorf("draino/drain-retry=true retries at once")
 	}
-	setDrainCondition(n, v1.ConditionFalse, finishedMessage(t0, true, t1), t1)
+	setDrainCondition(n, v1.ConditionFalse, finishedMessage(t0, true, t1, ""), t1)
 	if readState(n).phase != phaseCompleted {
 		t.Errorf("completed not read back")
 	}
@@ -126,6 +129,49 @@ func TestStateRoundTrip(t *testing.T) {
 	removeDrainCondition(n)
 	if s := readState(n); s.owned || s.cordoned || s.phase != phaseNone || s.attempts != 0 {
 		t.Errorf("released: %+v", s)
+	}
+}
+
+// Times written at one-second precision (Draino, older nodeshepherd) are
+// rounded up: the true time lies in [t, t+1s), and no buffer or deadline
+// measured from it may be shorter than configured.
+func TestOldSecondPrecisionRoundsUp(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationConditions: "KernelDeadlock=True,0s"}}}
+	setDrainCondition(n, v1.ConditionFalse, "Drain activity scheduled 2026-11-21T10:00:00Z | Failed: 2026-11-21T10:01:00Z", t0)
+	s := readState(n)
+	if !s.scheduledAt.Equal(t0.Add(time.Second)) || !s.finishedAt.Equal(t0.Add(time.Minute+time.Second)) {
+		t.Errorf("old format: scheduled %v finished %v, want both rounded up a second", s.scheduledAt, s.finishedAt)
+	}
+	setDrainCondition(n, v1.ConditionTrue, "something else", t0)
+	if s := readState(n); !s.scheduledAt.Equal(t0.Add(time.Second)) {
+		t.Errorf("fallback to lastTransitionTime must round up: %v", s.scheduledAt)
+	}
+	setAnnotation(n, AnnotationBlockedSince, "2026-11-21T10:00:00.250000000Z")
+	if s := readState(n); !s.blockedSince.Equal(t0.Add(250 * time.Millisecond)) {
+		t.Errorf("blocked since %v", s.blockedSince)
+	}
+	cordon(n, nil)
+	if _, ok := n.Annotations[AnnotationBlockedSince]; ok {
+		t.Error("a new cordon must forget when evictions were first refused")
+	}
+}
+
+func TestReturningOwner(t *testing.T) {
+	if returningOwner(pod(owned("DaemonSet"))) == "" {
+		t.Error("a DaemonSet recreates its pod on the node")
+	}
+	if returningOwner(pod(nil)) != "" {
+		t.Error("a ReplicaSet pod that does not tolerate the cordon goes elsewhere")
+	}
+	tolerant := pod(func(p *v1.Pod) {
+		p.Spec.Tolerations = []v1.Toleration{{Key: v1.TaintNodeUnschedulable, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoSchedule}}
+	})
+	if returningOwner(tolerant) == "" {
+		t.Error("a pod tolerating the cordon can be put back on the node")
+	}
+	if returningOwner(pod(func(p *v1.Pod) { p.OwnerReferences = nil; p.Spec.Tolerations = tolerant.Spec.Tolerations })) != "" {
+		t.Error("nothing recreates a pod without a controller")
 	}
 }
 
@@ -137,7 +183,7 @@ func TestClearedSince(t *testing.T) {
 		{Type: v1.NodeReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(time.Minute))},
 	}}}
 	since, ok := clearedSince(n, rs)
-	if !ok || !since.Equal(t0.Add(time.Minute)) {
+	if !ok || !since.Equal(t0.Add(time.Minute+time.Second)) { // rounded up to the end of the second
 		t.Errorf("cleared since %v %v, want the latest transition", since, ok)
 	}
 	n.Status.Conditions[1].Status = v1.ConditionUnknown
@@ -163,14 +209,17 @@ conditions:
   status: Unknown
   minDuration: 30m
 - type: DiskPressure
+- {type: MemoryPressure, forceAfter: 2h}
 nodeSelector: pool in (batch)
 nodeExpression: '!has(node.metadata.labels.critical)'
+windows: ["Mon-Fri 22:00-06:00", "Sat,Sun 00:00-24:00"]
+timeZone: Europe/Paris
 `)
 	r, err := LoadRules(good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"KernelDeadlock=True,10m0s", "Ready=Unknown,30m0s", "DiskPressure=True"}
+	want := []string{"KernelDeadlock=True,10m0s", "Ready=Unknown,30m0s", "DiskPressure=True", "MemoryPressure=True,0s,force-after=2h0m0s"}
 	for i, c := range r.Conditions {
 		if c.String() != want[i] {
 			t.Errorf("condition %d = %s, want %s", i, c, want[i])
@@ -180,13 +229,19 @@ nodeExpression: '!has(node.metadata.labels.critical)'
 	if ok, err := r.Selector.Matches(node); !ok || err != nil {
 		t.Errorf("selector: %v %v", ok, err)
 	}
+	if got := r.Windows.String(); got != "Mon-Fri 22:00-06:00, Sat,Sun 00:00-24:00 Europe/Paris" {
+		t.Errorf("windows %q", got)
+	}
 	bad := map[string]string{
 		"rules.yaml:4: ": "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions:\n- KernelDeadlock=True,tenminutes\n",
-		"rules.yaml:5: field minDurationn not found": "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions:\n- type: Ready\n  minDurationn: 5m\n",
-		"rules.yaml:3: field condition not found":    "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\ncondition: []\n",
-		"expected apiVersion":                        "apiVersion: v1\nkind: DrainRules\n",
-		"label selector":                             "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions: [KernelDeadlock]\nnodeSelector: 'a in ('\n",
-		"conditions: name at least one":              "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\n",
+		"rules.yaml:5: field minDurationn not found":                       "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions:\n- type: Ready\n  minDurationn: 5m\n",
+		"rules.yaml:3: field condition not found":                          "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\ncondition: []\n",
+		"expected apiVersion":                                              "apiVersion: v1\nkind: DrainRules\n",
+		"label selector":                                                   "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions: [KernelDeadlock]\nnodeSelector: 'a in ('\n",
+		"conditions: name at least one":                                    "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\n",
+		"rules.yaml:4: window \"Mon-Fry 22:00-06:00\"":                     "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions: [KernelDeadlock]\nwindows: [Mon-Fry 22:00-06:00]\n",
+		"rules.yaml:5: time zone \"Mars/Olympus\"":                         "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions: [KernelDeadlock]\nwindows: ['* 01:00-02:00']\ntimeZone: Mars/Olympus\n",
+		"rules.yaml:3: condition \"KernelDeadlock=True,1m,force-after=x\"": "apiVersion: nodeshepherd.io/v1alpha1\nkind: DrainRules\nconditions: [\"KernelDeadlock=True,1m,force-after=x\"]\n",
 	}
 	for want, body := range bad {
 		_, err := LoadRules(write(body))
@@ -205,6 +260,9 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		"--drain-timeout":            func(c *Config) { c.DrainTimeout = 0 },
 		"--protected-pod-annotation": func(c *Config) { c.ProtectedPodAnnotations = []string{"=x"} },
 		"--drain-rules replaces":     func(c *Config) { c.File = "x.yaml" },
+		"--drain-force-after":        func(c *Config) { c.ForceAfter = -time.Second },
+		"--drain-window":             func(c *Config) { c.Windows = []string{"Mon-Fry 22:00-06:00"} },
+		"--drain-window-time-zone":   func(c *Config) { c.Windows, c.WindowTimeZone = []string{"* 01:00-02:00"}, "Mars/Olympus" },
 	}
 	for flag, mut := range cases {
 		c := DefaultConfig()
@@ -213,5 +271,33 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s: got %v", flag, err)
 		}
+	}
+}
+
+func TestExplainPDBs(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	ready := func(name, node string, ok bool) *v1.Pod {
+		st := v1.ConditionFalse
+		if ok {
+			st = v1.ConditionTrue
+		}
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{"app": "web"}},
+			Spec: v1.PodSpec{NodeName: node}, Status: v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: st}}}}
+	}
+	blocked := ready("web-1", "sick", true)
+	for _, p := range []*v1.Pod{blocked, ready("web-2", "node-3", false), ready("web-3", "", false)} {
+		_ = idx.Add(p)
+	}
+	c := &Controller{pods: idx}
+	pdbs := []policyv1.PodDisruptionBudget{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+			Spec:   policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(3)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+			Status: policyv1.PodDisruptionBudgetStatus{CurrentHealthy: 1, DesiredHealthy: 3, ExpectedPods: 3}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other"},
+			Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}},
+	}
+	want := "PodDisruptionBudget web refuses: 0 disruptions allowed, currentHealthy 1, desiredHealthy 3, expectedPods 3, minAvailable 3; not Ready: web-2 on node-3, web-3 on no node (Pending)"
+	if got := c.explainPDBs(blocked, pdbs); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }

@@ -9,6 +9,8 @@ type metrics struct {
 	inFlight       prometheus.Gauge
 	cordonedNodes  prometheus.Gauge
 	waiting        *prometheus.GaugeVec
+	skipped        *prometheus.GaugeVec
+	forceDeleted   prometheus.Counter
 	breakerOpen    prometheus.Gauge
 	evictions      *prometheus.CounterVec
 	blockedByPDB   prometheus.Counter
@@ -32,6 +34,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cordonedNodes: prometheus.NewGauge(opts("cordoned_nodes", "Nodes currently cordoned by the drain controller.")),
 		waiting: prometheus.NewGaugeVec(opts("nodes_waiting", "Nodes that should be cordoned or drained but wait for a budget, by action (cordon, drain) and budget."),
 			[]string{"action", "budget"}),
+		skipped: prometheus.NewGaugeVec(opts("nodes_skipped", "Nodes a drain rule matches that the controller leaves alone, by reason (cordoned-by-someone-else)."),
+			[]string{"reason"}),
+		forceDeleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "drain", Name: "force_deletions_total",
+			Help: "Pods deleted by force-after, bypassing a PodDisruptionBudget that kept refusing their eviction (with --dry-run none: they are reported in nodeshepherd_dry_run_actions_total{action=\"force-delete\"})."}),
 		breakerOpen: prometheus.NewGauge(opts("circuit_breaker_open", "1 while too many selected nodes are not Ready, or a zone is disrupted, for any new cordon or drain.")),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "drain", Name: "evictions_total",
 			Help: "Eviction requests, by result (evicted, gone, blocked-by-pdb, error)."}, result),
@@ -40,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		drainDurations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeshepherd", Subsystem: "drain", Name: "duration_seconds",
 			Help: "Time from a drain's start to its end, by result.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}, result),
 	}
-	reg.MustRegister(m.cordoned, m.uncordoned, m.drained, m.scheduled, m.inFlight, m.cordonedNodes, m.waiting, m.breakerOpen,
+	reg.MustRegister(m.cordoned, m.uncordoned, m.drained, m.scheduled, m.inFlight, m.cordonedNodes, m.waiting, m.skipped, m.forceDeleted, m.breakerOpen,
 		m.evictions, m.blockedByPDB, m.drainDurations)
 	for _, c := range []*prometheus.CounterVec{m.cordoned, m.uncordoned, m.drained, m.scheduled} {
 		c.WithLabelValues(resultSucceeded).Add(0)

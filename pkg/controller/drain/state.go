@@ -23,6 +23,10 @@ const (
 	AnnotationAttempts = "nodeshepherd.io/drain-attempts"
 	// AnnotationRetry, Draino's, set to "true" retries a failed drain at once.
 	AnnotationRetry = "draino/drain-retry"
+	// AnnotationBlockedSince is when a PodDisruptionBudget first refused an
+	// eviction of this cordon's drains (for force-after), with sub-second
+	// precision; it goes with the cordon.
+	AnnotationBlockedSince = "nodeshepherd.io/drain-blocked-since"
 
 	// ConditionDrainScheduled is Draino's node condition: True while a drain
 	// is scheduled or running, False with "| Completed: ts" or "| Failed: ts"
@@ -55,38 +59,64 @@ type nodeState struct {
 	finishedAt  time.Time
 	attempts    int
 	retryNow    bool
+	// blockedSince is AnnotationBlockedSince (zero when absent).
+	blockedSince time.Time
 }
 
 func readState(n *v1.Node) nodeState {
 	_, owned := n.Annotations[AnnotationConditions]
 	s := nodeState{owned: owned, cordoned: n.Spec.Unschedulable, retryNow: n.Annotations[AnnotationRetry] == "true"}
 	s.attempts, _ = strconv.Atoi(n.Annotations[AnnotationAttempts])
+	if v, ok := n.Annotations[AnnotationBlockedSince]; ok {
+		s.blockedSince, _ = parseTime(v)
+	}
 	c := kube.NodeCondition(n, ConditionDrainScheduled)
 	if c == nil {
 		return s
 	}
-	s.scheduledAt = scheduledAt(c)
+	s.scheduledAt = timeAfter(c, scheduledPrefix)
 	switch {
 	case c.Status == v1.ConditionTrue:
 		s.phase = phaseInFlight
 	case strings.Contains(c.Message, completedMarker):
-		s.phase, s.finishedAt = phaseCompleted, c.LastTransitionTime.Time
+		s.phase, s.finishedAt = phaseCompleted, timeAfter(c, completedMarker)
 	case strings.Contains(c.Message, failedMarker):
-		s.phase, s.finishedAt = phaseFailed, c.LastTransitionTime.Time
+		s.phase, s.finishedAt = phaseFailed, timeAfter(c, failedMarker)
 	}
 	return s
 }
 
-// scheduledAt reads the schedule from Draino's message, falling back to the
-// condition's transition time.
-func scheduledAt(c *v1.NodeCondition) time.Time {
-	if rest, ok := strings.CutPrefix(c.Message, scheduledPrefix); ok {
-		ts, _, _ := strings.Cut(rest, " ")
-		if t, err := time.Parse(time.RFC3339, ts); err == nil {
+// timeFormat keeps sub-second precision (RFC3339 with nine fixed decimals,
+// still readable as RFC3339), so that the drain buffer and deadlines are
+// measured from the exact start.
+const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+// parseTime reads a time written by formatTime, or at one-second precision
+// (Draino, older nodeshepherd): that one is rounded up, as the true time lies
+// in [t, t+1s), so that no wait measured from it is shorter than configured.
+func parseTime(s string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, false
+	}
+	if !strings.Contains(s, ".") {
+		t = t.Add(time.Second)
+	}
+	return t, true
+}
+
+// timeAfter reads the timestamp that follows marker in Draino's message,
+// falling back to the condition's transition time (rounded up).
+func timeAfter(c *v1.NodeCondition, marker string) time.Time {
+	if i := strings.Index(c.Message, marker); i >= 0 && (marker != scheduledPrefix || i == 0) {
+		ts, _, _ := strings.Cut(c.Message[i+len(marker):], " ")
+		if t, ok := parseTime(ts); ok {
 			return t
 		}
 	}
-	return c.LastTransitionTime.Time
+	return c.LastTransitionTime.Add(time.Second)
 }
 
 // retryAt is when a failed drain may be tried again.
@@ -122,6 +152,7 @@ func cordon(n *v1.Node, matched []rules.Condition) {
 	n.Spec.Unschedulable = true
 	setAnnotation(n, AnnotationConditions, formatConditions(matched))
 	delete(n.Annotations, AnnotationAttempts)
+	delete(n.Annotations, AnnotationBlockedSince)
 }
 
 // release forgets the node; with uncordon it also becomes schedulable.
@@ -131,6 +162,7 @@ func release(n *v1.Node, uncordon bool) {
 	}
 	delete(n.Annotations, AnnotationConditions)
 	delete(n.Annotations, AnnotationAttempts)
+	delete(n.Annotations, AnnotationBlockedSince)
 }
 
 // setDrainCondition writes DrainScheduled, keeping the other conditions.
@@ -160,20 +192,26 @@ func removeDrainCondition(n *v1.Node) {
 	n.Status.Conditions = out
 }
 
-func scheduledMessage(t time.Time) string { return scheduledPrefix + t.UTC().Format(time.RFC3339) }
+func scheduledMessage(t time.Time) string { return scheduledPrefix + formatTime(t) }
 
-func finishedMessage(scheduled time.Time, ok bool, now time.Time) string {
+// finishedMessage is Draino's message for a drain's end; detail (which pods
+// blocked a failed drain, and why) follows after " | ".
+func finishedMessage(scheduled time.Time, ok bool, now time.Time, detail string) string {
 	marker := failedMarker
 	if ok {
 		marker = completedMarker
 	}
-	return scheduledMessage(scheduled) + marker + now.UTC().Format(time.RFC3339)
+	msg := scheduledMessage(scheduled) + marker + formatTime(now)
+	if detail != "" {
+		msg += " | " + detail
+	}
+	return msg
 }
 
 // clearedSince is when the node last stopped matching any rule: the latest
 // transition of a rule's condition type that no longer has the rule's
-// status. ok is false while some rule's condition holds (whatever its
-// duration so far).
+// status, rounded up to the end of its second. ok is false while some
+// rule's condition holds (whatever its duration so far).
 func clearedSince(n *v1.Node, rs []rules.Condition) (since time.Time, ok bool) {
 	for _, r := range rs {
 		c := kube.NodeCondition(n, r.Type)
@@ -183,8 +221,8 @@ func clearedSince(n *v1.Node, rs []rules.Condition) (since time.Time, ok bool) {
 		if c.Status == r.Status {
 			return time.Time{}, false
 		}
-		if c.LastTransitionTime.After(since) {
-			since = c.LastTransitionTime.Time
+		if t := c.LastTransitionTime.Add(time.Second); t.After(since) {
+			since = t
 		}
 	}
 	return since, true

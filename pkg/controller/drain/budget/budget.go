@@ -175,7 +175,9 @@ func (l Limits) StartDrain(c Cluster, name string, now time.Time) Verdict {
 	}
 	if next := c.LastDrainStart.Add(l.DrainBuffer); !c.LastDrainStart.IsZero() && now.Before(next) {
 		return Verdict{Budget: DrainBufferLimit, RetryAt: next,
-			Reason: fmt.Sprintf("the last drain started %s ago (--drain-buffer=%s)", now.Sub(c.LastDrainStart).Round(time.Second), l.DrainBuffer)}
+			// No age in the wording: it would change on every re-check.
+			Reason: fmt.Sprintf("the last drain started at %s; the next may start at %s (--drain-buffer=%s)",
+				c.LastDrainStart.UTC().Format(time.RFC3339Nano), next.UTC().Format(time.RFC3339Nano), l.DrainBuffer)}
 	}
 	return Verdict{Allowed: true}
 }

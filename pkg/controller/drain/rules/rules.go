@@ -14,6 +14,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/window"
 )
 
 // Condition is one rule: a node condition type and status held for at least
@@ -22,12 +24,19 @@ type Condition struct {
 	Type        v1.NodeConditionType `json:"type"`
 	Status      v1.ConditionStatus   `json:"status"`
 	MinDuration time.Duration        `json:"minDuration,omitempty"`
+	// ForceAfter, when set, lets a drain of a node this rule matched delete
+	// the pods whose eviction a PodDisruptionBudget has refused for this
+	// long (nodeshepherd's extension; off by default).
+	ForceAfter time.Duration `json:"forceAfter,omitempty"`
 }
 
 func (c Condition) String() string {
 	s := string(c.Type) + "=" + string(c.Status)
-	if c.MinDuration > 0 {
+	if c.MinDuration > 0 || c.ForceAfter > 0 {
 		s += "," + c.MinDuration.String()
+	}
+	if c.ForceAfter > 0 {
+		s += ",force-after=" + c.ForceAfter.String()
 	}
 	return s
 }
@@ -35,9 +44,11 @@ func (c Condition) String() string {
 // ParseCondition reads Draino's syntax: "KernelDeadlock" (status True, no
 // minimum), "KernelDeadlock=True,10m", "Ready=Unknown,30m". Unlike Draino,
 // "Type=Status" without a duration is accepted (no minimum) and a bad
-// duration is an error instead of a rule that never matches.
+// duration is an error instead of a rule that never matches. nodeshepherd's
+// options follow the duration: "KernelDeadlock=True,10m,force-after=2h".
 func ParseCondition(s string) (Condition, error) {
 	spec, dur, hasDur := strings.Cut(strings.TrimSpace(s), ",")
+	dur, opts, hasOpts := strings.Cut(dur, ",")
 	typ, status, hasStatus := strings.Cut(spec, "=")
 	c := Condition{Type: v1.NodeConditionType(typ), Status: v1.ConditionTrue}
 	if typ == "" || strings.ContainsAny(typ, " =") {
@@ -57,6 +68,19 @@ func ParseCondition(s string) (Condition, error) {
 			return c, fmt.Errorf("condition %q: %q is not a duration (e.g. 10m, 90s, 1h30m)", s, dur)
 		}
 		c.MinDuration = d
+	}
+	if hasOpts {
+		for _, o := range strings.Split(opts, ",") {
+			k, v, _ := strings.Cut(strings.TrimSpace(o), "=")
+			if k != "force-after" {
+				return c, fmt.Errorf("condition %q: unknown option %q; the only option is force-after=DURATION (e.g. KernelDeadlock=True,10m,force-after=2h)", s, o)
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return c, fmt.Errorf("condition %q: force-after %q is not a positive duration (e.g. 2h)", s, v)
+			}
+			c.ForceAfter = d
+		}
 	}
 	return c, nil
 }
@@ -121,10 +145,12 @@ func (s *Selector) Matches(n *v1.Node) (bool, error) {
 	return b, nil
 }
 
-// Rules are the conditions (any of them) and the node selection.
+// Rules are the conditions (any of them), the node selection and the
+// maintenance windows drains may start in (nil: any time).
 type Rules struct {
 	Conditions []Condition
 	Selector   *Selector
+	Windows    *window.Schedule
 }
 
 // Evaluation is the verdict on one node at one time.
@@ -137,7 +163,9 @@ type Evaluation struct {
 	Pending time.Time
 }
 
-// Evaluate checks a (selected) node's conditions at now.
+// Evaluate checks a (selected) node's conditions at now. A minimum duration
+// counts from the end of lastTransitionTime's second (the true transition
+// lies in [t, t+1s)), so it is never shorter than configured.
 func (r *Rules) Evaluate(n *v1.Node, now time.Time) Evaluation {
 	var e Evaluation
 	for _, rule := range r.Conditions {
@@ -145,7 +173,10 @@ func (r *Rules) Evaluate(n *v1.Node, now time.Time) Evaluation {
 			if c.Type != rule.Type || c.Status != rule.Status {
 				continue
 			}
-			due := c.LastTransitionTime.Add(rule.MinDuration)
+			due := c.LastTransitionTime.Time
+			if rule.MinDuration > 0 {
+				due = due.Add(time.Second + rule.MinDuration)
+			}
 			if !now.Before(due) {
 				e.Matched = append(e.Matched, rule)
 			} else if e.Pending.IsZero() || due.Before(e.Pending) {

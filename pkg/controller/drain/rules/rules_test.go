@@ -12,11 +12,13 @@ import (
 // Draino's TestParseConditions cases, plus the inputs Draino mishandles.
 func TestParseCondition(t *testing.T) {
 	good := map[string]Condition{
-		"KernelDeadlock":          {Type: "KernelDeadlock", Status: v1.ConditionTrue},
-		"KernelDeadlock=True,10m": {Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute},
-		"Ready=Unknown,30m":       {Type: v1.NodeReady, Status: v1.ConditionUnknown, MinDuration: 30 * time.Minute},
-		"OutOfDisk=True,10m":      {Type: "OutOfDisk", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute},
-		"Ready=Unknown":           {Type: v1.NodeReady, Status: v1.ConditionUnknown}, // Draino panics here
+		"KernelDeadlock":                         {Type: "KernelDeadlock", Status: v1.ConditionTrue},
+		"KernelDeadlock=True,10m":                {Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute},
+		"Ready=Unknown,30m":                      {Type: v1.NodeReady, Status: v1.ConditionUnknown, MinDuration: 30 * time.Minute},
+		"OutOfDisk=True,10m":                     {Type: "OutOfDisk", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute},
+		"Ready=Unknown":                          {Type: v1.NodeReady, Status: v1.ConditionUnknown}, // Draino panics here
+		"KernelDeadlock=True,10m,force-after=2h": {Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute, ForceAfter: 2 * time.Hour},
+		"KernelDeadlock=True,0s,force-after=90s": {Type: "KernelDeadlock", Status: v1.ConditionTrue, ForceAfter: 90 * time.Second},
 	}
 	for in, want := range good {
 		if got, err := ParseCondition(in); err != nil || got != want {
@@ -24,10 +26,13 @@ func TestParseCondition(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"KernelDeadlock=True,tenminutes": `"tenminutes" is not a duration`,
-		"KernelDeadlock=Yes,10m":         `status "Yes"`,
-		"=True,10m":                      "type is missing",
-		"KernelDeadlock=True,-5m":        "is not a duration",
+		"KernelDeadlock=True,tenminutes":           `"tenminutes" is not a duration`,
+		"KernelDeadlock=Yes,10m":                   `status "Yes"`,
+		"=True,10m":                                "type is missing",
+		"KernelDeadlock=True,-5m":                  "is not a duration",
+		"KernelDeadlock=True,10m,force=2h":         "unknown option",
+		"KernelDeadlock=True,10m,force-after=soon": "not a positive duration",
+		"KernelDeadlock=True,10m,force-after=0s":   "not a positive duration",
 	}
 	for in, want := range bad {
 		if _, err := ParseCondition(in); err == nil || !strings.Contains(err.Error(), want) {
@@ -51,14 +56,18 @@ func TestEvaluateDurations(t *testing.T) {
 	n := node(nil, v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionTrue, LastTransitionTime: since(4 * time.Minute)},
 		v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown, LastTransitionTime: since(25 * time.Minute)})
 	e := r.Evaluate(n, now)
-	if len(e.Matched) != 0 || !e.Pending.Equal(now.Add(5*time.Minute)) {
-		t.Fatalf("got %+v; want nothing yet, re-check in 5m (Ready's 30m comes first)", e)
+	// Durations count from the end of lastTransitionTime's second: +1s.
+	if len(e.Matched) != 0 || !e.Pending.Equal(now.Add(5*time.Minute+time.Second)) {
+		t.Fatalf("got %+v; want nothing yet, re-check in 5m1s (Ready's 30m comes first)", e)
 	}
-	// After 5m Ready=Unknown has held 30m; KernelDeadlock needs one more minute.
-	if e := r.Evaluate(n, now.Add(5*time.Minute)); len(e.Matched) != 1 || e.Matched[0].Type != v1.NodeReady || !e.Pending.Equal(now.Add(6*time.Minute)) {
+	if e := r.Evaluate(n, now.Add(5*time.Minute)); len(e.Matched) != 0 {
+		t.Errorf("matched at exactly 30m after a one-second-precision timestamp: %+v", e)
+	}
+	// After 5m1s Ready=Unknown has surely held 30m; KernelDeadlock needs one more minute.
+	if e := r.Evaluate(n, now.Add(5*time.Minute+time.Second)); len(e.Matched) != 1 || e.Matched[0].Type != v1.NodeReady || !e.Pending.Equal(now.Add(6*time.Minute+time.Second)) {
 		t.Errorf("after 5m: %+v", e)
 	}
-	if e := r.Evaluate(n, now.Add(6*time.Minute)); len(e.Matched) != 2 || !e.Pending.IsZero() {
+	if e := r.Evaluate(n, now.Add(6*time.Minute+time.Second)); len(e.Matched) != 2 || !e.Pending.IsZero() {
 		t.Errorf("after 6m: %+v", e)
 	}
 	healthy := node(nil, v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionFalse, LastTransitionTime: since(time.Hour)})
@@ -99,4 +108,23 @@ func TestSelector(t *testing.T) {
 			t.Errorf("NewSelector(%q, %q) accepted", bad[0], bad[1])
 		}
 	}
+}
+
+// FuzzParseCondition: any input parses or is refused with an error, never a
+// panic, and what parses prints back to the same rule.
+func FuzzParseCondition(f *testing.F) {
+	for _, s := range []string{"KernelDeadlock", "KernelDeadlock=True,10m", "Ready=Unknown", "Ready=Unknown,30m,force-after=2h",
+		"=True", "A=B,,", "X=True,1h,force-after=", ",,,", "X=False,0s,force-after=1s,force-after=2s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseCondition(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseCondition(c.String())
+		if err != nil || again != c {
+			t.Errorf("%q parsed as %+v, which prints as %q and parses back as %+v, %v", s, c, c.String(), again, err)
+		}
+	})
 }
