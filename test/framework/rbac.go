@@ -117,11 +117,18 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 		}
 	})
 	t.Logf("running the controllers as system:serviceaccount:%s:%s (deploy/ applied with kubectl apply --server-side -k)", DeployNamespace, DeployServiceAccount)
+	wrap := admin.WrapTransport // a test's own wrapper (e.g. recording requests) is kept
 	return &rest.Config{
 		Host:            admin.Host,
 		BearerToken:     tr.Status.Token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData},
-		WrapTransport:   func(rt http.RoundTripper) http.RoundTripper { return &forbiddenCatcher{next: rt, log: forbidden} },
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			rt = &forbiddenCatcher{next: rt, log: forbidden}
+			if wrap != nil {
+				rt = wrap(rt)
+			}
+			return rt
+		},
 	}
 }
 

@@ -361,8 +361,10 @@ func TestDrainBlockedByPDBExplainedThenForced(t *testing.T) {
 			t.Errorf("%s names the protected pod: %q", what, text)
 		}
 	}
-	if !strings.Contains(msgs[0], "force-after=8s deletes PDB-blocked pods from ") {
-		t.Errorf("DrainFailed should say when force-after applies: %q", msgs[0])
+	_, due, found := strings.Cut(msgs[0], "force-after=8s deletes PDB-blocked pods from ")
+	due, _, _ = strings.Cut(due, ";")
+	if !found || !strings.Contains(msgs[0], "retrying at "+due) {
+		t.Errorf("DrainFailed should say when force-after applies, and retry then (not after the 1h backoff): %q", msgs[0])
 	}
 	if _, ok := getNode(t, client, sick).Annotations[drain.AnnotationBlockedSince]; !ok {
 		t.Errorf("no %s annotation", drain.AnnotationBlockedSince)

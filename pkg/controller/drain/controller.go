@@ -367,14 +367,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	case phaseCompleted:
 		return nil
 	case phaseFailed:
-		due := st.retryAt(c.cfg.RetryBackoff)
-		if fa := c.forceAfter(n); fa > 0 && !st.blockedSince.IsZero() {
-			// Retry when force-after falls due, not a backoff later.
-			if fd := st.blockedSince.Add(fa); fd.Before(due) && fd.After(st.finishedAt) {
-				due = fd
-			}
-		}
-		if now.Before(due) {
+		if due := c.retryDue(n, st); now.Before(due) {
 			c.queue.AddAfter(name, due.Sub(now))
 			return nil
 		}
@@ -512,6 +505,18 @@ func describeMatched(cs []rules.Condition) string {
 		parts[i] = string(r.Type) + "=" + string(r.Status)
 	}
 	return strings.Join(parts, " and ")
+}
+
+// retryDue is when a failed drain is tried again: after the backoff, or
+// when force-after falls due if that comes first.
+func (c *Controller) retryDue(n *v1.Node, st nodeState) time.Time {
+	due := st.retryAt(c.cfg.RetryBackoff)
+	if fa := c.forceAfter(n); fa > 0 && !st.blockedSince.IsZero() {
+		if fd := st.blockedSince.Add(fa); fd.Before(due) && fd.After(st.finishedAt) {
+			due = fd
+		}
+	}
+	return due
 }
 
 // forceAfter is the force-after in effect for the node: the shortest among

@@ -436,17 +436,18 @@ func (c *Controller) finish(ctx context.Context, n *v1.Node, scheduled time.Time
 	}
 	owned := func(cur *v1.Node) bool { _, o := cur.Annotations[AnnotationConditions]; return o }
 	if !ok {
-		attempts := readState(n).attempts + 1
+		latest := n
 		if cur, err := c.nodes.Get(n.Name); err == nil {
-			attempts = readState(c.view(cur)).attempts + 1
+			latest = c.view(cur)
 		}
+		attempts := readState(latest).attempts + 1
 		if _, err := c.write(ctx, n, false, "count-failure", "count the failed drain", owned,
 			func(m *v1.Node) { setAnnotation(m, AnnotationAttempts, strconv.Itoa(attempts)) }); err != nil && !errors.Is(err, errSkip) {
 			klog.FromContext(ctx).Error(err, "Recording the failed attempt", "node", n.Name)
 		}
-		st := readState(n)
+		st := readState(latest)
 		st.attempts, st.finishedAt = attempts, now
-		msg += "; retrying at " + formatTime(st.retryAt(c.cfg.RetryBackoff))
+		msg += "; retrying at " + formatTime(c.retryDue(latest, st))
 		if n.Annotations[AnnotationRetry] == "true" {
 			msg += " (" + AnnotationRetry + "=true)"
 		}
