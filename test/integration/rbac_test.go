@@ -29,6 +29,7 @@ var serviceAccountScenarios = []string{
 	"TestMachineDeletedNodeRemovedAndPodsReplaced", // cloudnodelifecycle: node deletion
 	"TestMachineShutdownTaint",                     // cloudnodelifecycle: shutdown taint
 	"TestDrainCordonDrainUncordon",                 // drain: cordon, condition, Eviction API, uncordon
+	"TestDrainBlockedByPDBExplainedThenForced",     // drain: PDB reads, blocked-since annotation, force-after pod deletion
 	"TestSchedulerPreemption",                      // scheduler: binding, status, preemption, PDBs
 }
 
