@@ -6,6 +6,7 @@ package tainteviction
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sync"
@@ -18,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -46,8 +46,27 @@ const (
 	ReasonDeletionByTaint     = "DeletionByTaintManager"
 	MessageDeletionByTaint    = "Taint manager: deleting due to NoExecute taint"
 	workers                   = 8
-	deleteRetries             = 5
 )
+
+// A failed deletion is retried after 100ms, doubling up to 30s, for as long
+// as the pod must go (upstream gives up after five tries 10ms apart,
+// kubernetes/kubernetes#140639).
+const (
+	retryInitial = 100 * time.Millisecond
+	retryMax     = 30 * time.Second
+)
+
+func retryBackoff(attempts int) time.Duration {
+	d := retryInitial
+	for i := 1; i < attempts && d < retryMax; i++ {
+		d *= 2
+	}
+	return min(d, retryMax)
+}
+
+// errPodGone: the pod to delete no longer exists, was replaced by another of
+// the same name, or is already being deleted; nothing is left to do.
+var errPodGone = errors.New("pod gone, replaced or already being deleted")
 
 // Config of the controller.
 type Config struct {
@@ -76,8 +95,11 @@ type Controller struct {
 	podIndexer cache.Indexer
 	synced     []cache.InformerSynced
 
-	taintsMu sync.Mutex
-	tainted  map[string][]v1.Taint // node -> its NoExecute taints
+	mu      sync.Mutex
+	tainted map[string]*nodeTaints // node -> its NoExecute taints
+	// tolChanged is when this process saw a pod's tolerations change: a
+	// countdown that starts then is not older than the change.
+	tolChanged map[string]tolChange
 
 	// Work for one node always lands on the same shard, so a node update
 	// and a pod update of that node are never handled at the same time.
@@ -86,6 +108,21 @@ type Controller struct {
 
 	deletions        prometheus.Counter
 	deletionDuration prometheus.Histogram
+	deletionErrors   prometheus.Counter
+}
+
+// nodeTaints are a node's NoExecute taints, with the time this process first
+// saw each one that carries no timeAdded.
+type nodeTaints struct {
+	taints []v1.Taint
+	seen   map[taintID]time.Time
+}
+
+type taintID struct{ key, value string }
+
+type tolChange struct {
+	uid types.UID
+	at  time.Time
 }
 
 // item is queued work: a node (pod empty) or a pod on a node.
@@ -104,16 +141,20 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced:  []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
-		tainted: map[string][]v1.Taint{},
+		tainted: map[string]*nodeTaints{}, tolChanged: map[string]tolChange{},
 		deletions: prometheus.NewCounter(prometheus.CounterOpts{Subsystem: "taint_eviction_controller", Name: "pod_deletions_total",
 			Help: "Total number of Pods deleted by TaintEvictionController since its start."}),
 		// Upstream's buckets; unlike upstream, the value recorded is in seconds.
 		deletionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "taint_eviction_controller", Name: "pod_deletion_duration_seconds",
 			Help:    "Latency, in seconds, between the time when a taint effect has been activated for the Pod and its deletion via TaintEvictionController.",
 			Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240}}),
+		deletionErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "tainteviction", Name: "pod_deletion_errors_total",
+			Help: "Failed attempts to delete a pod for a NoExecute taint; each is retried with backoff while the pod must go."}),
 	}
-	d.Registry.MustRegister(c.deletions, c.deletionDuration)
-	c.workers = newTimedWorkers(d.Clock, c.evict)
+	if d.Registry != nil {
+		d.Registry.MustRegister(c.deletions, c.deletionDuration, c.deletionErrors)
+	}
+	c.workers = newTimedWorkers(d.Clock, c.evict, retryBackoff)
 	for i := 0; i < workers; i++ {
 		c.shards = append(c.shards, workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: fmt.Sprintf("noexec_taint_%d", i), Clock: d.Clock}))
@@ -145,6 +186,9 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		},
 		DeleteFunc: func(obj any) {
 			if p, ok := kube.Untombstone(obj).(*v1.Pod); ok {
+				c.mu.Lock()
+				delete(c.tolChanged, podKey(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}))
+				c.mu.Unlock()
 				c.onPod(nil, p)
 			}
 		},
@@ -153,8 +197,13 @@ func New(cfg Config, d Deps) (*Controller, error) {
 }
 
 func (c *Controller) onPod(old, pod *v1.Pod) {
-	if old != nil && old.Spec.NodeName == pod.Spec.NodeName && apiequality.Semantic.DeepEqual(old.Spec.Tolerations, pod.Spec.Tolerations) {
-		return
+	if old != nil && old.UID == pod.UID && old.Spec.NodeName == pod.Spec.NodeName {
+		if apiequality.Semantic.DeepEqual(old.Spec.Tolerations, pod.Spec.Tolerations) {
+			return
+		}
+		c.mu.Lock()
+		c.tolChanged[podKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})] = tolChange{uid: pod.UID, at: c.clock.Now()}
+		c.mu.Unlock()
 	}
 	node := pod.Spec.NodeName
 	if node == "" && old != nil {
@@ -222,90 +271,213 @@ func (c *Controller) process(ctx context.Context, q workqueue.TypedRateLimitingI
 
 func podKey(p types.NamespacedName) string { return p.Namespace + "/" + p.Name }
 
+// setTaints records a node's NoExecute taints; taints without timeAdded keep
+// the time they were first seen.
+func (c *Controller) setTaints(name string, taints []v1.Taint, now time.Time) *nodeTaints {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(taints) == 0 {
+		delete(c.tainted, name)
+		return nil
+	}
+	old := c.tainted[name]
+	nt := &nodeTaints{taints: taints, seen: map[taintID]time.Time{}}
+	for _, t := range taints {
+		if t.TimeAdded != nil {
+			continue
+		}
+		id := taintID{t.Key, t.Value}
+		nt.seen[id] = now
+		if old != nil {
+			if at, ok := old.seen[id]; ok {
+				nt.seen[id] = at
+			}
+		}
+	}
+	c.tainted[name] = nt
+	return nt
+}
+
+func (c *Controller) taintsOf(node string) *nodeTaints {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tainted[node]
+}
+
 func (c *Controller) handleNode(ctx context.Context, name string) error {
 	node, err := c.nodeLister.Get(name)
 	if apierrors.IsNotFound(err) {
 		// Pending deletions stay scheduled, as upstream.
-		c.taintsMu.Lock()
-		delete(c.tainted, name)
-		c.taintsMu.Unlock()
+		c.setTaints(name, nil, time.Time{})
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	taints := noExecuteTaints(node.Spec.Taints)
-	c.taintsMu.Lock()
-	if len(taints) == 0 {
-		delete(c.tainted, name)
-	} else {
-		c.tainted[name] = taints
-	}
-	c.taintsMu.Unlock()
+	now := c.clock.Now()
+	nt := c.setTaints(name, noExecuteTaints(node.Spec.Taints), now)
 	objs, err := c.podIndexer.ByIndex(nodelifecycle.ByNodeIndex, name)
 	if err != nil {
 		return err
 	}
-	now := c.clock.Now()
 	for _, obj := range objs {
 		pod := obj.(*v1.Pod)
 		nn := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
-		if len(taints) == 0 {
-			c.cancel(nn, pod.UID)
+		if nt == nil {
+			c.cancel(nn)
 			continue
 		}
 		if pod.DeletionTimestamp != nil {
 			continue // already being deleted, e.g. by a leader before a failover: not evicted twice
 		}
-		c.processPodOnNode(ctx, nn, pod.Spec.Tolerations, taints, now)
+		c.processPod(ctx, pod, nt, now)
 	}
 	return nil
 }
 
 func (c *Controller) handlePod(ctx context.Context, it item) {
+	key := podKey(it.pod)
 	pod, err := c.podLister.Pods(it.pod.Namespace).Get(it.pod.Name)
 	if err != nil {
-		c.cancel(it.pod, "")
+		c.mu.Lock()
+		delete(c.tolChanged, key)
+		c.mu.Unlock()
+		c.cancel(it.pod)
 		return
+	}
+	if w, ok := c.workers.Get(key); ok && w.uid != pod.UID {
+		// The pod was replaced under the same name: its deletion went with it.
+		c.cancel(it.pod)
 	}
 	if pod.Spec.NodeName == "" || pod.Spec.NodeName != it.node || pod.DeletionTimestamp != nil {
 		return
 	}
-	c.taintsMu.Lock()
-	taints := c.tainted[it.node]
-	c.taintsMu.Unlock()
-	if len(taints) == 0 {
+	nt := c.taintsOf(it.node)
+	if nt == nil {
 		return
 	}
-	c.processPodOnNode(ctx, it.pod, pod.Spec.Tolerations, taints, c.clock.Now())
+	c.processPod(ctx, pod, nt, c.clock.Now())
 }
 
-// processPodOnNode schedules, keeps or cancels one pod's deletion.
-func (c *Controller) processPodOnNode(ctx context.Context, pod types.NamespacedName, tolerations []v1.Toleration, taints []v1.Taint, now time.Time) {
-	key := podKey(pod)
-	allTolerated, used := usedTolerations(klog.FromContext(ctx), taints, tolerations)
-	if !allTolerated {
-		c.cancel(pod, "")
-		c.workers.Add(key, now, now)
-		return
-	}
-	minTime := minTolerationTime(used)
-	if minTime < 0 {
-		c.cancel(pod, "")
-		return
-	}
-	if w := c.workers.Get(key); w != nil {
-		if now.After(w.createdAt) {
-			return // an existing schedule is kept when tolerations change
+// decision is when a pod must leave its node, if it must.
+type decision struct {
+	must  bool
+	due   time.Time
+	cause *v1.Taint // the taint whose toleration runs out first; nil: at once
+}
+
+// decide computes a pod's deletion time from the state of the API alone, so
+// that every leader computes the same one: each NoExecute taint the pod
+// tolerates for tolerationSeconds lets it stay that long after the later of
+// the taint's timeAdded and the pod's arrival on the node; the first of these
+// to run out is the deadline. An untolerated taint, or tolerationSeconds <= 0,
+// means at once.
+func (c *Controller) decide(logger klog.Logger, pod *v1.Pod, nt *nodeTaints, now time.Time) decision {
+	var d decision
+	arrived := c.podSince(pod)
+	for i := range nt.taints {
+		taint := &nt.taints[i]
+		tol := usedToleration(logger, taint, pod.Spec.Tolerations)
+		if tol == nil {
+			return decision{must: true, due: now}
 		}
-		c.cancel(pod, "")
+		if tol.TolerationSeconds == nil {
+			continue
+		}
+		if *tol.TolerationSeconds <= 0 {
+			return decision{must: true, due: now}
+		}
+		start := nt.since(taint)
+		if arrived.After(start) {
+			start = arrived
+		}
+		due := start.Add(time.Duration(*tol.TolerationSeconds) * time.Second)
+		if !d.must || due.Before(d.due) {
+			d = decision{must: true, due: due, cause: taint}
+		}
 	}
-	c.workers.Add(key, now, now.Add(minTime))
+	return d
 }
 
-func (c *Controller) cancel(pod types.NamespacedName, uid types.UID) {
-	if c.workers.Cancel(podKey(pod)) && c.recorder != nil {
-		c.recorder.Eventf(podRef(pod, uid), v1.EventTypeNormal, EventTaintManagerEviction, "Cancelling deletion of Pod %s", podKey(pod))
+// since is when a taint was put on the node: its timeAdded rounded up to the
+// next second (timeAdded has one-second precision, so the wait is never
+// shorter than tolerationSeconds), or when this process first saw it.
+func (nt *nodeTaints) since(t *v1.Taint) time.Time {
+	if t.TimeAdded != nil && !t.TimeAdded.IsZero() {
+		return notBefore(t.TimeAdded.Time)
+	}
+	return nt.seen[taintID{t.Key, t.Value}]
+}
+
+// podSince is when the pod came to be where its tolerations count: created
+// or bound (a pod scheduled onto a node tainted long ago gets its whole
+// tolerationSeconds), or its tolerations changed while this process watched.
+func (c *Controller) podSince(pod *v1.Pod) time.Time {
+	at := notBefore(pod.CreationTimestamp.Time)
+	if s := kube.PodCondition(pod, v1.PodScheduled); s != nil && s.Status == v1.ConditionTrue {
+		if t := notBefore(s.LastTransitionTime.Time); t.After(at) {
+			at = t
+		}
+	}
+	c.mu.Lock()
+	ch, ok := c.tolChanged[podKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})]
+	c.mu.Unlock()
+	if ok && ch.uid == pod.UID && ch.at.After(at) {
+		at = ch.at
+	}
+	return at
+}
+
+// processPod schedules, keeps, moves or cancels one pod's deletion.
+func (c *Controller) processPod(ctx context.Context, pod *v1.Pod, nt *nodeTaints, now time.Time) {
+	logger := klog.FromContext(ctx)
+	nn := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	key := podKey(nn)
+	d := c.decide(logger, pod, nt, now)
+	w, ok := c.workers.Get(key)
+	if ok && w.uid != pod.UID {
+		c.cancel(nn)
+		ok = false
+	}
+	if !d.must {
+		c.cancel(nn)
+		return
+	}
+	if ok {
+		if w.started() || w.due.Equal(d.due) {
+			return // a deletion under way goes on while the pod must go
+		}
+		// As upstream, a later deadline does not postpone one whose taint is
+		// still there and still tolerated for a while: lengthening a
+		// toleration does not delay the eviction.
+		if d.due.After(w.due) && c.stillCounts(logger, w.cause, pod, nt) {
+			return
+		}
+	}
+	logger.V(2).Info("Scheduling deletion of pod for a NoExecute taint", "pod", key, "at", d.due, "taint", d.cause)
+	c.workers.Add(key, &timedWork{uid: pod.UID, due: d.due, cause: d.cause})
+}
+
+// stillCounts says whether the taint that set a deadline is still on the
+// node and still tolerated only for a while.
+func (c *Controller) stillCounts(logger klog.Logger, cause *v1.Taint, pod *v1.Pod, nt *nodeTaints) bool {
+	if cause == nil {
+		return false
+	}
+	for i := range nt.taints {
+		t := &nt.taints[i]
+		if t.Key == cause.Key && t.Value == cause.Value && t.TimeAdded.Equal(cause.TimeAdded) {
+			tol := usedToleration(logger, t, pod.Spec.Tolerations)
+			return tol != nil && tol.TolerationSeconds != nil
+		}
+	}
+	return false
+}
+
+// cancel drops a pod's deletion, with upstream's event when one was pending.
+func (c *Controller) cancel(pod types.NamespacedName) {
+	if w, pending := c.workers.Cancel(podKey(pod)); pending && c.recorder != nil {
+		c.recorder.Eventf(podRef(pod, w.uid), v1.EventTypeNormal, EventTaintManagerEviction, "Cancelling deletion of Pod %s", podKey(pod))
 	}
 }
 
@@ -313,64 +485,107 @@ func podRef(pod types.NamespacedName, uid types.UID) *v1.ObjectReference {
 	return &v1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: uid}
 }
 
+// notDue says why a deletion is no longer wanted, from the informers' view
+// just before each attempt, or "" when the pod must still go.
+func (c *Controller) notDue(logger klog.Logger, nn types.NamespacedName, w timedWork) string {
+	pod, err := c.podLister.Pods(nn.Namespace).Get(nn.Name)
+	switch {
+	case err != nil:
+		return "pod gone"
+	case pod.UID != w.uid:
+		return "pod replaced by another of the same name"
+	case pod.DeletionTimestamp != nil:
+		return "pod already being deleted"
+	}
+	nt := c.taintsOf(pod.Spec.NodeName)
+	if nt == nil {
+		if _, err := c.nodeLister.Get(pod.Spec.NodeName); apierrors.IsNotFound(err) {
+			return "" // the node is gone: its pods still go, as upstream
+		}
+		return "no NoExecute taint left on the node"
+	}
+	if !c.decide(logger, pod, nt, c.clock.Now()).must {
+		return "pod tolerates its node's taints"
+	}
+	return ""
+}
+
 // evict marks the pod as a disruption target and deletes it (not through the
 // Eviction API: PDBs do not hold back a node's NoExecute taint, as upstream).
-func (c *Controller) evict(key string, w *timedWork) {
+// It returns true to be retried after a backoff.
+func (c *Controller) evict(key string, w timedWork) bool {
 	ctx := klog.NewContext(context.Background(), klog.Background().WithName(Name))
 	logger := klog.FromContext(ctx)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	nn := types.NamespacedName{Namespace: ns, Name: name}
-	if c.recorder != nil {
-		c.recorder.Eventf(podRef(nn, ""), v1.EventTypeNormal, EventTaintManagerEviction, "Marking for deletion Pod %s", key)
+	if why := c.notDue(logger, nn, w); why != "" {
+		logger.V(2).Info("Not deleting pod", "pod", key, "reason", why)
+		return false
+	}
+	if w.attempts == 0 && c.recorder != nil {
+		// One event per eviction, not one per attempt.
+		c.recorder.Eventf(podRef(nn, w.uid), v1.EventTypeNormal, EventTaintManagerEviction, "Marking for deletion Pod %s", key)
 	}
 	if c.cfg.DryRun {
-		c.dryRun.Report(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, "delete-pod",
+		c.dryRun.Report(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: w.uid}}, "delete-pod",
 			fmt.Sprintf("pod %s: does not tolerate its node's NoExecute taints", key))
-		return
+		return false
 	}
-	// Upstream's five attempts, 10ms apart at first; this runs on the timer's
-	// own goroutine, so the wait holds up nothing else.
-	err := retry.OnError(wait.Backoff{Steps: deleteRetries, Duration: 10 * time.Millisecond, Factor: 2}, func(error) bool { return true },
-		func() error { return c.deletePod(ctx, nn) })
+	err := c.deletePod(ctx, nn, w.uid)
+	if errors.Is(err, errPodGone) {
+		logger.V(2).Info("Not deleting pod", "pod", key, "reason", err)
+		return false
+	}
 	if err != nil {
-		logger.Error(err, "Failed to delete pod", "pod", key)
-		return
+		c.deletionErrors.Inc()
+		attempt := w.attempts + 1
+		next := retryBackoff(attempt)
+		// Bounded: attempts 1, 2, 4, 8, then one line per 30s at most.
+		if attempt&(attempt-1) == 0 || next == retryMax {
+			logger.Error(err, "Failed to delete pod for a NoExecute taint; retrying", "pod", key, "attempt", attempt, "retryIn", next)
+		}
+		return true
 	}
 	c.deletions.Inc()
-	c.deletionDuration.Observe(c.clock.Since(w.fireAt).Seconds())
-	logger.Info("Deleted pod that does not tolerate its node's NoExecute taints", "pod", key)
+	c.deletionDuration.Observe(c.clock.Since(w.due).Seconds())
+	logger.Info("Deleted pod that does not tolerate its node's NoExecute taints", "pod", key, "attempts", w.attempts+1)
+	return false
 }
 
-func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName) error {
+// deletePod sets the DisruptionTarget condition and deletes the pod, both
+// only on the pod with the given UID: the status patch carries the
+// resourceVersion of the pod read and checked, the delete a UID precondition.
+func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid types.UID) error {
 	pods := c.client.CoreV1().Pods(nn.Namespace)
-	pod, err := pods.Get(ctx, nn.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	has := false
-	for _, cond := range pod.Status.Conditions {
-		if cond.Type == v1.DisruptionTarget && cond.Status == v1.ConditionTrue {
-			has = true
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := pods.Get(ctx, nn.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return errPodGone
 		}
-	}
-	if !has {
-		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.PodCondition{{
-			Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: ReasonDeletionByTaint, Message: MessageDeletionByTaint,
-			LastTransitionTime: metav1.NewTime(c.clock.Now()),
-		}}}})
-		if _, err := pods.Patch(ctx, nn.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
+		if err != nil {
 			return err
 		}
-	}
-	err = pods.Delete(ctx, nn.Name, metav1.DeleteOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+		if pod.UID != uid || pod.DeletionTimestamp != nil {
+			return errPodGone
+		}
+		if cond := kube.PodCondition(pod, v1.DisruptionTarget); cond == nil || cond.Status != v1.ConditionTrue {
+			patch, _ := json.Marshal(map[string]any{
+				"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},
+				"status": map[string]any{"conditions": []v1.PodCondition{{
+					Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: ReasonDeletionByTaint, Message: MessageDeletionByTaint,
+					LastTransitionTime: metav1.NewTime(c.clock.Now()),
+				}}}})
+			if _, err := pods.Patch(ctx, nn.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+				if apierrors.IsNotFound(err) {
+					return errPodGone
+				}
+				return err // a conflict re-reads the pod
+			}
+		}
+		err = pods.Delete(ctx, nn.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return errPodGone // only a UID mismatch conflicts: another pod of that name
+		}
+		return err
+	})
 }

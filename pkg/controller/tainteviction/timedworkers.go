@@ -4,85 +4,125 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
 
-// timedWork is a deletion scheduled for one pod.
+// timedWork is one pod's deletion: due at a time, then retried until it
+// succeeds or is no longer wanted.
 type timedWork struct {
-	createdAt time.Time
-	fireAt    time.Time
-	timer     clock.Timer // nil while running (it was due at once)
+	// uid is the pod the deletion is for: a pod recreated under the same
+	// name (a StatefulSet's) is another pod and is never deleted by it.
+	uid types.UID
+	// due is when the pod's toleration ran out (now when it had none).
+	due time.Time
+	// cause is the taint whose toleration runs out first; nil when the pod
+	// had to go at once.
+	cause *v1.Taint
+	// attempts counts the failed deletion attempts so far.
+	attempts int
+	running  bool
+
+	timer     clock.Timer
 	cancelled bool
 }
 
-// timedWorkers runs one function per key at a given time. A key has at most
-// one pending entry; adding to an existing key does nothing.
+// started says whether a deletion attempt was made or is being made.
+func (w *timedWork) started() bool { return w.running || w.attempts > 0 }
+
+// timedWorkers runs fn for a key at its work's due time, and again after
+// backoff(attempts) for as long as fn asks to retry. A key has at most one
+// work; cancelling or replacing it stops its timer and any later retry.
 type timedWorkers struct {
-	mu    sync.Mutex
-	clock clock.WithDelayedExecution
-	work  map[string]*timedWork
-	fn    func(key string, w *timedWork)
+	mu      sync.Mutex
+	clock   clock.WithDelayedExecution
+	work    map[string]*timedWork
+	fn      func(key string, w timedWork) (retry bool)
+	backoff func(attempts int) time.Duration
 }
 
-func newTimedWorkers(c clock.WithDelayedExecution, fn func(key string, w *timedWork)) *timedWorkers {
-	return &timedWorkers{clock: c, work: map[string]*timedWork{}, fn: fn}
+func newTimedWorkers(c clock.WithDelayedExecution, fn func(key string, w timedWork) bool, backoff func(int) time.Duration) *timedWorkers {
+	return &timedWorkers{clock: c, work: map[string]*timedWork{}, fn: fn, backoff: backoff}
 }
 
-// Add schedules key at fireAt unless it already has work. Work that is due
-// runs at once; the delay is measured from now.
-func (q *timedWorkers) Add(key string, createdAt, fireAt time.Time) {
+// Add schedules w for key at w.due, replacing key's work if it has one. The
+// delay is measured from now, so a due time already past runs at once.
+func (q *timedWorkers) Add(key string, w *timedWork) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.work[key]; ok {
-		return
+	if old := q.work[key]; old != nil {
+		old.stop()
 	}
-	w := &timedWork{createdAt: createdAt, fireAt: fireAt}
 	q.work[key] = w
-	delay := fireAt.Sub(createdAt)
-	run := func() {
-		q.mu.Lock()
-		if w.cancelled {
-			q.mu.Unlock()
-			return
-		}
-		q.mu.Unlock()
-		q.fn(key, w)
-		q.mu.Lock()
-		// A replacement added after a cancel must survive this completion.
-		if q.work[key] == w {
-			delete(q.work, key)
-		}
-		q.mu.Unlock()
-	}
-	if delay <= 0 {
-		go run()
-		return
-	}
-	w.timer = q.clock.AfterFunc(delay, run)
+	q.arm(key, w, w.due.Sub(q.clock.Now()))
 }
 
-// Cancel drops key's work; it reports whether a pending (timer) entry existed.
-func (q *timedWorkers) Cancel(key string) bool {
+// arm runs w after delay; q.mu is held.
+func (q *timedWorkers) arm(key string, w *timedWork, delay time.Duration) {
+	if delay <= 0 {
+		go q.run(key, w)
+		return
+	}
+	// Its own goroutine: a fake clock runs AfterFunc inside Step, under its lock.
+	w.timer = q.clock.AfterFunc(delay, func() { go q.run(key, w) })
+}
+
+func (q *timedWorkers) run(key string, w *timedWork) {
+	q.mu.Lock()
+	if w.cancelled {
+		q.mu.Unlock()
+		return
+	}
+	w.running, w.timer = true, nil
+	snapshot := *w
+	q.mu.Unlock()
+	retry := q.fn(key, snapshot)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.running = false
+	// A work cancelled or replaced meanwhile ends here; a replacement survives.
+	if w.cancelled || q.work[key] != w {
+		return
+	}
+	if !retry {
+		delete(q.work, key)
+		return
+	}
+	w.attempts++
+	q.arm(key, w, q.backoff(w.attempts))
+}
+
+func (w *timedWork) stop() {
+	w.cancelled = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// Cancel drops key's work. It returns the work, and whether it was pending
+// (not in the middle of an attempt, which cannot be called back).
+func (q *timedWorkers) Cancel(key string) (timedWork, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	w, ok := q.work[key]
 	if !ok {
-		return false
+		return timedWork{}, false
 	}
 	delete(q.work, key)
-	w.cancelled = true
-	if w.timer == nil {
-		return false
-	}
-	w.timer.Stop()
-	return true
+	w.stop()
+	return *w, !w.running
 }
 
-// Get returns key's pending work, or nil.
-func (q *timedWorkers) Get(key string) *timedWork {
+// Get returns a copy of key's work.
+func (q *timedWorkers) Get(key string) (timedWork, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.work[key]
+	w, ok := q.work[key]
+	if !ok {
+		return timedWork{}, false
+	}
+	return *w, true
 }
 
 // CancelAll stops every timer (on shutdown).
@@ -90,10 +130,7 @@ func (q *timedWorkers) CancelAll() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for k, w := range q.work {
-		w.cancelled = true
-		if w.timer != nil {
-			w.timer.Stop()
-		}
+		w.stop()
 		delete(q.work, k)
 	}
 }

@@ -18,30 +18,32 @@ func noExecuteTaints(taints []v1.Taint) []v1.Taint {
 	return out
 }
 
+// usedToleration returns the first toleration in spec order that tolerates
+// the taint, or nil.
+func usedToleration(logger klog.Logger, taint *v1.Taint, tolerations []v1.Toleration) *v1.Toleration {
+	for j := range tolerations {
+		// Gt/Lt operators only reach the API when their feature gate is on,
+		// so honouring them here is always right.
+		if tolerations[j].ToleratesTaint(logger, taint, true) {
+			return &tolerations[j]
+		}
+	}
+	return nil
+}
+
 // usedTolerations returns, for each taint, the first toleration in spec order
 // that tolerates it, and whether every taint is tolerated.
 func usedTolerations(logger klog.Logger, taints []v1.Taint, tolerations []v1.Toleration) (bool, []v1.Toleration) {
 	if len(taints) == 0 {
 		return true, nil
 	}
-	if len(tolerations) == 0 {
-		return false, nil
-	}
 	used := make([]v1.Toleration, 0, len(taints))
 	for i := range taints {
-		found := false
-		for j := range tolerations {
-			// Gt/Lt operators only reach the API when their feature gate is on,
-			// so honouring them here is always right.
-			if tolerations[j].ToleratesTaint(logger, &taints[i], true) {
-				used = append(used, tolerations[j])
-				found = true
-				break
-			}
-		}
-		if !found {
+		t := usedToleration(logger, &taints[i], tolerations)
+		if t == nil {
 			return false, nil
 		}
+		used = append(used, *t)
 	}
 	return true, used
 }
@@ -71,4 +73,16 @@ func minTolerationTime(used []v1.Toleration) time.Duration {
 		}
 	}
 	return min
+}
+
+// notBefore is the latest instant a Kubernetes timestamp may stand for:
+// timeAdded, creationTimestamp and condition times are truncated to the
+// second, so the real moment lies in [t, t+1s), and a wait measured from
+// notBefore(t) is never shorter than configured. A time with sub-second
+// digits is taken as exact.
+func notBefore(t time.Time) time.Time {
+	if t.IsZero() || t.Nanosecond() != 0 {
+		return t
+	}
+	return t.Add(time.Second)
 }
