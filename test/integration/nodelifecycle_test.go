@@ -443,9 +443,21 @@ func TestStartupGraceForNodeWithoutReady(t *testing.T) {
 	cfg, client := lifecycleCluster(t)
 	framework.StartNodeShepherd(t, cfg, fastLifecycle(100), nil)
 	ctx := framework.Context(t)
+	// creationTimestamp is truncated to the second: create the node late in
+	// a second, where a grace period measured from the stamp would end up
+	// to 0.9 s early.
+	now := time.Now()
+	<-time.After(now.Truncate(time.Second).Add(1900 * time.Millisecond).Sub(now))
+	callStart := time.Now()
 	node, err := client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "silent"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Just before the startup grace period can have ended (the node was
+	// created after callStart), it must not be Unknown yet.
+	<-time.After(time.Until(callStart.Add(testStartupGrace - 100*time.Millisecond)))
+	if c := kube.NodeCondition(getNode(t, client, "silent"), v1.NodeReady); c != nil && c.Status == v1.ConditionUnknown {
+		t.Errorf("marked Unknown before --node-startup-grace-period (%v) passed since its creation", testStartupGrace)
 	}
 	framework.Eventually(t, 20*time.Second, "conditions NeverUpdated", nodeCondition(client, "silent", v1.NodeReady, v1.ConditionUnknown))
 	n := getNode(t, client, "silent")

@@ -333,9 +333,12 @@ func restoreVerdict(pod *v1.Pod, node *v1.Node, mark *v1.PodCondition) (verdict,
 	if node == nil {
 		return keepMark, "node unknown"
 	}
+	// The kubelet posted Ready after the mark (a kubelet keeps its own
+	// transition time when it never saw itself fail, so the heartbeat
+	// counts too).
 	nr := kube.NodeCondition(node, v1.NodeReady)
-	if nr == nil || nr.LastTransitionTime.Time.Before(mark.LastTransitionTime.Time) {
-		return keepMark, "node has not come back since the mark"
+	if nr == nil || (nr.LastHeartbeatTime.Time.Before(mark.LastTransitionTime.Time) && nr.LastTransitionTime.Time.Before(mark.LastTransitionTime.Time)) {
+		return keepMark, "node has not reported Ready since the mark"
 	}
 	if !containersAllReady(pod) || !gatesReady(pod) {
 		return keepMark, "containers or readiness gates not ready"
