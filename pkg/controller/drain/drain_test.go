@@ -301,3 +301,19 @@ func TestExplainPDBs(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }
+
+func TestExplainSkippedAndWaiting(t *testing.T) {
+	c := &Controller{running: map[string]*runningDrain{"busy": {}},
+		skipped: map[string]skipInfo{"human": {reason: SkipCordonedByOther, message: "Cordoned by someone else; not drained although KernelDeadlock=True"}},
+		waiting: map[string]waitInfo{"later": {action: "drain", budget: BudgetMaintenanceWindow, reason: "outside the maintenance windows"}}}
+	cases := map[string]NodeDecision{
+		"human": {State: "skipped", Reason: "cordoned-by-someone-else: Cordoned by someone else; not drained although KernelDeadlock=True"},
+		"later": {State: "waiting", Reason: "waiting to drain (maintenance-window): outside the maintenance windows"},
+		"busy":  {State: "draining"},
+	}
+	for node, want := range cases {
+		if got := c.Explain(node); got != want {
+			t.Errorf("Explain(%s) = %+v, want %+v", node, got, want)
+		}
+	}
+}
