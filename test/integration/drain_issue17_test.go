@@ -177,7 +177,11 @@ func TestDrainDaemonSetPodEvictedOnce(t *testing.T) {
 
 	pods, err := podsOn(ctx, client, sick, "agent")
 	if err != nil || len(pods) != 1 || pods[0].UID != replacement || pods[0].DeletionTimestamp != nil {
-		t.Errorf("the recreated agent pod should be left running on %s: %v %+v", sick, err, pods)
+		var seen []string
+		for _, p := range pods {
+			seen = append(seen, fmt.Sprintf("%s uid=%s deleting=%v", p.Name, p.UID, p.DeletionTimestamp != nil))
+		}
+		t.Errorf("the recreated agent pod %s should be left running on %s: %v %v", replacement, sick, err, seen)
 	}
 	// One eviction each: the agent, the late pod, two web pods.
 	if got := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "evicted"}); got != 4 {
