@@ -596,3 +596,44 @@ func TestAllZonesDownWithoutStaticStability(t *testing.T) {
 		t.Errorf("static_stability_active = %v with --static-stability=false", v)
 	}
 }
+
+// TestCorrelatedSilenceSpreadOverSeconds: three of five nodes of a zone fall
+// silent 2 s apart. Judged each at its own expiry, the first would find its
+// zone Normal; counted with the two others, already overdue, the zone is
+// PartialDisruption from the first decision on, and nothing is tainted.
+func TestCorrelatedSilenceSpreadOverSeconds(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, zonedNodes(client, "zone-a=5,zone-b=3", false))
+	ctrl := fastLifecycle(100)
+	ctrl.NodeLifecycle.NodeMonitorGracePeriod = 8 * time.Second
+	ns := framework.StartNodeShepherd(t, cfg, ctrl, nil)
+	names := m.NodeNames()
+	waitNodesReady(t, client, names...)
+	var silent []string
+	for _, n := range names {
+		if m.Zone(n) == "zone-a" && len(silent) < 3 {
+			silent = append(silent, n)
+		}
+	}
+	for i, n := range silent {
+		if i > 0 {
+			waitRenewals(t, client, names[len(names)-1], 4) // 2 s of renewals of a healthy node
+		}
+		partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{n}})
+	}
+	for _, n := range silent {
+		framework.Eventually(t, 30*time.Second, n+" Unknown", nodeCondition(client, n, v1.NodeReady, v1.ConditionUnknown))
+	}
+	passesAfter(t, ns, 3)
+	for _, n := range silent {
+		if kube.FindTaint(getNode(t, client, n), nodelifecycle.UnreachableTaint) != nil {
+			t.Errorf("%s tainted NoExecute although its zone is partially disrupted once every silent node is counted", n)
+		}
+	}
+	if v := ns.Metric(t, "nodeshepherd_nodelifecycle_zone_state", map[string]string{"zone": "zone-a", "state": "PartialDisruption"}); v != 1 {
+		t.Errorf("zone-a not in PartialDisruption")
+	}
+	if v := ns.Metric(t, "node_collector_evictions_total", map[string]string{"zone": "zone-a"}); v != 0 {
+		t.Errorf("node_collector_evictions_total{zone-a} = %v, want 0", v)
+	}
+}
