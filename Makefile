@@ -29,13 +29,16 @@ $(CONTROLPLANE_BINS) &: $(CONTROLPLANE_SRC)
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-## test: unit and integration tests (builds the control plane first)
-test: vet controlplane chromium
-	go test $(GO_TEST_FLAGS) -count=1 -timeout 45m ./...
+UNIT_PKGS = $$(go list ./... | grep -v /test/)
 
-## test-unit: only the tests that need no control plane
+## test: unit tests (race detector on) and integration tests (builds the control plane first)
+test: vet controlplane chromium
+	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
+	go test $(GO_TEST_FLAGS) -count=1 -timeout 50m ./test/...
+
+## test-unit: only the tests that need no control plane, race detector on
 test-unit:
-	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./... | grep -v /test/)
+	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
 
 ## test-integration: only the tests against the local control plane
 test-integration: controlplane chromium
