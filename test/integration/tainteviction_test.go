@@ -147,6 +147,9 @@ func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
 	m := framework.StartFakeNodes(t, fastNodes(client, 1, false))
 	node := m.NodeNames()[0]
 	conf := strings.Replace(failoverConfig, "controllers: [nodelifecycle, tainteviction, drain]", "controllers: [tainteviction]", 1)
+	if conf == failoverConfig {
+		t.Fatal("failoverConfig no longer lists its controllers as expected")
+	}
 	confPath := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
