@@ -116,7 +116,7 @@ func timeAfter(c *v1.NodeCondition, marker string) time.Time {
 			return t
 		}
 	}
-	return c.LastTransitionTime.Add(time.Second)
+	return kube.NotBefore(c.LastTransitionTime.Time)
 }
 
 // retryAt is when a failed drain may be tried again.
@@ -221,7 +221,7 @@ func clearedSince(n *v1.Node, rs []rules.Condition) (since time.Time, ok bool) {
 		if c.Status == r.Status {
 			return time.Time{}, false
 		}
-		if t := c.LastTransitionTime.Add(time.Second); t.After(since) {
+		if t := kube.NotBefore(c.LastTransitionTime.Time); t.After(since) {
 			since = t
 		}
 	}

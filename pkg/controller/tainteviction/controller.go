@@ -404,7 +404,7 @@ func (c *Controller) decide(logger klog.Logger, pod *v1.Pod, nt *nodeTaints, now
 // shorter than tolerationSeconds), or when this process first saw it.
 func (nt *nodeTaints) since(t *v1.Taint) time.Time {
 	if t.TimeAdded != nil && !t.TimeAdded.IsZero() {
-		return notBefore(t.TimeAdded.Time)
+		return kube.NotBefore(t.TimeAdded.Time)
 	}
 	return nt.seen[taintID{t.Key, t.Value}]
 }
@@ -413,9 +413,9 @@ func (nt *nodeTaints) since(t *v1.Taint) time.Time {
 // or bound (a pod scheduled onto a node tainted long ago gets its whole
 // tolerationSeconds), or its tolerations changed while this process watched.
 func (c *Controller) podSince(pod *v1.Pod) time.Time {
-	at := notBefore(pod.CreationTimestamp.Time)
+	at := kube.NotBefore(pod.CreationTimestamp.Time)
 	if s := kube.PodCondition(pod, v1.PodScheduled); s != nil && s.Status == v1.ConditionTrue {
-		if t := notBefore(s.LastTransitionTime.Time); t.After(at) {
+		if t := kube.NotBefore(s.LastTransitionTime.Time); t.After(at) {
 			at = t
 		}
 	}

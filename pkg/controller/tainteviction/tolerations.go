@@ -74,15 +74,3 @@ func minTolerationTime(used []v1.Toleration) time.Duration {
 	}
 	return min
 }
-
-// notBefore is the latest instant a Kubernetes timestamp may stand for:
-// timeAdded, creationTimestamp and condition times are truncated to the
-// second, so the real moment lies in [t, t+1s), and a wait measured from
-// notBefore(t) is never shorter than configured. A time with sub-second
-// digits is taken as exact.
-func notBefore(t time.Time) time.Time {
-	if t.IsZero() || t.Nanosecond() != 0 {
-		return t
-	}
-	return t.Add(time.Second)
-}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/window"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // Condition is one rule: a node condition type and status held for at least
@@ -175,7 +176,7 @@ func (r *Rules) Evaluate(n *v1.Node, now time.Time) Evaluation {
 			}
 			due := c.LastTransitionTime.Time
 			if rule.MinDuration > 0 {
-				due = due.Add(time.Second + rule.MinDuration)
+				due = kube.NotBefore(due).Add(rule.MinDuration) // never shorter than configured
 			}
 			if !now.Before(due) {
 				e.Matched = append(e.Matched, rule)
