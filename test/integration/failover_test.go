@@ -61,6 +61,96 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// replicas are `nodeshepherd run` processes sharing one configuration file
+// and one leader-election Lease.
+type replicas struct {
+	t    *testing.T
+	list []*replica
+}
+
+type replica struct {
+	name string
+	ns   *framework.NodeShepherd
+	pid  int
+}
+
+// startReplicas starts n replicas from config and waits for one leader.
+func startReplicas(t *testing.T, cp *controlplane.ControlPlane, config string, n int) *replicas {
+	t.Helper()
+	confPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(confPath, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rs := &replicas{t: t}
+	for i := 0; i < n; i++ {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cmd := framework.StartBinary(t, "run", "--kubeconfig", cp.KubeconfigPath(), "--config", confPath, "--metrics-bind-address", addr)
+		rs.list = append(rs.list, &replica{name: string(rune('a' + i)), ns: &framework.NodeShepherd{Addr: addr}, pid: cmd.Process.Pid})
+	}
+	framework.Eventually(t, 60*time.Second, "replicas serving metrics", func(context.Context) (bool, string, error) {
+		for _, r := range rs.list {
+			c, err := net.DialTimeout("tcp", r.ns.Addr, time.Second)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			c.Close()
+		}
+		return true, "", nil
+	})
+	rs.waitLeader(30 * time.Second)
+	return rs
+}
+
+// leader returns the one replica that leads, or nil and every replica's state.
+func (rs *replicas) leader() (*replica, string) {
+	var lead []*replica
+	var states []string
+	for _, r := range rs.list {
+		v := r.ns.Metric(rs.t, "nodeshepherd_leader", nil)
+		states = append(states, fmt.Sprintf("%s=%v", r.name, v))
+		if v == 1 {
+			lead = append(lead, r)
+		}
+	}
+	if len(lead) != 1 {
+		return nil, strings.Join(states, " ")
+	}
+	return lead[0], strings.Join(states, " ")
+}
+
+func (rs *replicas) waitLeader(timeout time.Duration) *replica {
+	var l *replica
+	framework.Eventually(rs.t, timeout, "exactly one leader", func(context.Context) (bool, string, error) {
+		r, states := rs.leader()
+		l = r
+		return r != nil, states, nil
+	})
+	return l
+}
+
+// kill SIGKILLs a replica (no lease release, no cleanup) and returns when.
+func (rs *replicas) kill(victim *replica) time.Time {
+	at := time.Now()
+	if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
+		rs.t.Fatal(err)
+	}
+	var rest []*replica
+	for _, r := range rs.list {
+		if r != victim {
+			rest = append(rest, r)
+		}
+	}
+	rs.list = rest
+	return at
+}
+
+// killLeader kills the leader and waits for another.
+func (rs *replicas) killLeader(timeout time.Duration) (killed, next *replica) {
+	killed = rs.waitLeader(10 * time.Second)
+	rs.kill(killed)
+	return killed, rs.waitLeader(timeout)
+}
+
 // TestLeaderKilledMidEvictionsAndDrains runs two `nodeshepherd run`
 // processes from one configuration file, kills the leader with SIGKILL while
 // taint evictions are due one after another and a drain is blocked by a
@@ -73,52 +163,8 @@ func TestLeaderKilledMidEvictionsAndDrains(t *testing.T) {
 	ctx := framework.Context(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 4, false))
 	names := m.NodeNames()
-	confPath := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(confPath, []byte(failoverConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	type replica struct {
-		name string
-		ns   *framework.NodeShepherd
-		pid  int
-	}
-	var replicas []*replica
-	for _, name := range []string{"a", "b"} {
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		cmd := framework.StartBinary(t, "run", "--kubeconfig", cp.KubeconfigPath(), "--config", confPath, "--metrics-bind-address", addr)
-		replicas = append(replicas, &replica{name: name, ns: &framework.NodeShepherd{Addr: addr}, pid: cmd.Process.Pid})
-	}
-	leader := func() (*replica, string) {
-		var lead []*replica
-		var states []string
-		for _, r := range replicas {
-			v := r.ns.Metric(t, "nodeshepherd_leader", nil)
-			states = append(states, fmt.Sprintf("%s=%v", r.name, v))
-			if v == 1 {
-				lead = append(lead, r)
-			}
-		}
-		if len(lead) != 1 {
-			return nil, strings.Join(states, " ")
-		}
-		return lead[0], strings.Join(states, " ")
-	}
-	framework.Eventually(t, 60*time.Second, "replicas serving metrics", func(context.Context) (bool, string, error) {
-		for _, r := range replicas {
-			c, err := net.DialTimeout("tcp", r.ns.Addr, time.Second)
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			c.Close()
-		}
-		return true, "", nil
-	})
-	var first *replica
-	framework.Eventually(t, 30*time.Second, "exactly one leader", func(context.Context) (bool, string, error) {
-		r, states := leader()
-		first = r
-		return r != nil, states, nil
-	})
+	rs := startReplicas(t, cp, failoverConfig, 2)
+	first := rs.waitLeader(10 * time.Second)
 	waitNodesReady(t, client, names...)
 
 	// The drain: web pods on sick, a PDB that allows no disruption yet. dead
@@ -152,18 +198,9 @@ func TestLeaderKilledMidEvictionsAndDrains(t *testing.T) {
 	}
 
 	// Kill the leader the hard way: no lease release, no cleanup.
-	killed := time.Now()
-	if err := syscall.Kill(first.pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killed := rs.kill(first)
 	t.Logf("killed leader %s %v after the taint", first.name, killed.Sub(taint.TimeAdded.Time).Round(time.Millisecond))
-	var standby *replica
-	for _, r := range replicas {
-		if r != first {
-			standby = r
-		}
-	}
-	replicas = []*replica{standby}
+	standby := rs.list[0]
 	framework.Eventually(t, 3*failoverLease, "standby leads", func(context.Context) (bool, string, error) {
 		return standby.ns.Metric(t, "nodeshepherd_leader", nil) == 1, "", nil
 	})

@@ -3,11 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,89 +15,6 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
-
-// replicas are `nodeshepherd run` processes sharing one configuration file
-// and one leader-election Lease.
-type replicas struct {
-	t    *testing.T
-	list []*replica
-}
-
-type replica struct {
-	name string
-	ns   *framework.NodeShepherd
-	pid  int
-}
-
-// startReplicas starts n replicas from config and waits for one leader.
-func startReplicas(t *testing.T, cp *controlplane.ControlPlane, config string, n int) *replicas {
-	t.Helper()
-	confPath := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(confPath, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rs := &replicas{t: t}
-	for i := 0; i < n; i++ {
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		cmd := framework.StartBinary(t, "run", "--kubeconfig", cp.KubeconfigPath(), "--config", confPath, "--metrics-bind-address", addr)
-		rs.list = append(rs.list, &replica{name: string(rune('a' + i)), ns: &framework.NodeShepherd{Addr: addr}, pid: cmd.Process.Pid})
-	}
-	framework.Eventually(t, 60*time.Second, "replicas serving metrics", func(context.Context) (bool, string, error) {
-		for _, r := range rs.list {
-			c, err := net.DialTimeout("tcp", r.ns.Addr, time.Second)
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			c.Close()
-		}
-		return true, "", nil
-	})
-	rs.waitLeader(30 * time.Second)
-	return rs
-}
-
-// leader returns the one replica that leads, or nil and every replica's state.
-func (rs *replicas) leader() (*replica, string) {
-	var lead []*replica
-	var states []string
-	for _, r := range rs.list {
-		v := r.ns.Metric(rs.t, "nodeshepherd_leader", nil)
-		states = append(states, fmt.Sprintf("%s=%v", r.name, v))
-		if v == 1 {
-			lead = append(lead, r)
-		}
-	}
-	if len(lead) != 1 {
-		return nil, strings.Join(states, " ")
-	}
-	return lead[0], strings.Join(states, " ")
-}
-
-func (rs *replicas) waitLeader(timeout time.Duration) *replica {
-	var l *replica
-	framework.Eventually(rs.t, timeout, "exactly one leader", func(context.Context) (bool, string, error) {
-		r, states := rs.leader()
-		l = r
-		return r != nil, states, nil
-	})
-	return l
-}
-
-// killLeader SIGKILLs the leader (no lease release) and waits for another.
-func (rs *replicas) killLeader(timeout time.Duration) (killed, next *replica) {
-	killed = rs.waitLeader(10 * time.Second)
-	if err := syscall.Kill(killed.pid, syscall.SIGKILL); err != nil {
-		rs.t.Fatal(err)
-	}
-	var rest []*replica
-	for _, r := range rs.list {
-		if r != killed {
-			rest = append(rest, r)
-		}
-	}
-	rs.list = rest
-	return killed, rs.waitLeader(timeout)
-}
 
 // restoreConfig: compressed lifecycle timings and a restore delay long
 // enough to kill the leader between the mark and the restore.

@@ -4,11 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,43 +146,8 @@ func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
 	if conf == failoverConfig {
 		t.Fatal("failoverConfig no longer lists its controllers as expected")
 	}
-	confPath := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	type replica struct {
-		ns  *framework.NodeShepherd
-		pid int
-	}
-	var replicas []*replica
-	for range 2 {
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		cmd := framework.StartBinary(t, "run", "--kubeconfig", cp.KubeconfigPath(), "--config", confPath, "--metrics-bind-address", addr)
-		replicas = append(replicas, &replica{ns: &framework.NodeShepherd{Addr: addr}, pid: cmd.Process.Pid})
-	}
-	framework.Eventually(t, 60*time.Second, "replicas serving metrics", func(context.Context) (bool, string, error) {
-		for _, r := range replicas {
-			c, err := net.DialTimeout("tcp", r.ns.Addr, time.Second)
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			c.Close()
-		}
-		return true, "", nil
-	})
-	var leader, standby *replica
-	framework.Eventually(t, 30*time.Second, "exactly one leader", func(context.Context) (bool, string, error) {
-		a, b := replicas[0].ns.Metric(t, "nodeshepherd_leader", nil), replicas[1].ns.Metric(t, "nodeshepherd_leader", nil)
-		switch {
-		case a == 1 && b == 0:
-			leader, standby = replicas[0], replicas[1]
-		case a == 0 && b == 1:
-			leader, standby = replicas[1], replicas[0]
-		default:
-			return false, fmt.Sprintf("leader gauges %v %v", a, b), nil
-		}
-		return true, "", nil
-	})
+	rs := startReplicas(t, cp, conf, 2)
+	leader := rs.waitLeader(10 * time.Second)
 
 	const key = "nodeshepherd.io/failover-test"
 	createTEPod(t, client, "patient", node, nil, []string{holdFinalizer}, teToleration(key, ptr.To[int64](20)))
@@ -196,10 +157,8 @@ func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
 	framework.Eventually(t, 15*time.Second, "5s into the countdown", func(context.Context) (bool, string, error) {
 		return time.Since(added) >= 5*time.Second, "", nil
 	})
-	killed := time.Now()
-	if err := syscall.Kill(leader.pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killed := rs.kill(leader)
+	standby := rs.list[0]
 	framework.Eventually(t, 3*failoverLease, "standby leads", func(context.Context) (bool, string, error) {
 		return standby.ns.Metric(t, "nodeshepherd_leader", nil) == 1, "", nil
 	})
