@@ -124,6 +124,10 @@ type Controller struct {
 	// dry holds, in dry-run mode, the writes that would have been made, so
 	// that budgets and later decisions see them.
 	dry map[string][]func(*v1.Node)
+	// attempts holds, per node, the attempt events said since the last
+	// success (reason -> message): a retry that starts or fails the same way
+	// again is not said again.
+	attempts map[string]map[string]string
 	// stopping is closed when Run returns: drains then stop without writing,
 	// so that the next leader resumes them.
 	stopping chan struct{}
@@ -165,7 +169,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
-		dry: map[string][]func(*v1.Node){}, stopping: make(chan struct{}),
+		dry: map[string][]func(*v1.Node){}, attempts: map[string]map[string]string{}, stopping: make(chan struct{}),
 	}
 	if err := nodelifecycle.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
@@ -622,7 +626,30 @@ func twoWayPatch(old, mod *v1.Node, precondition bool) ([]byte, error) {
 	return json.Marshal(m)
 }
 
+// attemptEvents are said once per change of message until the step
+// succeeds (settledBy), however often it is retried.
+var attemptEvents = map[string]bool{EventCordonStarting: true, EventCordonFailed: true, EventUncordonStarting: true,
+	EventUncordonFailed: true, EventDrainSchedFailed: true}
+
+var settledBy = map[string]bool{EventCordonSucceeded: true, EventUncordonSucceeded: true, EventDrainScheduled: true}
+
 func (c *Controller) event(n *v1.Node, reason, msg string) {
+	c.mu.Lock()
+	said := c.attempts[n.Name]
+	switch {
+	case attemptEvents[reason] && said[reason] == msg:
+		c.mu.Unlock()
+		return
+	case attemptEvents[reason]:
+		if said == nil {
+			said = map[string]string{}
+			c.attempts[n.Name] = said
+		}
+		said[reason] = msg
+	case settledBy[reason]:
+		delete(c.attempts, n.Name)
+	}
+	c.mu.Unlock()
 	typ := v1.EventTypeWarning // Draino sends all its events as warnings
 	if reason == EventDrainAborted || reason == EventDrainSkipped {
 		typ = v1.EventTypeNormal

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
@@ -315,5 +316,28 @@ func TestExplainSkippedAndWaiting(t *testing.T) {
 		if got := c.Explain(node); got != want {
 			t.Errorf("Explain(%s) = %+v, want %+v", node, got, want)
 		}
+	}
+}
+
+// A cordon retried after the same failure is said once; a new failure
+// message, or a success followed by a new attempt, is said again.
+func TestAttemptEventsOncePerChange(t *testing.T) {
+	rec := record.NewFakeRecorder(100)
+	c := &Controller{recorder: rec, attempts: map[string]map[string]string{}}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	for i := 0; i < 3; i++ {
+		c.event(n, EventCordonStarting, "Cordoning node: KernelDeadlock=True")
+		c.event(n, EventCordonFailed, "Cordoning node failed: the server is unavailable")
+	}
+	c.event(n, EventCordonFailed, "Cordoning node failed: forbidden")
+	c.event(n, EventCordonSucceeded, "Cordoned node: KernelDeadlock=True")
+	c.event(n, EventCordonStarting, "Cordoning node: KernelDeadlock=True")
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	if len(got) != 5 {
+		t.Errorf("%d events, want 5 (starting, failed, failed with a new reason, succeeded, starting again): %q", len(got), got)
 	}
 }
