@@ -154,10 +154,11 @@ func newDetectionWatcher(b *testing.B, client kubernetes.Interface) *detectionWa
 			}
 		},
 	})
-	ctx := framework.Context(b)
+	// Shutdown waits for the informers, so their context must end first.
+	ctx, cancel := context.WithCancel(framework.Context(b))
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
-	b.Cleanup(f.Shutdown)
+	b.Cleanup(func() { cancel(); f.Shutdown() })
 	return w
 }
 
