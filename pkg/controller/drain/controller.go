@@ -36,9 +36,9 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/budget"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 // Name is the controller's name in --controllers.
@@ -171,7 +171,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
 		dry: map[string][]func(*v1.Node){}, attempts: map[string]map[string]string{}, stopping: make(chan struct{}),
 	}
-	if err := nodelifecycle.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
+	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
 	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -428,7 +428,7 @@ func (c *Controller) cluster() budget.Cluster {
 			Cordoned: st.owned && st.cordoned, Draining: st.owned && (st.phase == phaseInFlight || running),
 		})
 	}
-	disrupted := nodelifecycle.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)
+	disrupted := nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)
 	zones := make([]string, 0, len(disrupted))
 	for z, s := range disrupted {
 		zones = append(zones, fmt.Sprintf("zone %q in %s", z, s))

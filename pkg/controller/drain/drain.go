@@ -19,9 +19,9 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 const (
@@ -54,7 +54,7 @@ type podEviction struct {
 
 // podsOn returns the pods bound to the node, from the informer.
 func (c *Controller) podsOn(node string) []*v1.Pod {
-	objs, _ := c.pods.ByIndex(nodelifecycle.ByNodeIndex, node)
+	objs, _ := c.pods.ByIndex(nodetopology.ByNodeIndex, node)
 	out := make([]*v1.Pod, 0, len(objs))
 	for _, o := range objs {
 		out = append(out, o.(*v1.Pod))

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 // Name is the controller's name in --controllers.
@@ -43,8 +44,6 @@ const (
 	nodeUpdateWorkers       = 8
 	podUpdateWorkers        = 4
 	noExecuteTaintingPeriod = 100 * time.Millisecond
-	// ByNodeIndex indexes pods by spec.nodeName.
-	ByNodeIndex = "nodeName"
 )
 
 // Deps are the controller's collaborators.
@@ -81,7 +80,7 @@ type Controller struct {
 	mu           sync.Mutex
 	health       map[string]*nodeHealth
 	known        map[string]*v1.Node
-	zoneStates   map[string]ZoneState
+	zoneStates   map[string]nodetopology.ZoneState
 	zoneQueues   map[string]*zoneQueue
 	zoneOfNode   map[string]string
 	nextDeadline time.Time
@@ -135,7 +134,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		synced:      []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.Leases.Informer().HasSynced},
 		health:      map[string]*nodeHealth{},
 		known:       map[string]*v1.Node{},
-		zoneStates:  map[string]ZoneState{},
+		zoneStates:  map[string]nodetopology.ZoneState{},
 		zoneQueues:  map[string]*zoneQueue{},
 		zoneOfNode:  map[string]string{},
 		held:        map[string]bool{},
@@ -158,7 +157,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	c.markQueue = newQueue("node_lifecycle_controller_mark_pods")
 	c.restoreQueue = newQueue("node_lifecycle_controller_restore_readiness")
 
-	if err := AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
+	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
 	_, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -192,21 +191,6 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		},
 	})
 	return c, err
-}
-
-// AddPodNodeNameIndexer indexes pods by node, unless already done by another
-// controller sharing the informer.
-func AddPodNodeNameIndexer(inf cache.SharedIndexInformer) error {
-	if _, ok := inf.GetIndexer().GetIndexers()[ByNodeIndex]; ok {
-		return nil
-	}
-	return inf.AddIndexers(cache.Indexers{ByNodeIndex: func(obj any) ([]string, error) {
-		pod, ok := obj.(*v1.Pod)
-		if !ok || pod.Spec.NodeName == "" {
-			return nil, nil
-		}
-		return []string{pod.Spec.NodeName}, nil
-	}})
 }
 
 // onNode refreshes the probe when the kubelet posted a new heartbeat, so

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 // cluster drives the controller's monitor loop step by step on a fake clock:
@@ -223,7 +224,7 @@ func TestCorrelatedSilenceRespectsZoneState(t *testing.T) {
 					if len(cl.tainted) > allowed {
 						t.Errorf("%d nodes tainted NoExecute, the zone rules allow %d: %v", len(cl.tainted), allowed, cl.tainted)
 					}
-					if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != StatePartialDisruption {
+					if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StatePartialDisruption {
 						t.Errorf("zone a is %s, want PartialDisruption", got)
 					}
 				})
@@ -261,7 +262,7 @@ func TestFullySilentZoneTaintedAtNormalRate(t *testing.T) {
 					t.Errorf("%s tainted %v before its grace period ended", n, expiry.Sub(at))
 				}
 			}
-			if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != StateFullDisruption {
+			if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StateFullDisruption {
 				t.Errorf("zone a is %s, want FullDisruption", got)
 			}
 		})

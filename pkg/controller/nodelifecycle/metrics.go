@@ -2,6 +2,8 @@ package nodelifecycle
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 // metrics carries upstream's node_collector metrics (same names, types,
@@ -51,8 +53,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // setZoneState publishes a zone's state as a one-hot gauge.
-func (m *metrics) setZoneState(zone string, state ZoneState) {
-	for _, s := range []ZoneState{StateInitial, StateNormal, StatePartialDisruption, StateFullDisruption} {
+func (m *metrics) setZoneState(zone string, state nodetopology.ZoneState) {
+	for _, s := range []nodetopology.ZoneState{nodetopology.StateInitial, nodetopology.StateNormal, nodetopology.StatePartialDisruption, nodetopology.StateFullDisruption} {
 		v := 0.0
 		if s == state {
 			v = 1

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 // Upstream's retry of one node's health update.
@@ -163,7 +164,7 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 		return nodeResult{}
 	}
 	observed, current := u.observed, u.current
-	r := nodeResult{name: name, zone: topology.GetZoneKey(node), current: current, counted: !excludedFromDisruption(node),
+	r := nodeResult{name: name, zone: topology.GetZoneKey(node), current: current, counted: !nodetopology.ExcludedFromDisruption(node),
 		overdue: u.overdue, deadline: u.deadline}
 	if current == nil {
 		return r
@@ -247,8 +248,8 @@ func (c *Controller) ensureZoneLocked(zone string, now time.Time) {
 	if _, ok := c.zoneStates[zone]; ok {
 		return
 	}
-	c.zoneStates[zone] = StateInitial
-	c.metrics.setZoneState(zone, StateInitial)
+	c.zoneStates[zone] = nodetopology.StateInitial
+	c.metrics.setZoneState(zone, nodetopology.StateInitial)
 	c.zoneQueues[zone] = newZoneQueue(c.cfg.NodeEvictionRate, now)
 	c.metrics.evictions.WithLabelValues(zone).Add(0)
 }
@@ -258,23 +259,23 @@ func (c *Controller) ensureZoneLocked(zone string, now time.Time) {
 func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[string][]*v1.NodeCondition, nodes []*v1.Node) {
 	logger := klog.FromContext(ctx)
 	now := c.clock.Now()
-	newStates := map[string]ZoneState{}
+	newStates := map[string]nodetopology.ZoneState{}
 	allNowFull := true
 	c.mu.Lock()
 	for zone, conds := range zoneConditions {
-		notReady, state := computeZoneState(conds, c.cfg.UnhealthyZoneThreshold)
+		notReady, state := nodetopology.ComputeZoneState(conds, c.cfg.UnhealthyZoneThreshold)
 		size := len(conds)
 		c.metrics.zoneSize.WithLabelValues(zone).Set(float64(size))
 		c.metrics.zoneHealth.WithLabelValues(zone).Set(100 * float64(size-notReady) / float64(size))
 		c.metrics.unhealthyNodes.WithLabelValues(zone).Set(float64(notReady))
 		newStates[zone] = state
-		if state != StateFullDisruption {
+		if state != nodetopology.StateFullDisruption {
 			allNowFull = false
 		}
 		if _, ok := c.zoneStates[zone]; !ok {
 			logger.Error(nil, "Setting initial state for unseen zone", "zone", zone)
-			c.zoneStates[zone] = StateInitial
-			c.metrics.setZoneState(zone, StateInitial)
+			c.zoneStates[zone] = nodetopology.StateInitial
+			c.metrics.setZoneState(zone, nodetopology.StateInitial)
 		}
 	}
 	allWereFull := true
@@ -288,7 +289,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 			c.metrics.zoneState.DeletePartialMatch(map[string]string{"zone": zone})
 			continue
 		}
-		if state != StateFullDisruption {
+		if state != nodetopology.StateFullDisruption {
 			allWereFull = false
 		}
 	}
@@ -308,8 +309,8 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		c.mu.Lock()
 		for zone := range newStates {
 			c.zoneQueueLocked(zone, now).SwapLimiter(0, now)
-			c.zoneStates[zone] = StateFullDisruption
-			c.metrics.setZoneState(zone, StateFullDisruption)
+			c.zoneStates[zone] = nodetopology.StateFullDisruption
+			c.metrics.setZoneState(zone, nodetopology.StateFullDisruption)
 		}
 		c.mu.Unlock()
 	case !allNowFull && allWereFull:
@@ -354,10 +355,10 @@ func (c *Controller) zoneQueueLocked(zone string, now time.Time) *zoneQueue {
 }
 
 // ZoneStates returns a copy of the zone states, keyed by zone key.
-func (c *Controller) ZoneStates() map[string]ZoneState {
+func (c *Controller) ZoneStates() map[string]nodetopology.ZoneState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]ZoneState, len(c.zoneStates))
+	out := make(map[string]nodetopology.ZoneState, len(c.zoneStates))
 	for k, v := range c.zoneStates {
 		out[k] = v
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 // processMark marks every pod of a node NotReady; failures are retried with
@@ -30,7 +31,7 @@ func (c *Controller) markNodePods(ctx context.Context, name string) error {
 	if err != nil || kube.NodeReady(node) || c.holdingMarks(name) {
 		return nil
 	}
-	objs, err := c.podIndexer.ByIndex(ByNodeIndex, name)
+	objs, err := c.podIndexer.ByIndex(nodetopology.ByNodeIndex, name)
 	if err != nil {
 		return err
 	}
@@ -183,7 +184,7 @@ func (c *Controller) queueRestores(node string) {
 	if len(c.marked) == 0 {
 		return
 	}
-	objs, err := c.podIndexer.ByIndex(ByNodeIndex, node)
+	objs, err := c.podIndexer.ByIndex(nodetopology.ByNodeIndex, node)
 	if err != nil {
 		return
 	}

@@ -29,9 +29,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
 // Name is the controller's name in --controllers.
@@ -94,6 +94,9 @@ type Controller struct {
 	podLister  corelisters.PodLister
 	podIndexer cache.Indexer
 	synced     []cache.InformerSynced
+	// runCtx is Run's context, set before any work starts: evictions in
+	// flight end with it instead of outliving the controller.
+	runCtx context.Context
 
 	mu      sync.Mutex
 	tainted map[string]*nodeTaints // node -> its NoExecute taints
@@ -159,7 +162,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		c.shards = append(c.shards, workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: fmt.Sprintf("noexec_taint_%d", i), Clock: d.Clock}))
 	}
-	if err := nodelifecycle.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
+	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
 	_, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -223,6 +226,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	logger := klog.FromContext(ctx).WithName(Name)
 	ctx = klog.NewContext(ctx, logger)
+	c.runCtx = ctx
 	logger.Info("Starting taint eviction controller", "dryRun", c.cfg.DryRun)
 	defer c.workers.CancelAll()
 	for _, q := range c.shards {
@@ -316,7 +320,7 @@ func (c *Controller) handleNode(ctx context.Context, name string) error {
 	}
 	now := c.clock.Now()
 	nt := c.setTaints(name, noExecuteTaints(node.Spec.Taints), now)
-	objs, err := c.podIndexer.ByIndex(nodelifecycle.ByNodeIndex, name)
+	objs, err := c.podIndexer.ByIndex(nodetopology.ByNodeIndex, name)
 	if err != nil {
 		return err
 	}
@@ -514,7 +518,7 @@ func (c *Controller) notDue(logger klog.Logger, nn types.NamespacedName, w timed
 // Eviction API: PDBs do not hold back a node's NoExecute taint, as upstream).
 // It returns true to be retried after a backoff.
 func (c *Controller) evict(key string, w timedWork) bool {
-	ctx := klog.NewContext(context.Background(), klog.Background().WithName(Name))
+	ctx := c.runCtx
 	logger := klog.FromContext(ctx)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	nn := types.NamespacedName{Namespace: ns, Name: name}
@@ -534,6 +538,10 @@ func (c *Controller) evict(key string, w timedWork) bool {
 	err := c.deletePod(ctx, nn, w.uid)
 	if errors.Is(err, errPodGone) {
 		logger.V(2).Info("Not deleting pod", "pod", key, "reason", err)
+		return false
+	}
+	if err != nil && ctx.Err() != nil {
+		// Shutting down: the pod is judged again by the next leader.
 		return false
 	}
 	if err != nil {
