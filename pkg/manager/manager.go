@@ -244,7 +244,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	id := opts.Identity
 	if id == "" {
 		host, _ := os.Hostname()
-		id = fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().UnixNano()%100000)
+		id = fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().UnixNano()%100000) // arch:allow a unique identity suffix, not a measure of time
 	}
 	le := opts.LeaderElection
 	lock := &resourcelock.LeaseLock{

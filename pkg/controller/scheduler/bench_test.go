@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"testing"
+	"time"
 )
 
 // benchCluster is 5,000 nodes of 4 CPUs, each with pods of priority 10
@@ -56,7 +57,7 @@ func BenchmarkPreemption5000Nodes(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c.mu.RLock()
-		pr := &preemptor{cfg: preemptionConfig{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100, Parallelism: 16}, c: c, rand: s.rand}
+		pr := &preemptor{cfg: preemptionConfig{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100, Parallelism: 16}, c: c, rand: s.rand, now: time.Now()}
 		out := pr.preempt(ctx, q, statuses, n)
 		c.mu.RUnlock()
 		if out.chosen == nil || len(out.chosen.victims) != 1 {

@@ -75,7 +75,7 @@ func world(nodes []*v1.Node, pods ...*v1.Pod) *cache {
 
 func newTestPreemptor(c *cache, pdbs ...*policyv1.PodDisruptionBudget) *preemptor {
 	return &preemptor{cfg: preemptionConfig{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100, Parallelism: 4},
-		c: c, pdbs: pdbs, rand: rand.New(rand.NewSource(4))}
+		c: c, pdbs: pdbs, rand: rand.New(rand.NewSource(4)), now: time.Now()}
 }
 
 func query(p *v1.Pod) *podQuery {

@@ -56,6 +56,9 @@ type preemptor struct {
 	c    *cache
 	pdbs []*policyv1.PodDisruptionBudget
 	rand *rand.Rand
+	// now stands in for the start of pods not started yet (from the
+	// scheduler's clock, once per preemption so that the order is stable).
+	now time.Time
 	// filterCalls counts fit checks, for tests of early cancellation.
 	filterCalls atomic.Int64
 }
@@ -187,29 +190,33 @@ func (p *preemptor) dryRun(ctx context.Context, q *podQuery, potential []string,
 }
 
 // moreImportant orders pods by priority, then earlier start (a pod that has
-// run longer loses more work).
-func moreImportant(a, b *podInfo) bool {
+// run longer loses more work); a pod not started yet counts as started at now.
+func moreImportant(a, b *podInfo, now time.Time) bool {
 	if a.priority != b.priority {
 		return a.priority > b.priority
 	}
-	return startTime(a).Before(startTime(b))
+	return startTime(a, now).Before(startTime(b, now))
 }
 
-func startTime(p *podInfo) time.Time {
+func startTime(p *podInfo, now time.Time) time.Time {
 	if p.pod.Status.StartTime == nil {
-		return time.Now()
+		return now
 	}
 	return p.pod.Status.StartTime.Time
 }
 
-func byImportance(a, b *podInfo) int {
-	switch {
-	case moreImportant(a, b):
-		return -1
-	case moreImportant(b, a):
-		return 1
+// byImportanceAt is moreImportant as a sort order.
+func byImportanceAt(now time.Time) func(a, b *podInfo) int {
+	return func(a, b *podInfo) int {
+		switch {
+		case moreImportant(a, b, now):
+			return -1
+		case moreImportant(b, a, now):
+			return 1
+		default:
+			return 0
+		}
 	}
-	return 0
 }
 
 // fitsWith checks the preemptor on n with the nominated pods that reserve
@@ -238,7 +245,7 @@ func (p *preemptor) selectVictims(q *podQuery, n *nodeInfo) ([]*podInfo, int, st
 	if st := p.fitsWith(q, n); !st.ok() {
 		return nil, 0, st
 	}
-	slices.SortStableFunc(potential, byImportance)
+	slices.SortStableFunc(potential, byImportanceAt(p.now))
 	violating, nonViolating := p.splitByPDB(potential)
 	var victims []*podInfo
 	numViolating := 0
@@ -261,7 +268,7 @@ func (p *preemptor) selectVictims(q *podQuery, n *nodeInfo) ([]*podInfo, int, st
 		reprieve(pi)
 	}
 	if fromViolating > 0 && len(victims) > fromViolating {
-		slices.SortStableFunc(victims, byImportance)
+		slices.SortStableFunc(victims, byImportanceAt(p.now))
 	}
 	return victims, numViolating, status{}
 }
@@ -327,7 +334,7 @@ func (p *preemptor) pick(cands []*candidate) *candidate {
 			earliest := int64(math.MaxInt64)
 			for _, v := range c.victims {
 				if v.priority == top {
-					earliest = min(earliest, startTime(v).UnixNano())
+					earliest = min(earliest, startTime(v, p.now).UnixNano())
 				}
 			}
 			return earliest

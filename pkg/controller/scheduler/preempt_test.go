@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,7 +134,7 @@ func TestNodeChoice(t *testing.T) {
 		for _, v := range victims {
 			c.victims = append(c.victims, newPodInfo(v))
 		}
-		slices.SortStableFunc(c.victims, byImportance)
+		slices.SortStableFunc(c.victims, byImportanceAt(time.Now()))
 		return c
 	}
 	tests := []struct {

@@ -84,7 +84,7 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		d.Clock = clock.RealClock{}
 	}
 	if d.Rand == nil {
-		d.Rand = rand.New(rand.NewSource(time.Now().UnixNano()))
+		d.Rand = rand.New(rand.NewSource(d.Clock.Now().UnixNano()))
 	}
 	s := &Scheduler{
 		cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock,
@@ -267,7 +267,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		pdbs, _ := s.pdbLister.List(labels.Everything())
 		pr := &preemptor{cfg: preemptionConfig{MinCandidateNodesPercentage: s.cfg.MinCandidateNodesPercentage,
 			MinCandidateNodesAbsolute: s.cfg.MinCandidateNodesAbsolute, Parallelism: s.cfg.Parallelism},
-			c: s.cache, pdbs: pdbs, rand: s.rand}
+			c: s.cache, pdbs: pdbs, rand: s.rand, now: evalStart}
 		s.logNominatedNode(ctx, pod)
 		out = pr.preempt(ctx, q, statuses, numNodes)
 		s.metrics.preemptionEval.Observe(s.clock.Since(evalStart).Seconds())
