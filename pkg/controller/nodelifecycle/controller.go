@@ -198,7 +198,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 // node for its NoSchedule taints and labels.
 func (c *Controller) onNode(n *v1.Node) {
 	c.nodeQueue.Add(n.Name)
-	ready := getCondition(&n.Status, v1.NodeReady)
+	ready := kube.NodeCondition(n, v1.NodeReady)
 	if ready == nil {
 		return
 	}

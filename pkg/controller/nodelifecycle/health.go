@@ -58,21 +58,12 @@ const (
 // NetworkUnavailable is never touched.
 var monitoredConditions = []v1.NodeConditionType{v1.NodeReady, v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure}
 
-func getCondition(status *v1.NodeStatus, t v1.NodeConditionType) *v1.NodeCondition {
-	for i := range status.Conditions {
-		if status.Conditions[i].Type == t {
-			return &status.Conditions[i]
-		}
-	}
-	return nil
-}
-
 // observe refreshes a health record from the node object and returns the
 // grace period that applies and the "observed" Ready condition (before any
 // change by this controller). rec may be nil (first sight); the returned
 // record is the one to keep.
 func (c *Config) observe(rec *nodeHealth, node *v1.Node, now time.Time) (*nodeHealth, time.Duration, *v1.NodeCondition) {
-	ready := getCondition(&node.Status, v1.NodeReady)
+	ready := kube.NodeCondition(node, v1.NodeReady)
 	if ready == nil {
 		// Never reported: timed from creation, with the startup grace period.
 		// creationTimestamp is truncated to the second: the grace runs from
@@ -114,7 +105,7 @@ func leaseRenewOf(rec *nodeHealth) time.Time {
 func expire(node *v1.Node, now metav1.Time) bool {
 	changed := false
 	for _, t := range monitoredConditions {
-		c := getCondition(&node.Status, t)
+		c := kube.NodeCondition(node, t)
 		switch {
 		case c == nil:
 			node.Status.Conditions = append(node.Status.Conditions, v1.NodeCondition{Type: t, Status: v1.ConditionUnknown,

@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 var longAgo = metav1.NewTime(time.Date(2012, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -90,18 +92,18 @@ func TestExpire(t *testing.T) {
 	if !expire(n, now) {
 		t.Fatal("no change reported")
 	}
-	ready := getCondition(&n.Status, v1.NodeReady)
+	ready := kube.NodeCondition(n, v1.NodeReady)
 	if ready.Status != v1.ConditionUnknown || ready.Reason != reasonUnknown || ready.Message != messageUnknown ||
 		!ready.LastHeartbeatTime.Equal(&hb) || !ready.LastTransitionTime.Equal(&now) {
 		t.Errorf("Ready %+v", ready)
 	}
-	if c := getCondition(&n.Status, v1.NodeNetworkUnavailable); c.Status != v1.ConditionFalse {
+	if c := kube.NodeCondition(n, v1.NodeNetworkUnavailable); c.Status != v1.ConditionFalse {
 		t.Error("NetworkUnavailable touched")
 	}
-	if c := getCondition(&n.Status, v1.NodeMemoryPressure); c.Reason != "x" {
+	if c := kube.NodeCondition(n, v1.NodeMemoryPressure); c.Reason != "x" {
 		t.Error("an Unknown condition was rewritten")
 	}
-	if c := getCondition(&n.Status, v1.NodeDiskPressure); c == nil || c.Reason != reasonNeverUpdated {
+	if c := kube.NodeCondition(n, v1.NodeDiskPressure); c == nil || c.Reason != reasonNeverUpdated {
 		t.Errorf("missing DiskPressure not appended: %+v", c)
 	}
 	if expire(n, now) {

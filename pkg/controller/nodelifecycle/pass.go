@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
 
@@ -210,13 +211,13 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 
 	expiry := probe.Add(grace)
 	if !now.After(expiry) {
-		return healthUpdate{observed: observed, current: getCondition(&node.Status, v1.NodeReady),
+		return healthUpdate{observed: observed, current: kube.NodeCondition(node, v1.NodeReady),
 			deadline: expiry.Add(time.Millisecond), overdue: overdue}, nil
 	}
 	nowMeta := metav1.NewTime(now)
 	node = node.DeepCopy()
 	expire(node, nowMeta)
-	current := getCondition(&node.Status, v1.NodeReady)
+	current := kube.NodeCondition(node, v1.NodeReady)
 	if current.Status == observed.Status && current.LastTransitionTime.Equal(&observed.LastTransitionTime) &&
 		current.Reason == observed.Reason {
 		return healthUpdate{observed: observed, current: current}, nil
@@ -235,12 +236,12 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 	c.metrics.detectionDelay.Observe(now.Sub(expiry).Seconds())
 	c.mu.Lock()
 	rec.readyTransition = now
-	if ready := getCondition(&node.Status, v1.NodeReady); ready != nil {
+	if ready := kube.NodeCondition(node, v1.NodeReady); ready != nil {
 		rec.heartbeat, rec.transition, rec.hasReady = ready.LastHeartbeatTime, ready.LastTransitionTime, true
 	}
 	c.mu.Unlock()
 	klog.FromContext(ctx).V(2).Info("Node marked Unknown", "node", klog.KObj(node), "silentFor", now.Sub(probe).Round(time.Millisecond))
-	return healthUpdate{observed: observed, current: getCondition(&node.Status, v1.NodeReady)}, nil
+	return healthUpdate{observed: observed, current: kube.NodeCondition(node, v1.NodeReady)}, nil
 }
 
 // ensureZoneLocked creates the state and queue of a zone seen for the first time.

@@ -71,7 +71,7 @@ func (c *Controller) processPod(ctx context.Context) bool {
 		c.podQueue.AddRateLimited(key)
 		return true
 	}
-	ready := getCondition(&node.Status, v1.NodeReady)
+	ready := kube.NodeCondition(node, v1.NodeReady)
 	if ready == nil || ready.Status == v1.ConditionTrue || c.holdingMarks(node.Name) {
 		c.podQueue.Forget(key)
 		return true

@@ -207,7 +207,7 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 			if err != nil {
 				return false, 50 * time.Millisecond
 			}
-			ready := getCondition(&node.Status, v1.NodeReady)
+			ready := kube.NodeCondition(node, v1.NodeReady)
 			if ready == nil {
 				return false, 50 * time.Millisecond
 			}
