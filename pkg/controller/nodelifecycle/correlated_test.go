@@ -3,6 +3,8 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -64,10 +67,10 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	cl.nodeSt = nodeStore
 	now := metav1.NewTime(clk.Now())
 	i := 0
-	for _, z := range sortedKeys(zones) {
+	for _, z := range slices.Sorted(maps.Keys(zones)) {
 		for j := 0; j < zones[z]; j++ {
 			name := fmt.Sprintf("%s-%02d", z, j)
-			n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", UID: "uid-" + "name",
+			n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", UID: types.UID("uid-" + name),
 				CreationTimestamp: metav1.NewTime(clk.Now().Add(-time.Hour)),
 				Labels:            map[string]string{v1.LabelTopologyRegion: "r", v1.LabelTopologyZone: z}},
 				Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: now, LastTransitionTime: now}}}}
@@ -85,21 +88,6 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 		}
 	}
 	return cl
-}
-
-func sortedKeys(m map[string]int) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
 }
 
 // updateNode stores a node as the informer would deliver it.

@@ -237,23 +237,13 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 	if err == nil && !kube.NodeReady(node) {
 		// The node failed again before the delay ran out: keep the mark for
 		// its next recovery.
-		c.markedMu.Lock()
-		if m, ok := c.marked[pod.UID]; ok {
-			m.restoreQueued = false
-			c.marked[pod.UID] = m
-		}
-		c.markedMu.Unlock()
+		c.rearmRestore(pod.UID)
 		return true
 	}
 	verdict, reason := restoreVerdict(pod, node, mark)
 	if verdict == keepMark {
 		logger.V(2).Info("Not restoring pod readiness", "why", reason)
-		c.markedMu.Lock()
-		if m, ok := c.marked[pod.UID]; ok {
-			m.restoreQueued = false
-			c.marked[pod.UID] = m
-		}
-		c.markedMu.Unlock()
+		c.rearmRestore(pod.UID)
 		return true
 	}
 	msg := fmt.Sprintf("Node %s is Ready again and its kubelet did not re-post this pod's status within %s; restored Ready=True", pod.Spec.NodeName, c.cfg.PodReadinessRestoreDelay)
@@ -298,17 +288,22 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 	return true
 }
 
+// rearmRestore lets a marked pod be queued again at its node's next Ready check.
+func (c *Controller) rearmRestore(uid types.UID) {
+	c.markedMu.Lock()
+	defer c.markedMu.Unlock()
+	if m, ok := c.marked[uid]; ok {
+		m.restoreQueued = false
+		c.marked[uid] = m
+	}
+}
+
 // requeueRestore makes the pod eligible again at its node's next Ready check.
 func (c *Controller) requeueRestore(ctx context.Context, key string, err error) {
 	klog.FromContext(ctx).V(2).Info("Pod readiness restore failed, will retry", "pod", key, "err", err)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	if pod, perr := c.podLister.Pods(ns).Get(name); perr == nil {
-		c.markedMu.Lock()
-		if m, ok := c.marked[pod.UID]; ok {
-			m.restoreQueued = false
-			c.marked[pod.UID] = m
-		}
-		c.markedMu.Unlock()
+		c.rearmRestore(pod.UID)
 	}
 }
 
