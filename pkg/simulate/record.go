@@ -45,6 +45,7 @@ type recorder struct {
 	maxNotReady, maxAfterRecovery                          time.Duration
 
 	workloads     func() (ready bool)
+	expected      []workloadKey // the scenario's workloads, see expectWorkloads
 	allReady      bool
 	allReadySince time.Time
 
@@ -127,7 +128,9 @@ func (r *recorder) watch(f informers.SharedInformerFactory) {
 		}
 	}))
 	deps, sts, dss := f.Apps().V1().Deployments(), f.Apps().V1().StatefulSets(), f.Apps().V1().DaemonSets()
-	r.workloads = func() bool { return workloadsReady(deps.Lister(), sts.Lister(), dss.Lister()) }
+	// r.expected is set before the informers start and never changes, so
+	// it is read without r.mu (finish calls this with r.mu held).
+	r.workloads = func() bool { return workloadsReady(deps.Lister(), sts.Lister(), dss.Lister(), r.expected) }
 	for _, inf := range []cache.SharedIndexInformer{deps.Informer(), sts.Informer(), dss.Informer()} {
 		_, _ = inf.AddEventHandler(handler(func(any, bool) { r.onWorkload() }))
 	}
@@ -372,9 +375,36 @@ func (r *recorder) onWorkload() {
 	r.allReady = ready
 }
 
-// workloadsReady says whether every Deployment, StatefulSet and DaemonSet
-// has all its replicas Ready.
-func workloadsReady(deps appslisters.DeploymentLister, sts appslisters.StatefulSetLister, dss appslisters.DaemonSetLister) bool {
+// workloadKey names a workload the scenario creates: its kind and
+// namespace/name.
+type workloadKey struct{ kind, key string }
+
+// expectWorkloads names the scenario's workloads: until each is in the
+// informers' caches and Ready, the workloads are not ready. Without it an
+// informer that has not yet seen a freshly created Deployment would make
+// an empty cluster look ready, and the timeline would start early. Call it
+// before the informers start.
+func (r *recorder) expectWorkloads(keys []workloadKey) { r.expected = keys }
+
+// workloadsReady says whether every expected workload is known, and every
+// Deployment, StatefulSet and DaemonSet has observed its spec and has all
+// its replicas Ready.
+func workloadsReady(deps appslisters.DeploymentLister, sts appslisters.StatefulSetLister, dss appslisters.DaemonSetLister, expected []workloadKey) bool {
+	for _, w := range expected {
+		ns, name, _ := cache.SplitMetaNamespaceKey(w.key)
+		var err error
+		switch w.kind {
+		case "Deployment":
+			_, err = deps.Deployments(ns).Get(name)
+		case "StatefulSet":
+			_, err = sts.StatefulSets(ns).Get(name)
+		case "DaemonSet":
+			_, err = dss.DaemonSets(ns).Get(name)
+		}
+		if err != nil {
+			return false
+		}
+	}
 	everything := labels.Everything()
 	ds, _ := deps.List(everything)
 	for _, d := range ds {
@@ -384,13 +414,13 @@ func workloadsReady(deps appslisters.DeploymentLister, sts appslisters.StatefulS
 	}
 	ss, _ := sts.List(everything)
 	for _, s := range ss {
-		if s.Status.ReadyReplicas < replicas(s.Spec.Replicas) {
+		if s.Status.ReadyReplicas < replicas(s.Spec.Replicas) || s.Status.ObservedGeneration < s.Generation {
 			return false
 		}
 	}
 	dd, _ := dss.List(everything)
 	for _, d := range dd {
-		if d.Status.NumberReady < d.Status.DesiredNumberScheduled || d.Status.DesiredNumberScheduled == 0 {
+		if d.Status.NumberReady < d.Status.DesiredNumberScheduled || d.Status.DesiredNumberScheduled == 0 || d.Status.ObservedGeneration < d.Generation {
 			return false
 		}
 	}

@@ -224,6 +224,7 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 	}
 	sort.Strings(res.Services)
 	r.rec.watchServices(res.Services)
+	r.rec.expectWorkloads(r.sc.workloadKeys())
 	r.rec.watch(factory)
 	factory.Start(ctx.Done())
 	defer func() { cancel(); factory.Shutdown() }()

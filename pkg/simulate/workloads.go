@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -170,6 +171,37 @@ func (s *Scenario) services() map[string]labels.Selector {
 				sel = labels.SelectorFromSet(svc.Spec.Selector)
 			}
 			out[ns+"/"+svc.Name] = sel
+		}
+	}
+	return out
+}
+
+// workloadKeys names the scenario's Deployments, StatefulSets and
+// DaemonSets, whose readiness ends the setup.
+func (s *Scenario) workloadKeys() []workloadKey {
+	var out []workloadKey
+	for _, w := range s.Workloads {
+		for _, m := range w.objects {
+			var kind string
+			switch m.obj.(type) {
+			case *appsv1.Deployment:
+				kind = "Deployment"
+			case *appsv1.StatefulSet:
+				kind = "StatefulSet"
+			case *appsv1.DaemonSet:
+				kind = "DaemonSet"
+			default:
+				continue
+			}
+			o, err := meta.Accessor(m.obj)
+			if err != nil {
+				continue
+			}
+			ns := o.GetNamespace()
+			if ns == "" {
+				ns = metav1.NamespaceDefault
+			}
+			out = append(out, workloadKey{kind: kind, key: ns + "/" + o.GetName()})
 		}
 	}
 	return out
