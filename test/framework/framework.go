@@ -55,7 +55,7 @@ func StartCluster(t testing.TB, cfg localcluster.Config) *localcluster.Cluster {
 	if err != nil {
 		t.Fatalf("starting the local cluster: %v", err)
 	}
-	t.Logf("control plane ready in %s at %s", time.Since(start).Round(time.Millisecond), c.ControlPlane().Server())
+	t.Logf("local cluster ready in %s at %s", time.Since(start).Round(time.Millisecond), c.ControlPlane().Server())
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("component logs: %s", c.LogDir())
