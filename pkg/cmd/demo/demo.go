@@ -141,7 +141,7 @@ func (d *demo) clusterConfig() (localcluster.Config, error) {
 		},
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, &cli.UsageError{Err: err}
+		return cfg, &cli.UsageError{Err: fmt.Errorf("--nodes and --zones: %w", err)}
 	}
 	return cfg, nil
 }
