@@ -128,6 +128,13 @@ func (c *Config) Validate() error {
 	if c.Client == nil {
 		errs = append(errs, errors.New("a client is required"))
 	}
+	return errors.Join(append(errs, c.ValidateSettings())...)
+}
+
+// ValidateSettings reports every invalid field but Client at once, so that a
+// configuration can be checked before the cluster it is for exists.
+func (c *Config) ValidateSettings() error {
+	var errs []error
 	if c.Nodes < 1 {
 		errs = append(errs, fmt.Errorf("nodes must be at least 1, got %d", c.Nodes))
 	}

@@ -27,13 +27,9 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
-	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
 )
 
 // Run modes.
@@ -115,8 +111,10 @@ type runner struct {
 	out    io.Writer
 	client kubernetes.Interface
 	nodes  *fakenode.Manager
-	rec    *recorder
-	start  time.Time // real time the timeline started
+	// cluster is this run's local cluster; client and nodes are its.
+	cluster *localcluster.Cluster
+	rec     *recorder
+	start   time.Time // real time the timeline started
 }
 
 // Execute runs the scenario once. An interrupted run (ctx cancelled once the
@@ -153,71 +151,43 @@ func (r *runner) real(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / r.opts.TimeScale)
 }
 
+// run brings a fresh local cluster up, sets the scenario's workloads up on
+// it, runs the timeline and measures.
 func (r *runner) run(ctx context.Context) (*RunResult, error) {
-	scale := r.opts.TimeScale
-	cfg, kcmArgs, err := r.sc.Controllers.scaled(r.sc.path, scale)
+	res := &RunResult{Mode: r.opts.Mode, Trial: max(r.opts.Trial, 1), LogDir: r.opts.Dir + "/logs"}
+	cfg, err := r.clusterConfig(res)
 	if err != nil {
 		return nil, err
-	}
-	tol := fmt.Sprint(scaleSeconds(defaultTolerationSeconds, scale))
-	cpCfg := controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true,
-		APIServerArgs: []string{"--default-not-ready-toleration-seconds=" + tol, "--default-unreachable-toleration-seconds=" + tol}}
-	res := &RunResult{Mode: r.opts.Mode, Trial: max(r.opts.Trial, 1), LogDir: r.opts.Dir + "/logs"}
-	switch r.opts.Mode {
-	case ModeUpstream:
-		cpCfg.Controllers = "*"
-		cpCfg.ControllerManagerArgs = append(kcmArgs, "--allocate-node-cidrs=true", "--cluster-cidr="+podCIDR,
-			"--service-cluster-ip-range="+controlplane.ServiceClusterIPRange)
-		cpCfg.Scheduler = true
-		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
-	case ModeNodeShepherd:
-		res.Components = "nodeshepherd (nodelifecycle, tainteviction, nodeipam, scheduler"
-		if cfg.Drain.Configured() {
-			res.Components += ", drain"
-		}
-		res.Components += ") with kube-controller-manager for the rest"
-	default:
-		return nil, fmt.Errorf("unknown mode %q", r.opts.Mode)
 	}
 	setupStart := time.Now()
-	r.printf("starting etcd, kube-apiserver and kube-controller-manager%s ...", map[bool]string{true: " and kube-scheduler"}[cpCfg.Scheduler])
-	plane, err := controlplane.Start(ctx, cpCfg)
-	if err != nil {
+	r.printf("starting etcd, kube-apiserver and kube-controller-manager%s ...", map[bool]string{true: " and kube-scheduler"}[cfg.ControlPlane.Scheduler])
+	if r.cluster, err = localcluster.Start(ctx, cfg); err != nil {
 		return nil, err
 	}
-	defer plane.Stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	restCfg := rest.CopyConfig(plane.RESTConfig())
-	restCfg.QPS, restCfg.Burst = 50, 100
-	errc := make(chan error, 4)
-	if r.opts.Mode == ModeNodeShepherd {
-		cfg.Scheduler.SchedulerName = v1.DefaultSchedulerName
-		cfg.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: podCIDR, ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
-		names := slices.DeleteFunc(cfg.Select(controllers.Names, nil), func(n string) bool { return n == cloudnodelifecycle.Name })
-		if err := cfg.Validate(names); err != nil {
-			return nil, err
-		}
-		go func() {
-			errc <- manager.Run(ctx, restCfg, manager.Options{Controllers: names, Constructors: controllers.Constructors(*cfg), MetricsBindAddress: "0"})
-		}()
-	}
-	client, err := kubernetes.NewForConfig(kube.Fast(plane.RESTConfig()))
-	if err != nil {
-		return nil, err
-	}
-	r.client = client
-	if v, err := client.Discovery().ServerVersion(); err == nil && r.opts.Mode == ModeUpstream {
+	defer r.cluster.Stop()
+	r.client, r.nodes = r.cluster.Client(), r.cluster.Nodes()
+	if v, err := r.client.Discovery().ServerVersion(); err == nil && r.opts.Mode == ModeUpstream {
 		res.Components += " " + v.GitVersion
 	}
-	fcfg := r.sc.fakeNodeConfig(scale)
-	fcfg.Client = client
-	if r.nodes, err = fakenode.New(fcfg); err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	factory, services := r.watch(ctx, res)
+	// Before the cluster stops: the informers end first.
+	defer func() { cancel(); factory.Shutdown() }()
+	if err := r.setUp(ctx, factory, services); err != nil {
 		return nil, err
 	}
-	go func() { errc <- r.nodes.Run(ctx) }()
+	r.startTimeline(res, factory, setupStart)
+	res.Marks, res.Samples, res.Interrupted, err = r.timeline(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.evaluate(res)
+	return res, nil
+}
 
-	factory := informers.NewSharedInformerFactory(client, 0)
+// watch starts the informers the recorder measures from, Services included.
+func (r *runner) watch(ctx context.Context, res *RunResult) (informers.SharedInformerFactory, map[string]labels.Selector) {
+	factory := informers.NewSharedInformerFactory(r.client, 0)
 	services := r.sc.services()
 	for k := range services {
 		res.Services = append(res.Services, k)
@@ -227,37 +197,45 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 	r.rec.expectWorkloads(r.sc.workloadKeys())
 	r.rec.watch(factory)
 	factory.Start(ctx.Done())
-	defer func() { cancel(); factory.Shutdown() }()
 	factory.WaitForCacheSync(ctx.Done())
+	return factory, services
+}
 
-	setupCtx, setupCancel := context.WithTimeout(ctx, r.opts.SetupTimeout)
-	defer setupCancel()
-	if err := r.waitNodes(setupCtx, errc, factory); err != nil {
-		return nil, err
+// setUp waits for the nodes, creates the workloads and waits for them,
+// within the setup timeout.
+func (r *runner) setUp(ctx context.Context, f informers.SharedInformerFactory, services map[string]labels.Selector) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.SetupTimeout)
+	defer cancel()
+	if err := r.waitNodes(ctx); err != nil {
+		return err
 	}
-	if err := r.applyWorkloads(setupCtx, plane.RESTConfig()); err != nil {
-		return nil, err
+	if err := r.applyWorkloads(ctx, r.cluster.RESTConfig()); err != nil {
+		return err
 	}
-	if err := r.waitWorkloads(setupCtx, errc, factory, services); err != nil {
-		return nil, err
-	}
+	return r.waitWorkloads(ctx, f, services)
+}
+
+// startTimeline records the cluster as set up and starts the clock of the
+// timeline.
+func (r *runner) startTimeline(res *RunResult, f informers.SharedInformerFactory, setupStart time.Time) {
 	res.SetupSeconds = time.Since(setupStart).Seconds()
 	res.Nodes = len(r.nodes.NodeNames())
-	pods, _ := factory.Core().V1().Pods().Lister().List(labels.Everything())
+	pods, _ := f.Core().V1().Pods().Lister().List(labels.Everything())
 	res.Pods = len(pods)
-
 	r.start = time.Now()
 	r.rec.start()
 	r.printf("setup done in %s: %d nodes, %d pods Ready; timeline of %v starts (time scale %g: %v real)",
-		time.Since(setupStart).Round(100*time.Millisecond), res.Nodes, res.Pods, r.sc.Duration.Duration, scale, r.real(r.sc.Duration.Duration).Round(100*time.Millisecond))
-	res.Marks, res.Samples, res.Interrupted, err = r.timeline(ctx, errc)
-	if err != nil {
-		return nil, err
-	}
+		time.Since(setupStart).Round(100*time.Millisecond), res.Nodes, res.Pods, r.sc.Duration.Duration, r.opts.TimeScale,
+		r.real(r.sc.Duration.Duration).Round(100*time.Millisecond))
+}
+
+// evaluate turns what was recorded into measures in cluster time and checks
+// the expectations of this run's mode.
+func (r *runner) evaluate(res *RunResult) {
 	measures := r.rec.finish(r.start.Add(r.real(r.recoveryAt())))
 	for name, v := range measures {
 		if v != nil && measure(name).Kind == kindDuration {
-			*v *= scale
+			*v *= r.opts.TimeScale
 		}
 	}
 	res.Measures = measures
@@ -270,7 +248,6 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 		v := measures[e.Metric]
 		res.Expectations = append(res.Expectations, Checked{Expectation: e.String(), Metric: e.Metric, Value: v, Passed: e.holds(v)})
 	}
-	return res, nil
 }
 
 // recoveryAt is when the last fault ends, in cluster time from the start.
@@ -284,34 +261,11 @@ func (r *runner) recoveryAt() time.Duration {
 	return end
 }
 
-// waitNodes waits until every fake node is Ready and schedulable: the
-// not-ready NoSchedule taint of registration is gone.
-func (r *runner) waitNodes(ctx context.Context, errc <-chan error, f informers.SharedInformerFactory) error {
-	select {
-	case <-r.nodes.Ready():
-	case err := <-errc:
-		return fmt.Errorf("fake nodes or controllers stopped: %w", err)
-	case <-ctx.Done():
-		return fmt.Errorf("registering the fake nodes: %w", ctx.Err())
-	}
-	want := len(r.nodes.NodeNames())
-	return r.waitFor(ctx, errc, "nodes Ready and untainted", func() (string, bool) {
-		nodes, _ := f.Core().V1().Nodes().Lister().List(labels.Everything())
-		ready := 0
-		for _, n := range nodes {
-			if kube.NodeReady(n) && !kube.HasTaint(n, v1.TaintNodeNotReady) {
-				ready++
-			}
-		}
-		return fmt.Sprintf("%d/%d nodes Ready and untainted", ready, want), ready == want
-	})
-}
-
 // waitWorkloads waits until every workload has its replicas Ready and every
 // Service of the scenario lists each of its Ready pods as a ready endpoint,
 // so that the endpoint measures start from the full count.
-func (r *runner) waitWorkloads(ctx context.Context, errc <-chan error, f informers.SharedInformerFactory, services map[string]labels.Selector) error {
-	return r.waitFor(ctx, errc, "workloads Ready", func() (string, bool) {
+func (r *runner) waitWorkloads(ctx context.Context, f informers.SharedInformerFactory, services map[string]labels.Selector) error {
+	return r.waitFor(ctx, "workloads Ready", func() (string, bool) {
 		pods, _ := f.Core().V1().Pods().Lister().List(labels.Everything())
 		ready := 0
 		want := map[string]int{}
@@ -339,31 +293,6 @@ func (r *runner) waitWorkloads(ctx context.Context, errc <-chan error, f informe
 		}
 		return status, r.rec.workloads() && endpointsDone
 	})
-}
-
-// waitFor polls cond every 200ms, printing its progress every 5s.
-func (r *runner) waitFor(ctx context.Context, errc <-chan error, what string, cond func() (string, bool)) error {
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	lastPrint := time.Now()
-	for {
-		status, ok := cond()
-		if ok {
-			r.printf("%s", status)
-			return nil
-		}
-		if time.Since(lastPrint) >= 5*time.Second {
-			r.printf("waiting for %s: %s", what, status)
-			lastPrint = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s (%s): %w; raise --setup-timeout or see the logs in %s/logs", what, status, ctx.Err(), r.opts.Dir)
-		case err := <-errc:
-			return fmt.Errorf("fake nodes or controllers stopped: %w", err)
-		case <-tick.C:
-		}
-	}
 }
 
 // applyWorkloads creates the scenario's manifests in order, creating
@@ -415,7 +344,7 @@ func (r *runner) applyWorkloads(ctx context.Context, cfg *rest.Config) error {
 
 // timeline runs the steps at their times, samples the state for the charts
 // and prints progress, until the scenario's duration or ctx ends.
-func (r *runner) timeline(ctx context.Context, errc <-chan error) (marks []Mark, samples []Sample, interrupted bool, err error) {
+func (r *runner) timeline(ctx context.Context) (marks []Mark, samples []Sample, interrupted bool, err error) {
 	steps := slices.Clone(r.sc.Timeline)
 	sort.SliceStable(steps, func(i, j int) bool { return steps[i].At.Duration < steps[j].At.Duration })
 	total := r.sc.Duration.Duration
@@ -437,8 +366,8 @@ func (r *runner) timeline(ctx context.Context, errc <-chan error) (marks []Mark,
 		case <-ctx.Done():
 			r.printf("interrupted at %v: reporting what was recorded so far", r.clusterSince(time.Now()).Round(time.Second))
 			return marks, samples, true, nil
-		case err := <-errc:
-			return nil, nil, false, fmt.Errorf("fake nodes or controllers stopped: %w", err)
+		case err := <-r.cluster.Failed():
+			return nil, nil, false, err
 		case <-end.C:
 			samples = append(samples, r.rec.sample(r.clusterSince(time.Now()).Seconds()))
 			r.progress()

@@ -24,6 +24,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
 )
 
 // Context returns a context that logs to t and ends with the test.
@@ -38,23 +39,31 @@ func Context(t testing.TB) context.Context {
 // Its logs are kept and named in the failure output.
 func StartControlPlane(t testing.TB, cfg controlplane.Config) *controlplane.ControlPlane {
 	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
+	return StartCluster(t, localcluster.Config{ControlPlane: cfg}).ControlPlane()
+}
+
+// StartCluster brings a local cluster up (control plane, optional in-process
+// controllers, fake nodes registered) and tears it down when the test ends,
+// keeping the component logs of a failed test.
+func StartCluster(t testing.TB, cfg localcluster.Config) *localcluster.Cluster {
+	t.Helper()
+	if cfg.ControlPlane.Dir == "" {
+		cfg.ControlPlane.Dir = t.TempDir()
 	}
 	start := time.Now()
-	cp, err := controlplane.Start(Context(t), cfg)
+	c, err := localcluster.Start(Context(t), cfg)
 	if err != nil {
-		t.Fatalf("starting the local control plane: %v", err)
+		t.Fatalf("starting the local cluster: %v", err)
 	}
-	t.Logf("control plane ready in %s at %s", time.Since(start).Round(time.Millisecond), cp.Server())
+	t.Logf("local cluster ready in %s at %s", time.Since(start).Round(time.Millisecond), c.ControlPlane().Server())
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("component logs: %s/logs", cp.Dir())
-			keepLogs(t, cp.Dir())
+			t.Logf("component logs: %s", c.LogDir())
+			keepLogs(t, c.Dir())
 		}
-		cp.Stop()
+		c.Stop()
 	})
-	return cp
+	return c
 }
 
 // keepLogs copies component logs out of the test's temporary directory when
@@ -84,27 +93,12 @@ func Client(t testing.TB, cp *controlplane.ControlPlane) kubernetes.Interface {
 // registered and running.
 func StartFakeNodes(t testing.TB, cfg fakenode.Config) *fakenode.Manager {
 	t.Helper()
-	m, err := fakenode.New(cfg)
+	n, err := localcluster.StartNodes(Context(t), cfg, localcluster.DefaultRegisterTimeout)
 	if err != nil {
-		t.Fatalf("fake nodes: %v", err)
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(Context(t))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	errc := make(chan error, 1)
-	go func() {
-		defer wg.Done()
-		errc <- m.Run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	select {
-	case <-m.Ready():
-	case err := <-errc:
-		t.Fatalf("fake nodes stopped before they were ready: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("fake nodes were not ready within 2 minutes")
-	}
-	return m
+	t.Cleanup(n.Stop)
+	return n.Manager()
 }
 
 // Eventually polls cond every 100ms until it returns true, failing the test
@@ -162,19 +156,12 @@ func WaitEvents(t testing.TB, c kubernetes.Interface, fieldSelector string, min 
 // It lists from the watch cache: cheap with thousands of nodes.
 func WaitAllNodesReady(t testing.TB, client kubernetes.Interface, want int, timeout time.Duration) {
 	t.Helper()
-	Eventually(t, timeout, "nodes Ready and untainted", func(ctx context.Context) (bool, string, error) {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, "", err
-		}
-		ok := 0
-		for i := range list.Items {
-			if kube.NodeReady(&list.Items[i]) && len(list.Items[i].Spec.Taints) == 0 {
-				ok++
-			}
-		}
-		return ok >= want, fmt.Sprintf("%d of %d", ok, want), nil
-	})
+	ctx, cancel := context.WithTimeout(Context(t), timeout)
+	defer cancel()
+	err := localcluster.WaitNodesReady(ctx, client, want, localcluster.ReadyWithoutTaints, localcluster.WaitOptions{Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("%v (within %s)", err, timeout)
+	}
 }
 
 // SetUnschedulable cordons or uncordons a node as a human with kubectl would.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
@@ -25,6 +26,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
@@ -74,56 +76,88 @@ from 'make controlplane'.`,
 	return c
 }
 
+// run is the demo: bring the cluster up, create the Deployment, watch it
+// become Ready, and keep the cluster on request.
 func (o *options) run(ctx context.Context, out io.Writer) error {
-	zones, err := fakenode.ParseZones(o.zones)
-	if err != nil {
-		return &cli.UsageError{Err: fmt.Errorf("--zones: %w", err)}
-	}
-	start := time.Now()
-	fmt.Fprintln(out, "Starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
-	// kube-controller-manager runs without the controllers nodeshepherd replaces.
-	plane, err := controlplane.Start(ctx, controlplane.Config{BinDir: o.binDir, ControllerManager: true, Scheduler: true})
+	d := &demo{options: o, out: out, start: time.Now()}
+	cfg, err := d.clusterConfig()
 	if err != nil {
 		return err
 	}
-	defer plane.Stop()
-	fmt.Fprintf(out, "Control plane ready in %s: export KUBECONFIG=%s\n", time.Since(start).Round(100*time.Millisecond), plane.KubeconfigPath())
+	fmt.Fprintln(out, "Starting etcd, kube-apiserver, kube-controller-manager and kube-scheduler ...")
+	cluster, err := localcluster.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	if err := d.createDeployment(ctx, cluster.Client()); err != nil {
+		return err
+	}
+	if err := d.waitDeployment(ctx, cluster); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "All %d replicas Running and Ready on fake nodes, %s after start.\n", o.replicas, time.Since(d.start).Round(100*time.Millisecond))
+	if !o.keepRunning {
+		return nil
+	}
+	return d.keepRunning(ctx, cluster)
+}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// demo is one run of the demo.
+type demo struct {
+	*options
+	out   io.Writer
+	start time.Time
+}
+
+// clusterConfig is the demo's cluster: kube-controller-manager without the
+// controllers nodeshepherd replaces, kube-scheduler, nodeshepherd's
+// controllers with node IPAM on, and the fake nodes; its progress callback
+// prints the bring-up lines.
+func (d *demo) clusterConfig() (localcluster.Config, error) {
+	zones, err := fakenode.ParseZones(d.zones)
+	if err != nil {
+		return localcluster.Config{}, &cli.UsageError{Err: fmt.Errorf("--zones: %w", err)}
+	}
 	ctrl := controllers.Default()
 	ctrl.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: "10.244.0.0/16", ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
 	names := ctrl.Select(controllers.Names, nil)
-	errc := make(chan error, 2)
-	go func() {
-		errc <- manager.Run(ctx, kube.Fast(plane.RESTConfig()), manager.Options{
-			Controllers: names, Constructors: controllers.Constructors(ctrl), MetricsBindAddress: "0"})
-	}()
-	fmt.Fprintf(out, "Running nodeshepherd's controllers: %s\n", strings.Join(names, ", "))
+	cfg := localcluster.Config{
+		ControlPlane: controlplane.Config{BinDir: d.binDir, ControllerManager: true, Scheduler: true},
+		Controllers: func(ctx context.Context, rc *rest.Config) error {
+			return manager.Run(ctx, kube.Fast(rc), manager.Options{
+				Controllers: names, Constructors: controllers.Constructors(ctrl), MetricsBindAddress: "0"})
+		},
+		FakeNodes: &fakenode.Config{Nodes: d.nodes, Zones: zones},
+		Progress: func(s localcluster.Step, c *localcluster.Cluster) {
+			switch s {
+			case localcluster.ControlPlaneReady:
+				fmt.Fprintf(d.out, "Control plane ready in %s: export KUBECONFIG=%s\n", time.Since(d.start).Round(100*time.Millisecond), c.KubeconfigPath())
+			case localcluster.ControllersStarted:
+				fmt.Fprintf(d.out, "Running nodeshepherd's controllers: %s\n", strings.Join(names, ", "))
+			case localcluster.NodesRegistered:
+				fmt.Fprintf(d.out, "Registered %d fake nodes over %d zones\n", d.nodes, len(zones))
+			}
+		},
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, &cli.UsageError{Err: fmt.Errorf("--nodes and --zones: %w", err)}
+	}
+	return cfg, nil
+}
 
-	client, err := kubernetes.NewForConfig(kube.Fast(plane.RESTConfig()))
-	if err != nil {
-		return err
-	}
-	m, err := fakenode.New(fakenode.Config{Client: client, Nodes: o.nodes, Zones: zones})
-	if err != nil {
-		return &cli.UsageError{Err: err}
-	}
-	go func() { errc <- m.Run(ctx) }()
-	select {
-	case <-m.Ready():
-	case err := <-errc:
-		return err
-	}
-	fmt.Fprintf(out, "Registered %d fake nodes over %d zones\n", o.nodes, len(zones))
-
-	dep := demoDeployment(int32(o.replicas))
+func (d *demo) createDeployment(ctx context.Context, client kubernetes.Interface) error {
+	dep := demoDeployment(int32(d.replicas))
 	if _, err := client.AppsV1().Deployments(metav1.NamespaceDefault).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the demo Deployment: %w", err)
 	}
-	fmt.Fprintf(out, "Created Deployment default/%s with %d replicas\n", dep.Name, o.replicas)
+	fmt.Fprintf(d.out, "Created Deployment default/%s with %d replicas\n", dep.Name, d.replicas)
+	return nil
+}
 
-	deadline := time.After(o.timeout)
+// waitDeployment prints the state every second until every replica is Ready.
+func (d *demo) waitDeployment(ctx context.Context, cluster *localcluster.Cluster) error {
+	deadline := time.After(d.timeout)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	last := ""
@@ -131,53 +165,62 @@ func (o *options) run(ctx context.Context, out io.Writer) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-errc:
-			return fmt.Errorf("fake nodes or controllers stopped: %w", err)
+		case err := <-cluster.Failed():
+			return err
 		case <-deadline:
-			return fmt.Errorf("the Deployment was not ready after %s (last: %s); logs are in %s/logs", o.timeout, last, plane.Dir())
+			return fmt.Errorf("the Deployment was not ready after %s (last: %s); logs are in %s", d.timeout, last, cluster.LogDir())
 		case <-tick.C:
 		}
-		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		status, ready, err := d.status(ctx, cluster.Client())
 		if err != nil {
 			continue
 		}
-		pods, err := client.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=demo"})
-		if err != nil {
-			continue
-		}
-		readyNodes, scheduled, running, ready := 0, 0, 0, 0
-		for i := range nodes.Items {
-			if kube.NodeReady(&nodes.Items[i]) && !kube.HasTaint(&nodes.Items[i], v1.TaintNodeNotReady) && len(nodes.Items[i].Spec.PodCIDRs) > 0 {
-				readyNodes++
-			}
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Spec.NodeName != "" {
-				scheduled++
-			}
-			if p.Status.Phase == v1.PodRunning {
-				running++
-			}
-			if kube.PodReady(p) {
-				ready++
-			}
-		}
-		last = fmt.Sprintf("nodes ready with pod CIDRs %d/%d, pods scheduled %d, running %d, ready %d/%d", readyNodes, o.nodes, scheduled, running, ready, o.replicas)
-		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), last)
-		if ready == o.replicas {
-			break
+		last = status
+		fmt.Fprintf(d.out, "[%5.1fs] %s\n", time.Since(d.start).Seconds(), last)
+		if ready {
+			return nil
 		}
 	}
-	fmt.Fprintf(out, "All %d replicas Running and Ready on fake nodes, %s after start.\n", o.replicas, time.Since(start).Round(100*time.Millisecond))
-	if !o.keepRunning {
-		return nil
+}
+
+// status describes the nodes and the demo's pods, and says whether every
+// replica is Ready.
+func (d *demo) status(ctx context.Context, client kubernetes.Interface) (string, bool, error) {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", false, err
 	}
-	fmt.Fprintf(out, "Cluster kept running; try:\n  export KUBECONFIG=%s\n  kubectl get nodes -L topology.kubernetes.io/zone\nPress Ctrl-C to stop.\n", plane.KubeconfigPath())
+	pods, err := client.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=demo"})
+	if err != nil {
+		return "", false, err
+	}
+	readyNodes := localcluster.CountNodes(nodes.Items, func(n *v1.Node) bool {
+		return localcluster.ReadyWithoutNotReadyTaint(n) && len(n.Spec.PodCIDRs) > 0
+	})
+	scheduled, running, ready := 0, 0, 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != "" {
+			scheduled++
+		}
+		if p.Status.Phase == v1.PodRunning {
+			running++
+		}
+		if kube.PodReady(p) {
+			ready++
+		}
+	}
+	return fmt.Sprintf("nodes ready with pod CIDRs %d/%d, pods scheduled %d, running %d, ready %d/%d",
+		readyNodes, d.nodes, scheduled, running, ready, d.replicas), ready == d.replicas, nil
+}
+
+// keepRunning keeps the cluster up for kubectl until Ctrl-C.
+func (d *demo) keepRunning(ctx context.Context, cluster *localcluster.Cluster) error {
+	fmt.Fprintf(d.out, "Cluster kept running; try:\n  export KUBECONFIG=%s\n  kubectl get nodes -L topology.kubernetes.io/zone\nPress Ctrl-C to stop.\n", cluster.KubeconfigPath())
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-errc:
+	case err := <-cluster.Failed():
 		return err
 	}
 }

@@ -1,0 +1,108 @@
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// clusterConfig is the local cluster of this run, the scenario's durations
+// divided by the time scale: in upstream mode kube-controller-manager runs
+// every controller and kube-scheduler schedules; in nodeshepherd mode
+// nodeshepherd's manager runs in-process next to kube-controller-manager's
+// other controllers. It names the components in res.
+func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
+	scale := r.opts.TimeScale
+	cfg, kcmArgs, err := r.sc.Controllers.scaled(r.sc.path, scale)
+	if err != nil {
+		return localcluster.Config{}, err
+	}
+	tol := fmt.Sprint(scaleSeconds(defaultTolerationSeconds, scale))
+	nodes := r.sc.fakeNodeConfig(scale)
+	lc := localcluster.Config{
+		ControlPlane: controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true,
+			APIServerArgs: []string{"--default-not-ready-toleration-seconds=" + tol, "--default-unreachable-toleration-seconds=" + tol}},
+		FakeNodes:       &nodes,
+		RegisterTimeout: r.opts.SetupTimeout,
+	}
+	switch r.opts.Mode {
+	case ModeUpstream:
+		lc.ControlPlane.Controllers = "*"
+		lc.ControlPlane.ControllerManagerArgs = append(kcmArgs, "--allocate-node-cidrs=true", "--cluster-cidr="+podCIDR,
+			"--service-cluster-ip-range="+controlplane.ServiceClusterIPRange)
+		lc.ControlPlane.Scheduler = true
+		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
+	case ModeNodeShepherd:
+		res.Components = "nodeshepherd (nodelifecycle, tainteviction, nodeipam, scheduler"
+		if cfg.Drain.Configured() {
+			res.Components += ", drain"
+		}
+		res.Components += ") with kube-controller-manager for the rest"
+		if lc.Controllers, err = nodeShepherdControllers(cfg); err != nil {
+			return localcluster.Config{}, err
+		}
+	default:
+		return localcluster.Config{}, fmt.Errorf("unknown mode %q", r.opts.Mode)
+	}
+	return lc, nil
+}
+
+// nodeShepherdControllers runs nodeshepherd's controllers and scheduler as
+// `run` would, with node IPAM allocating from podCIDR, and without the cloud
+// node lifecycle controller: fake nodes have no cloud.
+func nodeShepherdControllers(cfg *controllers.Config) (func(context.Context, *rest.Config) error, error) {
+	cfg.Scheduler.SchedulerName = v1.DefaultSchedulerName
+	cfg.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: podCIDR, ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
+	names := slices.DeleteFunc(cfg.Select(controllers.Names, nil), func(n string) bool { return n == cloudnodelifecycle.Name })
+	if err := cfg.Validate(names); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, rc *rest.Config) error {
+		rc.QPS, rc.Burst = 50, 100
+		return manager.Run(ctx, rc, manager.Options{Controllers: names, Constructors: controllers.Constructors(*cfg), MetricsBindAddress: "0"})
+	}, nil
+}
+
+// waitOptions print the progress of a setup wait as every run does: a
+// "waiting for" line every 5s, then the status that ended the wait.
+func (r *runner) waitOptions(what string) localcluster.WaitOptions {
+	return localcluster.WaitOptions{Progress: func(status string, done bool) {
+		if done {
+			r.printf("%s", status)
+		} else {
+			r.printf("waiting for %s: %s", what, status)
+		}
+	}}
+}
+
+// setupError says what to do about a setup wait that timed out.
+func (r *runner) setupError(err error) error {
+	if wErr := (*localcluster.WaitError)(nil); errors.As(err, &wErr) {
+		return fmt.Errorf("%w; raise --setup-timeout or see the logs in %s/logs", err, r.opts.Dir)
+	}
+	return err
+}
+
+// waitNodes waits until every fake node is Ready and schedulable: the
+// not-ready NoSchedule taint of registration is gone.
+func (r *runner) waitNodes(ctx context.Context) error {
+	return r.setupError(r.cluster.WaitNodesReady(ctx, r.waitOptions(localcluster.NodesReadyWhat)))
+}
+
+// waitFor checks cond every 200ms, printing its progress every 5s, until it
+// holds, ctx ends or a part of the cluster stops.
+func (r *runner) waitFor(ctx context.Context, what string, cond func() (string, bool)) error {
+	err := r.cluster.Wait(ctx, what, func(context.Context) (string, bool) { return cond() }, r.waitOptions(what))
+	return r.setupError(err)
+}
