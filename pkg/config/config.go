@@ -149,7 +149,11 @@ func Read(path string, n *yaml.Node, prefix string, sections []Section, reserved
 		r.flags = append(r.flags, s.names())
 	}
 	if n.Kind != yaml.MappingNode {
-		r.bad(n, "%sexpected a mapping of sections (%s) to settings", strings.TrimSuffix(prefix, ".")+": ", strings.Join(r.sectionNames(), ", "))
+		where := ""
+		if prefix != "" {
+			where = strings.TrimSuffix(prefix, ".") + ": "
+		}
+		r.bad(n, "%sexpected a mapping of sections (%s) to settings", where, strings.Join(r.sectionNames(), ", "))
 		return nil, errors.Join(r.errs...)
 	}
 	seen := map[string]bool{}
