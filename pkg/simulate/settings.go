@@ -49,6 +49,7 @@ func (s *Settings) parse(path string) (*controllers.Config, *pflag.FlagSet, erro
 	if s.node == nil || s.node.Tag == "!!null" {
 		return cfg, fs, nil
 	}
+	// Values are read and checked on scratch settings, then set on cfg.
 	scratch := controllers.Default()
 	sets, err := config.Read(path, s.node, "controllers.", scratch.Sections())
 	if err != nil {
@@ -60,8 +61,7 @@ func (s *Settings) parse(path string) (*controllers.Config, *pflag.FlagSet, erro
 			errs = append(errs, fmt.Errorf("%s:%d: %s is set by the simulation itself and cannot be changed", path, a.Line, a.Key))
 		}
 	}
-	fresh := controllers.Default()
-	errs = append(errs, config.Check(path, sets, fresh.Sections()))
+	errs = append(errs, config.Check(path, sets, scratch.Sections()))
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
 	}
