@@ -138,3 +138,19 @@ func TestBadConfigFiles(t *testing.T) {
 		t.Errorf("half-applied: grace period %v", o.config.NodeLifecycle.NodeMonitorGracePeriod)
 	}
 }
+
+// run --help lists the registry's controllers in their layout and derives
+// the kube-controller-manager hint from what they replace.
+func TestHelpFromRegistry(t *testing.T) {
+	long := newCommand(newOptions()).Long
+	for _, want := range []string{
+		"Controllers:\n  nodelifecycle   node heartbeats, Unknown conditions,",
+		"\n  cloudnodelifecycle\n                  asks --cloud-provider about nodes",
+		"\n  scheduler       schedules the pods whose spec.schedulerName",
+		"--controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam next to it.",
+	} {
+		if !strings.Contains(long, want) {
+			t.Errorf("run --help lacks %q", want)
+		}
+	}
+}
