@@ -1,81 +1,124 @@
-// Package controllers is the registry of nodeshepherd's controllers: their
-// names, start order, and how each is built from the manager's shared parts.
+// Package controllers is the registry of nodeshepherd's controllers: the one
+// list of their descriptors (start order is list order), and the settings of
+// them all. `run`, `simulate`, `config default` and the RBAC tests read it;
+// each controller describes itself in its own package (descriptor.go).
 package controllers
 
 import (
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/spf13/pflag"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
-// Names lists the controllers in start order.
-var Names = []string{nodelifecycle.Name, tainteviction.Name, nodeipam.Name, cloudnodelifecycle.Name, drain.Name, scheduler.Name}
-
-// Config holds every controller's settings.
+// Config holds the shared settings and every controller's own, one field
+// per controller, typed so that callers (simulate, tests) can set them.
 type Config struct {
+	Shared             descriptor.Shared
 	NodeLifecycle      nodelifecycle.Config
+	TaintEviction      tainteviction.Config
 	NodeIPAM           nodeipam.Config
-	CloudNodeLifecycle cloudnodelifecycle.Config
-	Cloud              providers.Options
+	CloudNodeLifecycle cloudnodelifecycle.Settings
 	Drain              drain.Config
 	Scheduler          scheduler.Config
 }
 
-// Default returns every controller's defaults.
+// registry lists every controller once, in start order: its descriptor and
+// where its settings live in Config.
+var registry = []entry{
+	bind(nodelifecycle.Descriptor, func(c *Config) *nodelifecycle.Config { return &c.NodeLifecycle }),
+	bind(tainteviction.Descriptor, func(c *Config) *tainteviction.Config { return &c.TaintEviction }),
+	bind(nodeipam.Descriptor, func(c *Config) *nodeipam.Config { return &c.NodeIPAM }),
+	bind(cloudnodelifecycle.Descriptor, func(c *Config) *cloudnodelifecycle.Settings { return &c.CloudNodeLifecycle }),
+	bind(drain.Descriptor, func(c *Config) *drain.Config { return &c.Drain }),
+	bind(scheduler.Descriptor, func(c *Config) *scheduler.Config { return &c.Scheduler }),
+}
+
+// Names lists the controllers in start order.
+var Names = func() []string {
+	var out []string
+	for _, e := range registry {
+		out = append(out, e.info().Name)
+	}
+	return out
+}()
+
+// Registry describes every controller, in start order.
+func Registry() []descriptor.Info {
+	var out []descriptor.Info
+	for _, e := range registry {
+		out = append(out, e.info())
+	}
+	return out
+}
+
+// Default returns the shared settings' and every controller's defaults.
 func Default() Config {
-	return Config{NodeLifecycle: nodelifecycle.DefaultConfig(), CloudNodeLifecycle: cloudnodelifecycle.DefaultConfig(), Drain: drain.DefaultConfig(),
-		Scheduler: scheduler.DefaultConfig()}
+	c := Config{Shared: descriptor.DefaultShared()}
+	for _, e := range registry {
+		e.setDefault(&c)
+	}
+	return c
+}
+
+// Sections are the configuration file's sections of the controllers, bound
+// to c: the shared settings first, then each controller's, in start order.
+func (c *Config) Sections() []config.Section {
+	out := []config.Section{{Name: descriptor.SharedSection,
+		Help: "Settings more than one controller reads (kube-controller-manager's and Draino's flag names).", Register: c.Shared.AddFlags}}
+	for _, e := range registry {
+		out = append(out, e.sections(c)...)
+	}
+	return out
 }
 
 // AddFlags registers every controller's settings under kube-controller-manager's
-// (or Draino's, or kube-scheduler's) flag names. `run` and `simulate` share it.
+// (or Draino's, or kube-scheduler's) flag names.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
-	c.NodeLifecycle.AddFlags(fs)
-	c.NodeIPAM.AddFlags(fs)
-	c.CloudNodeLifecycle.AddFlags(fs)
-	c.Cloud.AddFlags(fs)
-	c.Drain.AddFlags(fs)
-	c.Scheduler.AddFlags(fs)
+	for _, s := range c.Sections() {
+		s.Register(fs)
+	}
 }
 
-// Validate checks the settings of the selected controllers.
+// Validate checks the shared settings and those of the selected controllers.
 func (c *Config) Validate(selected []string) error {
-	errs := []error{c.NodeLifecycle.Validate()}
-	if slices.Contains(selected, nodeipam.Name) {
-		_, err := c.NodeIPAM.Parse()
-		errs = append(errs, err)
-	}
-	if slices.Contains(selected, cloudnodelifecycle.Name) {
-		cnl := c.cloudConfig()
-		errs = append(errs, cnl.Validate())
-		if c.Cloud.Name == "" {
-			errs = append(errs, errors.New("the cloudnodelifecycle controller needs --cloud-provider"))
-		} else if _, err := c.Cloud.Build(nil); err != nil {
-			errs = append(errs, err)
+	errs := []error{c.Shared.Validate()}
+	for _, e := range registry {
+		if slices.Contains(selected, e.info().Name) {
+			errs = append(errs, e.validate(c))
 		}
 	}
-	if slices.Contains(selected, drain.Name) {
-		if !c.Drain.Configured() {
-			errs = append(errs, errors.New("the drain controller needs --drain-condition (e.g. --drain-condition=KernelDeadlock=True,10m) or --drain-rules FILE"))
-		} else {
-			d := c.drainConfig()
-			errs = append(errs, d.Validate())
+	return joinUnique(errs)
+}
+
+// joinUnique joins errors, each message once: a shared setting is checked by
+// every controller that reads it.
+func joinUnique(errs []error) error {
+	var out []error
+	seen := map[string]bool{}
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		for _, msg := range strings.Split(err.Error(), "\n") {
+			if !seen[msg] {
+				seen[msg] = true
+				out = append(out, errors.New(msg))
+			}
 		}
 	}
-	if slices.Contains(selected, scheduler.Name) {
-		errs = append(errs, c.Scheduler.Validate())
-	}
-	return errors.Join(errs...)
+	return errors.Join(out...)
 }
 
 // Select drops controllers that "*" selected but that are off by
@@ -83,83 +126,77 @@ func (c *Config) Validate(selected []string) error {
 // --allocate-node-cidrs. explicit are the names given one by one.
 func (c *Config) Select(resolved, explicit []string) []string {
 	out := slices.Clone(resolved)
-	drop := func(name string) {
-		if !slices.Contains(explicit, name) {
+	for _, e := range registry {
+		name := e.info().Name
+		if !e.enabled(c) && !slices.Contains(explicit, name) {
 			out = slices.DeleteFunc(out, func(n string) bool { return n == name })
 		}
-	}
-	if !c.NodeIPAM.AllocateNodeCIDRs {
-		drop(nodeipam.Name)
-	}
-	if c.Cloud.Name == "" {
-		drop(cloudnodelifecycle.Name)
-	}
-	if !c.Drain.Configured() {
-		drop(drain.Name)
 	}
 	return out
 }
 
-// cloudConfig is the cloud controller's settings with the shared monitor period.
-func (c *Config) cloudConfig() cloudnodelifecycle.Config {
-	cnl := c.CloudNodeLifecycle
-	cnl.NodeMonitorPeriod = c.NodeLifecycle.NodeMonitorPeriod
-	return cnl
-}
-
-// drainConfig is the drain controller's settings with the shared incident
-// guard and the node lifecycle controller's zone threshold.
-func (c *Config) drainConfig() drain.Config {
-	d := c.Drain
-	d.Budget.MaxUnhealthyNodes = c.CloudNodeLifecycle.MaxUnhealthyNodes
-	d.UnhealthyZoneThreshold = c.NodeLifecycle.UnhealthyZoneThreshold
-	return d
-}
-
-// Constructors builds every controller; dry run comes from the manager.
+// Constructors builds every controller from a copy of cfg; dry run comes
+// from the manager.
 func Constructors(cfg Config) map[string]manager.Constructor {
-	return map[string]manager.Constructor{
-		nodelifecycle.Name: func(c manager.Context) (manager.Controller, error) {
-			nl := cfg.NodeLifecycle
-			nl.DryRun = c.DryRun
-			return nodelifecycle.New(nl, nodelifecycle.Deps{
-				Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
-				Leases: c.LeaseInformers.Coordination().V1().Leases(), Recorder: c.Recorder(nodelifecycle.EventSource),
-				Registry: c.Registry, Clock: c.Clock,
-			})
-		},
-		nodeipam.Name: func(c manager.Context) (manager.Controller, error) {
-			ipam := cfg.NodeIPAM
-			ipam.DryRun = c.DryRun
-			return nodeipam.New(ipam, nodeipam.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
-				Recorder: c.Recorder(nodeipam.EventSource), Registry: c.Registry})
-		},
-		cloudnodelifecycle.Name: func(c manager.Context) (manager.Controller, error) {
-			cloud, err := cfg.Cloud.Build(c.RESTConfig)
-			if err != nil {
-				return nil, err
-			}
-			cnl := cfg.cloudConfig()
-			cnl.DryRun = c.DryRun
-			return cloudnodelifecycle.New(cnl, cloudnodelifecycle.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
-				Cloud: cloud, Recorder: c.Recorder(cloudnodelifecycle.EventSource), Registry: c.Registry, Clock: c.Clock})
-		},
-		drain.Name: func(c manager.Context) (manager.Controller, error) {
-			d := cfg.drainConfig()
-			d.DryRun = c.DryRun
-			return drain.New(d, drain.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
-				Recorder: c.Recorder(drain.EventSource), Registry: c.Registry, Clock: c.Clock})
-		},
-		scheduler.Name: func(c manager.Context) (manager.Controller, error) {
-			return scheduler.New(cfg.Scheduler, scheduler.Deps{Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(),
-				Pods: c.Informers.Core().V1().Pods(), PDBs: c.Informers.Policy().V1().PodDisruptionBudgets(),
-				Recorder: c.Recorder(cfg.Scheduler.SchedulerName), Registry: c.Registry, Clock: c.Clock, DryRun: c.DryRun})
-		},
-		tainteviction.Name: func(c manager.Context) (manager.Controller, error) {
-			return tainteviction.New(tainteviction.Config{DryRun: c.DryRun}, tainteviction.Deps{
-				Client: c.Client, Nodes: c.Informers.Core().V1().Nodes(), Pods: c.Informers.Core().V1().Pods(),
-				Recorder: c.Recorder(tainteviction.EventSource), Registry: c.Registry, Clock: c.Clock,
-			})
-		},
+	out := map[string]manager.Constructor{}
+	for _, e := range registry {
+		out[e.info().Name] = func(ctx manager.Context) (manager.Controller, error) { return e.build(&cfg, ctx) }
 	}
+	return out
+}
+
+// KubeControllerManagerFlag is the --controllers value that turns off, in
+// kube-controller-manager, the controllers nodeshepherd replaces.
+func KubeControllerManagerFlag() string {
+	out := "*"
+	for _, e := range registry {
+		if r := e.info().Replaces; r != "" {
+			out += ",-" + r
+		}
+	}
+	return out
+}
+
+// entry is a descriptor bound to its field of Config, with its settings'
+// type hidden so that the registry is one list.
+type entry interface {
+	info() descriptor.Info
+	setDefault(c *Config)
+	sections(c *Config) []config.Section
+	enabled(c *Config) bool
+	validate(c *Config) error
+	build(c *Config, ctx manager.Context) (manager.Controller, error)
+}
+
+type bound[C any] struct {
+	d     descriptor.Descriptor[C]
+	field func(*Config) *C
+}
+
+func bind[C any](d descriptor.Descriptor[C], field func(*Config) *C) entry {
+	return bound[C]{d: d, field: field}
+}
+
+func (b bound[C]) info() descriptor.Info { return b.d.Info }
+func (b bound[C]) setDefault(c *Config)  { *b.field(c) = b.d.Default() }
+
+func (b bound[C]) sections(c *Config) []config.Section {
+	var out []config.Section
+	for _, s := range b.d.Sections {
+		out = append(out, config.Section{Name: s.Name, Help: s.Help, Register: func(fs *pflag.FlagSet) { s.AddFlags(b.field(c), fs) }})
+	}
+	return out
+}
+
+func (b bound[C]) enabled(c *Config) bool { return b.d.Enabled == nil || b.d.Enabled(b.field(c)) }
+
+func (b bound[C]) validate(c *Config) error {
+	if b.d.Validate == nil {
+		return nil
+	}
+	return b.d.Validate(b.field(c), &c.Shared)
+}
+
+func (b bound[C]) build(c *Config, ctx manager.Context) (manager.Controller, error) {
+	return b.d.New(b.field(c), &c.Shared, ctx)
 }

@@ -36,9 +36,9 @@ type Scenario struct {
 	// Duration is how long the timeline runs, from the moment every workload
 	// is ready.
 	Duration Duration `yaml:"duration"`
-	// Controllers are `nodeshepherd run` flags by name, e.g.
-	// node-monitor-grace-period: 40s. Those kube-controller-manager also has
-	// apply to the upstream run as well.
+	// Controllers are the configuration file's controller sections, with
+	// its keys, e.g. nodeLifecycle: {nodeMonitorGracePeriod: 40s}. Settings
+	// kube-controller-manager also has apply to the upstream run as well.
 	Controllers Settings      `yaml:"controllers"`
 	Cluster     Cluster       `yaml:"cluster"`
 	Workloads   []Workload    `yaml:"workloads"`

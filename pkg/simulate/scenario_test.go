@@ -15,9 +15,10 @@ kind: Scenario
 name: test
 duration: 5m
 controllers:
-  node-monitor-grace-period: 40s
-  node-eviction-rate: 0.2
-  drain-condition: ["KernelDeadlock=True,2m"]
+  nodeLifecycle:
+    nodeMonitorGracePeriod: 40s
+    nodeEvictionRate: 0.2
+  drain: {drainCondition: ["KernelDeadlock=True,2m"]}
 cluster:
   zones:
   - {name: zone-a, nodes: 2}
@@ -68,8 +69,8 @@ func TestLoadValidScenarioAndScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.NodeLifecycle.NodeMonitorGracePeriod != 4*time.Second || cfg.NodeLifecycle.NodeMonitorPeriod != 500*time.Millisecond {
-		t.Errorf("durations not divided by 10: grace %v, period %v", cfg.NodeLifecycle.NodeMonitorGracePeriod, cfg.NodeLifecycle.NodeMonitorPeriod)
+	if cfg.NodeLifecycle.NodeMonitorGracePeriod != 4*time.Second || cfg.Shared.NodeMonitorPeriod != 500*time.Millisecond {
+		t.Errorf("durations not divided by 10: grace %v, period %v", cfg.NodeLifecycle.NodeMonitorGracePeriod, cfg.Shared.NodeMonitorPeriod)
 	}
 	if cfg.NodeLifecycle.NodeEvictionRate != 2 {
 		t.Errorf("rate not multiplied by 10: %v", cfg.NodeLifecycle.NodeEvictionRate)
@@ -115,26 +116,32 @@ func TestBadScenariosNameFileAndLine(t *testing.T) {
 		{"bad duration", replace("duration: 5m", "duration: 5 minutes"), `:4: invalid duration "5 minutes"`},
 		{"missing duration", replace("duration: 5m\n", ""), "duration: give how long"},
 		{"negative duration", replace("for: 45s", "for: -45s"), "must not be negative"},
-		{"unknown zone", replace("zone: zone-a, count: 1", "zone: zone-x"), `:29: timeline[1] (partition): unknown zone "zone-x"; the cluster's zones: zone-a, zone-b`},
-		{"unknown node", replace("nodes: [fake-node-0000]", "nodes: [node-7]"), `:28: timeline[0] (network-blip): unknown node "node-7"; nodes are named fake-node-0000 to fake-node-0002`},
-		{"unknown action", replace("action: partition", "action: explode"), `:29: timeline[1] (explode): unknown action "explode"`},
+		{"unknown zone", replace("zone: zone-a, count: 1", "zone: zone-x"), `:30: timeline[1] (partition): unknown zone "zone-x"; the cluster's zones: zone-a, zone-b`},
+		{"unknown node", replace("nodes: [fake-node-0000]", "nodes: [node-7]"), `:29: timeline[0] (network-blip): unknown node "node-7"; nodes are named fake-node-0000 to fake-node-0002`},
+		{"unknown action", replace("action: partition", "action: explode"), `:30: timeline[1] (explode): unknown action "explode"`},
 		{"blip without for", replace(", for: 45s}", "}"), "network-blip needs for:"},
 		{"bad condition", replace("condition: KernelDeadlock=True,", "condition: KernelDeadlock=Maybe,"), "must be True, False or Unknown"},
 		{"step after the end", replace("{at: 3m, action: burst", "{at: 7m, action: burst"), "at 7m0s is after the scenario's duration 5m0s"},
-		{"unknown step field", replace("count: 1}", "count: 1, foo: bar}"), ":29: field foo not found"},
-		{"unknown controller setting", replace("node-eviction-rate: 0.2", "node-eviction-rat: 0.2"), `:7: controllers: unknown setting "node-eviction-rat"`},
-		{"bad controller value", replace("node-eviction-rate: 0.2", "node-eviction-rate: fast"), `:7: controllers: node-eviction-rate: invalid argument "fast"`},
-		{"invalid controller setting", replace("node-eviction-rate: 0.2", "node-eviction-rate: -1"), "--node-eviction-rate must not be negative"},
-		{"simulation-owned setting", replace("node-eviction-rate: 0.2", "scheduler-name: mine"), ":7: controllers: scheduler-name is set by the simulation"},
-		{"manifest unknown field", replace("replicas: 3", "replicas: 3\n    replicaz: 4"), `:15: strict decoding error: unknown field "spec.replicaz"`},
-		{"manifest without name", replace("metadata: {name: web}", "metadata: {labels: {a: b}}"), ":15: metadata.name is missing"},
-		{"unknown metric", replace("metric: maxNodesCordoned", "metric: maxNodesCordonned"), `:34: expect[1]: unknown metric "maxNodesCordonned"`},
+		{"unknown step field", replace("count: 1}", "count: 1, foo: bar}"), ":30: field foo not found"},
+		{"unknown controller setting", replace("nodeEvictionRate: 0.2", "nodeEvictionRat: 0.2"), ":8: unknown setting controllers.nodeLifecycle.nodeEvictionRat; the section's settings: nodeMonitorGracePeriod,"},
+		{"bad controller value", replace("nodeEvictionRate: 0.2", "nodeEvictionRate: fast"), `:8: controllers.nodeLifecycle.nodeEvictionRate: invalid argument "fast"`},
+		{"invalid controller setting", replace("nodeEvictionRate: 0.2", "nodeEvictionRate: -1"), "--node-eviction-rate must not be negative"},
+		{"simulation-owned setting", replace("nodeEvictionRate: 0.2", "nodeEvictionRate: 0.2\n  scheduler: {schedulerName: mine}"), ":9: controllers.scheduler.schedulerName is set by the simulation"},
+		{"old flag-name spelling", replace("  nodeLifecycle:\n", "  node-monitor-period: 2s\n  nodeLifecycle:\n"), ":6: controllers.node-monitor-period is the old spelling; write shared.nodeMonitorPeriod"},
+		{"old spelling inside a section", replace("nodeEvictionRate: 0.2", "node-eviction-rate: 0.2"), ":8: controllers.nodeLifecycle.node-eviction-rate is the old spelling; write nodeLifecycle.nodeEvictionRate"},
+		{"setting without its section", replace("  nodeLifecycle:\n", "  maxCordonedNodes: 2\n  nodeLifecycle:\n"), ":6: controllers.maxCordonedNodes is a setting, not a section; write drain.maxCordonedNodes"},
+		{"shared setting in a controller's section", replace("nodeEvictionRate: 0.2", "nodeMonitorPeriod: 2s"), ":8: unknown setting controllers.nodeLifecycle.nodeMonitorPeriod; it belongs to section shared: write shared.nodeMonitorPeriod"},
+		{"non-controller section", replace("  nodeLifecycle:\n", "  leaderElection: {leaderElect: false}\n  nodeLifecycle:\n"), `:6: unknown section "controllers.leaderElection"; sections: shared, nodeLifecycle,`},
+		{"controllers not a mapping", replace("controllers:\n  nodeLifecycle:\n    nodeMonitorGracePeriod: 40s\n    nodeEvictionRate: 0.2\n  drain: {drainCondition: [\"KernelDeadlock=True,2m\"]}\n", "controllers: [a]\n"), ":5: controllers: expected a mapping of sections"},
+		{"manifest unknown field", replace("replicas: 3", "replicas: 3\n    replicaz: 4"), `:16: strict decoding error: unknown field "spec.replicaz"`},
+		{"manifest without name", replace("metadata: {name: web}", "metadata: {labels: {a: b}}"), ":16: metadata.name is missing"},
+		{"unknown metric", replace("metric: maxNodesCordoned", "metric: maxNodesCordonned"), `:35: expect[1]: unknown metric "maxNodesCordonned"`},
 		{"count given as duration", replace("maxNodesCordoned, atMost: 2", "maxNodesCordoned, atMost: 2s"), "maxNodesCordoned is a count"},
 		{"duration given as count", replace("atMost: 60s", "atMost: sixty"), "podNotReadyAfterRecovery is a duration"},
 		{"bad run", replace("run: upstream", "run: kcm"), `run "kcm": must be nodeshepherd, upstream or both`},
 		{"no zones", replace("  - {name: zone-a, nodes: 2}\n  - {name: zone-b, nodes: 1}\n", ""), "cluster.zones: list at least one zone"},
-		{"zone without nodes", replace("{name: zone-b, nodes: 1}", "{name: zone-b, nodes: 0}"), ":12: cluster.zones[1]: nodes must be at least 1"},
-		{"bad quantity", replace(`cpu: "4"`, "cpu: four"), `:13: invalid quantity "four"`},
+		{"zone without nodes", replace("{name: zone-b, nodes: 1}", "{name: zone-b, nodes: 0}"), ":13: cluster.zones[1]: nodes must be at least 1"},
+		{"bad quantity", replace(`cpu: "4"`, "cpu: four"), `:14: invalid quantity "four"`},
 		{"wrong kind", replace("kind: Scenario", "kind: Scenery"), "expected apiVersion: nodeshepherd.io/v1alpha1 and kind: Scenario"},
 		{"missing workload file", replace("- apiVersion: apps/v1\n  kind: Deployment", "- file: nope.yaml\n- apiVersion: apps/v1\n  kind: Deployment"), "workloads[0]: open"},
 	}

@@ -5,53 +5,26 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 )
 
-// Settings are controller flags by name, as `nodeshepherd run` takes them.
+// Settings are the scenario's controllers: block: the configuration
+// file's controller sections with its keys (nodeLifecycle:
+// {nodeMonitorGracePeriod: 40s}), read by pkg/config as the file is.
 type Settings struct {
-	entries []setting
+	node *yaml.Node
 }
 
-type setting struct {
-	flag   string
-	values []string
-	node   *yaml.Node
-}
-
-// UnmarshalYAML takes a mapping of flag names to a scalar or a list of
-// scalars (for repeatable flags such as drain-condition).
+// UnmarshalYAML keeps the block; parse reads it, with the file's name.
 func (s *Settings) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: controllers: expected a mapping of `nodeshepherd run` flag names to values", n.Line)
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		e := setting{flag: strings.TrimPrefix(k.Value, "--"), node: k}
-		switch v.Kind {
-		case yaml.ScalarNode:
-			e.values = []string{v.Value}
-		case yaml.SequenceNode:
-			for _, it := range v.Content {
-				if it.Kind != yaml.ScalarNode {
-					return fmt.Errorf("line %d: controllers.%s: list items must be plain values", it.Line, k.Value)
-				}
-				e.values = append(e.values, it.Value)
-			}
-		default:
-			return fmt.Errorf("line %d: controllers.%s: expected a value or a list of values", v.Line, k.Value)
-		}
-		s.entries = append(s.entries, e)
-	}
+	s.node = n
 	return nil
 }
 
@@ -73,27 +46,26 @@ func (s *Settings) parse(path string) (*controllers.Config, *pflag.FlagSet, erro
 	cfg := &def
 	fs := pflag.NewFlagSet("controllers", pflag.ContinueOnError)
 	cfg.AddFlags(fs)
+	if s.node == nil || s.node.Tag == "!!null" {
+		return cfg, fs, nil
+	}
+	// Values are read and checked on scratch settings, then set on cfg.
+	scratch := controllers.Default()
+	sets, err := config.Read(path, s.node, "controllers.", scratch.Sections())
+	if err != nil {
+		return nil, nil, err
+	}
 	var errs []error
-	for _, e := range s.entries {
-		f := fs.Lookup(e.flag)
-		switch {
-		case f == nil:
-			errs = append(errs, fmt.Errorf("%s:%d: controllers: unknown setting %q; settings are `nodeshepherd run` flag names without dashes, e.g. node-monitor-grace-period (see nodeshepherd run --help)", path, e.node.Line, e.flag))
-			continue
-		case slices.Contains(notInSimulations, e.flag):
-			errs = append(errs, fmt.Errorf("%s:%d: controllers: %s is set by the simulation itself and cannot be changed", path, e.node.Line, e.flag))
-			continue
-		case len(e.values) > 1 && !strings.HasSuffix(f.Value.Type(), "Array") && !strings.HasSuffix(f.Value.Type(), "Slice"):
-			errs = append(errs, fmt.Errorf("%s:%d: controllers: %s takes one value, got a list", path, e.node.Line, e.flag))
-			continue
-		}
-		for _, v := range e.values {
-			if err := fs.Set(e.flag, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: controllers: %s: %v", path, e.node.Line, e.flag, err))
-			}
+	for _, a := range sets {
+		if slices.Contains(notInSimulations, a.Flag) {
+			errs = append(errs, fmt.Errorf("%s:%d: %s is set by the simulation itself and cannot be changed", path, a.Line, a.Key))
 		}
 	}
-	return cfg, fs, errors.Join(errs...)
+	errs = append(errs, config.Check(path, sets, scratch.Sections()))
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return cfg, fs, config.Set(path, sets, fs)
 }
 
 // check parses the settings and validates them as `run` would.
@@ -102,7 +74,9 @@ func (s *Settings) check(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := cfg.Validate(cfg.Select([]string{scheduler.Name, drain.Name}, nil)); err != nil {
+	// What the simulation runs: nodeipam and cloudnodelifecycle are set up
+	// by the simulation itself, so they are not the scenario's to check.
+	if err := cfg.Validate(cfg.Select(controllers.Names, nil)); err != nil {
 		return fmt.Errorf("%s: controllers: %w", path, err)
 	}
 	return nil

@@ -99,7 +99,7 @@ func runDetection(b *testing.B, side string, grace, tol time.Duration, trials in
 	if side == "nodeshepherd" {
 		c := controllers.Default()
 		c.NodeLifecycle.NodeMonitorGracePeriod = grace
-		c.NodeLifecycle.NodeMonitorPeriod = monitorPeriod
+		c.Shared.NodeMonitorPeriod = monitorPeriod
 		// StartNodeShepherd's client runs at clientQPS/clientBurst too.
 		framework.StartNodeShepherd(b, cp.RESTConfig(), c, nil)
 	}

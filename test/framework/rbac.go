@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 )
 
 // CredentialsEnv, set to "serviceaccount", makes StartNodeShepherd run the
@@ -104,6 +106,7 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 		}
 		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items)), nil
 	})
+	checkRegistryRoles(t, ctx, client)
 	grantFakeCloud(t, ctx, client)
 	tr, err := client.CoreV1().ServiceAccounts(DeployNamespace).CreateToken(ctx, DeployServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
@@ -129,6 +132,31 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 			}
 			return rt
 		},
+	}
+}
+
+// checkRegistryRoles fails the test, naming the controller, when deploy/
+// lacks the ClusterRole the controllers registry says a controller needs or
+// does not bind it to the ServiceAccount: a new controller's role is then
+// missed here, not as a 403 in the middle of a scenario.
+func checkRegistryRoles(t testing.TB, ctx context.Context, client kubernetes.Interface) {
+	t.Helper()
+	bindings, err := client.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range controllers.Registry() {
+		if _, err := client.RbacV1().ClusterRoles().Get(ctx, d.ClusterRole, metav1.GetOptions{}); err != nil {
+			t.Fatalf("controller %s needs ClusterRole %s (pkg/controller/%s/descriptor.go), which deploy/ does not create: %v", d.Name, d.ClusterRole, d.Name, err)
+		}
+		bound := slices.ContainsFunc(bindings.Items, func(b rbacv1.ClusterRoleBinding) bool {
+			return b.RoleRef.Kind == "ClusterRole" && b.RoleRef.Name == d.ClusterRole && slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+				return s.Kind == rbacv1.ServiceAccountKind && s.Name == DeployServiceAccount && s.Namespace == DeployNamespace
+			})
+		})
+		if !bound {
+			t.Fatalf("controller %s needs ClusterRole %s bound to ServiceAccount %s/%s; deploy/ does not bind it", d.Name, d.ClusterRole, DeployNamespace, DeployServiceAccount)
+		}
 	}
 }
 

@@ -23,6 +23,10 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 	if err := os.WriteFile(scenario, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 5m\ncluster:\n  zones: [{name: a, nodes: 1}]\ntimeline:\n- {at: 1m, action: partition, zone: b}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	oldScenario := filepath.Join(t.TempDir(), "old.yaml")
+	if err := os.WriteFile(oldScenario, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\ncontrollers:\n  node-monitor-grace-period: 40s\nduration: 5m\ncluster:\n  zones: [{name: a, nodes: 1}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	badConfig := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(badConfig, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: NodeShepherdConfiguration\nnodeLifecycle:\n  nodeMonitorGracePeriod: soon\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -32,7 +36,8 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		want string // part of the error message
 	}{
 		{[]string{"bogus"}, `unknown command "bogus"`},
-		{[]string{"run", "--config=" + badConfig}, badConfig + `:4: nodeMonitorGracePeriod: invalid argument "soon"`},
+		{[]string{"run", "--config=" + badConfig}, badConfig + `:4: nodeLifecycle.nodeMonitorGracePeriod: invalid argument "soon"`},
+		{[]string{"simulate", oldScenario, "--validate"}, oldScenario + ":4: controllers.node-monitor-grace-period is the old spelling; write nodeLifecycle.nodeMonitorGracePeriod"},
 		{[]string{"run", "--config=/nonexistent.yaml"}, "--config: open /nonexistent.yaml"},
 		{[]string{"config", "bogus"}, `unknown command "bogus"`},
 		{[]string{"simulate"}, "simulate takes one scenario file, got 0 arguments"},

@@ -31,8 +31,8 @@ import (
 
 func cloudConfig(provider string, rate float64, maxUnhealthy string) controllers.Config {
 	c := fastLifecycle(100)
-	c.Cloud = providers.Options{Name: provider, WebhookTimeout: 5 * time.Second}
-	c.CloudNodeLifecycle.NodeDeletionRate, c.CloudNodeLifecycle.MaxUnhealthyNodes = rate, maxUnhealthy
+	c.CloudNodeLifecycle.Cloud = providers.Options{Name: provider, WebhookTimeout: 5 * time.Second}
+	c.CloudNodeLifecycle.NodeDeletionRate, c.Shared.MaxUnhealthyNodes = rate, maxUnhealthy
 	return c
 }
 
@@ -257,7 +257,7 @@ func TestWebhookProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cloudConfig(webhook.ProviderName, 100, "45%")
-	c.Cloud.WebhookURL, c.Cloud.WebhookCAFile, c.Cloud.WebhookTimeout = srv.URL, caFile, 500*time.Millisecond
+	c.CloudNodeLifecycle.Cloud.WebhookURL, c.CloudNodeLifecycle.Cloud.WebhookCAFile, c.CloudNodeLifecycle.Cloud.WebhookTimeout = srv.URL, caFile, 500*time.Millisecond
 	ns := framework.StartNodeShepherd(t, cfg, c, nil)
 	waitNodesReady(t, client, names...)
 

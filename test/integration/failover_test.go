@@ -37,8 +37,9 @@ leaderElection:
   leaderElectLeaseDuration: 4s
   leaderElectRenewDeadline: 3s
   leaderElectRetryPeriod: 500ms
-nodeLifecycle:
+shared:
   nodeMonitorPeriod: 1s
+nodeLifecycle:
   nodeMonitorGracePeriod: 3s
   nodeStartupGracePeriod: 5s
   nodeEvictionRate: 100

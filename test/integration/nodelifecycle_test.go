@@ -32,7 +32,8 @@ const (
 func fastLifecycle(rate float64) controllers.Config {
 	c := controllers.Default()
 	nl := &c.NodeLifecycle
-	nl.NodeMonitorPeriod, nl.NodeMonitorGracePeriod, nl.NodeStartupGracePeriod = time.Second, testGrace, testStartupGrace
+	c.Shared.NodeMonitorPeriod = time.Second
+	nl.NodeMonitorGracePeriod, nl.NodeStartupGracePeriod = testGrace, testStartupGrace
 	nl.NodeEvictionRate, nl.PodReadinessRestoreDelay = rate, time.Second
 	return c
 }

@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -90,6 +91,7 @@ func TestDeployRolesHaveNoWildcards(t *testing.T) {
 		}
 		dec := yaml.NewDecoder(bytes.NewReader(out))
 		roles := 0
+		clusterRoles := map[string]bool{}
 		for {
 			var doc struct {
 				Kind     string                `yaml:"kind"`
@@ -112,6 +114,9 @@ func TestDeployRolesHaveNoWildcards(t *testing.T) {
 				continue
 			}
 			roles++
+			if doc.Kind == "ClusterRole" {
+				clusterRoles[doc.Metadata.Name] = true
+			}
 			for i, r := range doc.Rules {
 				for field, values := range map[string][]string{"apiGroups": r.APIGroups, "resources": r.Resources, "verbs": r.Verbs, "resourceNames": r.ResourceNames, "nonResourceURLs": r.NonResourceURLs} {
 					if slices.ContainsFunc(values, func(v string) bool { return strings.Contains(v, "*") }) {
@@ -125,6 +130,14 @@ func TestDeployRolesHaveNoWildcards(t *testing.T) {
 		}
 		if roles == 0 {
 			t.Errorf("%s renders no roles", dir)
+		}
+		if dir != dirs[0] {
+			continue // overlays drop the roles of the controllers they leave out
+		}
+		for _, d := range controllers.Registry() {
+			if !clusterRoles[d.ClusterRole] {
+				t.Errorf("deploy/ renders no ClusterRole %s, which the registry says controller %s needs", d.ClusterRole, d.Name)
+			}
 		}
 	}
 }

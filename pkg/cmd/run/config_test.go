@@ -29,7 +29,7 @@ func TestDefaultConfigRoundTrips(t *testing.T) {
 	text := b.String()
 	for _, want := range []string{"kind: NodeShepherdConfiguration", "nodeLifecycle:", "  nodeMonitorGracePeriod: 50s",
 		"  nodeEvictionRate: 0.1", "  leaderElect: true", "  maxCordonedNodes: 10%", "  schedulerName: nodeshepherd-scheduler",
-		"  # How long a node may go without a heartbeat"} {
+		"  # How long a node may go without a heartbeat", "shared:\n", "  maxUnhealthyNodes: 45%"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("default config lacks %q", want)
 		}
@@ -42,7 +42,7 @@ func TestDefaultConfigRoundTrips(t *testing.T) {
 	if _, err := o.validate(); err != nil {
 		t.Fatalf("the default does not validate: %v", err)
 	}
-	if o.config.NodeLifecycle != newOptions().config.NodeLifecycle || o.leader != newOptions().leader {
+	if o.config.NodeLifecycle != newOptions().config.NodeLifecycle || o.config.Shared != newOptions().config.Shared || o.leader != newOptions().leader {
 		t.Error("loading the default changed settings")
 	}
 }
@@ -58,6 +58,8 @@ nodeLifecycle:
 drain:
   drainCondition: ["KernelDeadlock=True,10m", "Ready=Unknown,30m"]
   maxConcurrentDrains: 2
+shared:
+  maxUnhealthyNodes: "3"
 leaderElection:
   leaderElectResourceNamespace: nodeshepherd-system
 `)
@@ -82,6 +84,9 @@ leaderElection:
 	if got := o.config.Drain.Conditions; len(got) != 2 || got[1] != "Ready=Unknown,30m" {
 		t.Errorf("drain conditions %v", got)
 	}
+	if o.config.Shared.MaxUnhealthyNodes != "3" {
+		t.Errorf("shared maxUnhealthyNodes %q, want the file's 3", o.config.Shared.MaxUnhealthyNodes)
+	}
 	if strings.Join(opts.Controllers, ",") != "nodelifecycle,tainteviction,drain" || o.leader.ResourceNamespace != "nodeshepherd-system" {
 		t.Errorf("controllers %v, lease namespace %q", opts.Controllers, o.leader.ResourceNamespace)
 	}
@@ -92,13 +97,18 @@ func TestBadConfigFiles(t *testing.T) {
 	cases := []struct{ name, text, want string }{
 		{"wrong kind", "apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\n", ":1: expected apiVersion: nodeshepherd.io/v1alpha1 and kind: NodeShepherdConfiguration"},
 		{"unknown section", head + "nodelifecycle:\n  nodeMonitorPeriod: 5s\n", `:3: unknown section "nodelifecycle"; sections: clientConnection, manager`},
-		{"unknown setting", head + "nodeLifecycle:\n  nodeMonitorPeriodd: 5s\n", ":4: unknown setting nodeLifecycle.nodeMonitorPeriodd; the section's settings: nodeMonitorPeriod,"},
-		{"setting in the wrong section", head + "drain:\n  nodeMonitorPeriod: 5s\n", ":4: unknown setting drain.nodeMonitorPeriod"},
-		{"bad duration", head + "nodeLifecycle:\n  nodeMonitorPeriod: fast\n", `:4: nodeMonitorPeriod: invalid argument "fast"`},
-		{"list for a scalar", head + "nodeLifecycle:\n  nodeMonitorPeriod: [5s, 6s]\n", ":4: nodeMonitorPeriod takes one value, got a list"},
+		{"unknown setting", head + "nodeLifecycle:\n  nodeMonitorGracePeriodd: 5s\n", ":4: unknown setting nodeLifecycle.nodeMonitorGracePeriodd; the section's settings: nodeMonitorGracePeriod,"},
+		{"setting in the wrong section", head + "drain:\n  nodeMonitorGracePeriod: 5s\n", ":4: unknown setting drain.nodeMonitorGracePeriod; it belongs to section nodeLifecycle: write nodeLifecycle.nodeMonitorGracePeriod"},
+		{"setting moved to the shared section", head + "nodeLifecycle:\n  nodeMonitorPeriod: 5s\n", ":4: unknown setting nodeLifecycle.nodeMonitorPeriod; it belongs to section shared: write shared.nodeMonitorPeriod"},
+		{"max-unhealthy-nodes moved too", head + "cloudNodeLifecycle:\n  maxUnhealthyNodes: 3\n", ":4: unknown setting cloudNodeLifecycle.maxUnhealthyNodes; it belongs to section shared: write shared.maxUnhealthyNodes"},
+		{"flag name as key", head + "nodeLifecycle:\n  node-monitor-grace-period: 5s\n", ":4: nodeLifecycle.node-monitor-grace-period is the old spelling; write nodeLifecycle.nodeMonitorGracePeriod"},
+		{"setting without its section", head + "nodeMonitorGracePeriod: 5s\n", ":3: nodeMonitorGracePeriod is a setting, not a section; write nodeLifecycle.nodeMonitorGracePeriod"},
+		{"bad duration", head + "nodeLifecycle:\n  nodeMonitorGracePeriod: fast\n", `:4: nodeLifecycle.nodeMonitorGracePeriod: invalid argument "fast"`},
+		{"list for a scalar", head + "shared:\n  nodeMonitorPeriod: [5s, 6s]\n", ":4: shared.nodeMonitorPeriod takes one value, got a list"},
 		{"twice", head + "drain:\n  skipDrain: true\n  skipDrain: false\n", ":5: drain.skipDrain is given twice"},
 		{"not a mapping", head + "drain: true\n", ":3: drain: expected a mapping of settings"},
-		{"invalid value caught by validation", head + "nodeLifecycle:\n  unhealthyZoneThreshold: 1.5\n", "--unhealthy-zone-threshold must be in (0, 1]"},
+		{"grace not above the shared period", head + "shared:\n  nodeMonitorPeriod: 1m\n", "--node-monitor-grace-period (50s) must be longer than --node-monitor-period (1m0s)"},
+		{"invalid value caught by validation", head + "shared:\n  unhealthyZoneThreshold: 1.5\n", "--unhealthy-zone-threshold must be in (0, 1]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -120,11 +130,27 @@ func TestBadConfigFiles(t *testing.T) {
 	// Nothing is half-applied: a file with one good and one bad value changes nothing.
 	o := newOptions()
 	cmd := newCommand(o)
-	p := writeFile(t, head+"nodeLifecycle:\n  nodeMonitorGracePeriod: 40s\n  nodeMonitorPeriod: fast\n")
+	p := writeFile(t, head+"nodeLifecycle:\n  nodeMonitorGracePeriod: 40s\nshared:\n  nodeMonitorPeriod: fast\n")
 	if err := config.Apply(p, cmd.Flags(), defaultSections); err == nil {
 		t.Fatal("no error")
 	}
 	if o.config.NodeLifecycle.NodeMonitorGracePeriod != 50*time.Second {
 		t.Errorf("half-applied: grace period %v", o.config.NodeLifecycle.NodeMonitorGracePeriod)
+	}
+}
+
+// run --help lists the registry's controllers in their layout and derives
+// the kube-controller-manager hint from what they replace.
+func TestHelpFromRegistry(t *testing.T) {
+	long := newCommand(newOptions()).Long
+	for _, want := range []string{
+		"Controllers:\n  nodelifecycle   node heartbeats, Unknown conditions,",
+		"\n  cloudnodelifecycle\n                  asks --cloud-provider about nodes",
+		"\n  scheduler       schedules the pods whose spec.schedulerName",
+		"--controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam next to it.",
+	} {
+		if !strings.Contains(long, want) {
+			t.Errorf("run --help lacks %q", want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package run
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 
@@ -37,29 +38,10 @@ credentials), leader-elected on a Lease, with /metrics, /healthz and /readyz on
 --metrics-bind-address.
 
 Controllers:
-  nodelifecycle   node heartbeats, Unknown conditions, NoSchedule and NoExecute taints with
-                  per-zone rate limits and disruption modes, pods marked NotReady, readiness
-                  restored after a flap. Replaces kube-controller-manager's nodelifecycle.
-  tainteviction   deletes pods that do not tolerate NoExecute taints after their
-                  tolerationSeconds. Replaces taint-eviction-controller.
-  nodeipam        allocates spec.podCIDRs per IP family from --cluster-cidr (runs only with
-                  --allocate-node-cidrs). Replaces nodeipam.
-  cloudnodelifecycle
-                  asks --cloud-provider about nodes that are not Ready: deletes those whose
-                  machine is gone, taints those whose machine is shut down (runs only with
-                  --cloud-provider). Like the cloud controller manager's.
-  drain           cordons and drains (Eviction API, PDBs honoured) nodes whose conditions match
-                  --drain-condition or --drain-rules, within budgets (--max-concurrent-drains,
-                  --max-cordoned-nodes, --group-by-label, --drain-buffer) and a circuit breaker
-                  (--max-unhealthy-nodes, zone disruption); uncordons only what it cordoned.
-                  Like Draino (runs only with --drain-condition or --drain-rules).
-  scheduler       schedules the pods whose spec.schedulerName is --scheduler-name (default
-                  nodeshepherd-scheduler; default-scheduler replaces kube-scheduler): priority
-                  queue, kube-scheduler's filters and scores, binding, preemption with
-                  PodDisruptionBudgets as kube-scheduler 1.37 does it.
+` + controllerHelp() + `
 
 Run kube-controller-manager with
---controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam next to it. Flag names and defaults follow kube-controller-manager.`,
+--controllers=` + controllers.KubeControllerManagerFlag() + ` next to it. Flag names and defaults follow kube-controller-manager.`,
 		Example: `  nodeshepherd run --kubeconfig ~/.kube/config --controllers=nodelifecycle,tainteviction
   nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing
   nodeshepherd run --controllers=drain --drain-condition=KernelDeadlock=True,10m \
@@ -93,9 +75,10 @@ Run kube-controller-manager with
 }
 
 // sections are the run command's flags grouped as the configuration file
-// has them; the flags of a fresh options are the defaults.
+// has them: the manager's, then the controllers' from the registry; the
+// flags of a fresh options are the defaults.
 func sections(o *options) []config.Section {
-	return []config.Section{
+	return append([]config.Section{
 		{Name: "clientConnection", Help: "How to reach the API server.", Register: func(f *pflag.FlagSet) { o.kube.AddFlags(f, 50, 100) }},
 		{Name: "manager", Help: "Which controllers run, and the metrics and health server.", Register: func(f *pflag.FlagSet) {
 			f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(controllers.Names, ", ")+"; * for all; -name to leave one out.")
@@ -103,13 +86,29 @@ func sections(o *options) []config.Section {
 			f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
 		}},
 		{Name: "leaderElection", Help: "Leader election on a Lease, so that replicas take over from each other.", Register: o.leader.AddFlags},
-		{Name: "nodeLifecycle", Help: "The nodelifecycle controller (kube-controller-manager's flag names and defaults).", Register: o.config.NodeLifecycle.AddFlags},
-		{Name: "nodeIPAM", Help: "The nodeipam controller: pod CIDRs for nodes.", Register: o.config.NodeIPAM.AddFlags},
-		{Name: "cloudNodeLifecycle", Help: "The cloudnodelifecycle controller.", Register: o.config.CloudNodeLifecycle.AddFlags},
-		{Name: "cloudProvider", Help: "The cloud provider the cloudnodelifecycle controller asks.", Register: o.config.Cloud.AddFlags},
-		{Name: "drain", Help: "The drain controller (Draino's flag names where Draino has the setting).", Register: o.config.Drain.AddFlags},
-		{Name: "scheduler", Help: "The scheduler (kube-scheduler's names for its settings).", Register: o.config.Scheduler.AddFlags},
+	}, o.config.Sections()...)
+}
+
+// controllerHelp lists the registry's controllers with their help, the
+// name in a 16-column margin (on a line of its own when longer).
+func controllerHelp() string {
+	var b strings.Builder
+	for i, d := range controllers.Registry() {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		lines := strings.Split(d.Help, "\n")
+		if len(d.Name) < 16 {
+			fmt.Fprintf(&b, "  %-16s%s", d.Name, lines[0])
+			lines = lines[1:]
+		} else {
+			b.WriteString("  " + d.Name)
+		}
+		for _, l := range lines {
+			b.WriteString("\n" + strings.Repeat(" ", 18) + l)
+		}
 	}
+	return b.String()
 }
 
 // defaultSections are the sections bound to a fresh options: their flags

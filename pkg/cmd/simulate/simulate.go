@@ -50,8 +50,8 @@ timeline charts).
 
 --compare upstream runs the scenario a second time with kube-controller-manager's own
 nodelifecycle, taint-eviction and nodeipam controllers and kube-scheduler, and reports both
-side by side. Settings kube-controller-manager also has (node-monitor-grace-period,
-node-eviction-rate, ...) apply to both runs.
+side by side. Settings kube-controller-manager also has (nodeLifecycle.nodeMonitorGracePeriod,
+nodeLifecycle.nodeEvictionRate, ...) apply to both runs.
 
 --trials N runs every run N times, each on a fresh control plane (with --compare upstream,
 nodeshepherd and upstream take turns), and reports each measure as the median and range

@@ -68,10 +68,10 @@ func DefaultConfig() Config {
 	return Config{NodeMonitorPeriod: 5 * time.Second, NodeDeletionRate: 0.1, MaxUnhealthyNodes: "45%"}
 }
 
-// AddFlags registers the controller's own flags (not --node-monitor-period).
+// AddFlags registers the controller's own flags; --node-monitor-period and
+// --max-unhealthy-nodes are shared settings (descriptor.Shared).
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.NodeDeletionRate, "node-deletion-rate", c.NodeDeletionRate, "Nodes per second the cloudnodelifecycle controller may delete at most (0.1: one every 10s).")
-	fs.StringVar(&c.MaxUnhealthyNodes, "max-unhealthy-nodes", c.MaxUnhealthyNodes, "Incident guard: the cloudnodelifecycle controller deletes no node while more nodes than this are not Ready, and the drain controller starts no cordon or drain while more selected nodes than this are not Ready. A count or a percentage.")
 }
 
 // Validate checks the settings.

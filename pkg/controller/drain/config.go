@@ -81,8 +81,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags registers the drain flags (--max-unhealthy-nodes is shared and
-// registered by the cloud node lifecycle controller's flags).
+// AddFlags registers the drain flags (--max-unhealthy-nodes and
+// --unhealthy-zone-threshold are shared settings: descriptor.Shared).
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&c.Conditions, "drain-condition", c.Conditions, "Node condition that makes the drain controller cordon and drain a node, in Draino's syntax: TYPE, TYPE=STATUS or TYPE=STATUS,MIN_DURATION (e.g. KernelDeadlock=True,10m). Repeat for any-of.")
 	fs.StringVar(&c.File, "drain-rules", c.File, "YAML file (kind: DrainRules) with the drain conditions and node selection, instead of --drain-condition/--drain-node-selector/--drain-node-expression.")

@@ -73,15 +73,16 @@ func DefaultConfig() Config {
 	}
 }
 
-// AddFlags binds the settings to kube-controller-manager's flag names.
+// AddFlags binds the settings to kube-controller-manager's flag names, but
+// for --node-monitor-period and --unhealthy-zone-threshold: other controllers
+// read them too, so they are registered with the shared settings
+// (descriptor.Shared) and copied in by the descriptor.
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
-	fs.DurationVar(&c.NodeMonitorPeriod, "node-monitor-period", c.NodeMonitorPeriod, "Period of the full node health pass (nodes are also checked the moment their grace period expires).")
 	fs.DurationVar(&c.NodeMonitorGracePeriod, "node-monitor-grace-period", c.NodeMonitorGracePeriod, "How long a node may go without a heartbeat (Lease renewal or NodeStatus) before it is marked Unknown.")
 	fs.DurationVar(&c.NodeStartupGracePeriod, "node-startup-grace-period", c.NodeStartupGracePeriod, "Grace period for a node that has not yet reported a Ready condition.")
 	fs.Float64Var(&c.NodeEvictionRate, "node-eviction-rate", c.NodeEvictionRate, "Nodes per second per zone that get a NoExecute taint while the zone is healthy.")
 	fs.Float64Var(&c.SecondaryNodeEvictionRate, "secondary-node-eviction-rate", c.SecondaryNodeEvictionRate, "Nodes per second per zone that get a NoExecute taint while a zone larger than --large-cluster-size-threshold is partially disrupted.")
 	fs.IntVar(&c.LargeClusterSizeThreshold, "large-cluster-size-threshold", c.LargeClusterSizeThreshold, "Zones with more nodes than this keep --secondary-node-eviction-rate in partial disruption; smaller zones stop tainting.")
-	fs.Float32Var(&c.UnhealthyZoneThreshold, "unhealthy-zone-threshold", c.UnhealthyZoneThreshold, "Fraction of not-ready nodes (at least 3) from which a zone is partially disrupted.")
 	fs.DurationVar(&c.HeartbeatOverdueSlack, "heartbeat-overdue-slack", c.HeartbeatOverdueSlack, "A node silent for longer than its usual heartbeat interval plus this slack counts as not ready in its zone's disruption state before its grace period ends, so nodes that fall silent together are judged together (0: count only nodes already marked, as upstream).")
 	fs.BoolVar(&c.StaticStability, "static-stability", c.StaticStability, "While every zone is in FullDisruption (no node heartbeats at all, likely a control-plane network problem), do not mark pods NotReady, so Services keep their endpoints; false marks them as kube-controller-manager does.")
 	fs.DurationVar(&c.PodReadinessRestoreDelay, "pod-readiness-restore-delay", c.PodReadinessRestoreDelay, "After a node is Ready again, restore Ready=True on pods this controller marked NotReady and their kubelet has not updated since (0 turns it off).")

@@ -1,0 +1,67 @@
+package cloudnodelifecycle
+
+import (
+	"errors"
+
+	"github.com/spf13/pflag"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Settings are the controller's two sections: its own, and the cloud
+// provider it asks (kube-controller-manager's --cloud-provider flags).
+type Settings struct {
+	Config
+	Cloud providers.Options
+}
+
+// Descriptor tells nodeshepherd how to configure, check and build the controller.
+var Descriptor = descriptor.Descriptor[Settings]{
+	Info: descriptor.Info{
+		Name: Name,
+		Help: "asks --cloud-provider about nodes that are not Ready: deletes those whose\n" +
+			"machine is gone, taints those whose machine is shut down (runs only with\n" +
+			"--cloud-provider). Like the cloud controller manager's.",
+		ClusterRole: "nodeshepherd:cloudnodelifecycle",
+	},
+	Sections: []descriptor.Section[Settings]{
+		{Name: "cloudNodeLifecycle", Help: "The cloudnodelifecycle controller.", AddFlags: func(s *Settings, fs *pflag.FlagSet) { s.Config.AddFlags(fs) }},
+		{Name: "cloudProvider", Help: "The cloud provider the cloudnodelifecycle controller asks.", AddFlags: func(s *Settings, fs *pflag.FlagSet) { s.Cloud.AddFlags(fs) }},
+	},
+	Default: func() Settings {
+		c := DefaultConfig()
+		c.NodeMonitorPeriod, c.MaxUnhealthyNodes = 0, "" // shared settings
+		return Settings{Config: c}
+	},
+	Enabled: func(s *Settings) bool { return s.Cloud.Name != "" },
+	Validate: func(s *Settings, shared *descriptor.Shared) error {
+		cfg, err := withShared(s.Config, shared)
+		errs := []error{err, cfg.Validate()}
+		if s.Cloud.Name == "" {
+			errs = append(errs, errors.New("the cloudnodelifecycle controller needs --cloud-provider"))
+		} else if _, err := s.Cloud.Build(nil); err != nil {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	},
+	New: func(s *Settings, shared *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+		cloud, err := s.Cloud.Build(ctx.RESTConfig)
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := withShared(s.Config, shared)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DryRun = ctx.DryRun
+		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
+			Cloud: cloud, Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock})
+	},
+}
+
+func withShared(c Config, s *descriptor.Shared) (Config, error) {
+	return c, errors.Join(descriptor.Take("node-monitor-period", &c.NodeMonitorPeriod, s.NodeMonitorPeriod),
+		descriptor.Take("max-unhealthy-nodes", &c.MaxUnhealthyNodes, s.MaxUnhealthyNodes))
+}

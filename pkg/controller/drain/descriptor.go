@@ -1,0 +1,55 @@
+package drain
+
+import (
+	"errors"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Descriptor tells nodeshepherd how to configure, check and build the controller.
+var Descriptor = descriptor.Descriptor[Config]{
+	Info: descriptor.Info{
+		Name: Name,
+		Help: "cordons and drains (Eviction API, PDBs honoured) nodes whose conditions match\n" +
+			"--drain-condition or --drain-rules, within budgets (--max-concurrent-drains,\n" +
+			"--max-cordoned-nodes, --group-by-label, --drain-buffer) and a circuit breaker\n" +
+			"(--max-unhealthy-nodes, zone disruption); uncordons only what it cordoned.\n" +
+			"Like Draino (runs only with --drain-condition or --drain-rules).",
+		ClusterRole: "nodeshepherd:drain",
+	},
+	Sections: []descriptor.Section[Config]{{Name: "drain",
+		Help: "The drain controller (Draino's flag names where Draino has the setting).", AddFlags: (*Config).AddFlags}},
+	Default: func() Config {
+		c := DefaultConfig()
+		c.Budget.MaxUnhealthyNodes, c.UnhealthyZoneThreshold = "", 0 // shared settings
+		return c
+	},
+	Enabled: (*Config).Configured,
+	Validate: func(c *Config, s *descriptor.Shared) error {
+		if !c.Configured() {
+			return errors.New("the drain controller needs --drain-condition (e.g. --drain-condition=KernelDeadlock=True,10m) or --drain-rules FILE")
+		}
+		cfg, err := withShared(*c, s)
+		if err != nil {
+			return err
+		}
+		return cfg.Validate()
+	},
+	New: func(c *Config, s *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+		cfg, err := withShared(*c, s)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DryRun = ctx.DryRun
+		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Pods: ctx.Informers.Core().V1().Pods(),
+			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock})
+	},
+}
+
+// withShared adds the shared incident guard and zone threshold: zones are
+// classified as the nodelifecycle controller classifies them.
+func withShared(c Config, s *descriptor.Shared) (Config, error) {
+	return c, errors.Join(descriptor.Take("max-unhealthy-nodes", &c.Budget.MaxUnhealthyNodes, s.MaxUnhealthyNodes),
+		descriptor.Take("unhealthy-zone-threshold", &c.UnhealthyZoneThreshold, s.UnhealthyZoneThreshold))
+}

@@ -1,0 +1,28 @@
+package nodeipam
+
+import (
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Descriptor tells nodeshepherd how to configure, check and build the controller.
+var Descriptor = descriptor.Descriptor[Config]{
+	Info: descriptor.Info{
+		Name: Name,
+		Help: "allocates spec.podCIDRs per IP family from --cluster-cidr (runs only with\n" +
+			"--allocate-node-cidrs). Replaces nodeipam.",
+		ClusterRole: "nodeshepherd:nodeipam",
+		Replaces:    "nodeipam",
+	},
+	Sections: []descriptor.Section[Config]{{Name: "nodeIPAM", Help: "The nodeipam controller: pod CIDRs for nodes.", AddFlags: (*Config).AddFlags}},
+	Default:  func() Config { return Config{} },
+	// As kube-controller-manager: only with --allocate-node-cidrs.
+	Enabled:  func(c *Config) bool { return c.AllocateNodeCIDRs },
+	Validate: func(c *Config, _ *descriptor.Shared) error { _, err := c.Parse(); return err },
+	New: func(c *Config, _ *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+		cfg := *c
+		cfg.DryRun = ctx.DryRun
+		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
+			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry})
+	},
+}

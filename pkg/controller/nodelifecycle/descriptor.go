@@ -1,0 +1,51 @@
+package nodelifecycle
+
+import (
+	"errors"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Descriptor tells nodeshepherd how to configure, check and build the controller.
+var Descriptor = descriptor.Descriptor[Config]{
+	Info: descriptor.Info{
+		Name: Name,
+		Help: "node heartbeats, Unknown conditions, NoSchedule and NoExecute taints with\n" +
+			"per-zone rate limits and disruption modes, pods marked NotReady, readiness\n" +
+			"restored after a flap. Replaces kube-controller-manager's nodelifecycle.",
+		ClusterRole: "nodeshepherd:nodelifecycle",
+		Replaces:    "nodelifecycle",
+	},
+	Sections: []descriptor.Section[Config]{{Name: "nodeLifecycle",
+		Help: "The nodelifecycle controller (kube-controller-manager's flag names and defaults).", AddFlags: (*Config).AddFlags}},
+	Default: func() Config {
+		c := DefaultConfig()
+		c.NodeMonitorPeriod, c.UnhealthyZoneThreshold = 0, 0 // shared settings
+		return c
+	},
+	Validate: func(c *Config, s *descriptor.Shared) error {
+		cfg, err := withShared(*c, s)
+		if err != nil {
+			return err
+		}
+		return cfg.Validate()
+	},
+	New: func(c *Config, s *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+		cfg, err := withShared(*c, s)
+		if err != nil {
+			return nil, err
+		}
+		cfg.DryRun = ctx.DryRun
+		return New(cfg, Deps{
+			Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Pods: ctx.Informers.Core().V1().Pods(),
+			Leases: ctx.LeaseInformers.Coordination().V1().Leases(), Recorder: ctx.Recorder(EventSource),
+			Registry: ctx.Registry, Clock: ctx.Clock,
+		})
+	},
+}
+
+func withShared(c Config, s *descriptor.Shared) (Config, error) {
+	return c, errors.Join(descriptor.Take("node-monitor-period", &c.NodeMonitorPeriod, s.NodeMonitorPeriod),
+		descriptor.Take("unhealthy-zone-threshold", &c.UnhealthyZoneThreshold, s.UnhealthyZoneThreshold))
+}

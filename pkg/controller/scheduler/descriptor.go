@@ -1,0 +1,29 @@
+package scheduler
+
+import (
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Descriptor tells nodeshepherd how to configure, check and build the
+// scheduler. It replaces no kube-controller-manager controller: it runs next
+// to kube-scheduler under its own name, or in its place as default-scheduler.
+var Descriptor = descriptor.Descriptor[Config]{
+	Info: descriptor.Info{
+		Name: Name,
+		Help: "schedules the pods whose spec.schedulerName is --scheduler-name (default\n" +
+			"nodeshepherd-scheduler; default-scheduler replaces kube-scheduler): priority\n" +
+			"queue, kube-scheduler's filters and scores, binding, preemption with\n" +
+			"PodDisruptionBudgets as kube-scheduler 1.37 does it.",
+		ClusterRole: "nodeshepherd:scheduler",
+	},
+	Sections: []descriptor.Section[Config]{{Name: "scheduler",
+		Help: "The scheduler (kube-scheduler's names for its settings).", AddFlags: (*Config).AddFlags}},
+	Default:  DefaultConfig,
+	Validate: func(c *Config, _ *descriptor.Shared) error { return c.Validate() },
+	New: func(c *Config, _ *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+		return New(*c, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
+			Pods: ctx.Informers.Core().V1().Pods(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
+			Recorder: ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})
+	},
+}

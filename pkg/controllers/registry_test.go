@@ -1,0 +1,138 @@
+package controllers
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+)
+
+// Every controller package is in the registry, once, under its directory's
+// name, and describes itself in descriptor.go: adding a controller is one
+// package and one registry line.
+func TestRegistryListsEveryControllerOnce(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join("..", "controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if len(dirs) < 6 {
+		t.Fatalf("found %d controller packages, want at least six: %v", len(dirs), dirs)
+	}
+	seen := map[string]bool{}
+	for _, d := range Registry() {
+		if seen[d.Name] {
+			t.Errorf("the registry lists %s twice", d.Name)
+		}
+		seen[d.Name] = true
+		if d.Help == "" || d.ClusterRole == "" {
+			t.Errorf("%s: the descriptor lacks its help or ClusterRole", d.Name)
+		}
+	}
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join("..", "controller", dir, "descriptor.go")); err != nil {
+			t.Errorf("pkg/controller/%s has no descriptor.go: %v", dir, err)
+		}
+		if !seen[dir] {
+			t.Errorf("pkg/controller/%s is not in the registry (pkg/controllers/controllers.go)", dir)
+		}
+	}
+	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler"}) {
+		t.Errorf("start order changed: %v", Names)
+	}
+	if got, want := KubeControllerManagerFlag(), "*,-nodelifecycle,-taint-eviction-controller,-nodeipam"; got != want {
+		t.Errorf("kube-controller-manager --controllers %q, want %q", got, want)
+	}
+}
+
+// Section names are unique, each flag is registered once, and every flag's
+// key in the file maps back to the flag (the parser relies on it).
+func TestSectionsAreDistinct(t *testing.T) {
+	c := Default()
+	fs := pflag.NewFlagSet("all", pflag.ContinueOnError)
+	var names []string
+	for _, s := range c.Sections() {
+		if slices.Contains(names, s.Name) {
+			t.Errorf("section %s twice", s.Name)
+		}
+		names = append(names, s.Name)
+		s.Register(fs) // pflag panics on a flag registered twice
+	}
+	if names[0] != "shared" {
+		t.Errorf("sections %v: the shared one comes first", names)
+	}
+}
+
+// Programs that set a shared setting on one controller's copy are told to
+// set it in Shared instead of having it silently overridden.
+func TestSharedSettingSetOnAControllerIsAnError(t *testing.T) {
+	c := Default()
+	if err := c.Validate(c.Select(Names, nil)); err != nil {
+		t.Fatalf("the defaults do not validate: %v", err)
+	}
+	c.NodeLifecycle.NodeMonitorPeriod = 1
+	err := c.Validate(c.Select(Names, nil))
+	if err == nil || !strings.Contains(err.Error(), "--node-monitor-period is a shared setting") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+// Every ClusterRole the registry names is in deploy/base and bound to the
+// ServiceAccount there.
+func TestRegistryRolesAreInDeploy(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "base", "rbac-*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no deploy/base/rbac-*.yaml: %v", err)
+	}
+	roles, bound := map[string]bool{}, map[string]bool{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for {
+			var doc struct {
+				Kind     string `yaml:"kind"`
+				Metadata struct {
+					Name string `yaml:"name"`
+				} `yaml:"metadata"`
+				RoleRef struct {
+					Kind string `yaml:"kind"`
+					Name string `yaml:"name"`
+				} `yaml:"roleRef"`
+			}
+			if err := dec.Decode(&doc); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				t.Fatalf("%s: %v", f, err)
+			}
+			switch doc.Kind {
+			case "ClusterRole":
+				roles[doc.Metadata.Name] = true
+			case "ClusterRoleBinding":
+				if doc.RoleRef.Kind == "ClusterRole" {
+					bound[doc.RoleRef.Name] = true
+				}
+			}
+		}
+	}
+	for _, d := range Registry() {
+		if !roles[d.ClusterRole] || !bound[d.ClusterRole] {
+			t.Errorf("%s needs ClusterRole %s: in deploy/base %v, bound %v", d.Name, d.ClusterRole, roles[d.ClusterRole], bound[d.ClusterRole])
+		}
+	}
+}

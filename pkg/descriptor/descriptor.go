@@ -1,0 +1,119 @@
+// Package descriptor is what a controller tells nodeshepherd about itself:
+// its name, help, configuration sections and flags, validation, when it runs
+// under --controllers=*, how it is built, the ClusterRole deploy/ gives it,
+// and which kube-controller-manager controller it replaces. Each controller
+// package exposes one Descriptor (descriptor.go); pkg/controllers lists them
+// once, and `run`, `simulate`, `config default` and the RBAC tests read that
+// list. The package lives outside pkg/controller so that controllers can
+// import it without importing each other.
+package descriptor
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+)
+
+// Info is a controller's description, independent of its settings' type.
+type Info struct {
+	// Name is the controller's name in --controllers.
+	Name string
+	// Help is its paragraph under "Controllers:" in `run --help`: lines
+	// already wrapped at 93 columns, separated by newlines.
+	Help string
+	// ClusterRole is the ClusterRole in deploy/ that grants what it needs.
+	ClusterRole string
+	// Replaces is the kube-controller-manager controller this one takes over
+	// ("" for none): nodeshepherd runs next to kube-controller-manager when
+	// that one is turned off there (--controllers=*,-NAME).
+	Replaces string
+}
+
+// Section is one section of the configuration file, bound to settings C.
+type Section[C any] struct {
+	// Name is the section's key in camelCase (nodeLifecycle).
+	Name string
+	Help string
+	// AddFlags registers the section's flags, bound to c, under the
+	// upstream flag names; the current values are the defaults.
+	AddFlags func(c *C, fs *pflag.FlagSet)
+}
+
+// Descriptor describes a controller whose settings are a C.
+type Descriptor[C any] struct {
+	Info
+	// Sections are the controller's sections of the configuration file, in
+	// order; a controller without settings has none.
+	Sections []Section[C]
+	// Default returns the default settings.
+	Default func() C
+	// Enabled says whether --controllers=* runs the controller with these
+	// settings (nodeipam needs --allocate-node-cidrs, for instance); nil
+	// means always. Naming the controller explicitly runs it regardless.
+	Enabled func(c *C) bool
+	// Validate checks the settings, naming flags; nil means nothing to check.
+	Validate func(c *C, s *Shared) error
+	// New builds the controller; dry run and the clients come from ctx.
+	New func(c *C, s *Shared, ctx manager.Context) (manager.Controller, error)
+}
+
+// SharedSection is the name of the shared settings' section.
+const SharedSection = "shared"
+
+// Shared are the settings more than one controller reads; they live in one
+// section so that no controller owns what another depends on. Flag names
+// are kube-controller-manager's (node-monitor-period,
+// unhealthy-zone-threshold) and Draino's (max-unhealthy-nodes).
+type Shared struct {
+	// NodeMonitorPeriod: nodelifecycle's full health pass, cloudnodelifecycle's checks.
+	NodeMonitorPeriod time.Duration
+	// UnhealthyZoneThreshold: nodelifecycle's zone states, drain's circuit breaker.
+	UnhealthyZoneThreshold float32
+	// MaxUnhealthyNodes: the incident guard of cloudnodelifecycle and drain.
+	MaxUnhealthyNodes string
+}
+
+// DefaultShared returns kube-controller-manager's defaults and a 45 % guard.
+func DefaultShared() Shared {
+	return Shared{NodeMonitorPeriod: 5 * time.Second, UnhealthyZoneThreshold: 0.55, MaxUnhealthyNodes: "45%"}
+}
+
+// AddFlags registers the shared flags.
+func (s *Shared) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&s.NodeMonitorPeriod, "node-monitor-period", s.NodeMonitorPeriod, "Period of the nodelifecycle controller's full node health pass (nodes are also checked the moment their grace period expires) and of the cloudnodelifecycle controller's checks.")
+	fs.Float32Var(&s.UnhealthyZoneThreshold, "unhealthy-zone-threshold", s.UnhealthyZoneThreshold, "Fraction of not-ready nodes (at least 3) from which a zone is partially disrupted, for the nodelifecycle controller's rate limits and the drain controller's circuit breaker.")
+	fs.StringVar(&s.MaxUnhealthyNodes, "max-unhealthy-nodes", s.MaxUnhealthyNodes, "Incident guard: the cloudnodelifecycle controller deletes no node while more nodes than this are not Ready, and the drain controller starts no cordon or drain while more selected nodes than this are not Ready. A count or a percentage.")
+}
+
+// Validate checks the shared settings, with the messages the controllers use.
+func (s *Shared) Validate() error {
+	var errs []error
+	if s.NodeMonitorPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--node-monitor-period must be positive, got %v", s.NodeMonitorPeriod))
+	}
+	if s.UnhealthyZoneThreshold <= 0 || s.UnhealthyZoneThreshold > 1 {
+		errs = append(errs, fmt.Errorf("--unhealthy-zone-threshold must be in (0, 1], got %v", s.UnhealthyZoneThreshold))
+	}
+	if _, err := controllerutil.ParseLimit(s.MaxUnhealthyNodes, 100); err != nil {
+		errs = append(errs, fmt.Errorf("--max-unhealthy-nodes: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Take copies a shared value into a controller's own copy of it (its
+// Config keeps the field, as its unit tests set it). A copy already set to
+// something else, by a program rather than by flags, is an error: setting
+// the controller's copy instead of Shared must not go unnoticed.
+func Take[T comparable](flag string, own *T, shared T) error {
+	var zero T
+	if *own != zero && *own != shared {
+		return fmt.Errorf("--%s is a shared setting: set it in the shared section (controllers.Config.Shared), not in one controller's settings (got %v there, %v shared)", flag, *own, shared)
+	}
+	*own = shared
+	return nil
+}
