@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 )
 
 // Every controller package is in the registry, once, under its directory's
@@ -54,6 +56,11 @@ func TestRegistryListsEveryControllerOnce(t *testing.T) {
 	}
 	if got, want := KubeControllerManagerFlag(), "*,-nodelifecycle,-taint-eviction-controller,-nodeipam"; got != want {
 		t.Errorf("kube-controller-manager --controllers %q, want %q", got, want)
+	}
+	// The local control plane starts kube-controller-manager without what
+	// nodeshepherd replaces; its default (controlplane up, tests) must follow.
+	if got, want := controlplane.DefaultControllers, KubeControllerManagerFlag(); got != want {
+		t.Errorf("controlplane.DefaultControllers %q, want the registry's %q", got, want)
 	}
 }
 

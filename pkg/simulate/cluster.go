@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -44,14 +45,11 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 		lc.ControlPlane.Scheduler = true
 		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
 	case ModeNodeShepherd:
-		res.Components = "nodeshepherd (nodelifecycle, tainteviction, nodeipam, scheduler"
-		if cfg.Drain.Configured() {
-			res.Components += ", drain"
-		}
-		res.Components += ") with kube-controller-manager for the rest"
-		if lc.Controllers, err = nodeShepherdControllers(cfg); err != nil {
+		var names []string
+		if lc.Controllers, names, err = nodeShepherdControllers(cfg); err != nil {
 			return localcluster.Config{}, err
 		}
+		res.Components = "nodeshepherd (" + strings.Join(names, ", ") + ") with kube-controller-manager for the rest"
 	default:
 		return localcluster.Config{}, fmt.Errorf("unknown mode %q", r.opts.Mode)
 	}
@@ -61,17 +59,17 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 // nodeShepherdControllers runs nodeshepherd's controllers and scheduler as
 // `run` would, with node IPAM allocating from podCIDR, and without the cloud
 // node lifecycle controller: fake nodes have no cloud.
-func nodeShepherdControllers(cfg *controllers.Config) (func(context.Context, *rest.Config) error, error) {
+func nodeShepherdControllers(cfg *controllers.Config) (func(context.Context, *rest.Config) error, []string, error) {
 	cfg.Scheduler.SchedulerName = v1.DefaultSchedulerName
 	cfg.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: podCIDR, ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
 	names := slices.DeleteFunc(cfg.Select(controllers.Names, nil), func(n string) bool { return n == cloudnodelifecycle.Name })
 	if err := cfg.Validate(names); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return func(ctx context.Context, rc *rest.Config) error {
 		rc.QPS, rc.Burst = 50, 100
 		return manager.Run(ctx, rc, manager.Options{Controllers: names, Constructors: controllers.Constructors(*cfg), MetricsBindAddress: "0"})
-	}, nil
+	}, names, nil
 }
 
 // waitOptions print the progress of a setup wait as every run does: a
