@@ -84,7 +84,6 @@ type Controller struct {
 	zoneQueues   map[string]*zoneQueue
 	zoneOfNode   map[string]string
 	nextDeadline time.Time
-	resetProbes  bool // set when the API server is reachable again after a gap
 
 	// overlay holds nodes as this controller last wrote them, until the
 	// informer catches up (and, in dry run, as it would have written them).
