@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -28,9 +27,10 @@ func controllerOf(pkg string) string {
 // pkg/controllerutil, pkg/kube), so that a controller can be changed, turned
 // off or moved without touching another. Test files count too.
 func TestNoControllerImportsAnother(t *testing.T) {
+	// go test puts the go command that runs it first on PATH.
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("finding the go command: %v", err)
 	}
 	out, err := exec.Command(gobin, "list", "-f",
 		`{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`,
