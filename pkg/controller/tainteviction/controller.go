@@ -109,9 +109,7 @@ type Controller struct {
 	shards  []workqueue.TypedRateLimitingInterface[item]
 	workers *timedWorkers
 
-	deletions        prometheus.Counter
-	deletionDuration prometheus.Histogram
-	deletionErrors   prometheus.Counter
+	*metrics
 }
 
 // nodeTaints are a node's NoExecute taints, with the time this process first
@@ -145,17 +143,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced:  []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		tainted: map[string]*nodeTaints{}, tolChanged: map[string]tolChange{},
-		deletions: prometheus.NewCounter(prometheus.CounterOpts{Subsystem: "taint_eviction_controller", Name: "pod_deletions_total",
-			Help: "Total number of Pods deleted by TaintEvictionController since its start."}),
-		// Upstream's buckets; unlike upstream, the value recorded is in seconds.
-		deletionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "taint_eviction_controller", Name: "pod_deletion_duration_seconds",
-			Help:    "Latency, in seconds, between the time when a taint effect has been activated for the Pod and its deletion via TaintEvictionController.",
-			Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240}}),
-		deletionErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "tainteviction", Name: "pod_deletion_errors_total",
-			Help: "Failed attempts to delete a pod for a NoExecute taint; each is retried with backoff while the pod must go."}),
-	}
-	if d.Registry != nil {
-		d.Registry.MustRegister(c.deletions, c.deletionDuration, c.deletionErrors)
+		metrics: newMetrics(d.Registry),
 	}
 	c.workers = newTimedWorkers(d.Clock, c.evict, retryBackoff)
 	for i := 0; i < workers; i++ {
@@ -545,7 +533,7 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		return false
 	}
 	if err != nil {
-		c.deletionErrors.Inc()
+		c.metrics.deletionErrors.Inc()
 		attempt := w.attempts + 1
 		next := retryBackoff(attempt)
 		// Bounded: attempts 1, 2, 4, 8, then one line per 30s at most.
@@ -554,8 +542,8 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		}
 		return true
 	}
-	c.deletions.Inc()
-	c.deletionDuration.Observe(c.clock.Since(w.due).Seconds())
+	c.metrics.deletions.Inc()
+	c.metrics.deletionDuration.Observe(c.clock.Since(w.due).Seconds())
 	logger.Info("Deleted pod that does not tolerate its node's NoExecute taints", "pod", key, "attempts", w.attempts+1)
 	return false
 }
