@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -243,9 +244,10 @@ func NodeEvent(rec record.EventRecorder, n *v1.Node, typ, reason, msg string) {
 }
 
 // ProcessNext takes one key off a work queue and syncs it: a key synced
-// without error is forgotten, a failed one is logged (failure, with the key
-// under logKey) and requeued with the queue's backoff. It returns false once
-// the queue shuts down, so workers loop on it.
+// without error is forgotten, a failed one is reported to HandleError
+// (failure, with the key under logKey) and requeued with the queue's backoff.
+// It returns false once the queue shuts down, so workers loop on it. Every
+// controller's workqueue worker has this one shape.
 func ProcessNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[T], logKey, failure string, sync func(context.Context, T) error) bool {
 	key, quit := q.Get()
 	if quit {
@@ -253,7 +255,7 @@ func ProcessNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitin
 	}
 	defer q.Done(key)
 	if err := sync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, failure, logKey, key)
+		utilruntime.HandleErrorWithContext(ctx, err, failure, logKey, key)
 		q.AddRateLimited(key)
 		return true
 	}

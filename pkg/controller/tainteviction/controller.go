@@ -132,6 +132,14 @@ type item struct {
 	pod  types.NamespacedName
 }
 
+// String names the item in logs.
+func (it item) String() string {
+	if it.pod.Name == "" {
+		return "node " + it.node
+	}
+	return "pod " + podKey(it.pod) + " on node " + it.node
+}
+
 // New builds the controller.
 func New(cfg Config, d Deps) (*Controller, error) {
 	if d.Clock == nil {
@@ -241,24 +249,16 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) process(ctx context.Context, q workqueue.TypedRateLimitingInterface[item]) bool {
-	it, quit := q.Get()
-	if quit {
-		return false
-	}
-	defer q.Done(it)
-	var err error
+	return controllerutil.ProcessNext(ctx, q, "item", "Taint eviction: requeueing", c.handle)
+}
+
+// handle syncs one queued item: a node's taints or one pod on a node.
+func (c *Controller) handle(ctx context.Context, it item) error {
 	if it.pod.Name == "" {
-		err = c.handleNode(ctx, it.node)
-	} else {
-		c.handlePod(ctx, it)
+		return c.handleNode(ctx, it.node)
 	}
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Taint eviction: requeueing", "node", it.node)
-		q.AddRateLimited(it)
-		return true
-	}
-	q.Forget(it)
-	return true
+	c.handlePod(ctx, it)
+	return nil
 }
 
 func podKey(p types.NamespacedName) string { return p.Namespace + "/" + p.Name }
