@@ -11,11 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,48 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 )
-
-var (
-	dryRunCounter = prometheus.CounterOpts{Namespace: "nodeshepherd", Name: "dry_run_actions_total",
-		Help: "Writes a controller in --dry-run mode would have made, by controller and action."}
-)
-
-// DryRun reports what a controller would write when it runs with --dry-run:
-// a log line, an event and a counter. Nothing is written but the event.
-type DryRun struct {
-	Enabled    bool
-	controller string
-	counter    *prometheus.CounterVec
-	recorder   record.EventRecorder
-}
-
-// EventDryRun is the event reason of dry-run reports.
-const EventDryRun = "DryRun"
-
-// NewDryRun returns the reporter of one controller.
-func NewDryRun(enabled bool, controller string, reg prometheus.Registerer, recorder record.EventRecorder) *DryRun {
-	// Every controller shares the one counter; the first registers it.
-	counter := prometheus.NewCounterVec(dryRunCounter, []string{"controller", "action"})
-	if err := reg.Register(counter); err != nil {
-		are, ok := err.(prometheus.AlreadyRegisteredError)
-		if !ok {
-			panic(err)
-		}
-		counter = are.ExistingCollector.(*prometheus.CounterVec)
-	}
-	return &DryRun{Enabled: enabled, controller: controller, counter: counter, recorder: recorder}
-}
-
-// Report records one action that was not written.
-func (d *DryRun) Report(ctx context.Context, obj runtime.Object, action, message string) {
-	klog.FromContext(ctx).Info("Dry run: not writing", "controller", d.controller, "action", action, "detail", message)
-	d.counter.WithLabelValues(d.controller, action).Inc()
-	if d.recorder != nil && obj != nil {
-		d.recorder.Eventf(obj, v1.EventTypeNormal, EventDryRun, "Would %s: %s", action, message)
-	}
-}
 
 // UpdateTaintBackoff is upstream's retry schedule for taint writes.
 var UpdateTaintBackoff = wait.Backoff{Steps: 5, Duration: 100 * time.Millisecond, Jitter: 1.0}

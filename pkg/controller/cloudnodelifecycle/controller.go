@@ -144,7 +144,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: caches did not sync", Name)
 	}
 	logger.Info("Starting cloud node lifecycle controller", "nodeDeletionRate", c.cfg.NodeDeletionRate,
-		"maxUnhealthyNodes", c.cfg.MaxUnhealthyNodes, "dryRun", c.cfg.DryRun)
+		"maxUnhealthyNodes", c.cfg.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
 	ticker := c.clock.NewTicker(c.cfg.NodeMonitorPeriod)
 	defer ticker.Stop()
 	for {
@@ -239,7 +239,7 @@ func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, not
 		return nil
 	}
 	msg := fmt.Sprintf("Deleting node %s because it does not exist in the cloud provider", n.Name)
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, n, "delete-node", msg)
 		return nil
 	}
@@ -261,7 +261,7 @@ func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) 
 	if !on {
 		add, remove, action = nil, []v1.Taint{ShutdownTaint}, "removed"
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, n, "shutdown-taint-"+action, fmt.Sprintf("node %s: shutdown taint %s", n.Name, action))
 		return nil
 	}

@@ -125,7 +125,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	c.updateGauge()
-	logger.Info("Starting node IPAM controller", "clusterCIDRs", c.alloc.Ranges(), "nodes", len(nodes), "occupied", occupied, "dryRun", c.dryRun.Enabled)
+	logger.Info("Starting node IPAM controller", "clusterCIDRs", c.alloc.Ranges(), "nodes", len(nodes), "occupied", occupied, "dryRun", c.dryRun.Enabled())
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
 		wg.Add(1)
@@ -209,7 +209,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	for i, p := range cidrs {
 		strs[i] = p.String()
 	}
-	if c.dryRun.Enabled {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, node, "allocate-pod-cidrs", fmt.Sprintf("node %s: podCIDRs %s", name, strings.Join(strs, ",")))
 		c.alloc.Release(strs)
 		return nil

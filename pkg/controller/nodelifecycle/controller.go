@@ -257,7 +257,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.podQueue.ShutDown()
 	defer c.markQueue.ShutDown()
 	defer c.restoreQueue.ShutDown()
-	logger.Info("Starting node lifecycle controller", "dryRun", c.cfg.DryRun, "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
+	logger.Info("Starting node lifecycle controller", "dryRun", c.dryRun.Enabled(), "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
 		"nodeMonitorGracePeriod", c.cfg.NodeMonitorGracePeriod, "nodeEvictionRate", c.cfg.NodeEvictionRate)
 	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
 		return fmt.Errorf("%s: caches did not sync", Name)

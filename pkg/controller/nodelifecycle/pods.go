@@ -109,7 +109,7 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 	if idx < 0 || pod.Status.Conditions[idx].Status == v1.ConditionFalse {
 		return nil
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, pod, "mark-pod-not-ready", fmt.Sprintf("pod %s/%s on node %s: Ready -> False", pod.Namespace, pod.Name, pod.Spec.NodeName))
 		return nil
 	}
@@ -247,7 +247,7 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 	if verdict == settleMark {
 		msg = reason
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, pod, "restore-pod-readiness", fmt.Sprintf("pod %s: %s", key, msg))
 		return true
 	}

@@ -223,7 +223,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName(Name)
 	ctx = klog.NewContext(ctx, logger)
 	c.runCtx = ctx
-	logger.Info("Starting taint eviction controller", "dryRun", c.cfg.DryRun)
+	logger.Info("Starting taint eviction controller", "dryRun", c.dryRun.Enabled())
 	defer c.workers.CancelAll()
 	for _, q := range c.shards {
 		defer q.ShutDown()
@@ -518,7 +518,7 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		// One event per eviction, not one per attempt.
 		c.recorder.Eventf(podRef(nn, w.uid), v1.EventTypeNormal, EventTaintManagerEviction, "Marking for deletion Pod %s", key)
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: w.uid}}, "delete-pod",
 			fmt.Sprintf("pod %s: does not tolerate its node's NoExecute taints", key))
 		return false
