@@ -116,8 +116,10 @@ type Options struct {
 	StopTimeout time.Duration
 }
 
-// DefaultStopTimeout is how long stopping controllers get to return.
-const DefaultStopTimeout = 30 * time.Second
+// DefaultStopTimeout is how long stopping controllers get to return: within
+// a pod's default 30 s termination grace period, with time left to release
+// the Lease.
+const DefaultStopTimeout = 20 * time.Second
 
 // ResolveControllers turns a --controllers value into controller names:
 // "*" is every known controller, "-name" removes one, names add one.
