@@ -224,11 +224,16 @@ func (c *Controller) Run(ctx context.Context) error {
 		"maxCordonedNodes", c.cfg.Budget.MaxCordonedNodes, "groupByLabel", c.cfg.Budget.GroupByLabel,
 		"drainBuffer", c.cfg.Budget.DrainBuffer, "maxUnhealthyNodes", c.cfg.Budget.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
 	go wait.Until(c.enqueueAll, c.cfg.ResyncPeriod, ctx.Done())
-	go func() {
+	var worker sync.WaitGroup
+	worker.Go(func() {
 		for c.processNext(ctx) {
 		}
-	}()
+	})
 	<-ctx.Done()
+	// The worker's write in flight finishes before Run returns (and the
+	// manager releases the Lease); then running drains stop.
+	c.queue.ShutDown()
+	worker.Wait()
 	close(c.stopping)
 	c.mu.Lock()
 	running := make([]*runningDrain, 0, len(c.running))
