@@ -192,9 +192,7 @@ func run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, opt
 	if err != nil {
 		return err
 	}
-	m.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
-	m.broadcaster.StartStructuredLogging(3)
-	m.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	m.broadcaster = startEvents(ctx, client)
 	defer m.broadcaster.Shutdown()
 
 	if opts.LeaderElection.Enabled {
@@ -212,6 +210,17 @@ func run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, opt
 	default:
 		return nil
 	}
+}
+
+// startEvents starts the broadcaster that the controllers' event recorders
+// write through, to the API server and the log. It outlives ctx (cancelling
+// its context would shut it down) so that stopping controllers' events are
+// still sent; the caller shuts it down.
+func startEvents(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
+	b := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
+	b.StartStructuredLogging(3)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b
 }
 
 // serve starts the /metrics, /healthz and /readyz server (unless disabled);
