@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -177,6 +178,10 @@ type manager struct {
 	// running is true from the controllers' start until they have returned;
 	// the Lease is not released while it is true.
 	running atomic.Bool
+	// active are the controllers whose Run has not returned, for the error
+	// that names those that do not stop in time.
+	activeMu sync.Mutex
+	active   map[string]bool
 }
 
 func run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, opts Options) error {
@@ -282,7 +287,13 @@ func (m *manager) runUntilStopped(ctx context.Context) error {
 	case err := <-done:
 		return err
 	case <-m.clock.After(timeout):
-		return fmt.Errorf("controllers did not stop within %v of shutdown", timeout)
+		m.activeMu.Lock()
+		names := slices.Sorted(maps.Keys(m.active))
+		m.activeMu.Unlock()
+		if len(names) == 0 {
+			names = []string{"(still starting)"}
+		}
+		return fmt.Errorf("controllers did not stop within %v of shutdown: %s", timeout, strings.Join(names, ", "))
 	}
 }
 
@@ -318,8 +329,20 @@ func (m *manager) runControllers(ctx context.Context) error {
 	klog.FromContext(ctx).Info("Controllers running", "controllers", m.opts.Controllers, "dryRun", m.opts.DryRun)
 	var wg sync.WaitGroup
 	errs := make([]error, len(ctrls))
+	m.activeMu.Lock()
+	m.active = map[string]bool{}
+	for _, name := range m.opts.Controllers {
+		m.active[name] = true
+	}
+	m.activeMu.Unlock()
 	for i, c := range ctrls {
-		wg.Go(func() { errs[i] = c.Run(ctx) })
+		name := m.opts.Controllers[i]
+		wg.Go(func() {
+			errs[i] = c.Run(ctx)
+			m.activeMu.Lock()
+			delete(m.active, name)
+			m.activeMu.Unlock()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)

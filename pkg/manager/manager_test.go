@@ -131,7 +131,7 @@ func TestStuckControllerKeepsLease(t *testing.T) {
 	wait(t, started, "the controller to start")
 	cancel()
 	err := wait(t, done, "Run to return")
-	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
+	if err == nil || !strings.Contains(err.Error(), "did not stop within 200ms of shutdown: test") {
 		t.Fatalf("Run returned %v, want a stop timeout", err)
 	}
 	if h := holder(t, client); h != "me" {
