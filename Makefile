@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane chromium test test-unit test-integration demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet fmt clean
+.PHONY: all build controlplane chromium test test-unit test-integration demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet lint fmt clean
 
 all: build controlplane
 
@@ -32,7 +32,7 @@ chromium:
 UNIT_PKGS = $$(go list ./... | grep -v /test/)
 
 ## test: unit tests (race detector on) and integration tests (builds the control plane first)
-test: vet controlplane chromium
+test: vet lint controlplane chromium
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 50m ./test/...
 
@@ -79,6 +79,17 @@ bench-steady: controlplane
 vet:
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+# staticcheck, pinned (it must know the Go version in go.mod), installed from
+# the Go module proxy into bin/ once per version; the stamp names the version.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK_STAMP := $(BIN)/.staticcheck-$(STATICCHECK_VERSION)
+
+## lint: staticcheck (staticcheck.conf) on every package
+lint:
+	@[ -x $(BIN)/staticcheck ] && [ -f $(STATICCHECK_STAMP) ] || { mkdir -p $(BIN) && rm -f $(BIN)/.staticcheck-* && \
+		GOBIN=$(BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) && touch $(STATICCHECK_STAMP); }
+	$(BIN)/staticcheck ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -28,9 +27,10 @@ func controllerOf(pkg string) string {
 // pkg/controllerutil, pkg/kube), so that a controller can be changed, turned
 // off or moved without touching another. Test files count too.
 func TestNoControllerImportsAnother(t *testing.T) {
+	// go test puts the go command that runs it first on PATH.
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("finding the go command: %v", err)
 	}
 	out, err := exec.Command(gobin, "list", "-f",
 		`{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`,
@@ -60,20 +60,35 @@ func TestNoControllerImportsAnother(t *testing.T) {
 
 // wallClockOrRootContext finds calls that bypass the injected clock (fake
 // clocks in tests could not drive them) or start a context that shutdown
-// cannot cancel.
-var wallClockOrRootContext = regexp.MustCompile(`\btime\.(Now|Since|Until|After|AfterFunc|NewTimer|NewTicker|Tick|Sleep)\(|\bcontext\.(Background|TODO)\(`)
+// cannot cancel; rootContext only the latter.
+var (
+	wallClockOrRootContext = regexp.MustCompile(`\btime\.(Now|Since|Until|After|AfterFunc|NewTimer|NewTicker|Tick|Sleep)\(|\bcontext\.(Background|TODO)\(`)
+	rootContext            = regexp.MustCompile(`\bcontext\.(Background|TODO)\(`)
+)
 
 // allowMarker on the same line exempts a call; it must be followed by why.
 const allowMarker = "arch:allow "
 
-// Controllers take time from their injected clock and do their work under
-// the context they were run with. A justified exception carries
+// Controllers, and the shared code they call, take time from their injected
+// clock and do their work under the context they were run with. simulate
+// measures wall-clock time by design, but it too works under its command's
+// context, so that an interrupt stops it. A justified exception carries
 // "// arch:allow <why>" on its line.
 func TestControllersUseInjectedClockAndRunContext(t *testing.T) {
 	root := filepath.Join("..", "..")
 	checked := 0
-	for _, dir := range []string{"pkg/controller", "pkg/manager"} {
-		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+	for _, rule := range []struct {
+		dir     string
+		pattern *regexp.Regexp
+	}{
+		{"pkg/controller", wallClockOrRootContext},
+		{"pkg/manager", wallClockOrRootContext},
+		{"pkg/controllerutil", wallClockOrRootContext},
+		{"pkg/nodetopology", wallClockOrRootContext},
+		{"pkg/kube", wallClockOrRootContext},
+		{"pkg/simulate", rootContext},
+	} {
+		err := filepath.WalkDir(filepath.Join(root, rule.dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
 			}
@@ -91,14 +106,14 @@ func TestControllersUseInjectedClockAndRunContext(t *testing.T) {
 				if strings.HasPrefix(strings.TrimSpace(line), "//") {
 					continue
 				}
-				m := wallClockOrRootContext.FindString(line)
+				m := rule.pattern.FindString(line)
 				if m == "" {
 					continue
 				}
 				if _, why, ok := strings.Cut(line, "// "+allowMarker); ok && strings.TrimSpace(why) != "" {
 					continue
 				}
-				t.Errorf("%s:%d: %s...): use the injected clock (k8s.io/utils/clock) or the controller's run context, "+
+				t.Errorf("%s:%d: %s...): use the injected clock (k8s.io/utils/clock) or the run context, "+
 					"or justify it with \"// %s<why>\" on the line", filepath.ToSlash(rel), n, m, allowMarker)
 			}
 			return sc.Err()

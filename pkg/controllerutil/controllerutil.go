@@ -11,59 +11,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 )
-
-var (
-	dryRunCounter = prometheus.CounterOpts{Namespace: "nodeshepherd", Name: "dry_run_actions_total",
-		Help: "Writes a controller in --dry-run mode would have made, by controller and action."}
-)
-
-// DryRun reports what a controller would write when it runs with --dry-run:
-// a log line, an event and a counter. Nothing is written but the event.
-type DryRun struct {
-	Enabled    bool
-	controller string
-	counter    *prometheus.CounterVec
-	recorder   record.EventRecorder
-}
-
-// EventDryRun is the event reason of dry-run reports.
-const EventDryRun = "DryRun"
-
-// NewDryRun returns the reporter of one controller.
-func NewDryRun(enabled bool, controller string, reg prometheus.Registerer, recorder record.EventRecorder) *DryRun {
-	// Every controller shares the one counter; the first registers it.
-	counter := prometheus.NewCounterVec(dryRunCounter, []string{"controller", "action"})
-	if err := reg.Register(counter); err != nil {
-		are, ok := err.(prometheus.AlreadyRegisteredError)
-		if !ok {
-			panic(err)
-		}
-		counter = are.ExistingCollector.(*prometheus.CounterVec)
-	}
-	return &DryRun{Enabled: enabled, controller: controller, counter: counter, recorder: recorder}
-}
-
-// Report records one action that was not written.
-func (d *DryRun) Report(ctx context.Context, obj runtime.Object, action, message string) {
-	klog.FromContext(ctx).Info("Dry run: not writing", "controller", d.controller, "action", action, "detail", message)
-	d.counter.WithLabelValues(d.controller, action).Inc()
-	if d.recorder != nil && obj != nil {
-		d.recorder.Eventf(obj, v1.EventTypeNormal, EventDryRun, "Would %s: %s", action, message)
-	}
-}
 
 // UpdateTaintBackoff is upstream's retry schedule for taint writes.
 var UpdateTaintBackoff = wait.Backoff{Steps: 5, Duration: 100 * time.Millisecond, Jitter: 1.0}
@@ -243,9 +201,10 @@ func NodeEvent(rec record.EventRecorder, n *v1.Node, typ, reason, msg string) {
 }
 
 // ProcessNext takes one key off a work queue and syncs it: a key synced
-// without error is forgotten, a failed one is logged (failure, with the key
-// under logKey) and requeued with the queue's backoff. It returns false once
-// the queue shuts down, so workers loop on it.
+// without error is forgotten, a failed one is reported to HandleError
+// (failure, with the key under logKey) and requeued with the queue's backoff.
+// It returns false once the queue shuts down, so workers loop on it. Every
+// controller's workqueue worker has this one shape.
 func ProcessNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[T], logKey, failure string, sync func(context.Context, T) error) bool {
 	key, quit := q.Get()
 	if quit {
@@ -253,7 +212,7 @@ func ProcessNext[T comparable](ctx context.Context, q workqueue.TypedRateLimitin
 	}
 	defer q.Done(key)
 	if err := sync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, failure, logKey, key)
+		utilruntime.HandleErrorWithContext(ctx, err, failure, logKey, key)
 		q.AddRateLimited(key)
 		return true
 	}

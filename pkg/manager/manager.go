@@ -7,9 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -21,14 +21,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -113,7 +111,16 @@ type Options struct {
 	Identity string
 	// OnServing, when set, is told the address the HTTP server listens on.
 	OnServing func(addr string)
+	// StopTimeout bounds how long Run waits, once its context ends or
+	// leadership is lost, for the controllers to finish in-flight writes;
+	// DefaultStopTimeout when zero.
+	StopTimeout time.Duration
 }
+
+// DefaultStopTimeout is how long stopping controllers get to return: within
+// a pod's default 30 s termination grace period, with time left to release
+// the Lease.
+const DefaultStopTimeout = 20 * time.Second
 
 // ResolveControllers turns a --controllers value into controller names:
 // "*" is every known controller, "-name" removes one, names add one.
@@ -147,147 +154,58 @@ func ResolveControllers(spec []string, known []string) ([]string, error) {
 }
 
 // Run runs the selected controllers until ctx ends or leadership is lost.
+// It returns once the controllers have stopped (or Options.StopTimeout has
+// passed); with leader election, the Lease is released only after that.
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
-	logger := klog.FromContext(ctx)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	isLeader := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Name: "leader",
-		Help: "1 while this process is the leader and runs the controllers."})
-	reg.MustRegister(isLeader)
-
-	var ready atomic.Bool
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srvErr := make(chan error, 1)
-	if opts.MetricsBindAddress != "0" && opts.MetricsBindAddress != "" {
-		l, err := net.Listen("tcp", opts.MetricsBindAddress)
-		if err != nil {
-			return fmt.Errorf("--metrics-bind-address %s: %w", opts.MetricsBindAddress, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !ready.Load() {
-				http.Error(w, "starting", http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ok"))
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			<-ctx.Done()
-			_ = srv.Close()
-		}()
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				srvErr <- err
-			}
-		}()
-		logger.Info("Serving /metrics, /healthz and /readyz", "address", l.Addr().String())
-		if opts.OnServing != nil {
-			opts.OnServing(l.Addr().String())
-		}
-	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartStructuredLogging(3)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-
-	runControllers := func(ctx context.Context) error {
-		factory := informers.NewSharedInformerFactory(client, 0)
-		leaseFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(v1.NamespaceNodeLease))
-		mctx := Context{Client: client, RESTConfig: cfg, Informers: factory, LeaseInformers: leaseFactory, Registry: reg, Clock: clock.RealClock{},
-			DryRun: opts.DryRun,
-			Recorder: func(component string) record.EventRecorder {
-				return broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: component})
-			}}
-		var ctrls []Controller
-		for _, name := range opts.Controllers {
-			c, err := opts.Constructors[name](mctx)
-			if err != nil {
-				return fmt.Errorf("starting controller %s: %w", name, err)
-			}
-			ctrls = append(ctrls, c)
-		}
-		factory.Start(ctx.Done())
-		leaseFactory.Start(ctx.Done())
-		defer factory.Shutdown()
-		defer leaseFactory.Shutdown()
-		for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return ctx.Err()
-			}
-		}
-		leaseFactory.WaitForCacheSync(ctx.Done())
-		ready.Store(true)
-		logger.Info("Controllers running", "controllers", opts.Controllers, "dryRun", opts.DryRun)
-		var wg sync.WaitGroup
-		errs := make([]error, len(ctrls))
-		for i, c := range ctrls {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = c.Run(ctx) }()
-		}
-		wg.Wait()
-		return errors.Join(errs...)
-	}
-
-	if !opts.LeaderElection.Enabled {
-		isLeader.Set(1)
-		return firstErr(runControllers(ctx), srvErr)
-	}
-	id := opts.Identity
-	if id == "" {
-		host, _ := os.Hostname()
-		id = fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().UnixNano()%100000) // arch:allow a unique identity suffix, not a measure of time
-	}
-	le := opts.LeaderElection
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: le.ResourceName, Namespace: le.ResourceNamespace},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
-	// Standbys are ready: they serve health and take over on failure.
-	ready.Store(true)
-	var runErr error
-	lostLead := false
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: le.ResourceName, ReleaseOnCancel: true,
-		LeaseDuration: le.LeaseDuration, RenewDeadline: le.RenewDeadline, RetryPeriod: le.RetryPeriod,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				isLeader.Set(1)
-				logger.Info("Became the leader", "identity", id, "lease", le.ResourceNamespace+"/"+le.ResourceName)
-				ready.Store(false)
-				runErr = runControllers(ctx)
-			},
-			OnStoppedLeading: func() {
-				isLeader.Set(0)
-				if ctx.Err() == nil {
-					lostLead = true
-				}
-			},
-			OnNewLeader: func(identity string) {
-				if identity != id {
-					logger.Info("Another replica leads; standing by", "leader", identity)
-				}
-			},
-		},
-	})
-	if lostLead {
-		// Controllers must not run without the lease; exit so that the
-		// process restarts as a standby.
-		return fmt.Errorf("lost leadership of %s/%s", le.ResourceNamespace, le.ResourceName)
-	}
-	return firstErr(runErr, srvErr)
+	return run(ctx, client, cfg, opts)
 }
 
-func firstErr(err error, srvErr chan error) error {
+// manager is one Run: what its parts share.
+type manager struct {
+	opts        Options
+	client      kubernetes.Interface
+	restConfig  *rest.Config
+	clock       clock.WithTickerAndDelayedExecution
+	reg         *prometheus.Registry
+	isLeader    prometheus.Gauge
+	broadcaster record.EventBroadcaster
+	// ready answers /readyz: standbys and synced leaders are ready.
+	ready atomic.Bool
+	// running is true from the controllers' start until they have returned;
+	// the Lease is not released while it is true.
+	running atomic.Bool
+	// active are the controllers whose Run has not returned, for the error
+	// that names those that do not stop in time.
+	activeMu sync.Mutex
+	active   map[string]bool
+}
+
+func run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, opts Options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m := &manager{opts: opts, client: client, restConfig: cfg, clock: clock.RealClock{}, reg: prometheus.NewRegistry()}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.isLeader = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Name: "leader",
+		Help: "1 while this process is the leader and runs the controllers."})
+	m.reg.MustRegister(m.isLeader)
+
+	srvErr, err := m.serve(ctx)
+	if err != nil {
+		return err
+	}
+	m.broadcaster = startEvents(ctx, client)
+	defer m.broadcaster.Shutdown()
+
+	if opts.LeaderElection.Enabled {
+		err = m.lead(ctx)
+	} else {
+		m.isLeader.Set(1)
+		err = m.runUntilStopped(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -297,4 +215,135 @@ func firstErr(err error, srvErr chan error) error {
 	default:
 		return nil
 	}
+}
+
+// startEvents starts the broadcaster that the controllers' event recorders
+// write through, to the API server and the log. It outlives ctx (cancelling
+// its context would shut it down) so that stopping controllers' events are
+// still sent; the caller shuts it down.
+func startEvents(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
+	b := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
+	b.StartStructuredLogging(3)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b
+}
+
+// serve starts the /metrics, /healthz and /readyz server (unless disabled);
+// it stops when ctx ends, and a failure to serve arrives on the channel.
+func (m *manager) serve(ctx context.Context) (<-chan error, error) {
+	srvErr := make(chan error, 1)
+	addr := m.opts.MetricsBindAddress
+	if addr == "0" || addr == "" {
+		return srvErr, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-bind-address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.ready.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			srvErr <- err
+		}
+	}()
+	klog.FromContext(ctx).Info("Serving /metrics, /healthz and /readyz", "address", l.Addr().String())
+	if m.opts.OnServing != nil {
+		m.opts.OnServing(l.Addr().String())
+	}
+	return srvErr, nil
+}
+
+// runUntilStopped runs the controllers under ctx and waits for them to
+// return: once ctx ends they get StopTimeout to finish in-flight writes.
+func (m *manager) runUntilStopped(ctx context.Context) error {
+	timeout := m.opts.StopTimeout
+	if timeout <= 0 {
+		timeout = DefaultStopTimeout
+	}
+	m.running.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		err := m.runControllers(ctx)
+		m.running.Store(false)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-m.clock.After(timeout):
+		m.activeMu.Lock()
+		names := slices.Sorted(maps.Keys(m.active))
+		m.activeMu.Unlock()
+		if len(names) == 0 {
+			names = []string{"(still starting)"}
+		}
+		return fmt.Errorf("controllers did not stop within %v of shutdown: %s", timeout, strings.Join(names, ", "))
+	}
+}
+
+// runControllers builds the controllers, starts the informers they asked
+// for and runs the controllers until ctx ends.
+func (m *manager) runControllers(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactory(m.client, 0)
+	leaseFactory := informers.NewSharedInformerFactoryWithOptions(m.client, 0, informers.WithNamespace(v1.NamespaceNodeLease))
+	mctx := Context{Client: m.client, RESTConfig: m.restConfig, Informers: factory, LeaseInformers: leaseFactory,
+		Registry: m.reg, Clock: m.clock, DryRun: m.opts.DryRun,
+		Recorder: func(component string) record.EventRecorder {
+			return m.broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: component})
+		}}
+	var ctrls []Controller
+	for _, name := range m.opts.Controllers {
+		c, err := m.opts.Constructors[name](mctx)
+		if err != nil {
+			return fmt.Errorf("starting controller %s: %w", name, err)
+		}
+		ctrls = append(ctrls, c)
+	}
+	factory.Start(ctx.Done())
+	leaseFactory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer leaseFactory.Shutdown()
+	for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return ctx.Err()
+		}
+	}
+	leaseFactory.WaitForCacheSync(ctx.Done())
+	m.ready.Store(true)
+	klog.FromContext(ctx).Info("Controllers running", "controllers", m.opts.Controllers, "dryRun", m.opts.DryRun)
+	var wg sync.WaitGroup
+	errs := make([]error, len(ctrls))
+	m.activeMu.Lock()
+	m.active = map[string]bool{}
+	for _, name := range m.opts.Controllers {
+		m.active[name] = true
+	}
+	m.activeMu.Unlock()
+	for i, c := range ctrls {
+		name := m.opts.Controllers[i]
+		wg.Go(func() {
+			errs[i] = c.Run(ctx)
+			m.activeMu.Lock()
+			delete(m.active, name)
+			m.activeMu.Unlock()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -110,13 +110,7 @@ type Controller struct {
 	nodeLister corelisters.NodeLister
 	synced     cache.InformerSynced
 	limiter    *rate.Limiter
-
-	calls        *prometheus.CounterVec
-	callDuration *prometheus.HistogramVec
-	deleted      prometheus.Counter
-	taints       *prometheus.CounterVec
-	blocked      *prometheus.CounterVec
-	guardActive  prometheus.Gauge
+	metrics    *metrics
 }
 
 // New builds the controller; the provider must implement InstancesV2.
@@ -136,20 +130,8 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
 		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
 		limiter: rate.NewLimiter(rate.Limit(cfg.NodeDeletionRate), 1),
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloud_provider", Name: "requests_total",
-			Help: "Questions asked to the cloud provider, by question and result (ok, error)."}, []string{"question", "result"}),
-		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeshepherd", Subsystem: "cloud_provider", Name: "request_duration_seconds",
-			Help: "Latency of the cloud provider's answers.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}, []string{"question"}),
-		deleted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "nodes_deleted_total",
-			Help: "Nodes deleted because their machine no longer exists."}),
-		taints: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "shutdown_taints_total",
-			Help: "Shutdown taints added and removed."}, []string{"action"}),
-		blocked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "deletions_blocked_total",
-			Help: "Deletions postponed, by reason (rate-limit, incident-guard)."}, []string{"reason"}),
-		guardActive: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "cloudnodelifecycle", Name: "incident_guard_active",
-			Help: "1 while too many nodes are not Ready for any node to be deleted."}),
+		metrics: newMetrics(d.Registry),
 	}
-	d.Registry.MustRegister(c.calls, c.callDuration, c.deleted, c.taints, c.blocked, c.guardActive)
 	return c, nil
 }
 
@@ -162,7 +144,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: caches did not sync", Name)
 	}
 	logger.Info("Starting cloud node lifecycle controller", "nodeDeletionRate", c.cfg.NodeDeletionRate,
-		"maxUnhealthyNodes", c.cfg.MaxUnhealthyNodes, "dryRun", c.cfg.DryRun)
+		"maxUnhealthyNodes", c.cfg.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
 	ticker := c.clock.NewTicker(c.cfg.NodeMonitorPeriod)
 	defer ticker.Stop()
 	for {
@@ -191,7 +173,7 @@ func (c *Controller) monitorNodes(ctx context.Context) {
 	}
 	limit, _ := controllerutil.ParseLimit(c.cfg.MaxUnhealthyNodes, len(nodes))
 	guard := notReady > limit
-	c.guardActive.Set(map[bool]float64{true: 1}[guard])
+	c.metrics.guardActive.Set(map[bool]float64{true: 1}[guard])
 	for _, n := range nodes {
 		if err := c.checkNode(ctx, n, guard, notReady, len(nodes)); err != nil {
 			logger.Error(err, "Checking node with the cloud provider; retrying next period", "node", n.Name)
@@ -205,12 +187,12 @@ func hasShutdownTaint(n *v1.Node) bool { return kube.FindTaint(n, ShutdownTaint)
 func (c *Controller) ask(question string, f func() (bool, error)) (bool, error) {
 	start := c.clock.Now()
 	v, err := f()
-	c.callDuration.WithLabelValues(question).Observe(c.clock.Since(start).Seconds())
+	c.metrics.callDuration.WithLabelValues(question).Observe(c.clock.Since(start).Seconds())
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	c.calls.WithLabelValues(question, result).Inc()
+	c.metrics.calls.WithLabelValues(question, result).Inc()
 	return v, err
 }
 
@@ -244,7 +226,7 @@ func (c *Controller) checkNode(ctx context.Context, n *v1.Node, guard bool, notR
 func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, notReady, total int) error {
 	logger := klog.FromContext(ctx)
 	if guard {
-		c.blocked.WithLabelValues("incident-guard").Inc()
+		c.metrics.blocked.WithLabelValues("incident-guard").Inc()
 		msg := fmt.Sprintf("Not deleting node %s although its machine is gone: %d of %d nodes are not Ready (more than --max-unhealthy-nodes=%s)",
 			n.Name, notReady, total, c.cfg.MaxUnhealthyNodes)
 		logger.Info(msg)
@@ -252,12 +234,12 @@ func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, not
 		return nil
 	}
 	if !c.limiter.AllowN(c.clock.Now(), 1) {
-		c.blocked.WithLabelValues("rate-limit").Inc()
+		c.metrics.blocked.WithLabelValues("rate-limit").Inc()
 		logger.V(2).Info("Node deletion postponed by --node-deletion-rate", "node", n.Name)
 		return nil
 	}
 	msg := fmt.Sprintf("Deleting node %s because it does not exist in the cloud provider", n.Name)
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, n, "delete-node", msg)
 		return nil
 	}
@@ -269,7 +251,7 @@ func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, not
 	if err != nil {
 		return fmt.Errorf("deleting node %s: %w", n.Name, err)
 	}
-	c.deleted.Inc()
+	c.metrics.deleted.Inc()
 	logger.Info("Deleted node whose machine no longer exists", "node", n.Name)
 	return nil
 }
@@ -279,7 +261,7 @@ func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) 
 	if !on {
 		add, remove, action = nil, []v1.Taint{ShutdownTaint}, "removed"
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, n, "shutdown-taint-"+action, fmt.Sprintf("node %s: shutdown taint %s", n.Name, action))
 		return nil
 	}
@@ -289,7 +271,7 @@ func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) 
 		return err
 	}
 	if written != nil {
-		c.taints.WithLabelValues(action).Inc()
+		c.metrics.taints.WithLabelValues(action).Inc()
 		klog.FromContext(ctx).Info("Shutdown taint "+action, "node", n.Name)
 	}
 	return nil

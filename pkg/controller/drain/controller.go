@@ -121,9 +121,9 @@ type Controller struct {
 	// selected caches the selection of each node by resourceVersion (CEL is
 	// not free and budgets look at every node).
 	selected map[string]selection
-	// dry holds, in dry-run mode, the writes that would have been made, so
-	// that budgets and later decisions see them.
-	dry map[string][]func(*v1.Node)
+	// dryWrites holds, in dry-run mode, the writes that would have been
+	// made, so that budgets and later decisions see them.
+	dryWrites controllerutil.DryRunWrites[*v1.Node]
 	// attempts holds, per node, the attempt events said since the last
 	// success (reason -> message): a retry that starts or fails the same way
 	// again is not said again.
@@ -169,7 +169,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
-		dry: map[string][]func(*v1.Node){}, attempts: map[string]map[string]string{}, stopping: make(chan struct{}),
+		attempts: map[string]map[string]string{}, stopping: make(chan struct{}),
 	}
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
@@ -222,13 +222,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	logger.Info("Starting drain controller", "conditions", conds, "maxConcurrentDrains", c.cfg.Budget.MaxConcurrentDrains,
 		"maxCordonedNodes", c.cfg.Budget.MaxCordonedNodes, "groupByLabel", c.cfg.Budget.GroupByLabel,
-		"drainBuffer", c.cfg.Budget.DrainBuffer, "maxUnhealthyNodes", c.cfg.Budget.MaxUnhealthyNodes, "dryRun", c.cfg.DryRun)
+		"drainBuffer", c.cfg.Budget.DrainBuffer, "maxUnhealthyNodes", c.cfg.Budget.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
 	go wait.Until(c.enqueueAll, c.cfg.ResyncPeriod, ctx.Done())
-	go func() {
+	var worker sync.WaitGroup
+	worker.Go(func() {
 		for c.processNext(ctx) {
 		}
-	}()
+	})
 	<-ctx.Done()
+	// The worker's write in flight finishes before Run returns (and the
+	// manager releases the Lease); then running drains stop.
+	c.queue.ShutDown()
+	worker.Wait()
 	close(c.stopping)
 	c.mu.Lock()
 	running := make([]*runningDrain, 0, len(c.running))
@@ -264,17 +269,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 // have written it).
 func (c *Controller) view(n *v1.Node) *v1.Node {
 	n = c.overlay.Latest(n.Name, n)
-	c.mu.Lock()
-	muts := c.dry[n.Name]
-	c.mu.Unlock()
-	if len(muts) == 0 {
-		return n
-	}
-	n = n.DeepCopy()
-	for _, m := range muts {
-		m(n)
-	}
-	return n
+	return c.dryWrites.Apply(n.Name, n)
 }
 
 func (c *Controller) isSelected(n *v1.Node) bool {
@@ -304,8 +299,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.setSkipped(name, nil, nil)
 		c.mu.Lock()
 		delete(c.selected, name)
-		delete(c.dry, name)
 		c.mu.Unlock()
+		c.dryWrites.Forget(name)
 		return nil
 	}
 	if err != nil {
@@ -551,11 +546,9 @@ var errSkip = errors.New("precondition no longer holds")
 // or status (merged by condition type). check is re-run on a fresh copy
 // after a conflict. In dry-run mode the change is only remembered.
 func (c *Controller) write(ctx context.Context, n *v1.Node, status bool, action, msg string, check func(*v1.Node) bool, mutate func(*v1.Node)) (*v1.Node, error) {
-	if c.dryRun.Enabled {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, n, action, msg)
-		c.mu.Lock()
-		c.dry[n.Name] = append(c.dry[n.Name], mutate)
-		c.mu.Unlock()
+		c.dryWrites.Add(n.Name, mutate)
 		return c.view(n), nil
 	}
 	cur := n
@@ -717,9 +710,7 @@ func (c *Controller) release(ctx context.Context, n *v1.Node, uncordon bool) err
 	} else {
 		klog.FromContext(ctx).Info("Node uncordoned by someone else; no longer handled", "node", n.Name)
 	}
-	c.mu.Lock()
-	delete(c.dry, n.Name)
-	c.mu.Unlock()
+	c.dryWrites.Forget(n.Name)
 	c.requeueWaiting()
 	return nil
 }

@@ -140,7 +140,7 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 			e.pod = p
 			switch {
 			case e.replacement:
-			case (p.DeletionTimestamp != nil || e.evicted) && (unreachable || c.dryRun.Enabled):
+			case (p.DeletionTimestamp != nil || e.evicted) && (unreachable || c.dryRun.Enabled()):
 				// as good as gone
 			case p.DeletionTimestamp != nil || e.evicted:
 				e.lastErr, e.refused = "terminating", false
@@ -166,7 +166,7 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 				case e.forced:
 					forced++
 					e.lastErr = "terminating (deleted by force-after)"
-					if !unreachable && !c.dryRun.Enabled {
+					if !unreachable && !c.dryRun.Enabled() {
 						waiting = append(waiting, e)
 					}
 				case !e.evicted && e.lastErr != "":
@@ -176,7 +176,7 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 					if owner := returningOwner(e.pod); owner != "" {
 						evictedOwners[owner] = true
 					}
-					if !unreachable && !c.dryRun.Enabled {
+					if !unreachable && !c.dryRun.Enabled() {
 						e.lastErr = "terminating"
 						waiting = append(waiting, e)
 					}
@@ -333,7 +333,7 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 	grace := c.cfg.gracePeriod(p)
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: metav1.NewUIDPreconditions(string(p.UID))}}
-	if c.dryRun.Enabled {
+	if c.dryRun.Enabled() {
 		// A server-side dry run: nothing is evicted, but the answer (a
 		// PodDisruptionBudget's refusal) is the real one.
 		ev.DeleteOptions.DryRun = []string{metav1.DryRunAll}
@@ -384,7 +384,7 @@ func (c *Controller) forceDelete(ctx context.Context, e *podEviction, blockedSin
 	p := e.pod
 	msg := fmt.Sprintf("Deleting pod %s despite its PodDisruptionBudget (own grace period): evictions refused since %s, force-after=%s",
 		podKey(p), formatTime(blockedSince), forceAfter)
-	if c.dryRun.Enabled {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, p, "force-delete", "delete pod "+podKey(p)+" despite its PodDisruptionBudget (force-after="+forceAfter.String()+")")
 		e.evicted, e.forced = true, true
 		return

@@ -69,8 +69,7 @@ type Controller struct {
 	owned    map[string][]string
 	rejected map[string]bool // nodes with unusable CIDRs, reported once
 
-	allocations, failures prometheus.Counter
-	used                  *prometheus.GaugeVec
+	metrics *metrics
 }
 
 // New builds the controller.
@@ -90,14 +89,8 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
 		waiting: map[string]bool{}, owned: map[string][]string{}, rejected: map[string]bool{},
-		allocations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodeipam", Name: "allocations_total",
-			Help: "Pod CIDR sets allocated to nodes."}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodeipam", Name: "allocation_failures_total",
-			Help: "Nodes that could not get pod CIDRs (range full or write failed)."}),
-		used: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodeipam", Name: "cidrs_in_use",
-			Help: "Node CIDR blocks in use, per cluster CIDR."}, []string{"cluster_cidr"}),
+		metrics: newMetrics(d.Registry),
 	}
-	d.Registry.MustRegister(c.allocations, c.failures, c.used)
 	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.queue.Add(obj.(*v1.Node).Name) },
 		UpdateFunc: func(_, obj any) { c.queue.Add(obj.(*v1.Node).Name) },
@@ -132,7 +125,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}
 	c.updateGauge()
-	logger.Info("Starting node IPAM controller", "clusterCIDRs", c.alloc.Ranges(), "nodes", len(nodes), "occupied", occupied, "dryRun", c.dryRun.Enabled)
+	logger.Info("Starting node IPAM controller", "clusterCIDRs", c.alloc.Ranges(), "nodes", len(nodes), "occupied", occupied, "dryRun", c.dryRun.Enabled())
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
 		wg.Add(1)
@@ -198,7 +191,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	cidrs, err := c.alloc.Allocate()
 	if errors.Is(err, cidrset.ErrFull) {
-		c.failures.Inc()
+		c.metrics.failures.Inc()
 		c.waitingMu.Lock()
 		first := !c.waiting[name]
 		c.waiting[name] = true
@@ -216,7 +209,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	for i, p := range cidrs {
 		strs[i] = p.String()
 	}
-	if c.dryRun.Enabled {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, node, "allocate-pod-cidrs", fmt.Sprintf("node %s: podCIDRs %s", name, strings.Join(strs, ",")))
 		c.alloc.Release(strs)
 		return nil
@@ -224,7 +217,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": strs[0], "podCIDRs": strs}})
 	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		c.alloc.Release(strs)
-		c.failures.Inc()
+		c.metrics.failures.Inc()
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -237,7 +230,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	c.waitingMu.Lock()
 	delete(c.waiting, name)
 	c.waitingMu.Unlock()
-	c.allocations.Inc()
+	c.metrics.allocations.Inc()
 	c.updateGauge()
 	klog.FromContext(ctx).V(2).Info("Allocated pod CIDRs", "node", name, "podCIDRs", strs)
 	return nil
@@ -273,7 +266,7 @@ func (c *Controller) updateGauge() {
 	c.alloc.mu.Lock()
 	defer c.alloc.mu.Unlock()
 	for _, s := range c.alloc.sets {
-		c.used.WithLabelValues(s.Cluster().String()).Set(float64(s.Used()))
+		c.metrics.used.WithLabelValues(s.Cluster().String()).Set(float64(s.Used()))
 	}
 }
 

@@ -84,7 +84,6 @@ type Controller struct {
 	zoneQueues   map[string]*zoneQueue
 	zoneOfNode   map[string]string
 	nextDeadline time.Time
-	resetProbes  bool // set when the API server is reachable again after a gap
 
 	// overlay holds nodes as this controller last wrote them, until the
 	// informer catches up (and, in dry run, as it would have written them).
@@ -258,7 +257,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.podQueue.ShutDown()
 	defer c.markQueue.ShutDown()
 	defer c.restoreQueue.ShutDown()
-	logger.Info("Starting node lifecycle controller", "dryRun", c.cfg.DryRun, "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
+	logger.Info("Starting node lifecycle controller", "dryRun", c.dryRun.Enabled(), "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
 		"nodeMonitorGracePeriod", c.cfg.NodeMonitorGracePeriod, "nodeEvictionRate", c.cfg.NodeEvictionRate)
 	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
 		return fmt.Errorf("%s: caches did not sync", Name)

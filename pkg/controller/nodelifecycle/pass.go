@@ -223,7 +223,7 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 		return healthUpdate{observed: observed, current: current}, nil
 	}
 	basedOn := node.ResourceVersion
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, node, "set-unknown", fmt.Sprintf("node %s: Ready %s -> Unknown (no heartbeat for %s)", node.Name, observed.Status, now.Sub(probe).Round(time.Millisecond)))
 	} else {
 		written, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})

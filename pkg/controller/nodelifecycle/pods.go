@@ -47,41 +47,34 @@ func (c *Controller) markNodePods(ctx context.Context, name string) error {
 // processPod handles a pod newly bound to a node: if the node is known and
 // not Ready, the pod is marked NotReady too.
 func (c *Controller) processPod(ctx context.Context) bool {
-	key, quit := c.podQueue.Get()
-	if quit {
-		return false
-	}
-	defer c.podQueue.Done(key)
+	return controllerutil.ProcessNext(ctx, c.podQueue, "pod", "Failed to mark a pod on a not-Ready node NotReady, retrying", c.syncBoundPod)
+}
+
+// syncBoundPod marks a pod NotReady if its node is known and not Ready.
+func (c *Controller) syncBoundPod(ctx context.Context, key string) error {
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	pod, err := c.podLister.Pods(ns).Get(name)
 	if err != nil {
-		if !apierrors.IsNotFound(err) {
-			c.podQueue.AddRateLimited(key)
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
-		return true
+		return err
 	}
 	c.mu.Lock()
 	_, known := c.health[pod.Spec.NodeName]
 	c.mu.Unlock()
 	if !known {
-		return true
+		return nil
 	}
 	node, err := c.latestNode(pod.Spec.NodeName)
 	if err != nil {
-		c.podQueue.AddRateLimited(key)
-		return true
+		return err
 	}
 	ready := kube.NodeCondition(node, v1.NodeReady)
 	if ready == nil || ready.Status == v1.ConditionTrue || c.holdingMarks(node.Name) {
-		c.podQueue.Forget(key)
-		return true
+		return nil
 	}
-	if err := c.markPodNotReady(ctx, pod); err != nil {
-		c.podQueue.AddRateLimited(key)
-		return true
-	}
-	c.podQueue.Forget(key)
-	return true
+	return c.markPodNotReady(ctx, pod)
 }
 
 // MarkedCondition is the pod condition nodeshepherd writes next to Ready=False
@@ -116,7 +109,7 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 	if idx < 0 || pod.Status.Conditions[idx].Status == v1.ConditionFalse {
 		return nil
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, pod, "mark-pod-not-ready", fmt.Sprintf("pod %s/%s on node %s: Ready -> False", pod.Namespace, pod.Name, pod.Spec.NodeName))
 		return nil
 	}
@@ -210,6 +203,10 @@ func (c *Controller) queueRestores(node string) {
 // recovery and the delay, not from the cache, and written with that
 // resourceVersion, so the decision never rests on a status older than the
 // recovery: a kubelet write in between makes the update fail and wins.
+//
+// Unlike the other workers it does not use controllerutil.ProcessNext: a
+// failed restore is not retried with the queue's backoff but re-armed with
+// the restore delay (requeueRestore), so the key is always forgotten.
 func (c *Controller) processRestore(ctx context.Context) bool {
 	key, quit := c.restoreQueue.Get()
 	if quit {
@@ -250,7 +247,7 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 	if verdict == settleMark {
 		msg = reason
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, pod, "restore-pod-readiness", fmt.Sprintf("pod %s: %s", key, msg))
 		return true
 	}

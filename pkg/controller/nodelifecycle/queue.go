@@ -35,6 +35,9 @@ func (h *timedHeap) Pop() any {
 // processing time, a set that deduplicates node names, and a token bucket
 // with burst 1. A node stays in the set after it was tainted, so it is not
 // queued again until Remove (node healthy again, or the taint must be re-armed).
+// It is not a client-go workqueue: upstream's per-zone eviction rate (one
+// node per token, with the rate changing with the zone's state) and the
+// order by time are the point, not retries.
 type zoneQueue struct {
 	mu      sync.Mutex
 	heap    timedHeap

@@ -144,7 +144,7 @@ func (c *Controller) writeTaints(ctx context.Context, name string, add, remove [
 		nsAdd, nsRemove := noScheduleDiff(n)
 		return append(append([]v1.Taint(nil), add...), nsAdd...), append(append([]v1.Taint(nil), remove...), nsRemove...)
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		a, r := change(node)
 		taints, changed := controllerutil.ChangeTaints(node.Spec.Taints, a, r, now)
 		if !changed {
@@ -325,7 +325,7 @@ func (c *Controller) reconcileLabels(ctx context.Context, name string) error {
 	if len(changes) == 0 {
 		return nil
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, node, "reconcile-labels", fmt.Sprintf("node %s: set labels %v", node.Name, changes))
 		copy := node.DeepCopy()
 		for k, v := range changes {

@@ -43,7 +43,7 @@ type binding struct {
 // failure.
 func (s *Scheduler) bind(ctx context.Context, p *queuedPod, node string) {
 	pod := p.info.pod
-	if s.dryRun.Enabled {
+	if s.dryRun.Enabled() {
 		s.dryRun.Report(ctx, pod, "bind", fmt.Sprintf("would bind pod %s/%s to node %s", pod.Namespace, pod.Name, node))
 		return
 	}
@@ -139,7 +139,7 @@ func podScheduledFalse(pod *v1.Pod, msg string, now time.Time) map[string]any {
 // patchStatus writes a strategic-merge patch of the pod's status in the
 // background (conditions merge by type).
 func (s *Scheduler) patchStatus(ctx context.Context, pod *v1.Pod, status map[string]any, why string) {
-	if s.dryRun.Enabled {
+	if s.dryRun.Enabled() {
 		return
 	}
 	body, err := json.Marshal(map[string]any{"status": status})
@@ -215,7 +215,7 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 		}
 		logger.V(2).Info("Preempting", "preemptor", klog.KObj(pod), "node", c.node, "victims", names, "pdbViolations", c.pdbViolations)
 	}
-	if s.dryRun.Enabled {
+	if s.dryRun.Enabled() {
 		for _, v := range c.victims {
 			s.dryRun.Report(ctx, v.pod, "preempt", fmt.Sprintf("would preempt pod %s/%s on node %s for %s/%s", v.pod.Namespace, v.pod.Name, c.node, pod.Namespace, pod.Name))
 		}

@@ -82,7 +82,11 @@ type queueConfig struct {
 
 // schedulingQueue holds pending pods: an active heap by priority then
 // arrival, a backoff heap by expiry, an unschedulable pool woken by cluster
-// events or after MaxUnschedulable, and gated pods (schedulingGates).
+// events or after MaxUnschedulable, and gated pods (schedulingGates). It is
+// not a client-go workqueue, as the other controllers use, because
+// kube-scheduler's order (priority, then arrival) and its wake-up rules are
+// part of the parity the scheduler promises; a FIFO with rate-limited
+// retries cannot express them.
 type schedulingQueue struct {
 	cfg   queueConfig
 	clock clock.WithTicker

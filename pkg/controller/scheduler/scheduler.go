@@ -204,7 +204,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if !toolscache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return ctx.Err()
 	}
-	klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled)
+	klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled())
 	go s.tick(ctx)
 	for range bindWorkers {
 		s.wg.Go(func() { s.bindWorker(ctx) })

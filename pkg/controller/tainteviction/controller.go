@@ -109,9 +109,7 @@ type Controller struct {
 	shards  []workqueue.TypedRateLimitingInterface[item]
 	workers *timedWorkers
 
-	deletions        prometheus.Counter
-	deletionDuration prometheus.Histogram
-	deletionErrors   prometheus.Counter
+	*metrics
 }
 
 // nodeTaints are a node's NoExecute taints, with the time this process first
@@ -134,6 +132,14 @@ type item struct {
 	pod  types.NamespacedName
 }
 
+// String names the item in logs.
+func (it item) String() string {
+	if it.pod.Name == "" {
+		return "node " + it.node
+	}
+	return "pod " + podKey(it.pod) + " on node " + it.node
+}
+
 // New builds the controller.
 func New(cfg Config, d Deps) (*Controller, error) {
 	if d.Clock == nil {
@@ -145,17 +151,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced:  []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		tainted: map[string]*nodeTaints{}, tolChanged: map[string]tolChange{},
-		deletions: prometheus.NewCounter(prometheus.CounterOpts{Subsystem: "taint_eviction_controller", Name: "pod_deletions_total",
-			Help: "Total number of Pods deleted by TaintEvictionController since its start."}),
-		// Upstream's buckets; unlike upstream, the value recorded is in seconds.
-		deletionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Subsystem: "taint_eviction_controller", Name: "pod_deletion_duration_seconds",
-			Help:    "Latency, in seconds, between the time when a taint effect has been activated for the Pod and its deletion via TaintEvictionController.",
-			Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240}}),
-		deletionErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "tainteviction", Name: "pod_deletion_errors_total",
-			Help: "Failed attempts to delete a pod for a NoExecute taint; each is retried with backoff while the pod must go."}),
-	}
-	if d.Registry != nil {
-		d.Registry.MustRegister(c.deletions, c.deletionDuration, c.deletionErrors)
+		metrics: newMetrics(d.Registry),
 	}
 	c.workers = newTimedWorkers(d.Clock, c.evict, retryBackoff)
 	for i := 0; i < workers; i++ {
@@ -227,7 +223,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName(Name)
 	ctx = klog.NewContext(ctx, logger)
 	c.runCtx = ctx
-	logger.Info("Starting taint eviction controller", "dryRun", c.cfg.DryRun)
+	logger.Info("Starting taint eviction controller", "dryRun", c.dryRun.Enabled())
 	defer c.workers.CancelAll()
 	for _, q := range c.shards {
 		defer q.ShutDown()
@@ -253,24 +249,16 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) process(ctx context.Context, q workqueue.TypedRateLimitingInterface[item]) bool {
-	it, quit := q.Get()
-	if quit {
-		return false
-	}
-	defer q.Done(it)
-	var err error
+	return controllerutil.ProcessNext(ctx, q, "item", "Taint eviction: requeueing", c.handle)
+}
+
+// handle syncs one queued item: a node's taints or one pod on a node.
+func (c *Controller) handle(ctx context.Context, it item) error {
 	if it.pod.Name == "" {
-		err = c.handleNode(ctx, it.node)
-	} else {
-		c.handlePod(ctx, it)
+		return c.handleNode(ctx, it.node)
 	}
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Taint eviction: requeueing", "node", it.node)
-		q.AddRateLimited(it)
-		return true
-	}
-	q.Forget(it)
-	return true
+	c.handlePod(ctx, it)
+	return nil
 }
 
 func podKey(p types.NamespacedName) string { return p.Namespace + "/" + p.Name }
@@ -530,7 +518,7 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		// One event per eviction, not one per attempt.
 		c.recorder.Eventf(podRef(nn, w.uid), v1.EventTypeNormal, EventTaintManagerEviction, "Marking for deletion Pod %s", key)
 	}
-	if c.cfg.DryRun {
+	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: w.uid}}, "delete-pod",
 			fmt.Sprintf("pod %s: does not tolerate its node's NoExecute taints", key))
 		return false
@@ -545,7 +533,7 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		return false
 	}
 	if err != nil {
-		c.deletionErrors.Inc()
+		c.metrics.deletionErrors.Inc()
 		attempt := w.attempts + 1
 		next := retryBackoff(attempt)
 		// Bounded: attempts 1, 2, 4, 8, then one line per 30s at most.
@@ -554,8 +542,8 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		}
 		return true
 	}
-	c.deletions.Inc()
-	c.deletionDuration.Observe(c.clock.Since(w.due).Seconds())
+	c.metrics.deletions.Inc()
+	c.metrics.deletionDuration.Observe(c.clock.Since(w.due).Seconds())
 	logger.Info("Deleted pod that does not tolerate its node's NoExecute taints", "pod", key, "attempts", w.attempts+1)
 	return false
 }

@@ -40,6 +40,8 @@ type timedWorkers struct {
 	work    map[string]*timedWork
 	fn      func(key string, w timedWork) (retry bool)
 	backoff func(attempts int) time.Duration
+	// attempts counts the calls of fn under way, which CancelAll waits for.
+	attempts sync.WaitGroup
 }
 
 func newTimedWorkers(c clock.WithDelayedExecution, fn func(key string, w timedWork) bool, backoff func(int) time.Duration) *timedWorkers {
@@ -75,6 +77,8 @@ func (q *timedWorkers) run(key string, w *timedWork) {
 		return
 	}
 	w.running, w.timer = true, nil
+	q.attempts.Add(1) // before CancelAll can mark w cancelled: q.mu is held
+	defer q.attempts.Done()
 	snapshot := *w
 	q.mu.Unlock()
 	retry := q.fn(key, snapshot)
@@ -125,12 +129,14 @@ func (q *timedWorkers) Get(key string) (timedWork, bool) {
 	return *w, true
 }
 
-// CancelAll stops every timer (on shutdown).
+// CancelAll stops every timer and waits for the attempts under way (on
+// shutdown: a deletion in flight finishes before the controller stops).
 func (q *timedWorkers) CancelAll() {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	for k, w := range q.work {
 		w.stop()
 		delete(q.work, k)
 	}
+	q.mu.Unlock()
+	q.attempts.Wait()
 }

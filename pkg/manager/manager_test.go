@@ -1,0 +1,170 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// These tests check how Run passes errors and orders shutdown against the
+// Lease; they use a fake clientset because only the Lease lock is involved
+// (the failover behaviour against a real API server is in test/integration).
+
+type ctrlFunc func(ctx context.Context) error
+
+func (f ctrlFunc) Run(ctx context.Context) error { return f(ctx) }
+
+func testOptions(run ctrlFunc) Options {
+	return Options{
+		Controllers:  []string{"test"},
+		Constructors: map[string]Constructor{"test": func(Context) (Controller, error) { return run, nil }},
+		LeaderElection: LeaderElection{Enabled: true, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second,
+			RetryPeriod: 100 * time.Millisecond, ResourceName: "nodeshepherd", ResourceNamespace: "kube-system"},
+		MetricsBindAddress: "0",
+		Identity:           "me",
+		StopTimeout:        5 * time.Second,
+	}
+}
+
+func holder(t *testing.T, client *fake.Clientset) string {
+	t.Helper()
+	l, err := client.CoordinationV1().Leases("kube-system").Get(t.Context(), "nodeshepherd", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the lease: %v", err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// runAsync starts run and returns its result channel.
+func runAsync(ctx context.Context, client *fake.Clientset, opts Options) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, client, nil, opts) }()
+	return done
+}
+
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func TestControllerErrorIsReturned(t *testing.T) {
+	boom := errors.New("boom")
+	for _, le := range []bool{false, true} {
+		client := fake.NewClientset()
+		opts := testOptions(func(context.Context) error { return boom })
+		opts.LeaderElection.Enabled = le
+		err := wait(t, runAsync(t.Context(), client, opts), "Run to return")
+		if !errors.Is(err, boom) {
+			t.Errorf("leader election %v: Run returned %v, want the controller's error", le, err)
+		}
+		if le {
+			if h := holder(t, client); h != "" {
+				t.Errorf("lease held by %q after Run returned, want released", h)
+			}
+		}
+	}
+}
+
+func TestShutdownStopsControllersBeforeReleasingLease(t *testing.T) {
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan struct{})
+	heldAtStop := make(chan string, 1)
+	opts := testOptions(func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		heldAtStop <- holder(t, client)
+		// An in-flight write finishes after shutdown began.
+		_, err := client.CoreV1().ConfigMaps("default").Create(context.WithoutCancel(ctx),
+			&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "in-flight"}}, metav1.CreateOptions{})
+		return err
+	})
+	done := runAsync(ctx, client, opts)
+	wait(t, started, "the controller to start")
+	cancel()
+	if err := wait(t, done, "Run to return"); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if h := <-heldAtStop; h != "me" {
+		t.Errorf("lease held by %q while the controller was stopping, want still held by us", h)
+	}
+	if h := holder(t, client); h != "" {
+		t.Errorf("lease held by %q after Run returned, want released", h)
+	}
+	if _, err := client.CoreV1().ConfigMaps("default").Get(t.Context(), "in-flight", metav1.GetOptions{}); err != nil {
+		t.Errorf("the in-flight write: %v", err)
+	}
+}
+
+func TestStuckControllerKeepsLease(t *testing.T) {
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started, unstick := make(chan struct{}), make(chan struct{})
+	defer close(unstick)
+	opts := testOptions(func(context.Context) error {
+		close(started)
+		<-unstick // ignores its context
+		return nil
+	})
+	opts.StopTimeout = 200 * time.Millisecond
+	done := runAsync(ctx, client, opts)
+	wait(t, started, "the controller to start")
+	cancel()
+	err := wait(t, done, "Run to return")
+	if err == nil || !strings.Contains(err.Error(), "did not stop within 200ms of shutdown: test") {
+		t.Fatalf("Run returned %v, want a stop timeout", err)
+	}
+	if h := holder(t, client); h != "me" {
+		t.Errorf("lease held by %q after a controller failed to stop, want still ours (left to expire)", h)
+	}
+}
+
+func TestLostLeaseStopsControllersAndFails(t *testing.T) {
+	client := fake.NewClientset()
+	var failRenewals atomic.Bool
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failRenewals.Load() {
+			return true, nil, errors.New("API server unreachable")
+		}
+		return false, nil, nil
+	})
+	started, stopped := make(chan struct{}), make(chan struct{})
+	opts := testOptions(func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		close(stopped)
+		return nil
+	})
+	done := runAsync(t.Context(), client, opts)
+	wait(t, started, "the controller to start")
+	failRenewals.Store(true)
+	err := wait(t, done, "Run to return")
+	if err == nil || !strings.Contains(err.Error(), "lost leadership") {
+		t.Fatalf("Run returned %v, want lost leadership", err)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Error("Run returned before the controller stopped")
+	}
+}
