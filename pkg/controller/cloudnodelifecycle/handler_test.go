@@ -83,7 +83,10 @@ func node(name string, ready bool, taints ...v1.Taint) *v1.Node {
 
 func newHarness(t *testing.T, cfg Config, cloud *testCloud, nodes ...*v1.Node) *harness {
 	t.Helper()
-	client := fake.NewClientset()
+	// NewSimpleClientset, not NewClientset: the field-managed tracker builds a
+	// type converter costing ~1 s per test binary under -race, and nothing here
+	// uses server-side apply.
+	client := fake.NewSimpleClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	store := factory.Core().V1().Nodes().Informer().GetIndexer()
 	for _, n := range nodes {

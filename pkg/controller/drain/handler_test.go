@@ -42,7 +42,10 @@ type handler struct {
 // Evictions are accepted and delete the pod, as the API server does.
 func newHandler(t *testing.T, cfg Config, objs ...runtime.Object) *handler {
 	t.Helper()
-	client := fake.NewClientset(objs...)
+	// NewSimpleClientset, not NewClientset: the field-managed tracker builds a
+	// type converter costing ~1 s per test binary under -race, and nothing here
+	// uses server-side apply.
+	client := fake.NewSimpleClientset(objs...)
 	client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
 			return false, nil, nil

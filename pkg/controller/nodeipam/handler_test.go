@@ -30,7 +30,10 @@ type harness struct {
 func newHarness(t *testing.T, cfg Config, nodes ...*v1.Node) *harness {
 	t.Helper()
 	cfg.AllocateNodeCIDRs = true
-	client := fake.NewClientset()
+	// NewSimpleClientset, not NewClientset: the field-managed tracker builds a
+	// type converter costing ~1 s per test binary under -race, and nothing here
+	// uses server-side apply.
+	client := fake.NewSimpleClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	store := factory.Core().V1().Nodes().Informer().GetIndexer()
 	rec := record.NewFakeRecorder(100)
