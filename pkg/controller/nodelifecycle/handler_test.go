@@ -2,12 +2,15 @@ package nodelifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
@@ -53,10 +56,35 @@ func (cl *cluster) apiTaints(name string) map[string]v1.TaintEffect {
 	return out
 }
 
+// everWritten says whether any taint patch of the node carried the taint.
+func (cl *cluster) everWritten(name string, taint v1.Taint) bool {
+	cl.t.Helper()
+	for _, a := range cl.c.client.(*fake.Clientset).Actions() {
+		p, ok := a.(clienttesting.PatchAction)
+		if !ok || a.GetResource().Resource != "nodes" || p.GetName() != name {
+			continue
+		}
+		var patch struct {
+			Spec struct{ Taints []v1.Taint } `json:"spec"`
+		}
+		if err := json.Unmarshal(p.GetPatch(), &patch); err != nil {
+			cl.t.Fatal(err)
+		}
+		for _, t := range patch.Spec.Taints {
+			if t.MatchTaint(&taint) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func TestTaintChoice(t *testing.T) {
 	noExec := func(key string) string { return key + ":" + string(v1.TaintEffectNoExecute) }
 	noSched := func(key string) string { return key + ":" + string(v1.TaintEffectNoSchedule) }
 	cfg := correlatedConfig()
+	// One NoExecute taint per 100 s: the swap below must not wait for it.
+	cfg.NodeEvictionRate = 0.01
 	cl := newCluster(t, cfg, map[string]int{"a": 6})
 	cl.run(10 * time.Second)
 	nodes := cl.inZone("a")
@@ -65,7 +93,7 @@ func TestTaintChoice(t *testing.T) {
 	cl.report(notReadyNode, v1.ConditionFalse)
 	cl.report(pressured, v1.ConditionTrue, v1.NodeCondition{Type: v1.NodeMemoryPressure, Status: v1.ConditionTrue})
 	cl.silence([]string{silentNode}, 0)
-	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second + 100*time.Second)
 
 	for _, tc := range []struct {
 		node      string
@@ -86,6 +114,10 @@ func TestTaintChoice(t *testing.T) {
 				t.Errorf("%s: taints %v have %s", tc.node, got, k)
 			}
 		}
+	}
+	// The right taint at once, not the other one corrected later.
+	if cl.everWritten(notReadyNode, UnreachableTaint) || cl.everWritten(silentNode, NotReadyTaint) {
+		t.Errorf("a node carried the other NoExecute taint first")
 	}
 	// The condition's NoSchedule taint comes from the node worker; run it.
 	for cl.c.nodeQueue.Len() > 0 {
