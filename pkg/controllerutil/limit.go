@@ -12,7 +12,7 @@ import (
 func ParseLimit(s string, total int) (int, error) {
 	if p, ok := strings.CutSuffix(s, "%"); ok {
 		v, err := strconv.ParseFloat(p, 64)
-		if err != nil || v < 0 || v > 100 {
+		if err != nil || !(v >= 0 && v <= 100) { // written so that NaN is refused too
 			return 0, fmt.Errorf("%q is not a percentage between 0%% and 100%%", s)
 		}
 		return int(v * float64(total) / 100), nil

@@ -25,8 +25,8 @@ import (
 func BenchmarkHealthPass(b *testing.B) {
 	const nodes, podsPerNode = 5000, 30
 	clk := testingclock.NewFakeClock(time.Now())
-	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-	c, err := New(DefaultConfig(), Deps{Client: fake.NewClientset(), Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
+	factory := informers.NewSharedInformerFactory(fake.NewSimpleClientset(), 0)
+	c, err := New(DefaultConfig(), Deps{Client: fake.NewSimpleClientset(), Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
 		Leases: factory.Coordination().V1().Leases(), Registry: prometheus.NewRegistry(), Clock: clk})
 	if err != nil {
 		b.Fatal(err)

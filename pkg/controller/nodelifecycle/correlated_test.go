@@ -51,7 +51,10 @@ const testZoneKey = "r:\x00:"
 func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	t.Helper()
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	client := fake.NewClientset()
+	// NewSimpleClientset, not NewClientset: the field-managed tracker builds a
+	// type converter costing ~1 s per test binary under -race, and nothing here
+	// uses server-side apply.
+	client := fake.NewSimpleClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	c, err := New(cfg, Deps{Client: client, Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
 		Leases: factory.Coordination().V1().Leases(), Registry: prometheus.NewRegistry(), Clock: clk,

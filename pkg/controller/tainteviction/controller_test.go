@@ -193,7 +193,7 @@ type harness struct {
 
 func start(t *testing.T, objs ...runtime.Object) *harness {
 	t.Helper()
-	h := &harness{t: t, client: fake.NewClientset(objs...), clk: testingclock.NewFakeClock(base), rec: record.NewFakeRecorder(1000)}
+	h := &harness{t: t, client: fake.NewSimpleClientset(objs...), clk: testingclock.NewFakeClock(base), rec: record.NewFakeRecorder(1000)}
 	h.client.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()

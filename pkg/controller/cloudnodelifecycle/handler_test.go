@@ -1,0 +1,271 @@
+package cloudnodelifecycle
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	cloudprovider "k8s.io/cloud-provider"
+	testingclock "k8s.io/utils/clock/testing"
+
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+)
+
+// machine is what the in-test cloud says about one node's machine.
+type machine int
+
+const (
+	running machine = iota
+	shutdown
+	gone
+	broken // every question fails
+)
+
+// testCloud answers from a fixed table; a node not in it runs.
+type testCloud struct {
+	nscloud.Base
+	machines map[string]machine
+}
+
+func (p *testCloud) Initialize(cloudprovider.ControllerClientBuilder, <-chan struct{}) {}
+func (p *testCloud) ProviderName() string                                              { return "test" }
+func (p *testCloud) InstancesV2() (cloudprovider.InstancesV2, bool)                    { return p, true }
+
+func (p *testCloud) InstanceExists(_ context.Context, n *v1.Node) (bool, error) {
+	m := p.machines[n.Name]
+	if m == broken {
+		return false, errors.New("injected provider error")
+	}
+	return m != gone, nil
+}
+
+func (p *testCloud) InstanceShutdown(_ context.Context, n *v1.Node) (bool, error) {
+	m := p.machines[n.Name]
+	if m == broken {
+		return false, errors.New("injected provider error")
+	}
+	return m == shutdown, nil
+}
+
+func (p *testCloud) InstanceMetadata(context.Context, *v1.Node) (*cloudprovider.InstanceMetadata, error) {
+	return &cloudprovider.InstanceMetadata{}, nil
+}
+
+type harness struct {
+	t      *testing.T
+	c      *Controller
+	client *fake.Clientset
+	store  interface{ Delete(any) error }
+	rec    *record.FakeRecorder
+	clk    *testingclock.FakeClock
+}
+
+func node(name string, ready bool, taints ...v1.Taint) *v1.Node {
+	st := v1.ConditionTrue
+	if !ready {
+		st = v1.ConditionUnknown
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"},
+		Spec:   v1.NodeSpec{Taints: taints},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: st}}}}
+}
+
+func newHarness(t *testing.T, cfg Config, cloud *testCloud, nodes ...*v1.Node) *harness {
+	t.Helper()
+	// NewSimpleClientset, not NewClientset: the field-managed tracker builds a
+	// type converter costing ~1 s per test binary under -race, and nothing here
+	// uses server-side apply.
+	client := fake.NewSimpleClientset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	store := factory.Core().V1().Nodes().Informer().GetIndexer()
+	for _, n := range nodes {
+		if _, err := client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client.ClearActions()
+	rec := record.NewFakeRecorder(100)
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
+	c, err := New(cfg, Deps{Client: client, Nodes: factory.Core().V1().Nodes(), Cloud: cloud, Recorder: rec,
+		Registry: prometheus.NewRegistry(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, c: c, client: client, store: store, rec: rec, clk: clk}
+}
+
+// writes lists the write actions since the last call, as "verb resource/name".
+func (h *harness) writes() []string {
+	var out []string
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() == "list" || a.GetVerb() == "watch" || a.GetVerb() == "get" {
+			continue
+		}
+		name := ""
+		switch a := a.(type) {
+		case clienttesting.DeleteAction:
+			name = a.GetName()
+		case clienttesting.PatchAction:
+			name = a.GetName()
+		}
+		out = append(out, a.GetVerb()+" "+a.GetResource().Resource+"/"+name)
+	}
+	h.client.ClearActions()
+	slices.Sort(out)
+	return out
+}
+
+// events drains the recorded events.
+func (h *harness) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.rec.Events:
+			out = append(out, e)
+		default:
+			slices.Sort(out)
+			return out
+		}
+	}
+}
+
+func (h *harness) taints(name string) []v1.Taint {
+	n, err := h.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.client.ClearActions()
+	return n.Spec.Taints
+}
+
+func TestMonitorNodesDecisions(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		node       *v1.Node
+		machine    machine
+		wantWrites []string
+		wantEvents []string // prefixes "Type Reason"
+		wantTaint  bool     // shutdown taint on the node afterwards
+	}{
+		{name: "ready node, running machine: nothing", node: node("a", true), machine: running},
+		{name: "ready node is never asked about, even if its machine is gone", node: node("a", true), machine: gone},
+		{name: "not ready, machine gone: deleted", node: node("a", false), machine: gone,
+			wantWrites: []string{"delete nodes/a"}, wantEvents: []string{"Normal " + EventDeletingNode}},
+		{name: "not ready, provider error: nothing deleted", node: node("a", false), machine: broken},
+		{name: "not ready, machine shut down: shutdown taint added", node: node("a", false), machine: shutdown,
+			wantWrites: []string{"patch nodes/a"}, wantTaint: true},
+		{name: "not ready, shut down, already tainted: no write", node: node("a", false, ShutdownTaint), machine: shutdown, wantTaint: true},
+		{name: "not ready, machine running again: shutdown taint removed", node: node("a", false, ShutdownTaint), machine: running,
+			wantWrites: []string{"patch nodes/a"}},
+		{name: "ready again: shutdown taint removed without asking", node: node("a", true, ShutdownTaint), machine: broken,
+			wantWrites: []string{"patch nodes/a"}},
+		{name: "not ready, provider error, tainted: taint kept", node: node("a", false, ShutdownTaint), machine: broken, wantTaint: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxUnhealthyNodes = "100%"
+			h := newHarness(t, cfg, &testCloud{machines: map[string]machine{"a": tc.machine}}, tc.node)
+			h.c.monitorNodes(context.Background())
+			if got := h.writes(); !slices.Equal(got, tc.wantWrites) {
+				t.Errorf("writes = %v, want %v", got, tc.wantWrites)
+			}
+			got := h.events()
+			if len(got) != len(tc.wantEvents) {
+				t.Fatalf("events = %q, want %q", got, tc.wantEvents)
+			}
+			for i, want := range tc.wantEvents {
+				if !strings.HasPrefix(got[i], want+" ") {
+					t.Errorf("event %q, want %q", got[i], want)
+				}
+			}
+			if len(tc.wantWrites) > 0 && strings.HasPrefix(tc.wantWrites[0], "delete") {
+				return
+			}
+			if got := slices.ContainsFunc(h.taints("a"), func(x v1.Taint) bool { return x.MatchTaint(&ShutdownTaint) }); got != tc.wantTaint {
+				t.Errorf("shutdown taint = %v, want %v", got, tc.wantTaint)
+			}
+		})
+	}
+}
+
+// More nodes not Ready than --max-unhealthy-nodes: nothing is deleted, and
+// the blocked deletion is said in a Warning event.
+func TestMonitorNodesIncidentGuard(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxUnhealthyNodes = "1"
+	cloud := &testCloud{machines: map[string]machine{"a": gone, "b": gone}}
+	h := newHarness(t, cfg, cloud, node("a", false), node("b", false), node("c", true))
+	h.c.monitorNodes(context.Background())
+	if got := h.writes(); len(got) != 0 {
+		t.Errorf("writes under the incident guard: %v", got)
+	}
+	ev := h.events()
+	if len(ev) != 2 || !strings.HasPrefix(ev[0], "Warning "+EventDeletionBlocked+" ") || !strings.Contains(ev[0], "2 of 3 nodes are not Ready") {
+		t.Errorf("events = %q, want two %s naming 2 of 3", ev, EventDeletionBlocked)
+	}
+	// Below the limit again: the deletion goes ahead.
+	cloud.machines["b"] = running
+	n := node("b", true)
+	if err := h.store.(interface{ Update(any) error }).Update(n); err != nil {
+		t.Fatal(err)
+	}
+	h.c.monitorNodes(context.Background())
+	if got := h.writes(); !slices.Equal(got, []string{"delete nodes/a"}) {
+		t.Errorf("writes = %v, want the deletion of a", got)
+	}
+}
+
+// --node-deletion-rate: one deletion now, the next once the rate allows it
+// (on the fake clock); dry-run deletes nothing.
+func TestMonitorNodesDeletionRate(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxUnhealthyNodes = "100%"
+	cfg.NodeDeletionRate = 0.1 // one per 10s
+	cloud := &testCloud{machines: map[string]machine{"a": gone, "b": gone}}
+	h := newHarness(t, cfg, cloud, node("a", false), node("b", false))
+	pass := func() []string {
+		h.c.monitorNodes(context.Background())
+		got := h.writes()
+		for _, w := range got {
+			// The informer would deliver the deletion.
+			_ = h.store.Delete(node(strings.TrimPrefix(w, "delete nodes/"), false))
+		}
+		return got
+	}
+	if got := pass(); len(got) != 1 {
+		t.Fatalf("first pass deleted %v, want exactly one node", got)
+	}
+	h.clk.Step(5 * time.Second)
+	if got := pass(); len(got) != 0 {
+		t.Fatalf("5s later deleted %v, want none (rate 0.1/s)", got)
+	}
+	h.clk.Step(5 * time.Second)
+	if got := pass(); len(got) != 1 {
+		t.Fatalf("10s later deleted %v, want the other node", got)
+	}
+}
+
+func TestMonitorNodesDryRunWritesNothing(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxUnhealthyNodes, cfg.DryRun = "100%", true
+	cloud := &testCloud{machines: map[string]machine{"a": gone, "b": shutdown}}
+	h := newHarness(t, cfg, cloud, node("a", false), node("b", false))
+	h.c.monitorNodes(context.Background())
+	if got := h.writes(); len(got) != 0 {
+		t.Errorf("dry-run wrote %v", got)
+	}
+}
