@@ -1,0 +1,42 @@
+package simulate
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzLoad: any scenario file either loads into a scenario that can run
+// (a duration, at least one zone) or is refused with an error that names
+// the file; it never panics.
+func FuzzLoad(f *testing.F) {
+	f.Add(validScenario)
+	for _, seed := range []string{
+		"",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: -1m\ncluster: {zones: [{name: a, nodes: 100000000}]}\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncontrollers: {node-monitor-grace-period: 1s}\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\ntimeline: [{at: 1s, action: partition, zone: b}]\n",
+		"{{{",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		path := filepath.Join(t.TempDir(), "scenario.yaml")
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := Load(path)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		if sc.Duration.Duration <= 0 || len(sc.Cluster.Zones) == 0 {
+			t.Fatalf("loaded a scenario that cannot run: duration %v, %d zones", sc.Duration.Duration, len(sc.Cluster.Zones))
+		}
+	})
+}
