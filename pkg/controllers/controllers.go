@@ -191,12 +191,17 @@ func (b bound[C]) sections(c *Config) []config.Section {
 func (b bound[C]) enabled(c *Config) bool { return b.d.Enabled == nil || b.d.Enabled(b.field(c)) }
 
 func (b bound[C]) validate(c *Config) error {
-	if b.d.Validate == nil {
-		return nil
+	own, err := b.d.Complete(b.field(c), &c.Shared)
+	if err != nil || b.d.Validate == nil {
+		return err
 	}
-	return b.d.Validate(b.field(c), &c.Shared)
+	return b.d.Validate(&own)
 }
 
 func (b bound[C]) build(c *Config, ctx manager.Context) (manager.Controller, error) {
-	return b.d.New(b.field(c), &c.Shared, ctx)
+	own, err := b.d.Complete(b.field(c), &c.Shared)
+	if err != nil {
+		return nil, err
+	}
+	return b.d.New(&own, ctx)
 }

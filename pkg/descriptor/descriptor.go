@@ -56,10 +56,23 @@ type Descriptor[C any] struct {
 	// settings (nodeipam needs --allocate-node-cidrs, for instance); nil
 	// means always. Naming the controller explicitly runs it regardless.
 	Enabled func(c *C) bool
+	// WithShared copies the shared settings the controller reads into its
+	// own settings (with Take); nil when it reads none. The registry calls
+	// it on a copy before Validate and New, so both see complete settings.
+	WithShared func(c *C, s *Shared) error
 	// Validate checks the settings, naming flags; nil means nothing to check.
-	Validate func(c *C, s *Shared) error
+	Validate func(c *C) error
 	// New builds the controller; dry run and the clients come from ctx.
-	New func(c *C, s *Shared, ctx manager.Context) (manager.Controller, error)
+	New func(c *C, ctx manager.Context) (manager.Controller, error)
+}
+
+// Complete returns a copy of c with the shared settings applied.
+func (d Descriptor[C]) Complete(c *C, s *Shared) (C, error) {
+	out := *c
+	if d.WithShared == nil {
+		return out, nil
+	}
+	return out, d.WithShared(&out, s)
 }
 
 // SharedSection is the name of the shared settings' section.

@@ -36,9 +36,12 @@ var Descriptor = descriptor.Descriptor[Settings]{
 		return Settings{Config: c}
 	},
 	Enabled: func(s *Settings) bool { return s.Cloud.Name != "" },
-	Validate: func(s *Settings, shared *descriptor.Shared) error {
-		cfg, err := withShared(s.Config, shared)
-		errs := []error{err, cfg.Validate()}
+	WithShared: func(s *Settings, shared *descriptor.Shared) error {
+		return errors.Join(descriptor.Take("node-monitor-period", &s.Config.NodeMonitorPeriod, shared.NodeMonitorPeriod),
+			descriptor.Take("max-unhealthy-nodes", &s.Config.MaxUnhealthyNodes, shared.MaxUnhealthyNodes))
+	},
+	Validate: func(s *Settings) error {
+		errs := []error{s.Config.Validate()}
 		if s.Cloud.Name == "" {
 			errs = append(errs, errors.New("the cloudnodelifecycle controller needs --cloud-provider"))
 		} else if _, err := s.Cloud.Build(nil); err != nil {
@@ -46,22 +49,14 @@ var Descriptor = descriptor.Descriptor[Settings]{
 		}
 		return errors.Join(errs...)
 	},
-	New: func(s *Settings, shared *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+	New: func(s *Settings, ctx manager.Context) (manager.Controller, error) {
 		cloud, err := s.Cloud.Build(ctx.RESTConfig)
 		if err != nil {
 			return nil, err
 		}
-		cfg, err := withShared(s.Config, shared)
-		if err != nil {
-			return nil, err
-		}
+		cfg := s.Config
 		cfg.DryRun = ctx.DryRun
 		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
 			Cloud: cloud, Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock})
 	},
-}
-
-func withShared(c Config, s *descriptor.Shared) (Config, error) {
-	return c, errors.Join(descriptor.Take("node-monitor-period", &c.NodeMonitorPeriod, s.NodeMonitorPeriod),
-		descriptor.Take("max-unhealthy-nodes", &c.MaxUnhealthyNodes, s.MaxUnhealthyNodes))
 }

@@ -26,30 +26,22 @@ var Descriptor = descriptor.Descriptor[Config]{
 		return c
 	},
 	Enabled: (*Config).Configured,
-	Validate: func(c *Config, s *descriptor.Shared) error {
+	// The shared incident guard, and zones classified as the nodelifecycle
+	// controller classifies them.
+	WithShared: func(c *Config, s *descriptor.Shared) error {
+		return errors.Join(descriptor.Take("max-unhealthy-nodes", &c.Budget.MaxUnhealthyNodes, s.MaxUnhealthyNodes),
+			descriptor.Take("unhealthy-zone-threshold", &c.UnhealthyZoneThreshold, s.UnhealthyZoneThreshold))
+	},
+	Validate: func(c *Config) error {
 		if !c.Configured() {
 			return errors.New("the drain controller needs --drain-condition (e.g. --drain-condition=KernelDeadlock=True,10m) or --drain-rules FILE")
 		}
-		cfg, err := withShared(*c, s)
-		if err != nil {
-			return err
-		}
-		return cfg.Validate()
+		return c.Validate()
 	},
-	New: func(c *Config, s *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
-		cfg, err := withShared(*c, s)
-		if err != nil {
-			return nil, err
-		}
+	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
+		cfg := *c
 		cfg.DryRun = ctx.DryRun
 		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Pods: ctx.Informers.Core().V1().Pods(),
 			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock})
 	},
-}
-
-// withShared adds the shared incident guard and zone threshold: zones are
-// classified as the nodelifecycle controller classifies them.
-func withShared(c Config, s *descriptor.Shared) (Config, error) {
-	return c, errors.Join(descriptor.Take("max-unhealthy-nodes", &c.Budget.MaxUnhealthyNodes, s.MaxUnhealthyNodes),
-		descriptor.Take("unhealthy-zone-threshold", &c.UnhealthyZoneThreshold, s.UnhealthyZoneThreshold))
 }

@@ -18,8 +18,8 @@ var Descriptor = descriptor.Descriptor[Config]{
 	Default:  func() Config { return Config{} },
 	// As kube-controller-manager: only with --allocate-node-cidrs.
 	Enabled:  func(c *Config) bool { return c.AllocateNodeCIDRs },
-	Validate: func(c *Config, _ *descriptor.Shared) error { _, err := c.Parse(); return err },
-	New: func(c *Config, _ *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+	Validate: func(c *Config) error { _, err := c.Parse(); return err },
+	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
 		cfg := *c
 		cfg.DryRun = ctx.DryRun
 		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),

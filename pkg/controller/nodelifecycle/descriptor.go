@@ -24,18 +24,13 @@ var Descriptor = descriptor.Descriptor[Config]{
 		c.NodeMonitorPeriod, c.UnhealthyZoneThreshold = 0, 0 // shared settings
 		return c
 	},
-	Validate: func(c *Config, s *descriptor.Shared) error {
-		cfg, err := withShared(*c, s)
-		if err != nil {
-			return err
-		}
-		return cfg.Validate()
+	WithShared: func(c *Config, s *descriptor.Shared) error {
+		return errors.Join(descriptor.Take("node-monitor-period", &c.NodeMonitorPeriod, s.NodeMonitorPeriod),
+			descriptor.Take("unhealthy-zone-threshold", &c.UnhealthyZoneThreshold, s.UnhealthyZoneThreshold))
 	},
-	New: func(c *Config, s *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
-		cfg, err := withShared(*c, s)
-		if err != nil {
-			return nil, err
-		}
+	Validate: (*Config).Validate,
+	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
+		cfg := *c
 		cfg.DryRun = ctx.DryRun
 		return New(cfg, Deps{
 			Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Pods: ctx.Informers.Core().V1().Pods(),
@@ -43,9 +38,4 @@ var Descriptor = descriptor.Descriptor[Config]{
 			Registry: ctx.Registry, Clock: ctx.Clock,
 		})
 	},
-}
-
-func withShared(c Config, s *descriptor.Shared) (Config, error) {
-	return c, errors.Join(descriptor.Take("node-monitor-period", &c.NodeMonitorPeriod, s.NodeMonitorPeriod),
-		descriptor.Take("unhealthy-zone-threshold", &c.UnhealthyZoneThreshold, s.UnhealthyZoneThreshold))
 }

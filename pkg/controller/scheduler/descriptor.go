@@ -20,8 +20,8 @@ var Descriptor = descriptor.Descriptor[Config]{
 	Sections: []descriptor.Section[Config]{{Name: "scheduler",
 		Help: "The scheduler (kube-scheduler's names for its settings).", AddFlags: (*Config).AddFlags}},
 	Default:  DefaultConfig,
-	Validate: func(c *Config, _ *descriptor.Shared) error { return c.Validate() },
-	New: func(c *Config, _ *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
+	Validate: (*Config).Validate,
+	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
 		return New(*c, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
 			Pods: ctx.Informers.Core().V1().Pods(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
 			Recorder: ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})
