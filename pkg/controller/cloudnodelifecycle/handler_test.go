@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	testingclock "k8s.io/utils/clock/testing"
 
 	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllertest"
 )
 
 // machine is what the in-test cloud says about one node's machine.
@@ -108,39 +108,18 @@ func newHarness(t *testing.T, cfg Config, cloud *testCloud, nodes ...*v1.Node) *
 	return &harness{t: t, c: c, client: client, store: store, rec: rec, clk: clk}
 }
 
-// writes lists the write actions since the last call, as "verb resource/name".
+// writes lists the writes since the last call, sorted.
 func (h *harness) writes() []string {
-	var out []string
-	for _, a := range h.client.Actions() {
-		if a.GetVerb() == "list" || a.GetVerb() == "watch" || a.GetVerb() == "get" {
-			continue
-		}
-		name := ""
-		switch a := a.(type) {
-		case clienttesting.DeleteAction:
-			name = a.GetName()
-		case clienttesting.PatchAction:
-			name = a.GetName()
-		}
-		out = append(out, a.GetVerb()+" "+a.GetResource().Resource+"/"+name)
-	}
-	h.client.ClearActions()
+	out := controllertest.TakeWrites(h.client)
 	slices.Sort(out)
 	return out
 }
 
-// events drains the recorded events.
+// events takes the recorded events, sorted.
 func (h *harness) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-h.rec.Events:
-			out = append(out, e)
-		default:
-			slices.Sort(out)
-			return out
-		}
-	}
+	out := controllertest.Events(h.rec)
+	slices.Sort(out)
+	return out
 }
 
 func (h *harness) taints(name string) []v1.Taint {
@@ -164,15 +143,15 @@ func TestMonitorNodesDecisions(t *testing.T) {
 		{name: "ready node, running machine: nothing", node: node("a", true), machine: running},
 		{name: "ready node is never asked about, even if its machine is gone", node: node("a", true), machine: gone},
 		{name: "not ready, machine gone: deleted", node: node("a", false), machine: gone,
-			wantWrites: []string{"delete nodes/a"}, wantEvents: []string{"Normal " + EventDeletingNode}},
+			wantWrites: []string{"delete nodes a"}, wantEvents: []string{"Normal " + EventDeletingNode}},
 		{name: "not ready, provider error: nothing deleted", node: node("a", false), machine: broken},
 		{name: "not ready, machine shut down: shutdown taint added", node: node("a", false), machine: shutdown,
-			wantWrites: []string{"patch nodes/a"}, wantTaint: true},
+			wantWrites: []string{"patch nodes a"}, wantTaint: true},
 		{name: "not ready, shut down, already tainted: no write", node: node("a", false, ShutdownTaint), machine: shutdown, wantTaint: true},
 		{name: "not ready, machine running again: shutdown taint removed", node: node("a", false, ShutdownTaint), machine: running,
-			wantWrites: []string{"patch nodes/a"}},
+			wantWrites: []string{"patch nodes a"}},
 		{name: "ready again: shutdown taint removed without asking", node: node("a", true, ShutdownTaint), machine: broken,
-			wantWrites: []string{"patch nodes/a"}},
+			wantWrites: []string{"patch nodes a"}},
 		{name: "not ready, provider error, tainted: taint kept", node: node("a", false, ShutdownTaint), machine: broken, wantTaint: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,7 +203,7 @@ func TestMonitorNodesIncidentGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.c.monitorNodes(context.Background())
-	if got := h.writes(); !slices.Equal(got, []string{"delete nodes/a"}) {
+	if got := h.writes(); !slices.Equal(got, []string{"delete nodes a"}) {
 		t.Errorf("writes = %v, want the deletion of a", got)
 	}
 }
@@ -242,7 +221,7 @@ func TestMonitorNodesDeletionRate(t *testing.T) {
 		got := h.writes()
 		for _, w := range got {
 			// The informer would deliver the deletion.
-			_ = h.store.Delete(node(strings.TrimPrefix(w, "delete nodes/"), false))
+			_ = h.store.Delete(node(strings.TrimPrefix(w, "delete nodes "), false))
 		}
 		return got
 	}

@@ -19,6 +19,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllertest"
 )
 
 // The drain controller's sync handler driven through New with a fake
@@ -96,45 +98,8 @@ func (h *handler) sync(name string) {
 	}
 }
 
-// writes lists the writes so far as "verb resource[/subresource] name",
-// evictions included; reads are left out.
-func (h *handler) writes() []string {
-	var out []string
-	for _, a := range h.client.Actions() {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
-		}
-		res := a.GetResource().Resource
-		if s := a.GetSubresource(); s != "" {
-			res += "/" + s
-		}
-		name := ""
-		switch a := a.(type) {
-		case clienttesting.PatchAction:
-			name = a.GetName()
-		case clienttesting.DeleteAction:
-			name = a.GetName()
-		case clienttesting.CreateAction:
-			if m, err := metav1Object(a.GetObject()); err == nil {
-				name = m
-			}
-		}
-		out = append(out, a.GetVerb()+" "+res+" "+name)
-	}
-	return out
-}
-
-func metav1Object(o runtime.Object) (string, error) {
-	if ev, ok := o.(*policyv1.Eviction); ok {
-		return ev.Namespace + "/" + ev.Name, nil
-	}
-	m, ok := o.(metav1.Object)
-	if !ok {
-		return "", nil
-	}
-	return m.GetName(), nil
-}
+// writes lists the writes so far, evictions included; reads are left out.
+func (h *handler) writes() []string { return controllertest.Writes(h.client) }
 
 // evicted lists the pods evicted so far, sorted.
 func (h *handler) evicted() []string {
@@ -149,16 +114,7 @@ func (h *handler) evicted() []string {
 }
 
 // collect moves the recorded events into h.events.
-func (h *handler) collect() {
-	for {
-		select {
-		case e := <-h.rec.Events:
-			h.events = append(h.events, e)
-		default:
-			return
-		}
-	}
-}
+func (h *handler) collect() { h.events = append(h.events, controllertest.Events(h.rec)...) }
 
 // reasons lists the event reasons so far ("Type Reason").
 func (h *handler) reasons() []string {

@@ -17,6 +17,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllertest"
 )
 
 type harness struct {
@@ -79,31 +81,10 @@ func (h *harness) sync(name string) error {
 	return err
 }
 
-// writes lists the write actions since the last call.
-func (h *harness) writes() []string {
-	var out []string
-	for _, a := range h.client.Actions() {
-		switch a.GetVerb() {
-		case "list", "watch", "get":
-			continue
-		}
-		out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
-	}
-	h.client.ClearActions()
-	return out
-}
+// writes lists the writes since the last call.
+func (h *harness) writes() []string { return controllertest.TakeWrites(h.client) }
 
-func (h *harness) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-h.rec.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
+func (h *harness) events() []string { return controllertest.Events(h.rec) }
 
 func (h *harness) podCIDRs(name string) []string {
 	h.t.Helper()

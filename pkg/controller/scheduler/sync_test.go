@@ -9,47 +9,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllertest"
 )
 
 // The scheduler through New and Run over a fake clientset and a fake clock:
 // a pod that fits is bound; a high-priority pod that does not fit preempts
 // the lowest-priority victim (DisruptionTarget, delete), is nominated, and
 // is bound once the victim is gone.
-
-// writes lists "verb resource[/subresource] name" of every write so far.
-func writes(client *fake.Clientset) []string {
-	var out []string
-	for _, a := range client.Actions() {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
-		}
-		res := a.GetResource().Resource
-		if s := a.GetSubresource(); s != "" {
-			res += "/" + s
-		}
-		name := ""
-		switch a := a.(type) {
-		case clienttesting.PatchAction:
-			name = a.GetName()
-		case clienttesting.DeleteAction:
-			name = a.GetName()
-		case clienttesting.CreateAction:
-			if b, ok := a.GetObject().(*v1.Binding); ok {
-				name = b.Name + "->" + b.Target.Name
-			}
-		}
-		out = append(out, a.GetVerb()+" "+res+" "+name)
-	}
-	return out
-}
 
 func runScheduler(t *testing.T, objs ...runtime.Object) (*fake.Clientset, *testingclock.FakeClock, *record.FakeRecorder) {
 	t.Helper()
@@ -84,9 +56,9 @@ func runScheduler(t *testing.T, objs ...runtime.Object) (*fake.Clientset, *testi
 func until(t *testing.T, clk *testingclock.FakeClock, client *fake.Clientset, what string, cond func([]string) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !cond(writes(client)) {
+	for !cond(controllertest.Writes(client)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; writes %q", what, writes(client))
+			t.Fatalf("timed out waiting for %s; writes %q", what, controllertest.Writes(client))
 		}
 		time.Sleep(5 * time.Millisecond) // let the informers and workers run
 		clk.Step(time.Second)
@@ -96,7 +68,7 @@ func until(t *testing.T, clk *testingclock.FakeClock, client *fake.Clientset, wh
 func TestRunBindsAPodThatFits(t *testing.T) {
 	client, clk, _ := runScheduler(t, node("node1", 1000, 10), pod("p", 0, 500))
 	until(t, clk, client, "the binding", func(w []string) bool { return slices.Contains(w, "create pods/binding p->node1") })
-	for _, w := range writes(client) {
+	for _, w := range controllertest.Writes(client) {
 		if strings.HasPrefix(w, "delete") {
 			t.Errorf("deleted a pod although p fits: %q", w)
 		}
@@ -107,7 +79,7 @@ func TestRunPreemptsTheLowestPriorityVictim(t *testing.T) {
 	client, clk, rec := runScheduler(t, node("node1", 1000, 10),
 		pod("low", 10, 400, onNode("node1")), pod("mid", 50, 400, onNode("node1")), pod("high", 100, 500))
 	until(t, clk, client, "the preemptor bound", func(w []string) bool { return slices.Contains(w, "create pods/binding high->node1") })
-	w := writes(client)
+	w := controllertest.Writes(client)
 	idx := func(s string) int { return slices.Index(w, s) }
 	if idx("delete pods low") < 0 || idx("patch pods/status low") < 0 || idx("patch pods/status low") > idx("delete pods low") {
 		t.Errorf("writes %q: want low marked DisruptionTarget, then deleted", w)
