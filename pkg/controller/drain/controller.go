@@ -234,6 +234,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	// manager releases the Lease); then running drains stop.
 	c.queue.ShutDown()
 	worker.Wait()
+	c.stopDrains(nil)
+	return nil
+}
+
+// stopDrains tells running drains that the controller stops (they stop
+// without writing) and waits for them; with a non-nil cause they are also
+// cancelled at once rather than at their next step.
+func (c *Controller) stopDrains(cause error) {
 	close(c.stopping)
 	c.mu.Lock()
 	running := make([]*runningDrain, 0, len(c.running))
@@ -242,9 +250,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	for _, r := range running {
+		if cause != nil {
+			r.cancel(cause)
+		}
 		<-r.done
 	}
-	return nil
 }
 
 // enqueueAll re-evaluates every node (a safety net for timers) and

@@ -68,17 +68,7 @@ func newHandler(t *testing.T, cfg Config, objs ...runtime.Object) *handler {
 	t.Cleanup(func() {
 		cancel()
 		// As Run does when it returns: running drains stop without writing.
-		close(c.stopping)
-		c.mu.Lock()
-		running := make([]*runningDrain, 0, len(c.running))
-		for _, r := range c.running {
-			running = append(running, r)
-		}
-		c.mu.Unlock()
-		for _, r := range running {
-			r.cancel(errStopping)
-			<-r.done
-		}
+		c.stopDrains(errStopping)
 		factory.Shutdown()
 	})
 	factory.Start(ctx.Done())
