@@ -153,3 +153,63 @@ func TestSchedulerSpreadSameAsKubeScheduler(t *testing.T) {
 		t.Errorf("outcomes differ: kube-scheduler %+v, nodeshepherd %+v", outs[0], outs[1])
 	}
 }
+
+// runSpreadPreemption: zone-a's node holds two web pods of priority 10,
+// zone-b's node one web pod and a big pod of priority 50 that leave no room.
+// A web pod of priority 50 with a zone DoNotSchedule maxSkew 1 constraint
+// fits nowhere (skew on node 1, cpu on node 2); preemption must remove one
+// web pod from zone-a, which brings the skew back within bounds, and not
+// both.
+func runSpreadPreemption(t *testing.T, upstream bool) outcome {
+	s := situation{name: "spread", nodes: 2, pods: []spec{
+		{name: "w1", node: 1, class: "p10", milliCPU: 100, app: "web"}, {name: "w2", node: 1, class: "p10", milliCPU: 100, app: "web"},
+		{name: "w3", node: 2, class: "p50", milliCPU: 100, app: "web"}, {name: "big", node: 2, class: "p50", milliCPU: 850}}}
+	c := startPreemptionCluster(t, s.nodes, upstream, nil)
+	c.setUp(t, s)
+	p := spec{name: "hi", class: "p50", milliCPU: 100, app: "web"}.pod(c.nodes, v1.DefaultSchedulerName)
+	p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: spreadZoneKey, WhenUnsatisfiable: v1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	c.create(t, p)
+	var out outcome
+	framework.Eventually(t, 90*time.Second, "hi bound", func(ctx context.Context) (bool, string, error) {
+		got, err := c.client.CoreV1().Pods("default").Get(ctx, "hi", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		out.node = slices.Index(c.nodes, got.Spec.NodeName) + 1
+		cond := kube.PodCondition(got, v1.PodScheduled)
+		return got.Spec.NodeName != "", fmt.Sprintf("nominated %q, condition %+v", got.Status.NominatedNodeName, cond), nil
+	})
+	l, err := c.client.CoreV1().Pods("default").List(framework.Context(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := map[string]bool{}
+	for _, p := range l.Items {
+		if p.DeletionTimestamp == nil {
+			alive[p.Name] = true
+		}
+	}
+	for _, p := range s.pods {
+		if !alive[p.name] {
+			out.victims = append(out.victims, p.name)
+		}
+	}
+	return out
+}
+
+// TestSchedulerSpreadPreemptionSameAsKubeScheduler: preemption counts the
+// victims out of their zone, with kube-scheduler and with nodeshepherd (the
+// two web pods of zone-a start together, so which one goes is not compared).
+func TestSchedulerSpreadPreemptionSameAsKubeScheduler(t *testing.T) {
+	for _, upstream := range []bool{true, false} {
+		who := map[bool]string{true: "kube-scheduler", false: "nodeshepherd"}[upstream]
+		t.Run(who, func(t *testing.T) {
+			out := runSpreadPreemption(t, upstream)
+			t.Logf("%s: %s", who, out)
+			if out.node != 1 || len(out.victims) != 1 || (out.victims[0] != "w1" && out.victims[0] != "w2") {
+				t.Errorf("%s: %s, want node1 and one of w1, w2 as the only victim", who, out)
+			}
+		})
+	}
+}
