@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -453,5 +454,50 @@ func BenchmarkScheduleOneSpread1000Nodes(b *testing.B) {
 		if node == "" {
 			b.Fatal("no node")
 		}
+	}
+}
+
+// An assigned pod that appears, is bound or changes labels wakes the pods
+// rejected for their spread whose selector it matches, and no others.
+func TestAssignedPodAddWakesSpreadBlocked(t *testing.T) {
+	s := newTestScheduler()
+	s.spread = &spreadEnv{}
+	s.cache.setNode(zoned("a1", "a"))
+	park := func(p *v1.Pod, spreadBound bool) {
+		s.queue.Add(p)
+		qp, cycle := pop(t, s.queue)
+		qp.spreadBound = spreadBound
+		s.queue.Requeue(qp, cycle, false)
+	}
+	parked := func(name string) bool {
+		s.queue.mu.Lock()
+		defer s.queue.mu.Unlock()
+		_, ok := s.queue.parked[types.UID(name)]
+		return ok
+	}
+	park(pod("web-blocked", 0, 100, labels2("app", "web"), spreadOn(zoneKey, 1, v1.DoNotSchedule)), true)
+	park(pod("db-blocked", 0, 100, labels2("app", "db"), spreadOn(zoneKey, 1, v1.DoNotSchedule,
+		func(c *v1.TopologySpreadConstraint) { c.LabelSelector.MatchLabels = map[string]string{"app": "db"} })), true)
+	park(pod("cpu-blocked", 0, 100, labels2("app", "web")), false)
+
+	other := pod("other", 0, 100, onNode("a1"), labels2("app", "other"))
+	s.onPod(nil, other)
+	if !parked("web-blocked") || !parked("db-blocked") {
+		t.Fatal("a pod matching no selector woke a spread-blocked pod")
+	}
+	relabelled := other.DeepCopy()
+	relabelled.Labels = map[string]string{"app": "web"}
+	s.onPod(other, relabelled)
+	if parked("web-blocked") || !parked("db-blocked") || !parked("cpu-blocked") {
+		t.Errorf("after relabelling to app=web: web-blocked parked=%v (want false), db-blocked %v, cpu-blocked %v (want true)",
+			parked("web-blocked"), parked("db-blocked"), parked("cpu-blocked"))
+	}
+	pending := pod("db1", 0, 100, labels2("app", "db"))
+	pending.Spec.SchedulerName = "someone-else"
+	bound := pending.DeepCopy()
+	bound.Spec.NodeName = "a1"
+	s.onPod(pending, bound)
+	if parked("db-blocked") {
+		t.Error("binding a db pod must wake db-blocked")
 	}
 }
