@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
@@ -212,4 +213,61 @@ func TestSchedulerSpreadPreemptionSameAsKubeScheduler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSchedulerSpreadDefaultConstraints: with
+// --default-pod-topology-spread=topology.kubernetes.io/zone:1:DoNotSchedule
+// a Deployment's pods, which set no constraints, are spread by the selector
+// of their ReplicaSet. zone-c's nodes are tainted; nodeTaintsPolicy defaults
+// to Ignore, so zone-c still counts as a domain with 0 pods: of 4 replicas
+// only one per other zone can run, the others stay Pending with the message.
+func TestSchedulerSpreadDefaultConstraints(t *testing.T) {
+	c := startPreemptionCluster(t, 6, false, func(s *scheduler.Config) {
+		s.DefaultPodTopologySpread = spreadZoneKey + ":1:DoNotSchedule"
+	})
+	ctx := framework.Context(t)
+	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zoneOf := map[string]string{}
+	for _, n := range nodes.Items {
+		zoneOf[n.Name] = n.Labels[spreadZoneKey]
+		if n.Labels[spreadZoneKey] != "zone-c" {
+			continue
+		}
+		patch := `{"spec":{"taints":[{"key":"dedicated","value":"other","effect":"NoSchedule"}]}}`
+		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, "application/strategic-merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	labels := map[string]string{"app": "defaults"}
+	spec := spreadPodSpec(v1.DefaultSchedulerName)
+	spec.TopologySpreadConstraints = nil
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](4), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}}}
+	if _, err := c.client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const wantMsg = "0/6 nodes are available: 2 node(s) had untolerated taint(s), 4 node(s) didn't match pod topology spread constraints."
+	framework.Eventually(t, 60*time.Second, "one replica in zone-a and zone-b, two pending", func(ctx context.Context) (bool, string, error) {
+		l, err := c.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=defaults"})
+		if err != nil {
+			return false, "", err
+		}
+		perZone := map[string]int{}
+		var msgs []string
+		for _, p := range l.Items {
+			if p.Spec.NodeName != "" {
+				perZone[zoneOf[p.Spec.NodeName]]++
+				continue
+			}
+			if cond := kube.PodCondition(&p, v1.PodScheduled); cond != nil && cond.Reason == v1.PodReasonUnschedulable && strings.HasPrefix(cond.Message, wantMsg) {
+				msgs = append(msgs, cond.Message)
+			}
+		}
+		return perZone["zone-a"] == 1 && perZone["zone-b"] == 1 && perZone["zone-c"] == 0 && len(msgs) == 2,
+			fmt.Sprintf("per zone %v, %d pending with the message", perZone, len(msgs)), nil
+	})
 }
