@@ -112,6 +112,7 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"run", "--controllers=scheduler", "--min-candidate-nodes-percentage=0", "--min-candidate-nodes-absolute=0"}, "cannot both be zero"},
 		{[]string{"run", "--controllers=scheduler", "--pod-initial-backoff=20s"}, "--pod-initial-backoff (20s) must be positive and not above --pod-max-backoff (10s)"},
 		{[]string{"run", "--controllers=scheduler", "--scheduler-name="}, "--scheduler-name must not be empty"},
+		{[]string{"run", "--controllers=scheduler", "--default-pod-topology-spread=zone:0"}, `--default-pod-topology-spread item 1 ("zone:0"): maxSkew "0" must be a whole number of at least 1`},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

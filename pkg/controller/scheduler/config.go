@@ -23,6 +23,9 @@ type Config struct {
 	PodMaxInUnschedulablePods   time.Duration
 	MinCandidateNodesPercentage int32
 	MinCandidateNodesAbsolute   int32
+	// DefaultPodTopologySpread: the spread constraints of pods without
+	// any (see parseSpreadDefaults).
+	DefaultPodTopologySpread string
 }
 
 // DefaultSchedulerName is the name pods ask for to be scheduled by
@@ -32,7 +35,8 @@ const DefaultSchedulerName = "nodeshepherd-scheduler"
 // DefaultConfig returns kube-scheduler's defaults under nodeshepherd's name.
 func DefaultConfig() Config {
 	return Config{SchedulerName: DefaultSchedulerName, Parallelism: 16, PodInitialBackoff: time.Second, PodMaxBackoff: 10 * time.Second,
-		PodMaxInUnschedulablePods: 5 * time.Minute, MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}
+		PodMaxInUnschedulablePods: 5 * time.Minute, MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100,
+		DefaultPodTopologySpread: SpreadDefaultsSystem}
 }
 
 // AddFlags registers the scheduler's flags.
@@ -45,6 +49,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.PodMaxInUnschedulablePods, "pod-max-in-unschedulable-pods-duration", c.PodMaxInUnschedulablePods, "Retry an unschedulable pod after this long even when no cluster event woke it.")
 	fs.Int32Var(&c.MinCandidateNodesPercentage, "min-candidate-nodes-percentage", c.MinCandidateNodesPercentage, "Preemption dry-runs at least this percentage of the nodes where preemption may help (DefaultPreemptionArgs).")
 	fs.Int32Var(&c.MinCandidateNodesAbsolute, "min-candidate-nodes-absolute", c.MinCandidateNodesAbsolute, "Preemption dry-runs at least this many nodes (DefaultPreemptionArgs).")
+	fs.StringVar(&c.DefaultPodTopologySpread, "default-pod-topology-spread", c.DefaultPodTopologySpread, "Topology spread constraints of pods that set none, selecting the pods of their Services, ReplicaSets, StatefulSets and ReplicationControllers (PodTopologySpreadArgs): system (kube-scheduler's: kubernetes.io/hostname:3 and topology.kubernetes.io/zone:5, ScheduleAnyway), none, or a list of <topologyKey>:<maxSkew>[:ScheduleAnyway|DoNotSchedule].")
 }
 
 // Validate checks the settings as kube-scheduler validates its configuration.
@@ -73,6 +78,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MinCandidateNodesPercentage == 0 && c.MinCandidateNodesAbsolute == 0 {
 		errs = append(errs, errors.New("--min-candidate-nodes-percentage and --min-candidate-nodes-absolute cannot both be zero"))
+	}
+	if _, err := parseSpreadDefaults(c.DefaultPodTopologySpread); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -24,6 +24,8 @@ var Descriptor = descriptor.Descriptor[Config]{
 	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
 		return New(*c, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
 			Pods: ctx.Informers.Core().V1().Pods(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
+			Services: ctx.Informers.Core().V1().Services(), ReplicationControllers: ctx.Informers.Core().V1().ReplicationControllers(),
+			ReplicaSets: ctx.Informers.Apps().V1().ReplicaSets(), StatefulSets: ctx.Informers.Apps().V1().StatefulSets(),
 			Recorder: ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})
 	},
 }

@@ -50,6 +50,8 @@ type podQuery struct {
 	*podInfo
 	affinity    nodeaffinity.RequiredNodeAffinity
 	tolerations []v1.Toleration
+	// spread is PodTopologySpread's state; nil without constraints.
+	spread *spreadState
 }
 
 var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
@@ -98,7 +100,10 @@ func filter(q *podQuery, n *nodeInfo) status {
 			}
 		}
 	}
-	return fits(q.podInfo, n)
+	if st := fits(q.podInfo, n); !st.ok() {
+		return st
+	}
+	return q.spread.filter(n)
 }
 
 // fits is the resource filter: pod count, cpu, memory and every other

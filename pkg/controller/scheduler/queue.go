@@ -37,6 +37,7 @@ type queuedPod struct {
 	// wake says which cluster events can help this pod (see moveOnPodDelete).
 	nominated     string
 	resourceBound bool
+	spreadBound   bool // some node rejected it for its topology spread
 	where         string
 	index         int
 }

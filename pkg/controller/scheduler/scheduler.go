@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +48,13 @@ type Deps struct {
 	DryRun   bool
 	// Rand seeds tie-breaking and the preemption offset; tests fix it.
 	Rand *rand.Rand
+
+	// Services and the controllers give pods without spread constraints
+	// the selector of the default constraints; nil ones are not consulted.
+	Services               coreinformers.ServiceInformer
+	ReplicationControllers coreinformers.ReplicationControllerInformer
+	ReplicaSets            appsinformers.ReplicaSetInformer
+	StatefulSets           appsinformers.StatefulSetInformer
 }
 
 // Scheduler is the controller.
@@ -60,6 +68,7 @@ type Scheduler struct {
 	queue     *schedulingQueue
 	cache     *cache
 	pdbLister policylisters.PodDisruptionBudgetLister
+	spread    *spreadEnv
 	synced    []toolscache.InformerSynced
 
 	// rand and nextStart are used by the scheduling loop only.
@@ -80,6 +89,10 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	defaults, err := parseSpreadDefaults(cfg.DefaultPodTopologySpread)
+	if err != nil {
+		return nil, err
+	}
 	if d.Clock == nil {
 		d.Clock = clock.RealClock{}
 	}
@@ -97,6 +110,23 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		rand:       d.Rand,
 		preempting: map[types.UID]*inflightPreemption{},
 		binds:      make(chan binding, bindQueue),
+	}
+	s.spread = &spreadEnv{defaults: defaults}
+	if d.Services != nil {
+		s.spread.services = d.Services.Lister()
+		s.synced = append(s.synced, d.Services.Informer().HasSynced)
+	}
+	if d.ReplicationControllers != nil {
+		s.spread.rcs = d.ReplicationControllers.Lister()
+		s.synced = append(s.synced, d.ReplicationControllers.Informer().HasSynced)
+	}
+	if d.ReplicaSets != nil {
+		s.spread.rss = d.ReplicaSets.Lister()
+		s.synced = append(s.synced, d.ReplicaSets.Informer().HasSynced)
+	}
+	if d.StatefulSets != nil {
+		s.spread.sss = d.StatefulSets.Lister()
+		s.synced = append(s.synced, d.StatefulSets.Informer().HasSynced)
 	}
 	s.queue.onMove = func(event, queue string) { s.metrics.incoming.WithLabelValues(queue, event).Inc() }
 	if _, err := d.Nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -130,7 +160,7 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 	}); err != nil {
 		return nil, err
 	}
-	s.synced = []toolscache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.PDBs.Informer().HasSynced}
+	s.synced = append(s.synced, d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.PDBs.Informer().HasSynced)
 	return s, nil
 }
 
@@ -160,6 +190,7 @@ func (s *Scheduler) onPod(old, pod *v1.Pod) {
 			return
 		}
 		s.cache.setPod(pod)
+		s.wakeSpreadBlocked(old, pod)
 		return
 	}
 	if pod.Spec.SchedulerName != s.cfg.SchedulerName {
@@ -296,6 +327,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 			break
 		}
 	}
+	p.spreadBound = spreadRejected(statuses)
 	if out.nominate != nil {
 		s.cache.nominate(p.info, *out.nominate)
 	}
@@ -314,6 +346,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 	if n == 0 {
 		return "", nil, 0
 	}
+	q.spread = newSpreadState(s.spread, q, s.cache)
 	if nom := s.cache.nominatedTo[q.pod.UID]; nom != "" {
 		if ni := s.cache.nodes[nom]; ni != nil && ni.node != nil && filter(q, s.cache.withNominated(q.podInfo, ni)).ok() {
 			return nom, nil, n
@@ -371,6 +404,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 	// Highest score; ties broken uniformly at random (reservoir sampling).
 	best, ties := 0, 1
 	scores := total(raws)
+	q.spread.score(feasible, scores)
 	for i := 1; i < len(scores); i++ {
 		switch {
 		case scores[i] > scores[best]:
