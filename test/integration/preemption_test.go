@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,12 +163,25 @@ type preemptionCluster struct {
 	ns     *framework.NodeShepherd
 }
 
+// controlPlaneStarts lets one parallel situation start its control plane at
+// a time: the control plane picks free ports by binding port 0 and closing
+// them before its components bind them, so two starts at once can take each
+// other's ports. Only the start-up is serialized; the situations run together.
+var controlPlaneStarts sync.Mutex
+
+func startControlPlaneAlone(t *testing.T, cfg controlplane.Config) *controlplane.ControlPlane {
+	t.Helper()
+	controlPlaneStarts.Lock()
+	defer controlPlaneStarts.Unlock()
+	return framework.StartControlPlane(t, cfg)
+}
+
 // preemptionNodeCPU is every fake node's CPU in the preemption situations.
 const preemptionNodeCPU = "1"
 
 func startPreemptionCluster(t *testing.T, nodes int, upstream bool, mut func(*scheduler.Config)) *preemptionCluster {
 	t.Helper()
-	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: upstream})
+	cp := startControlPlaneAlone(t, controlplane.Config{ControllerManager: true, Scheduler: upstream})
 	client := framework.Client(t, cp)
 	fn := fastNodes(client, nodes, false)
 	fn.CPU = resource.MustParse(preemptionNodeCPU)
