@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet fmt clean
+.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet fmt clean
 
 all: build controlplane
 
@@ -52,6 +52,11 @@ test-integration: controlplane chromium
 ## (test/integration/testdata/preemption-kube-scheduler.json, which make test compares nodeshepherd with)
 golden-preemption: controlplane
 	go test -count=1 -v -timeout 30m -run '^TestPreemptionSameAsKubeScheduler$$' ./test/integration/ -args -update-preemption-golden
+
+## golden-scenarios: re-record the upstream runs (--compare upstream) of the example scenarios that
+## make test checks from a recording (test/integration/testdata/simulate-upstream.json)
+golden-scenarios: controlplane
+	go test -count=1 -v -timeout 30m -run '^TestExampleScenarios$$' ./test/integration/ -args -update-scenario-golden
 
 ## demo: a local control plane, fake nodes and a Deployment Running on them
 demo: build controlplane
