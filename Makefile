@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane chromium test test-unit test-integration demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet lint fmt clean
+.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet lint fmt clean
 
 all: build controlplane
 
@@ -31,18 +31,32 @@ chromium:
 
 UNIT_PKGS = $$(go list ./... | grep -v /test/)
 
-## test: unit tests (race detector on) and integration tests (builds the control plane first)
+# The in-process controllers, fake nodes and test code run under the race
+# detector too; the control plane and simulate's binary are separate processes.
+INTEGRATION_TEST = go test -race $(GO_TEST_FLAGS) -count=1 -timeout 40m ./test/...
+
+## test: lint, unit and integration tests, race detector on (builds the control plane first)
 test: vet lint controlplane chromium
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
-	go test $(GO_TEST_FLAGS) -count=1 -timeout 50m ./test/...
+	$(INTEGRATION_TEST)
 
 ## test-unit: only the tests that need no control plane, race detector on
 test-unit:
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
 
-## test-integration: only the tests against the local control plane
+## test-integration: only the tests against the local control plane, race detector on
 test-integration: controlplane chromium
-	go test $(GO_TEST_FLAGS) -count=1 -timeout 45m ./test/...
+	$(INTEGRATION_TEST)
+
+## golden-preemption: re-record kube-scheduler's decisions on the preemption situations
+## (test/integration/testdata/preemption-kube-scheduler.json, which make test compares nodeshepherd with)
+golden-preemption: controlplane
+	go test -count=1 -v -timeout 30m -run '^TestPreemptionSameAsKubeScheduler$$' ./test/integration/ -args -update-preemption-golden
+
+## golden-scenarios: re-record the upstream runs (--compare upstream) of the example scenarios that
+## make test checks from a recording (test/integration/testdata/simulate-upstream.json)
+golden-scenarios: controlplane
+	go test -count=1 -v -timeout 30m -run '^TestExampleScenarios$$' ./test/integration/ -args -update-scenario-golden
 
 ## demo: a local control plane, fake nodes and a Deployment Running on them
 demo: build controlplane

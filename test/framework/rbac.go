@@ -33,7 +33,18 @@ import (
 // controllers as deploy/'s ServiceAccount instead of admin: deploy/ is
 // applied to the cluster with kubectl, a token comes from the TokenRequest
 // API, and any request the API server forbids fails the test.
+// Setting it for a whole run (go test) runs every test that way.
 const CredentialsEnv = "NODESHEPHERD_TEST_CREDENTIALS"
+
+// RunAsServiceAccount makes the rest of the test run its controllers as
+// deploy/'s ServiceAccount (see CredentialsEnv): the RBAC check is made by
+// the controllers' own scenarios, each run once, instead of by re-running
+// them. The environment is the test's only until it ends, so such a test
+// cannot be parallel (t.Setenv panics if it is).
+func RunAsServiceAccount(t testing.TB) {
+	t.Helper()
+	t.Setenv(CredentialsEnv, "serviceaccount")
+}
 
 // Where deploy/ puts nodeshepherd.
 const (

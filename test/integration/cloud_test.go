@@ -74,6 +74,7 @@ func providerCalls(t *testing.T, ns *framework.NodeShepherd, question, result st
 // TestMachineDeletedNodeRemovedAndPodsReplaced: a not-ready node whose
 // machine is gone is deleted, and its pods are replaced on other nodes.
 func TestMachineDeletedNodeRemovedAndPodsReplaced(t *testing.T) {
+	asServiceAccount(t)
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 4, false))
 	framework.StartNodeShepherd(t, cfg, cloudConfig("fake", 100, "45%"), nil)
@@ -120,6 +121,7 @@ func appPodsOn(client kubernetes.Interface, where func(string) bool) func(contex
 }
 
 func TestMachineShutdownTaint(t *testing.T) {
+	asServiceAccount(t)
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
 	framework.StartNodeShepherd(t, cfg, cloudConfig("fake", 100, "45%"), nil)

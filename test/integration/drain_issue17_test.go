@@ -329,6 +329,7 @@ func TestDrainSkipsHumanCordonVisibly(t *testing.T) {
 // deletes the blocking pods (Warning event per pod, metric) and the drain
 // completes; a pod protected by --protected-pod-annotation stays.
 func TestDrainBlockedByPDBExplainedThenForced(t *testing.T) {
+	asServiceAccount(t)
 	const forceAfter = 8 * time.Second
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))

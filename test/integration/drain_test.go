@@ -127,6 +127,7 @@ func nodeEvents(node, reason string) string {
 // PDB → pods Running elsewhere → the condition clears → uncordon. DaemonSet,
 // protected and controller-less pods stay; a human's cordon is left alone.
 func TestDrainCordonDrainUncordon(t *testing.T) {
+	asServiceAccount(t)
 	cfg, client := lifecycleCluster(t)
 	nodes := fastNodes(client, 5, false)
 	nodes.NodeStatusReportFrequency = time.Hour // quiet Node objects: only timers can notice the duration

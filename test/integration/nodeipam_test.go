@@ -92,6 +92,7 @@ func TestNodeIPAMDualStack200Nodes(t *testing.T) {
 // fifth node waits with CIDRNotAvailable until a node is deleted, then gets
 // its block; a restart with existing nodes allocates only to new ones.
 func TestNodeIPAMReuseExhaustionAndRestart(t *testing.T) {
+	asServiceAccount(t)
 	cp := framework.StartControlPlane(t, controlplane.Config{})
 	client := framework.Client(t, cp)
 	cfg := ipamConfig("10.10.0.0/24", 26)

@@ -167,6 +167,7 @@ func partition(t *testing.T, m *fakenode.Manager, action fakenode.Action, target
 // tolerationSeconds (0, 3s, never), DaemonSet pods stay, replacements run
 // elsewhere; healing lifts the taints.
 func TestNodeFailureEvictionAndRecovery(t *testing.T) {
+	asServiceAccount(t)
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, zonedNodes(client, "zone-a=3,zone-b=3", false))
 	framework.StartNodeShepherd(t, cfg, fastLifecycle(100), nil)

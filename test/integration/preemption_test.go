@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,12 +163,28 @@ type preemptionCluster struct {
 	ns     *framework.NodeShepherd
 }
 
+// controlPlaneStarts lets one parallel situation start its control plane at
+// a time: the control plane picks free ports by binding port 0 and closing
+// them before its components bind them, so two starts at once can take each
+// other's ports. Only the start-up is serialized; the situations run together.
+var controlPlaneStarts sync.Mutex
+
+func startControlPlaneAlone(t *testing.T, cfg controlplane.Config) *controlplane.ControlPlane {
+	t.Helper()
+	controlPlaneStarts.Lock()
+	defer controlPlaneStarts.Unlock()
+	return framework.StartControlPlane(t, cfg)
+}
+
+// preemptionNodeCPU is every fake node's CPU in the preemption situations.
+const preemptionNodeCPU = "1"
+
 func startPreemptionCluster(t *testing.T, nodes int, upstream bool, mut func(*scheduler.Config)) *preemptionCluster {
 	t.Helper()
-	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: upstream})
+	cp := startControlPlaneAlone(t, controlplane.Config{ControllerManager: true, Scheduler: upstream})
 	client := framework.Client(t, cp)
 	fn := fastNodes(client, nodes, false)
-	fn.CPU = resource.MustParse("1")
+	fn.CPU = resource.MustParse(preemptionNodeCPU)
 	m := framework.StartFakeNodes(t, fn)
 	ctrl := fastLifecycle(100)
 	ctrl.Scheduler.SchedulerName = v1.DefaultSchedulerName
@@ -295,20 +312,32 @@ func (s situation) check(t *testing.T, who string, got outcome) {
 	}
 }
 
-// TestPreemptionSameAsKubeScheduler runs every situation with kube-scheduler
-// and with nodeshepherd's scheduler, each on a fresh control plane, and
-// requires the same node and the same victims (and, where the preemptor stays
-// pending, the same message).
+// TestPreemptionSameAsKubeScheduler runs every situation with
+// nodeshepherd's scheduler on a fresh control plane and requires the node,
+// the victims and (where the preemptor stays pending) the message that
+// kube-scheduler chose in the same situation. kube-scheduler's decisions are
+// recorded in testdata/preemption-kube-scheduler.json by `make
+// golden-preemption` (this test with -update-preemption-golden, which runs
+// kube-scheduler on a fresh control plane per situation); the file names the
+// hash of the situations' pods and nodes and the kube-scheduler version, so a
+// changed situation or a new control plane fails here until it is refreshed.
 func TestPreemptionSameAsKubeScheduler(t *testing.T) {
+	var golden *preemptionGolden
+	if *updatePreemptionGolden {
+		golden = recordKubeScheduler(t)
+	} else {
+		golden = loadPreemptionGolden(t)
+	}
 	for _, s := range situations {
 		t.Run(s.name, func(t *testing.T) {
-			upstream := runSituation(t, s, true)
+			t.Parallel()
+			upstream := golden.outcome(s.name)
+			s.check(t, "kube-scheduler (recorded)", upstream)
 			ours := runSituation(t, s, false)
 			t.Logf("kube-scheduler: %s %q; nodeshepherd: %s %q", upstream, upstream.msg, ours, ours.msg)
 			if upstream.node != ours.node || !slices.Equal(upstream.victims, ours.victims) || upstream.msg != ours.msg {
 				t.Errorf("decisions differ:\n kube-scheduler: %s %q\n nodeshepherd:   %s %q", upstream, upstream.msg, ours, ours.msg)
 			}
-			s.check(t, "kube-scheduler", upstream)
 			s.check(t, "nodeshepherd", ours)
 		})
 	}

@@ -2,16 +2,16 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -19,62 +19,91 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
-// serviceAccountScenarios are the integration tests that run again as
-// deploy/'s ServiceAccount: together they exercise every controller's
-// reads and writes, and leader election.
-var serviceAccountScenarios = []string{
-	"TestNodeFailureEvictionAndRecovery", // nodelifecycle + tainteviction: taints, pod NotReady, eviction
-	"TestReadinessRestored",              // nodelifecycle: pod readiness restored
-	"TestTwoReplicasOneLeader",           // leader election on a Lease in nodeshepherd-system
-	"TestNodeIPAMReuseExhaustionAndRestart",
-	"TestMachineDeletedNodeRemovedAndPodsReplaced", // cloudnodelifecycle: node deletion
-	"TestMachineShutdownTaint",                     // cloudnodelifecycle: shutdown taint
-	"TestDrainCordonDrainUncordon",                 // drain: cordon, condition, Eviction API, uncordon
-	"TestDrainBlockedByPDBExplainedThenForced",     // drain: PDB reads, blocked-since annotation, force-after pod deletion
-	"TestSchedulerPreemption",                      // scheduler: binding, status, preemption, PDBs
+// serviceAccountScenarios are the integration tests whose controllers run
+// as deploy/'s ServiceAccount (they call asServiceAccount first): deploy/ is
+// applied with kubectl apply --server-side -k, the controllers get a
+// TokenRequest token of its ServiceAccount, and any request the API server
+// forbids fails the test. Together they exercise every controller's reads
+// and writes, and leader election; each runs once, with those credentials
+// only (running them again as admin would test nothing more).
+var serviceAccountScenarios = map[string][]string{
+	"TestNodeFailureEvictionAndRecovery":           {"nodelifecycle", "tainteviction"}, // taints, pod NotReady, eviction
+	"TestReadinessRestored":                        {"nodelifecycle"},                  // pod readiness restored
+	"TestTwoReplicasOneLeader":                     {leaderElection},                   // a Lease in nodeshepherd-system
+	"TestNodeIPAMReuseExhaustionAndRestart":        {"nodeipam"},
+	"TestMachineDeletedNodeRemovedAndPodsReplaced": {"cloudnodelifecycle"}, // node deletion
+	"TestMachineShutdownTaint":                     {"cloudnodelifecycle"}, // shutdown taint
+	"TestDrainCordonDrainUncordon":                 {"drain"},              // cordon, condition, Eviction API, uncordon
+	"TestDrainBlockedByPDBExplainedThenForced":     {"drain"},              // PDB reads, blocked-since annotation, force-after pod deletion
+	"TestSchedulerPreemption":                      {"scheduler"},          // binding, status, preemption, PDBs
 }
 
-// TestControllersRunAsServiceAccount runs those tests with
-// NODESHEPHERD_TEST_CREDENTIALS=serviceaccount: deploy/ is applied with
-// kubectl apply --server-side -k, the controllers get a TokenRequest token
-// of its ServiceAccount, and any forbidden request fails.
-func TestControllersRunAsServiceAccount(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-run", "^("+strings.Join(serviceAccountScenarios, "|")+")$", ".")
-	cmd.Env = append(os.Environ(), framework.CredentialsEnv+"=serviceaccount")
-	logPath := filepath.Join(t.TempDir(), "scenarios.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
+const leaderElection = "leader election"
+
+// asServiceAccount runs the rest of the test's controllers as deploy/'s
+// ServiceAccount; the test must be listed in serviceAccountScenarios.
+func asServiceAccount(t *testing.T) {
+	t.Helper()
+	if _, ok := serviceAccountScenarios[t.Name()]; !ok {
+		t.Fatalf("%s runs as deploy/'s ServiceAccount but is not listed in serviceAccountScenarios", t.Name())
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	err = cmd.Run()
-	logFile.Close()
-	data, _ := os.ReadFile(logPath)
-	out := bytes.NewBuffer(data)
-	for _, line := range strings.Split(out.String(), "\n") {
-		if strings.HasPrefix(line, "--- ") || strings.Contains(line, "forbade") || strings.Contains(line, "_test.go:") && !strings.Contains(line, "running the controllers as") || strings.Contains(line, "  GET ") ||
-			strings.Contains(line, "  POST ") || strings.Contains(line, "  PATCH ") || strings.Contains(line, "  PUT ") || strings.Contains(line, "  DELETE ") {
-			t.Log(line)
-		}
-	}
-	if err != nil {
-		t.Fatalf("the scenarios failed as the ServiceAccount: %v\n%s", err, tail(out.String(), 60))
-	}
-	for _, name := range serviceAccountScenarios {
-		if !strings.Contains(out.String(), "--- PASS: "+name) {
-			t.Errorf("%s did not pass", name)
-		}
-	}
-	if n := strings.Count(out.String(), "running the controllers as system:serviceaccount:nodeshepherd-system:nodeshepherd"); n < len(serviceAccountScenarios) {
-		t.Errorf("only %d controller starts ran as the ServiceAccount", n)
-	}
+	framework.RunAsServiceAccount(t)
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+// TestServiceAccountScenariosCoverEveryController checks, from the test
+// sources, that exactly the listed scenarios call asServiceAccount at their
+// start and that together they cover every controller and leader election:
+// the RBAC check is one pass over the controllers' own scenarios.
+func TestServiceAccountScenariosCoverEveryController(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("test sources: %v", err)
+	}
+	fset := token.NewFileSet()
+	calling := map[string]bool{}
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Body == nil || len(fn.Body.List) == 0 {
+				continue
+			}
+			if call, ok := fn.Body.List[0].(*ast.ExprStmt); ok {
+				if c, ok := call.X.(*ast.CallExpr); ok {
+					if id, ok := c.Fun.(*ast.Ident); ok && id.Name == "asServiceAccount" {
+						calling[fn.Name.Name] = true
+					}
+				}
+			}
+		}
+	}
+	covered := map[string]bool{}
+	for name, what := range serviceAccountScenarios {
+		if !calling[name] {
+			t.Errorf("%s is listed in serviceAccountScenarios but does not call asServiceAccount(t) first", name)
+		}
+		for _, w := range what {
+			covered[w] = true
+		}
+	}
+	for name := range calling {
+		if _, ok := serviceAccountScenarios[name]; !ok {
+			t.Errorf("%s calls asServiceAccount but is not listed in serviceAccountScenarios", name)
+		}
+	}
+	for _, want := range append(slices.Clone(controllers.Names), leaderElection) {
+		if !covered[want] {
+			t.Errorf("no scenario runs %s as deploy/'s ServiceAccount", want)
+		}
+	}
+	for w := range covered {
+		if w != leaderElection && !slices.Contains(controllers.Names, w) {
+			t.Errorf("serviceAccountScenarios names %q, which is no controller", w)
+		}
+	}
 }
 
 // TestDeployRolesHaveNoWildcards renders deploy/ and each overlay and checks

@@ -96,6 +96,7 @@ func TestAPIServerUnreachable(t *testing.T) {
 // TestTwoReplicasOneLeader: with leader election, only one replica acts;
 // when it stops, the other takes over within the lease duration.
 func TestTwoReplicasOneLeader(t *testing.T) {
+	asServiceAccount(t)
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
 	names := m.NodeNames()
@@ -156,6 +157,7 @@ func TestTwoReplicasOneLeader(t *testing.T) {
 // re-posts, pods stay NotReady after their node recovers, unless the
 // controller restores readiness.
 func TestReadinessRestored(t *testing.T) {
+	asServiceAccount(t)
 	for _, restore := range []bool{false, true} {
 		t.Run(fmt.Sprintf("restore=%v", restore), func(t *testing.T) {
 			cfg, client := lifecycleCluster(t)

@@ -66,6 +66,7 @@ func waitUnschedulable(t *testing.T, c *preemptionCluster, name, contains string
 // event, nomination), keeps the nominated room from a lower-priority pod, and
 // the preemptor ends Running there.
 func TestSchedulerPreemption(t *testing.T) {
+	asServiceAccount(t)
 	c := startPreemptionCluster(t, 3, false, func(s *scheduler.Config) { s.SchedulerName = scheduler.DefaultSchedulerName })
 	n := c.nodes
 	victim := spec{name: "c", node: 2, class: "p10", milliCPU: 400}
