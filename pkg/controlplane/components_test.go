@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func has(args []string, want string) bool {
@@ -66,5 +67,39 @@ func TestFreePortsDistinct(t *testing.T) {
 			t.Fatalf("port %d returned twice", p)
 		}
 		seen[p] = true
+		// Outgoing connections take local ports from the ephemeral range:
+		// a listening port chosen there could be taken before it is bound.
+		if p < portsFloor || p >= ephemeralLow() {
+			t.Errorf("port %d outside [%d, %d)", p, portsFloor, ephemeralLow())
+		}
+	}
+}
+
+// The start lock excludes a second holder until the first lets go.
+func TestStartPortLockIsExclusive(t *testing.T) {
+	unlock, err := startPortLock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		u, err := startPortLock()
+		if err != nil {
+			t.Error(err)
+			u = func() {}
+		}
+		got <- u
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second holder got the lock while the first held it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	unlock()
+	select {
+	case u := <-got:
+		u()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second holder never got the lock")
 	}
 }

@@ -12,12 +12,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -151,6 +151,15 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 	}
+	// From choosing the ports until every component listens on them, no
+	// other control plane on this machine chooses any (see ports.go).
+	unlock, err := startPortLock()
+	if err != nil {
+		return nil, err
+	}
+	var unlockOnce sync.Once
+	release := func() { unlockOnce.Do(unlock) }
+	defer release()
 	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
@@ -206,6 +215,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 	}
+	release()
 	logger.Info("Local control plane ready", "server", cp.layout.Server(), "kubeconfig", cp.KubeconfigPath(),
 		"controllerManager", cfg.ControllerManager, "scheduler", cfg.Scheduler, "after", time.Since(start).Round(time.Millisecond))
 	return cp, nil
@@ -315,27 +325,6 @@ func (cp *ControlPlane) Stop() {
 	if cp.removeDir && cp.cfg.Dir != "" {
 		_ = os.RemoveAll(cp.cfg.Dir)
 	}
-}
-
-// freePorts asks the kernel for n distinct free loopback ports. They are held
-// open together so that the same port is never returned twice.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // PID returns the process ID of a running component, or 0.
