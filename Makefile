@@ -33,7 +33,8 @@ UNIT_PKGS = $$(go list ./... | grep -v /test/)
 
 # The in-process controllers, fake nodes and test code run under the race
 # detector too; the control plane and simulate's binary are separate processes.
-INTEGRATION_TEST = go test -race $(GO_TEST_FLAGS) -count=1 -timeout 40m ./test/...
+# Two shards run side by side (hack/test-integration.sh; GO_TEST_FLAGS may be -v).
+INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
 
 ## test: lint, unit and integration tests, race detector on (builds the control plane first)
 test: vet lint controlplane chromium
