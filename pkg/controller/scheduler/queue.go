@@ -37,8 +37,11 @@ type queuedPod struct {
 	// wake says which cluster events can help this pod (see moveOnPodDelete).
 	nominated     string
 	resourceBound bool
-	where         string
-	index         int
+	// stuck pods cannot be evaluated as they are (refused features, a bad
+	// affinity value): only a change of their own spec or labels wakes them.
+	stuck bool
+	where string
+	index int
 }
 
 // podHeap is a heap with a custom order.
@@ -170,6 +173,7 @@ func (q *schedulingQueue) Update(old, pod *v1.Pod) bool {
 
 func (q *schedulingQueue) updateLocked(p *queuedPod, pod *v1.Pod) {
 	p.info = newPodInfo(pod)
+	p.stuck = false
 	switch p.where {
 	case inActive:
 		heap.Fix(q.active, p.index)
@@ -263,7 +267,7 @@ func (q *schedulingQueue) Requeue(p *queuedPod, cycle int64, isError bool) {
 	if cur, ok := q.pods[p.info.pod.UID]; !ok || cur != p || p.where != inFlight {
 		return // deleted or bound meanwhile
 	}
-	if isError || q.moveCycle >= cycle {
+	if isError || (q.moveCycle >= cycle && !p.stuck) {
 		p.where = inBackoff
 		heap.Push(q.backoff, p)
 		return
@@ -330,7 +334,7 @@ func (q *schedulingQueue) MoveAllSkipping(event string, helps, skipBackoff func(
 		}
 	}
 	for uid, p := range q.parked {
-		if helps != nil && !helps(p) {
+		if p.stuck || (helps != nil && !helps(p)) {
 			continue
 		}
 		delete(q.parked, uid)
@@ -358,7 +362,7 @@ func (q *schedulingQueue) flush() {
 		q.toActive(p)
 	}
 	for uid, p := range q.parked {
-		if now.Sub(p.parkedAt) >= q.cfg.MaxUnschedulable {
+		if !p.stuck && now.Sub(p.parkedAt) >= q.cfg.MaxUnschedulable {
 			delete(q.parked, uid)
 			q.toActiveOrBackoff(p)
 			if q.onMove != nil {

@@ -253,9 +253,13 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		s.queue.Requeue(p, cycle, false)
 		return
 	}
+	if msg := unsupported(pod); msg != "" {
+		s.refuse(ctx, p, cycle, reasonSchedulerError, msg, start)
+		return
+	}
 	q, err := newPodQuery(p.info)
 	if err != nil {
-		s.fail(ctx, p, cycle, "pod "+pod.Namespace+"/"+pod.Name+" cannot be scheduled: "+err.Error(), nil, start)
+		s.refuse(ctx, p, cycle, v1.PodReasonUnschedulable, "pod "+pod.Namespace+"/"+pod.Name+" cannot be scheduled: "+err.Error(), start)
 		return
 	}
 	s.cache.mu.RLock()
