@@ -25,7 +25,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 	Validate: func(c *Config, _ *descriptor.Shared) error { return c.Validate() },
 	New: func(c *Config, _ *descriptor.Shared, ctx manager.Context) (manager.Controller, error) {
 		return New(*c, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
-			Pods: ctx.Informers.Core().V1().Pods(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
+			Pods: ctx.Informers.Core().V1().Pods(), Namespaces: ctx.Informers.Core().V1().Namespaces(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
 			Recorder: ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})
 	},
 }

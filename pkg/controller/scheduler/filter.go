@@ -50,6 +50,9 @@ type podQuery struct {
 	*podInfo
 	affinity    nodeaffinity.RequiredNodeAffinity
 	tolerations []v1.Toleration
+	// interPod is InterPodAffinity's state for this cycle; nil when no
+	// required term concerns the pod.
+	interPod *affinityState
 }
 
 var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
@@ -67,6 +70,9 @@ func newPodQuery(pi *podInfo) (*podQuery, error) {
 		if _, err := nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); err != nil {
 			return nil, fmt.Errorf("invalid preferred node affinity: %w", err)
 		}
+	}
+	if pi.affinity != nil && pi.affinity.err != nil {
+		return nil, fmt.Errorf("invalid pod affinity: %w", pi.affinity.err)
 	}
 	return q, nil
 }
@@ -98,7 +104,10 @@ func filter(q *podQuery, n *nodeInfo) status {
 			}
 		}
 	}
-	return fits(q.podInfo, n)
+	if st := fits(q.podInfo, n); !st.ok() {
+		return st
+	}
+	return q.interPod.filter(n)
 }
 
 // fits is the resource filter: pod count, cpu, memory and every other

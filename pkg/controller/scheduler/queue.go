@@ -40,8 +40,11 @@ type queuedPod struct {
 	// stuck pods cannot be evaluated as they are (refused features, a bad
 	// affinity value): only a change of their own spec or labels wakes them.
 	stuck bool
-	where string
-	index int
+	// affinityBound: some node rejected it for inter-pod (anti-)affinity,
+	// so changes of assigned pods may help it.
+	affinityBound bool
+	where         string
+	index         int
 }
 
 // podHeap is a heap with a custom order.
@@ -104,7 +107,10 @@ type schedulingQueue struct {
 	// so a pod that failed while an event that might help it happened goes
 	// to backoff rather than sleeping until the next event.
 	cycle, moveCycle int64
-	closed           bool
+	// affinityMoveCycle is moveCycle for assigned-pod changes, which only
+	// concern affinity-bound pods.
+	affinityMoveCycle int64
+	closed            bool
 
 	// onMove counts pods moved by an event, for metrics.
 	onMove func(event, queue string)
@@ -267,7 +273,7 @@ func (q *schedulingQueue) Requeue(p *queuedPod, cycle int64, isError bool) {
 	if cur, ok := q.pods[p.info.pod.UID]; !ok || cur != p || p.where != inFlight {
 		return // deleted or bound meanwhile
 	}
-	if isError || (q.moveCycle >= cycle && !p.stuck) {
+	if isError || (!p.stuck && (q.moveCycle >= cycle || (p.affinityBound && q.affinityMoveCycle >= cycle))) {
 		p.where = inBackoff
 		heap.Push(q.backoff, p)
 		return
@@ -383,4 +389,22 @@ func (q *schedulingQueue) Lens() map[string]int {
 		}
 	}
 	return out
+}
+
+// MoveAffinityBound wakes the parked pods that a node rejected for inter-pod
+// (anti-)affinity: an assigned pod appeared, changed labels or went.
+func (q *schedulingQueue) MoveAffinityBound(event string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.affinityMoveCycle = q.cycle
+	for uid, p := range q.parked {
+		if p.stuck || !p.affinityBound {
+			continue
+		}
+		delete(q.parked, uid)
+		q.toActiveOrBackoff(p)
+		if q.onMove != nil {
+			q.onMove(event, p.where)
+		}
+	}
 }

@@ -21,6 +21,7 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -37,14 +38,16 @@ const Name = "scheduler"
 
 // Deps are the scheduler's collaborators.
 type Deps struct {
-	Client   kubernetes.Interface
-	Nodes    coreinformers.NodeInformer
-	Pods     coreinformers.PodInformer
-	PDBs     policyinformers.PodDisruptionBudgetInformer
-	Recorder record.EventRecorder
-	Registry prometheus.Registerer
-	Clock    clock.WithTickerAndDelayedExecution
-	DryRun   bool
+	Client kubernetes.Interface
+	Nodes  coreinformers.NodeInformer
+	Pods   coreinformers.PodInformer
+	// Namespaces resolves pod affinity's namespaceSelector; optional.
+	Namespaces coreinformers.NamespaceInformer
+	PDBs       policyinformers.PodDisruptionBudgetInformer
+	Recorder   record.EventRecorder
+	Registry   prometheus.Registerer
+	Clock      clock.WithTickerAndDelayedExecution
+	DryRun     bool
 	// Rand seeds tie-breaking and the preemption offset; tests fix it.
 	Rand *rand.Rand
 }
@@ -60,6 +63,7 @@ type Scheduler struct {
 	queue     *schedulingQueue
 	cache     *cache
 	pdbLister policylisters.PodDisruptionBudgetLister
+	nsLister  corelisters.NamespaceLister
 	synced    []toolscache.InformerSynced
 
 	// rand and nextStart are used by the scheduling loop only.
@@ -131,6 +135,10 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		return nil, err
 	}
 	s.synced = []toolscache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.PDBs.Informer().HasSynced}
+	if d.Namespaces != nil {
+		s.nsLister = d.Namespaces.Lister()
+		s.synced = append(s.synced, d.Namespaces.Informer().HasSynced)
+	}
 	return s, nil
 }
 
@@ -160,6 +168,11 @@ func (s *Scheduler) onPod(old, pod *v1.Pod) {
 			return
 		}
 		s.cache.setPod(pod)
+		if old == nil || old.Spec.NodeName == "" {
+			s.queue.MoveAffinityBound("AssignedPodAdd")
+		} else if !equality.Semantic.DeepEqual(old.Labels, pod.Labels) {
+			s.queue.MoveAffinityBound("AssignedPodUpdate")
+		}
 		return
 	}
 	if pod.Spec.SchedulerName != s.cfg.SchedulerName {
@@ -197,6 +210,7 @@ func (s *Scheduler) onPodDelete(pod *v1.Pod) {
 	s.queue.MoveAllSkipping("AssignedPodDelete", func(p *queuedPod) bool {
 		return p.nominated == node || (p.nominated == "" && p.resourceBound)
 	}, func(p *queuedPod) bool { return p.nominated == node })
+	s.queue.MoveAffinityBound("AssignedPodDelete")
 }
 
 // Run schedules until ctx ends.
@@ -263,6 +277,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		return
 	}
 	s.cache.mu.RLock()
+	q.interPod = newAffinityState(s.cache, p.info, s.nsLister)
 	node, statuses, numNodes := s.findNode(ctx, q)
 	var out preemptOutcome
 	if node == "" && numNodes > 0 {
@@ -300,6 +315,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 			break
 		}
 	}
+	p.affinityBound = affinityRejected(statuses)
 	if out.nominate != nil {
 		s.cache.nominate(p.info, *out.nominate)
 	}
@@ -368,6 +384,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 		return feasible[0].name(), nil, n
 	}
 	sc := newScorer(q.podInfo)
+	sc.interPod = affinityScores(s.cache, q.podInfo, s.nsLister)
 	raws := make([]rawScore, len(feasible))
 	for i, ni := range feasible {
 		raws[i] = sc.raw(ni)

@@ -22,7 +22,6 @@ const reasonSchedulerError = v1.PodReasonSchedulerError
 // constraint were absent. Each check names what it found; implementing a
 // feature removes its line.
 var unsupportedChecks = []func(*v1.Pod) []string{
-	podAffinityUsed,
 	func(p *v1.Pod) []string {
 		if len(p.Spec.TopologySpreadConstraints) > 0 {
 			return []string{"spec.topologySpreadConstraints"}
@@ -55,21 +54,6 @@ func unsupported(pod *v1.Pod) string {
 		return ""
 	}
 	return "nodeshepherd-scheduler does not support: " + strings.Join(found, ", ") + "; use kube-scheduler for this pod"
-}
-
-func podAffinityUsed(p *v1.Pod) []string {
-	a := p.Spec.Affinity
-	if a == nil {
-		return nil
-	}
-	var out []string
-	if pa := a.PodAffinity; pa != nil && (len(pa.RequiredDuringSchedulingIgnoredDuringExecution) > 0 || len(pa.PreferredDuringSchedulingIgnoredDuringExecution) > 0) {
-		out = append(out, "spec.affinity.podAffinity")
-	}
-	if pa := a.PodAntiAffinity; pa != nil && (len(pa.RequiredDuringSchedulingIgnoredDuringExecution) > 0 || len(pa.PreferredDuringSchedulingIgnoredDuringExecution) > 0) {
-		out = append(out, "spec.affinity.podAntiAffinity")
-	}
-	return out
 }
 
 // claimVolumes finds the volumes whose placement depends on volume binding,

@@ -16,18 +16,15 @@ func TestUnsupportedMessage(t *testing.T) {
 		want string
 	}{
 		{"plain pod", func(*v1.Pod) {}, ""},
-		{"empty pod affinity is absent", func(p *v1.Pod) { p.Spec.Affinity = &v1.Affinity{PodAffinity: &v1.PodAffinity{}} }, ""},
 		{"node affinity is supported", func(p *v1.Pod) { p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{}} }, ""},
 		{"configmap and emptyDir volumes are supported", func(p *v1.Pod) {
 			p.Spec.Volumes = []v1.Volume{{Name: "a", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 				{Name: "b", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}}}
 		}, ""},
-		{"anti-affinity", func(p *v1.Pod) {
-			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{term}}}
-		}, "nodeshepherd-scheduler does not support: spec.affinity.podAntiAffinity; use kube-scheduler for this pod"},
-		{"preferred affinity", func(p *v1.Pod) {
-			p.Spec.Affinity = &v1.Affinity{PodAffinity: &v1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: term}}}}
-		}, "nodeshepherd-scheduler does not support: spec.affinity.podAffinity; use kube-scheduler for this pod"},
+		{"pod affinity and anti-affinity are supported", func(p *v1.Pod) {
+			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{term}},
+				PodAffinity: &v1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: term}}}}
+		}, ""},
 		{"several at once, in a stable order", func(p *v1.Pod) {
 			p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: v1.DoNotSchedule}}
 			p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
