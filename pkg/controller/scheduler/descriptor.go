@@ -14,9 +14,9 @@ var Descriptor = descriptor.Descriptor[Config]{
 		Help: "schedules the pods whose spec.schedulerName is --scheduler-name (default\n" +
 			"nodeshepherd-scheduler; default-scheduler replaces kube-scheduler): priority\n" +
 			"queue, kube-scheduler's filters and scores, binding, preemption with\n" +
-			"PodDisruptionBudgets as kube-scheduler 1.37 does it. Pods using pod\n" +
-			"(anti-)affinity, topology spread, PVC/ephemeral/CSI volumes, DRA claims or\n" +
-			"scheduling groups are refused (left Pending, reason SchedulerError).",
+			"PodDisruptionBudgets as kube-scheduler 1.37 does it, inter-pod (anti-)affinity\n" +
+			"included. Pods using topology spread, PVC/ephemeral/CSI volumes, DRA claims\n" +
+			"or scheduling groups are refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
 	},
 	Sections: []descriptor.Section[Config]{{Name: "scheduler",

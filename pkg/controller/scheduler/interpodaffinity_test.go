@@ -371,3 +371,28 @@ func BenchmarkPlainPodAmongAffinityPods(b *testing.B) {
 		}
 	}
 }
+
+// Assigned-pod changes wake the pods rejected for inter-pod affinity and
+// no others; a failure that overlapped such a change goes to backoff.
+func TestQueueMoveAffinityBound(t *testing.T) {
+	q, _ := newTestQueue()
+	q.Add(pod("aff", 1, 0))
+	q.Add(pod("room", 1, 0))
+	a, ca := pop(t, q)
+	r, cr := pop(t, q)
+	a.affinityBound, r.resourceBound = true, true
+	q.Requeue(a, ca, false)
+	q.Requeue(r, cr, false)
+	q.MoveAffinityBound("AssignedPodAdd")
+	if l := q.Lens(); l[inUnschedulable] != 1 || q.parked[r.info.pod.UID] == nil {
+		t.Fatalf("want only the resource-bound pod parked: %v", l)
+	}
+	q.Add(pod("late", 1, 0))
+	l, cl := pop(t, q)
+	l.affinityBound = true
+	q.MoveAffinityBound("AssignedPodDelete") // during its attempt
+	q.Requeue(l, cl, false)
+	if l.where != inBackoff {
+		t.Errorf("a failure overlapping an assigned-pod change went to %s, want backoff", l.where)
+	}
+}
