@@ -33,11 +33,13 @@ type affinityTerm struct {
 
 // matches is true when pod, in a namespace labelled nsLabels, is selected
 // by the term.
+// The label selector is checked first: across a cluster's pods it is the
+// test that usually fails, and the cheaper one.
 func (t *affinityTerm) matches(pod *v1.Pod, nsLabels labels.Set) bool {
-	if !t.namespaces.Has(pod.Namespace) && (t.nsSelector == nil || !t.nsSelector.Matches(nsLabels)) {
+	if !t.selector.Matches(labels.Set(pod.Labels)) {
 		return false
 	}
-	return t.selector.Matches(labels.Set(pod.Labels))
+	return t.namespaces.Has(pod.Namespace) || (t.nsSelector != nil && t.nsSelector.Matches(nsLabels))
 }
 
 // podAffinity holds a pod's parsed pod affinity and anti-affinity terms.
@@ -194,7 +196,11 @@ func newAffinityState(c *cache, pi *podInfo, l corelisters.NamespaceLister) *aff
 	}
 	s.nsLabels = namespaceLabels(l, pi.pod.Namespace)
 	s.selfMatch = len(s.required) > 0 && s.matchesAll(pi.pod)
+	own := len(s.required)+len(s.requiredAnti) > 0
 	for _, n := range c.list {
+		if !own && n.affinityPods == 0 {
+			continue // only existing pods' anti-affinity matters here
+		}
 		for _, p := range n.pods {
 			s.count(n.node, p, 1)
 		}
@@ -350,6 +356,9 @@ func affinityScores(c *cache, pi *podInfo, l corelisters.NamespaceLister) map[st
 		m[v] += w
 	}
 	for _, n := range c.list {
+		if own == nil && n.affinityPods == 0 {
+			continue
+		}
 		for _, p := range n.pods {
 			if p.pod.UID == pi.pod.UID {
 				continue

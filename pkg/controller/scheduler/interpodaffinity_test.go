@@ -396,3 +396,21 @@ func TestQueueMoveAffinityBound(t *testing.T) {
 		t.Errorf("a failure overlapping an assigned-pod change went to %s, want backoff", l.where)
 	}
 }
+
+// Nodes count their pods with affinity terms, so that a pod without terms
+// only visits those; the count follows removals.
+func TestAffinityPodsCounted(t *testing.T) {
+	loner := pod("loner", 0, 0, onNode("node1"), antiAffinityTo(term("zone", sel("app", "web"))))
+	c := world(zoned(2, 1), loner, pod("plain", 0, 0, onNode("node1")))
+	web := newPodInfo(pod("p", 0, 0, labelled("app", "web")))
+	if n := c.nodes["node1"].affinityPods; n != 1 {
+		t.Fatalf("affinityPods %d, want 1", n)
+	}
+	if s := newAffinityState(c, web, nil); s == nil || s.filter(c.nodes["node1"]).ok() {
+		t.Fatal("the loner's anti-affinity was missed")
+	}
+	c.removePod(loner.UID)
+	if n := c.nodes["node1"].affinityPods; n != 0 || newAffinityState(c, web, nil) != nil {
+		t.Fatalf("after removal: affinityPods %d", n)
+	}
+}
