@@ -141,6 +141,18 @@ func runAffinityWorkload(t *testing.T, upstream bool) affinityOutcome {
 			})
 		}
 	}
+	// A pod waiting for its affinity target is woken when the target is
+	// bound (AssignedPodAdd), long before the unschedulable pool's flush.
+	early := spec{name: "early", milliCPU: 100}.pod(c.nodes, v1.DefaultSchedulerName)
+	early.Spec.Affinity = &v1.Affinity{PodAffinity: &v1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{
+		podTerm(v1.LabelHostname, map[string]string{"app": "late"})}}}
+	c.create(t, early)
+	waitUnschedulable(t, c, "early", "didn't match pod affinity rules")
+	late := spec{name: "late", milliCPU: 100, app: "late"}.pod(c.nodes, v1.DefaultSchedulerName)
+	c.create(t, late)
+	waitRunningOn(t, c, "late", "")
+	waitRunningOn(t, c, "early", podGet(t, c, "late").Spec.NodeName)
+
 	// Pending pods stay pending: settle on a final probe scheduled after them.
 	probe := spec{name: "probe", milliCPU: 100}.pod(c.nodes, v1.DefaultSchedulerName)
 	c.create(t, probe)
