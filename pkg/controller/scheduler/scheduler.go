@@ -38,18 +38,19 @@ const Name = "scheduler"
 
 // Deps are the scheduler's collaborators.
 type Deps struct {
-	Client kubernetes.Interface
-	Nodes  coreinformers.NodeInformer
-	Pods   coreinformers.PodInformer
-	// Namespaces resolves pod affinity's namespaceSelector; optional.
-	Namespaces coreinformers.NamespaceInformer
-	PDBs       policyinformers.PodDisruptionBudgetInformer
-	Recorder   record.EventRecorder
-	Registry   prometheus.Registerer
-	Clock      clock.WithTickerAndDelayedExecution
-	DryRun     bool
+	Client   kubernetes.Interface
+	Nodes    coreinformers.NodeInformer
+	Pods     coreinformers.PodInformer
+	PDBs     policyinformers.PodDisruptionBudgetInformer
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+	Clock    clock.WithTickerAndDelayedExecution
+	DryRun   bool
 	// Rand seeds tie-breaking and the preemption offset; tests fix it.
 	Rand *rand.Rand
+
+	// Namespaces resolves pod affinity's namespaceSelector; optional.
+	Namespaces coreinformers.NamespaceInformer
 }
 
 // Scheduler is the controller.
