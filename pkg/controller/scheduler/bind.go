@@ -98,7 +98,7 @@ func (s *Scheduler) fail(ctx context.Context, p *queuedPod, cycle int64, msg str
 	klog.FromContext(ctx).V(2).Info("Unable to schedule pod; waiting", "pod", klog.KObj(pod), "err", msg)
 	msg = truncate(msg)
 	s.recorder.Event(pod, v1.EventTypeWarning, "FailedScheduling", msg)
-	cond := podScheduledFalse(pod, msg, s.clock.Now())
+	cond := podScheduledFalse(pod, v1.PodReasonUnschedulable, msg, s.clock.Now())
 	nominationChanged := nominate != nil && *nominate != pod.Status.NominatedNodeName
 	if cond == nil && !nominationChanged {
 		return
@@ -119,20 +119,20 @@ func (s *Scheduler) fail(ctx context.Context, p *queuedPod, cycle int64, msg str
 
 // podScheduledFalse is the condition to write, or nil when the pod already
 // has it.
-func podScheduledFalse(pod *v1.Pod, msg string, now time.Time) map[string]any {
+func podScheduledFalse(pod *v1.Pod, reason, msg string, now time.Time) map[string]any {
 	transition := metav1.NewTime(now)
 	for _, c := range pod.Status.Conditions {
 		if c.Type != v1.PodScheduled {
 			continue
 		}
-		if c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable && c.Message == msg {
+		if c.Status == v1.ConditionFalse && c.Reason == reason && c.Message == msg {
 			return nil
 		}
 		if c.Status == v1.ConditionFalse {
 			transition = c.LastTransitionTime
 		}
 	}
-	return map[string]any{"type": v1.PodScheduled, "status": v1.ConditionFalse, "reason": v1.PodReasonUnschedulable,
+	return map[string]any{"type": v1.PodScheduled, "status": v1.ConditionFalse, "reason": reason,
 		"message": msg, "lastProbeTime": nil, "lastTransitionTime": transition}
 }
 

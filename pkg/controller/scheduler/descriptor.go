@@ -14,7 +14,9 @@ var Descriptor = descriptor.Descriptor[Config]{
 		Help: "schedules the pods whose spec.schedulerName is --scheduler-name (default\n" +
 			"nodeshepherd-scheduler; default-scheduler replaces kube-scheduler): priority\n" +
 			"queue, kube-scheduler's filters and scores, binding, preemption with\n" +
-			"PodDisruptionBudgets as kube-scheduler 1.37 does it.",
+			"PodDisruptionBudgets as kube-scheduler 1.37 does it; topology spread and\n" +
+			"inter-pod (anti-)affinity included. Pods using PVC/ephemeral/CSI volumes, DRA\n" +
+			"claims or scheduling groups are refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
 	},
 	Sections: []descriptor.Section[Config]{{Name: "scheduler",
@@ -23,7 +25,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 	Validate: (*Config).Validate,
 	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
 		return New(*c, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
-			Pods: ctx.Informers.Core().V1().Pods(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
+			Pods: ctx.Informers.Core().V1().Pods(), Namespaces: ctx.Informers.Core().V1().Namespaces(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
 			Services: ctx.Informers.Core().V1().Services(), ReplicationControllers: ctx.Informers.Core().V1().ReplicationControllers(),
 			ReplicaSets: ctx.Informers.Apps().V1().ReplicaSets(), StatefulSets: ctx.Informers.Apps().V1().StatefulSets(),
 			Recorder: ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})

@@ -52,6 +52,9 @@ type podQuery struct {
 	tolerations []v1.Toleration
 	// spread is PodTopologySpread's state; nil without constraints.
 	spread *spreadState
+	// interPod is InterPodAffinity's state for this cycle; nil when no
+	// required term concerns the pod.
+	interPod *affinityState
 }
 
 var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
@@ -69,6 +72,9 @@ func newPodQuery(pi *podInfo) (*podQuery, error) {
 		if _, err := nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution); err != nil {
 			return nil, fmt.Errorf("invalid preferred node affinity: %w", err)
 		}
+	}
+	if pi.affinity != nil && pi.affinity.err != nil {
+		return nil, fmt.Errorf("invalid pod affinity: %w", pi.affinity.err)
 	}
 	return q, nil
 }
@@ -103,7 +109,10 @@ func filter(q *podQuery, n *nodeInfo) status {
 	if st := fits(q.podInfo, n); !st.ok() {
 		return st
 	}
-	return q.spread.filter(n)
+	if st := q.spread.filter(n); !st.ok() {
+		return st
+	}
+	return q.interPod.filter(n)
 }
 
 // fits is the resource filter: pod count, cpu, memory and every other

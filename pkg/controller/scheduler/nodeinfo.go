@@ -15,6 +15,9 @@ type nodeInfo struct {
 	requested   resources
 	nonZero     resources
 	ports       []portKey
+	// affinityPods counts pods with pod (anti-)affinity terms, so that
+	// pods without any can skip the nodes that have none.
+	affinityPods int
 }
 
 func newNodeInfo(node *v1.Node) *nodeInfo {
@@ -44,6 +47,9 @@ func (n *nodeInfo) addPod(p *podInfo) {
 	n.requested.add(&p.request, 1)
 	n.nonZero.add(&p.nonZero, 1)
 	n.ports = append(n.ports, p.ports...)
+	if p.affinity != nil {
+		n.affinityPods++
+	}
 }
 
 // removePod removes the pod with uid; false if it was not there.
@@ -58,6 +64,9 @@ func (n *nodeInfo) removePod(uid types.UID) bool {
 		n.pods = n.pods[:last]
 		n.requested.add(&p.request, -1)
 		n.nonZero.add(&p.nonZero, -1)
+		if p.affinity != nil {
+			n.affinityPods--
+		}
 		if len(p.ports) > 0 {
 			n.ports = n.ports[:0]
 			for _, q := range n.pods {

@@ -38,6 +38,12 @@ type queuedPod struct {
 	nominated     string
 	resourceBound bool
 	spreadBound   bool // some node rejected it for its topology spread
+	// stuck pods cannot be evaluated as they are (refused features, a bad
+	// affinity value): only a change of their own spec or labels wakes them.
+	stuck bool
+	// affinityBound: some node rejected it for inter-pod (anti-)affinity,
+	// so changes of assigned pods may help it.
+	affinityBound bool
 	where         string
 	index         int
 }
@@ -102,7 +108,10 @@ type schedulingQueue struct {
 	// so a pod that failed while an event that might help it happened goes
 	// to backoff rather than sleeping until the next event.
 	cycle, moveCycle int64
-	closed           bool
+	// affinityMoveCycle is moveCycle for assigned-pod changes, which only
+	// concern affinity-bound pods.
+	affinityMoveCycle int64
+	closed            bool
 
 	// onMove counts pods moved by an event, for metrics.
 	onMove func(event, queue string)
@@ -171,6 +180,7 @@ func (q *schedulingQueue) Update(old, pod *v1.Pod) bool {
 
 func (q *schedulingQueue) updateLocked(p *queuedPod, pod *v1.Pod) {
 	p.info = newPodInfo(pod)
+	p.stuck = false
 	switch p.where {
 	case inActive:
 		heap.Fix(q.active, p.index)
@@ -264,7 +274,7 @@ func (q *schedulingQueue) Requeue(p *queuedPod, cycle int64, isError bool) {
 	if cur, ok := q.pods[p.info.pod.UID]; !ok || cur != p || p.where != inFlight {
 		return // deleted or bound meanwhile
 	}
-	if isError || q.moveCycle >= cycle {
+	if isError || (!p.stuck && (q.moveCycle >= cycle || (p.affinityBound && q.affinityMoveCycle >= cycle))) {
 		p.where = inBackoff
 		heap.Push(q.backoff, p)
 		return
@@ -331,7 +341,7 @@ func (q *schedulingQueue) MoveAllSkipping(event string, helps, skipBackoff func(
 		}
 	}
 	for uid, p := range q.parked {
-		if helps != nil && !helps(p) {
+		if p.stuck || (helps != nil && !helps(p)) {
 			continue
 		}
 		delete(q.parked, uid)
@@ -359,7 +369,7 @@ func (q *schedulingQueue) flush() {
 		q.toActive(p)
 	}
 	for uid, p := range q.parked {
-		if now.Sub(p.parkedAt) >= q.cfg.MaxUnschedulable {
+		if !p.stuck && now.Sub(p.parkedAt) >= q.cfg.MaxUnschedulable {
 			delete(q.parked, uid)
 			q.toActiveOrBackoff(p)
 			if q.onMove != nil {
@@ -380,4 +390,22 @@ func (q *schedulingQueue) Lens() map[string]int {
 		}
 	}
 	return out
+}
+
+// MoveAffinityBound wakes the parked pods that a node rejected for inter-pod
+// (anti-)affinity: an assigned pod appeared, changed labels or went.
+func (q *schedulingQueue) MoveAffinityBound(event string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.affinityMoveCycle = q.cycle
+	for uid, p := range q.parked {
+		if p.stuck || !p.affinityBound {
+			continue
+		}
+		delete(q.parked, uid)
+		q.toActiveOrBackoff(p)
+		if q.onMove != nil {
+			q.onMove(event, p.where)
+		}
+	}
 }

@@ -84,10 +84,12 @@ type podInfo struct {
 	// for scoring.
 	nonZero resources
 	ports   []portKey
+	// affinity holds the parsed pod (anti-)affinity terms; nil without.
+	affinity *podAffinity
 }
 
 func newPodInfo(pod *v1.Pod) *podInfo {
-	pi := &podInfo{pod: pod, priority: corev1helpers.PodPriority(pod)}
+	pi := &podInfo{pod: pod, priority: corev1helpers.PodPriority(pod), affinity: parsePodAffinity(pod)}
 	pi.request = fromList(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
 	nz := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{NonMissingContainerRequests: nonZeroDefaults})
 	pi.nonZero = resources{milliCPU: nz.Cpu().MilliValue(), memory: nz.Memory().Value()}

@@ -22,6 +22,7 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -55,6 +56,8 @@ type Deps struct {
 	ReplicationControllers coreinformers.ReplicationControllerInformer
 	ReplicaSets            appsinformers.ReplicaSetInformer
 	StatefulSets           appsinformers.StatefulSetInformer
+	// Namespaces resolves pod affinity's namespaceSelector; optional.
+	Namespaces coreinformers.NamespaceInformer
 }
 
 // Scheduler is the controller.
@@ -69,6 +72,7 @@ type Scheduler struct {
 	cache     *cache
 	pdbLister policylisters.PodDisruptionBudgetLister
 	spread    *spreadEnv
+	nsLister  corelisters.NamespaceLister
 	synced    []toolscache.InformerSynced
 
 	// rand and nextStart are used by the scheduling loop only.
@@ -161,6 +165,10 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		return nil, err
 	}
 	s.synced = append(s.synced, d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.PDBs.Informer().HasSynced)
+	if d.Namespaces != nil {
+		s.nsLister = d.Namespaces.Lister()
+		s.synced = append(s.synced, d.Namespaces.Informer().HasSynced)
+	}
 	return s, nil
 }
 
@@ -191,6 +199,11 @@ func (s *Scheduler) onPod(old, pod *v1.Pod) {
 		}
 		s.cache.setPod(pod)
 		s.wakeSpreadBlocked(old, pod)
+		if old == nil || old.Spec.NodeName == "" {
+			s.queue.MoveAffinityBound("AssignedPodAdd")
+		} else if !equality.Semantic.DeepEqual(old.Labels, pod.Labels) {
+			s.queue.MoveAffinityBound("AssignedPodUpdate")
+		}
 		return
 	}
 	if pod.Spec.SchedulerName != s.cfg.SchedulerName {
@@ -228,6 +241,7 @@ func (s *Scheduler) onPodDelete(pod *v1.Pod) {
 	s.queue.MoveAllSkipping("AssignedPodDelete", func(p *queuedPod) bool {
 		return p.nominated == node || (p.nominated == "" && p.resourceBound)
 	}, func(p *queuedPod) bool { return p.nominated == node })
+	s.queue.MoveAffinityBound("AssignedPodDelete")
 }
 
 // Run schedules until ctx ends.
@@ -284,12 +298,17 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		s.queue.Requeue(p, cycle, false)
 		return
 	}
+	if msg := unsupported(pod); msg != "" {
+		s.refuse(ctx, p, cycle, reasonSchedulerError, msg, start)
+		return
+	}
 	q, err := newPodQuery(p.info)
 	if err != nil {
-		s.fail(ctx, p, cycle, "pod "+pod.Namespace+"/"+pod.Name+" cannot be scheduled: "+err.Error(), nil, start)
+		s.refuse(ctx, p, cycle, v1.PodReasonUnschedulable, "pod "+pod.Namespace+"/"+pod.Name+" cannot be scheduled: "+err.Error(), start)
 		return
 	}
 	s.cache.mu.RLock()
+	q.interPod = newAffinityState(s.cache, p.info, s.nsLister)
 	node, statuses, numNodes := s.findNode(ctx, q)
 	var out preemptOutcome
 	if node == "" && numNodes > 0 {
@@ -328,6 +347,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		}
 	}
 	p.spreadBound = spreadRejected(statuses)
+	p.affinityBound = affinityRejected(statuses)
 	if out.nominate != nil {
 		s.cache.nominate(p.info, *out.nominate)
 	}
@@ -397,6 +417,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 		return feasible[0].name(), nil, n
 	}
 	sc := newScorer(q.podInfo)
+	sc.interPod = affinityScores(s.cache, q.podInfo, s.nsLister)
 	raws := make([]rawScore, len(feasible))
 	for i, ni := range feasible {
 		raws[i] = sc.raw(ni)

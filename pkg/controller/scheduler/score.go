@@ -26,6 +26,8 @@ type scorer struct {
 	pod        *podInfo
 	preferred  *nodeaffinity.PreferredSchedulingTerms
 	bestEffort bool
+	// interPod is InterPodAffinity's PreScore (nil: all nodes score 0).
+	interPod map[string]map[string]int64
 }
 
 func newScorer(pi *podInfo) *scorer {
@@ -40,6 +42,7 @@ func newScorer(pi *podInfo) *scorer {
 type rawScore struct {
 	fit, balanced   int64
 	affinity, taint int64
+	interPod        int64
 }
 
 func preferNoSchedule(t *v1.Taint) bool { return t.Effect == v1.TaintEffectPreferNoSchedule }
@@ -57,6 +60,7 @@ func (s *scorer) raw(n *nodeInfo) rawScore {
 	if s.preferred != nil {
 		r.affinity = s.preferred.Score(n.node)
 	}
+	r.interPod = affinityScore(s.interPod, n.node)
 	for i := range n.node.Spec.Taints {
 		t := &n.node.Spec.Taints[i]
 		if preferNoSchedule(t) && !corev1helpers.TolerationsTolerateTaint(klog.Background(), s.pod.pod.Spec.Tolerations, t, false) {
@@ -88,6 +92,11 @@ func total(raws []rawScore) []int64 {
 	for _, r := range raws {
 		maxAff, maxTaint = max(maxAff, r.affinity), max(maxTaint, r.taint)
 	}
+	interPod := make([]int64, len(raws))
+	for i, r := range raws {
+		interPod[i] = r.interPod
+	}
+	interPod = normaliseInterPod(interPod)
 	out := make([]int64, len(raws))
 	for i, r := range raws {
 		aff := int64(0)
@@ -98,7 +107,7 @@ func total(raws []rawScore) []int64 {
 		if maxTaint > 0 {
 			taint = maxNodeScore - r.taint*maxNodeScore/maxTaint
 		}
-		out[i] = weightFit*r.fit + weightBalanced*r.balanced + weightAffinity*aff + weightTaint*taint
+		out[i] = weightFit*r.fit + weightBalanced*r.balanced + weightAffinity*aff + weightTaint*taint + weightInterPodAffinity*interPod[i]
 	}
 	return out
 }

@@ -1,0 +1,100 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// reasonSchedulerError is kube-scheduler's PodScheduled reason when it cannot
+// evaluate a pod (a plugin's error). A refused pod gets it rather than
+// Unschedulable: no node, added or freed, can help it, so neither
+// cluster-autoscaler (which acts on Unschedulable pods) nor an operator
+// reading `kubectl get pods` should take it for a capacity problem.
+const reasonSchedulerError = v1.PodReasonSchedulerError
+
+// unsupportedChecks are the pod features the scheduler does not implement.
+// A pod using one stays pending rather than being placed as if the
+// constraint were absent. Each check names what it found; implementing a
+// feature removes its line.
+var unsupportedChecks = []func(*v1.Pod) []string{
+	claimVolumes,
+	func(p *v1.Pod) []string {
+		if len(p.Spec.ResourceClaims) > 0 {
+			return []string{"spec.resourceClaims (DRA)"}
+		}
+		return nil
+	},
+	func(p *v1.Pod) []string {
+		if p.Spec.SchedulingGroup != nil {
+			return []string{"spec.schedulingGroup (gang scheduling)"}
+		}
+		return nil
+	},
+}
+
+// unsupported returns the refusal message for a pod that uses features the
+// scheduler does not implement, or "".
+func unsupported(pod *v1.Pod) string {
+	var found []string
+	for _, check := range unsupportedChecks {
+		found = append(found, check(pod)...)
+	}
+	if len(found) == 0 {
+		return ""
+	}
+	return "nodeshepherd-scheduler does not support: " + strings.Join(found, ", ") + "; use kube-scheduler for this pod"
+}
+
+// claimVolumes finds the volumes whose placement depends on volume binding,
+// topology, limits or per-node conflicts (kube-scheduler's VolumeBinding,
+// VolumeZone, NodeVolumeLimits and VolumeRestrictions plugins).
+func claimVolumes(p *v1.Pod) []string {
+	var pvcs, ephemeral, disks []string
+	for _, v := range p.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			pvcs = append(pvcs, fmt.Sprintf("%q", v.PersistentVolumeClaim.ClaimName))
+		case v.Ephemeral != nil:
+			ephemeral = append(ephemeral, fmt.Sprintf("%q", v.Name))
+		case v.GCEPersistentDisk != nil || v.AWSElasticBlockStore != nil || v.RBD != nil || v.ISCSI != nil || v.CSI != nil:
+			disks = append(disks, fmt.Sprintf("%q", v.Name))
+		}
+	}
+	var out []string
+	if len(pvcs) > 0 {
+		out = append(out, "persistentVolumeClaim volumes (pvc "+strings.Join(pvcs, ", ")+")")
+	}
+	if len(ephemeral) > 0 {
+		out = append(out, "ephemeral volumes ("+strings.Join(ephemeral, ", ")+")")
+	}
+	if len(disks) > 0 {
+		out = append(out, "csi, gcePersistentDisk, awsElasticBlockStore, rbd or iscsi volumes ("+strings.Join(disks, ", ")+")")
+	}
+	return out
+}
+
+// refuse parks a pod that cannot be evaluated as it is until its own spec or
+// labels change: no cluster event, nor the unschedulable timeout, retries it.
+// The FailedScheduling event and PodScheduled=False are written once per
+// change of message, not per attempt.
+func (s *Scheduler) refuse(ctx context.Context, p *queuedPod, cycle int64, reason, msg string, start time.Time) {
+	pod := p.info.pod
+	p.stuck = true
+	p.nominated = s.cache.nominatedNode(pod)
+	s.queue.Requeue(p, cycle, false)
+	s.metrics.attempts.WithLabelValues("unschedulable", s.cfg.SchedulerName).Inc()
+	s.metrics.attemptDuration.WithLabelValues("unschedulable", s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
+	klog.FromContext(ctx).V(2).Info("Refusing to schedule pod until its spec changes", "pod", klog.KObj(pod), "err", msg)
+	msg = truncate(msg)
+	cond := podScheduledFalse(pod, reason, msg, s.clock.Now())
+	if cond == nil {
+		return
+	}
+	s.recorder.Event(pod, v1.EventTypeWarning, "FailedScheduling", msg)
+	s.patchStatus(ctx, pod, map[string]any{"conditions": []any{cond}}, "report the refusal")
+}
