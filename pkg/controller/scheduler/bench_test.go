@@ -27,13 +27,22 @@ func benchCluster(filled int) *cache {
 func BenchmarkScheduleOne5000Nodes(b *testing.B) {
 	c := benchCluster(3)
 	s := &Scheduler{cfg: DefaultConfig(), cache: c, rand: rand.New(rand.NewSource(1))}
-	q := query(pod("p", 100, 500))
+	benchFindNode(b, s, query(pod("p", 100, 500)), nil)
+}
+
+// benchFindNode times one cycle's filtering and scoring of q, which must
+// fit somewhere; prepare, when set, sets up the cycle's state first.
+func benchFindNode(b *testing.B, s *Scheduler, q *podQuery, prepare func(*podQuery)) {
+	b.Helper()
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		c.mu.RLock()
+		s.cache.mu.RLock()
+		if prepare != nil {
+			prepare(q)
+		}
 		node, _, _ := s.findNode(ctx, q)
-		c.mu.RUnlock()
+		s.cache.mu.RUnlock()
 		if node == "" {
 			b.Fatal("no node")
 		}

@@ -338,18 +338,7 @@ func BenchmarkInterPodAffinity1000Nodes10000Pods(b *testing.B) {
 		func(p *v1.Pod) {
 			p.Spec.Affinity.PodAffinity = &v1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{term("zone", sel("app", "app-4"))}}
 		})
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		q := query(p)
-		c.mu.RLock()
-		q.interPod = newAffinityState(c, q.podInfo, nil)
-		node, _, _ := s.findNode(ctx, q)
-		c.mu.RUnlock()
-		if node == "" {
-			b.Fatal("no node")
-		}
-	}
+	benchFindNode(b, s, query(p), func(q *podQuery) { q.interPod = newAffinityState(c, q.podInfo, nil) })
 }
 
 // BenchmarkPlainPodAmongAffinityPods is the same for a pod without terms
@@ -358,18 +347,7 @@ func BenchmarkPlainPodAmongAffinityPods(b *testing.B) {
 	c := affinityBenchCluster()
 	s := &Scheduler{cfg: DefaultConfig(), cache: c, rand: rand.New(rand.NewSource(1))}
 	p := pod("new", 10, 100, labelled("app", "other"))
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		q := query(p)
-		c.mu.RLock()
-		q.interPod = newAffinityState(c, q.podInfo, nil)
-		node, _, _ := s.findNode(ctx, q)
-		c.mu.RUnlock()
-		if node == "" {
-			b.Fatal("no node")
-		}
-	}
+	benchFindNode(b, s, query(p), func(q *podQuery) { q.interPod = newAffinityState(c, q.podInfo, nil) })
 }
 
 // Assigned-pod changes wake the pods rejected for inter-pod affinity and

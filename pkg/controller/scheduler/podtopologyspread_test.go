@@ -445,16 +445,7 @@ func BenchmarkScheduleOneSpread1000Nodes(b *testing.B) {
 	s := &Scheduler{cfg: DefaultConfig(), cache: c, rand: rand.New(rand.NewSource(1)), spread: testEnv(b, SpreadDefaultsSystem)}
 	q := query(pod("p", 0, 100, labels2("app", "web"), spreadOn(zoneKey, 1, v1.DoNotSchedule),
 		spreadOn(zoneKey, 5, v1.ScheduleAnyway), spreadOn(v1.LabelHostname, 3, v1.ScheduleAnyway)))
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		c.mu.RLock()
-		node, _, _ := s.findNode(ctx, q)
-		c.mu.RUnlock()
-		if node == "" {
-			b.Fatal("no node")
-		}
-	}
+	benchFindNode(b, s, q, nil)
 }
 
 // An assigned pod that appears, is bound or changes labels wakes the pods

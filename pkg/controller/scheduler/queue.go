@@ -44,8 +44,12 @@ type queuedPod struct {
 	// affinityBound: some node rejected it for inter-pod (anti-)affinity,
 	// so changes of assigned pods may help it.
 	affinityBound bool
-	where         string
-	index         int
+	// pending is an update received while the pod was in flight, applied by
+	// Requeue; pendingSpec says its spec or labels changed.
+	pending     *podInfo
+	pendingSpec bool
+	where       string
+	index       int
 }
 
 // podHeap is a heap with a custom order.
@@ -170,6 +174,13 @@ func (q *schedulingQueue) Update(old, pod *v1.Pod) bool {
 		return false
 	}
 	specChanged := old == nil || !equality.Semantic.DeepEqual(old.Spec, pod.Spec) || !equality.Semantic.DeepEqual(old.Labels, pod.Labels)
+	if p.where == inFlight {
+		// The scheduling goroutine owns an in-flight pod's object and
+		// results; the update waits for Requeue.
+		p.pending = newPodInfo(pod)
+		p.pendingSpec = p.pendingSpec || specChanged
+		return true
+	}
 	if !specChanged {
 		p.info = newPodInfo(pod)
 		return true
@@ -273,6 +284,17 @@ func (q *schedulingQueue) Requeue(p *queuedPod, cycle int64, isError bool) {
 	defer q.mu.Unlock()
 	if cur, ok := q.pods[p.info.pod.UID]; !ok || cur != p || p.where != inFlight {
 		return // deleted or bound meanwhile
+	}
+	if p.pending != nil {
+		// Updated during the attempt: a new spec or labels is tried again
+		// (after backoff), whatever this attempt found.
+		p.info, p.pending = p.pending, nil
+		if p.pendingSpec {
+			p.pendingSpec, p.stuck = false, false
+			p.where = inBackoff
+			heap.Push(q.backoff, p)
+			return
+		}
 	}
 	if isError || (!p.stuck && (q.moveCycle >= cycle || (p.affinityBound && q.affinityMoveCycle >= cycle))) {
 		p.where = inBackoff

@@ -107,6 +107,39 @@ func TestQueueEventDuringAttempt(t *testing.T) {
 	}
 }
 
+// An update that arrives while the pod is being scheduled waits for
+// Requeue (the scheduling goroutine owns the pod meanwhile): a new spec or
+// labels sends it to backoff to be tried again, even a stuck pod; a
+// status-only change is applied and the pod is parked as usual.
+func TestQueueUpdateDuringAttempt(t *testing.T) {
+	q, _ := newTestQueue()
+	a := pod("a", 1, 0)
+	q.Add(a)
+	p, cycle := pop(t, q)
+	p.stuck = true // refused, as scheduleOne marks it
+	relabelled := a.DeepCopy()
+	relabelled.Labels = map[string]string{"fixed": "yes"}
+	q.Update(a, relabelled)
+	if p.info.pod != a {
+		t.Fatal("the in-flight pod's object changed under the scheduling goroutine")
+	}
+	q.Requeue(p, cycle, false)
+	if l := q.Lens(); l[inBackoff] != 1 || p.stuck || p.info.pod != relabelled {
+		t.Fatalf("spec change during the attempt: lens %v, stuck %v, labels %v; want backoff with the new object", l, p.stuck, p.info.pod.Labels)
+	}
+
+	b := pod("b", 1, 0)
+	q.Add(b)
+	p, cycle = pop(t, q)
+	status := b.DeepCopy()
+	status.Status.NominatedNodeName = "node1"
+	q.Update(b, status)
+	q.Requeue(p, cycle, false)
+	if l := q.Lens(); l[inUnschedulable] != 1 || p.info.pod != status {
+		t.Fatalf("status change during the attempt: lens %v; want parked with the new object", l)
+	}
+}
+
 func TestQueueGatedAndDeleted(t *testing.T) {
 	q, _ := newTestQueue()
 	g := pod("gated", 1, 0)
