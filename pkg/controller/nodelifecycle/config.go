@@ -41,7 +41,8 @@ type Config struct {
 	// since, gets Ready=True back. Zero turns restoring off.
 	PodReadinessRestoreDelay time.Duration
 	// HeartbeatOverdueSlack: a node silent for longer than its usual heartbeat
-	// interval plus this slack counts as not ready in its zone's disruption
+	// interval plus this slack (or than its grace period less 1.5
+	// intervals, if sooner) counts as not ready in its zone's disruption
 	// state, before its own grace period ends, so that the first node of a
 	// group that fell silent together is judged with the others (upstream
 	// judges every node in one pass every NodeMonitorPeriod, nodeshepherd the
@@ -83,7 +84,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.NodeEvictionRate, "node-eviction-rate", c.NodeEvictionRate, "Nodes per second per zone that get a NoExecute taint while the zone is healthy.")
 	fs.Float64Var(&c.SecondaryNodeEvictionRate, "secondary-node-eviction-rate", c.SecondaryNodeEvictionRate, "Nodes per second per zone that get a NoExecute taint while a zone larger than --large-cluster-size-threshold is partially disrupted.")
 	fs.IntVar(&c.LargeClusterSizeThreshold, "large-cluster-size-threshold", c.LargeClusterSizeThreshold, "Zones with more nodes than this keep --secondary-node-eviction-rate in partial disruption; smaller zones stop tainting.")
-	fs.DurationVar(&c.HeartbeatOverdueSlack, "heartbeat-overdue-slack", c.HeartbeatOverdueSlack, "A node silent for longer than its usual heartbeat interval plus this slack counts as not ready in its zone's disruption state before its grace period ends, so nodes that fall silent together are judged together (0: count only nodes already marked, as upstream).")
+	fs.DurationVar(&c.HeartbeatOverdueSlack, "heartbeat-overdue-slack", c.HeartbeatOverdueSlack, "A node silent for longer than its usual heartbeat interval plus this slack (or than its grace period less 1.5 intervals, if sooner) counts as not ready in its zone's disruption state before its grace period ends, so nodes that fall silent together are judged together (0: count only nodes already marked, as upstream).")
 	fs.BoolVar(&c.StaticStability, "static-stability", c.StaticStability, "While every zone is in FullDisruption (no node heartbeats at all, likely a control-plane network problem), do not mark pods NotReady, so Services keep their endpoints; false marks them as kube-controller-manager does.")
 	fs.DurationVar(&c.PodReadinessRestoreDelay, "pod-readiness-restore-delay", c.PodReadinessRestoreDelay, "After a node is Ready again, restore Ready=True on pods this controller marked NotReady and their kubelet has not updated since (0 turns it off).")
 }

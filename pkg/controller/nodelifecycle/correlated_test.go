@@ -41,6 +41,7 @@ type cluster struct {
 	phase    map[string]time.Duration
 	lastRnw  map[string]time.Time
 	renew    time.Duration
+	step     time.Duration // clock step of run
 	nextPass time.Time
 	tainted  map[string]time.Time // first NoExecute taint seen
 	marked   map[string]bool      // nodes whose pods were queued for marking
@@ -65,7 +66,7 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	cl := &cluster{t: t, c: c, clk: clk, leases: factory.Coordination().V1().Leases().Informer().GetStore(),
 		pods: factory.Core().V1().Pods().Informer().GetIndexer(), zone: map[string]string{},
 		silentAt: map[string]time.Time{}, phase: map[string]time.Duration{}, lastRnw: map[string]time.Time{},
-		renew: 2 * time.Second, nextPass: clk.Now(), tainted: map[string]time.Time{}, marked: map[string]bool{}}
+		renew: 2 * time.Second, step: 100 * time.Millisecond, nextPass: clk.Now(), tainted: map[string]time.Time{}, marked: map[string]bool{}}
 	nodeStore := factory.Core().V1().Nodes().Informer().GetStore()
 	cl.nodeSt = nodeStore
 	now := metav1.NewTime(clk.Now())
@@ -126,7 +127,7 @@ func (cl *cluster) renewLeases() {
 	}
 }
 
-// run advances the clock in 100 ms steps for d.
+// run advances the clock in steps (100 ms unless set) for d.
 func (cl *cluster) run(d time.Duration) {
 	ctx := klog.NewContext(context.Background(), logr.Discard())
 	end := cl.clk.Now().Add(d)
@@ -151,7 +152,7 @@ func (cl *cluster) run(d time.Duration) {
 				cl.tainted[n] = cl.clk.Now()
 			}
 		}
-		cl.clk.Step(100 * time.Millisecond)
+		cl.clk.Step(cl.step)
 	}
 }
 
@@ -350,5 +351,52 @@ func TestStaticStabilityHoldsMarks(t *testing.T) {
 				t.Errorf("marked %v, want every node but %s", cl.marked, back)
 			}
 		})
+	}
+}
+
+// TestShortGraceNodesSilentTogether: with a grace period close to interval
+// plus slack (3 s grace, 0.5 s renewals, 2 s slack), every node falls silent
+// within 0.06 s, and the last renewals are 0.55 s apart (renewals observed
+// with jitter are further apart than the interval: 0.507 s in the
+// integration run that found this). The first nodes to expire are judged
+// with the late one counted, so every zone is FullDisruption at once:
+// nothing is tainted and no pod is marked. With overdue only after interval
+// plus slack, zone b was still Normal and zone a's nodes were tainted.
+func TestShortGraceNodesSilentTogether(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeMonitorGracePeriod = 3 * time.Second
+	cfg.NodeMonitorPeriod = time.Second
+	cfg.NodeEvictionRate = 100
+	cl := newCluster(t, cfg, map[string]int{"a": 2, "b": 2})
+	cl.renew = 500 * time.Millisecond
+	cl.step = 10 * time.Millisecond // each expiry is judged within 10 ms
+	late := cl.nodes[3]
+	cl.lastRnw[late] = cl.clk.Now().Add(-450 * time.Millisecond) // renews at 0.05, 0.55, ... s
+	for _, n := range cl.nodes {
+		cl.phase[n] = 0 // the others renew at 0, 0.5, ... s
+	}
+	cl.run(5 * time.Second)
+	cl.silence(cl.nodes[:3], 0)                                 // last renewed at 4.5 s
+	cl.silentAt[late] = cl.clk.Now().Add(60 * time.Millisecond) // last renewed at 5.05 s
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	if got := cl.lastRnw[late].Sub(cl.lastRnw[cl.nodes[0]]); got != 550*time.Millisecond {
+		t.Fatalf("last renewals %v apart, want 550ms", got)
+	}
+	if len(cl.tainted) != 0 || len(cl.marked) != 0 {
+		t.Errorf("tainted %v, pods marked on %v; want none while every zone is silent", cl.tainted, cl.marked)
+	}
+}
+
+func TestOverdueAfter(t *testing.T) {
+	for _, c := range []struct{ interval, grace, slack, want time.Duration }{
+		{10 * time.Second, 40 * time.Second, 2 * time.Second, 12 * time.Second},             // a kubelet's default lease
+		{2 * time.Second, 40 * time.Second, 2 * time.Second, 4 * time.Second},               // fake nodes
+		{500 * time.Millisecond, 3 * time.Second, 2 * time.Second, 2250 * time.Millisecond}, // grace close to interval+slack
+		{2 * time.Second, 3 * time.Second, 2 * time.Second, 3 * time.Second},                // grace under 1.5 intervals: the grace
+		{time.Second, 3 * time.Second, 2 * time.Second, 1500 * time.Millisecond},            // floor: 1.5 intervals
+	} {
+		if got := overdueAfter(c.interval, c.grace, c.slack); got != c.want {
+			t.Errorf("overdueAfter(%v, %v, %v) = %v, want %v", c.interval, c.grace, c.slack, got, c.want)
+		}
 	}
 }

@@ -43,7 +43,22 @@ func (h *nodeHealth) overdue(now time.Time, grace, slack time.Duration) bool {
 	if slack <= 0 || interval <= 0 || !h.hasReady {
 		return false
 	}
-	return now.Sub(h.probe) > min(interval+slack, grace)
+	return now.Sub(h.probe) > overdueAfter(interval, grace, slack)
+}
+
+// overdueAfter is the silence after which a node heartbeating every
+// interval is overdue: interval plus slack, or sooner when the grace period
+// is short. A node that fell silent together with one whose grace ends now
+// has been silent for at least grace-interval (its last heartbeat came at
+// most one interval later), so counting from grace less 1.5 intervals (half
+// an interval for observation jitter) catches it even when interval+slack
+// would not; never below 1.5 intervals, which a healthy node does not reach.
+func overdueAfter(interval, grace, slack time.Duration) time.Duration {
+	after := interval + slack
+	if together := grace - interval - interval/2; together < after {
+		after = max(together, interval+min(slack, interval/2))
+	}
+	return min(after, grace)
 }
 
 // Condition reasons and messages, as upstream writes them.
