@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -84,8 +85,8 @@ func (k *KubeFlags) AddFlags(fs *pflag.FlagSet, qps float32, burst int) {
 
 // Validate checks the rate-limit values.
 func (k *KubeFlags) Validate() error {
-	if k.QPS <= 0 {
-		return Usagef("--kube-api-qps must be greater than 0, got %v", k.QPS)
+	if !(k.QPS > 0) || math.IsInf(float64(k.QPS), 1) { // NaN fails too
+		return Usagef("--kube-api-qps must be greater than 0 and finite, got %v", k.QPS)
 	}
 	if k.Burst < 1 {
 		return Usagef("--kube-api-burst must be at least 1, got %d", k.Burst)

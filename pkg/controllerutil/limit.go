@@ -2,6 +2,7 @@ package controllerutil
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -23,3 +24,7 @@ func ParseLimit(s string, total int) (int, error) {
 	}
 	return v, nil
 }
+
+// Finite says whether v is a number, neither NaN nor ±Inf: flags parsed
+// with strconv accept "NaN" and "Inf", which no rate or fraction means.
+func Finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

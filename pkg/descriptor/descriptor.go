@@ -109,7 +109,7 @@ func (s *Shared) Validate() error {
 	if s.NodeMonitorPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--node-monitor-period must be positive, got %v", s.NodeMonitorPeriod))
 	}
-	if s.UnhealthyZoneThreshold <= 0 || s.UnhealthyZoneThreshold > 1 {
+	if !(s.UnhealthyZoneThreshold > 0 && s.UnhealthyZoneThreshold <= 1) { // NaN fails too
 		errs = append(errs, fmt.Errorf("--unhealthy-zone-threshold must be in (0, 1], got %v", s.UnhealthyZoneThreshold))
 	}
 	if _, err := controllerutil.ParseLimit(s.MaxUnhealthyNodes, 100); err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -23,7 +24,30 @@ func DefaultControlSocket() string {
 	if dir == "" {
 		dir = os.TempDir()
 	}
-	return filepath.Join(dir, fmt.Sprintf("nodeshepherd-fakenodes-%d.sock", os.Getuid()))
+	return filepath.Join(dir, fmt.Sprintf("nodeshepherd-%d", os.Getuid()), "fakenodes.sock")
+}
+
+// privateDir creates the socket's directory owner-only, or checks that an
+// existing one is: whoever can reach the socket can partition every node.
+func privateDir(socket string) error {
+	dir := filepath.Dir(socket)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("control socket directory: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("control socket directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("control socket directory %s is not a directory (a symlink?); pass a --control-socket in a private directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("control socket directory %s belongs to uid %d, not to this user (%d); pass a --control-socket in a directory of your own", dir, st.Uid, os.Getuid())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("control socket directory %s is open to other users (mode %v): anyone reaching the socket could inject faults; run chmod 700 %s or pass a --control-socket in a private directory", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
 }
 
 type faultResponse struct {
@@ -32,8 +56,12 @@ type faultResponse struct {
 }
 
 // ServeControl answers fault commands on a unix socket until ctx ends. The
-// socket is local and owner-only: it is how a second process reaches this one.
+// socket is local and owner-only, in an owner-only directory: it is how a
+// second process reaches this one.
 func ServeControl(ctx context.Context, m *Manager, socket string) error {
+	if err := privateDir(socket); err != nil {
+		return err
+	}
 	if c, err := net.Dial("unix", socket); err == nil {
 		c.Close()
 		return fmt.Errorf("another fakenodes process already listens on %s; stop it or pass a different --control-socket", socket)

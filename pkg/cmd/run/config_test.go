@@ -154,3 +154,42 @@ func TestHelpFromRegistry(t *testing.T) {
 		}
 	}
 }
+
+// TestDangerousValuesRefused: numbers that strconv accepts but no setting
+// means (NaN, Inf, negative) and a grace period that amounts to a force
+// delete are refused, naming the flag; the grace period only with its opt-in.
+func TestDangerousValuesRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // "" means valid
+	}{
+		{[]string{"--unhealthy-zone-threshold=NaN"}, "--unhealthy-zone-threshold must be in (0, 1]"},
+		{[]string{"--node-eviction-rate=NaN"}, "--node-eviction-rate must be a finite number"},
+		{[]string{"--node-eviction-rate=+Inf"}, "--node-eviction-rate must be a finite number"},
+		{[]string{"--secondary-node-eviction-rate=-1"}, "--secondary-node-eviction-rate must be a finite number"},
+		{[]string{"--controllers=cloudnodelifecycle", "--cloud-provider=fake", "--node-deletion-rate=Inf"}, "--node-deletion-rate must be a finite positive number"},
+		{[]string{"--kube-api-qps=NaN"}, "--kube-api-qps must be greater than 0 and finite"},
+		{[]string{"--kube-api-qps=Inf"}, "--kube-api-qps must be greater than 0 and finite"},
+		{[]string{"--max-unhealthy-nodes=NaN%"}, "--max-unhealthy-nodes"},
+		{[]string{"--max-unhealthy-nodes=101%"}, "--max-unhealthy-nodes"},
+		{[]string{"--drain-condition=KernelDeadlock=True", "--max-grace-period=0s"}, "--max-grace-period 0s is under a second"},
+		{[]string{"--drain-condition=KernelDeadlock=True", "--max-grace-period=500ms"}, "add --allow-zero-grace-period"},
+		{[]string{"--drain-condition=KernelDeadlock=True", "--max-grace-period=0s", "--allow-zero-grace-period"}, ""},
+		{[]string{"--drain-condition=KernelDeadlock=True", "--max-grace-period=1s"}, ""},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			o := newOptions()
+			cmd := newCommand(o)
+			if err := cmd.Flags().Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			_, err := o.validate()
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+		})
+	}
+}

@@ -104,7 +104,7 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 		return cli.Usagef("--compare: only upstream is supported, got %q", o.compare)
 	case o.trials < 1:
 		return cli.Usagef("--trials must be at least 1, got %d", o.trials)
-	case o.timeScale < 1 || o.timeScale > 100:
+	case !(o.timeScale >= 1 && o.timeScale <= 100): // NaN fails too
 		return cli.Usagef("--time-scale must be between 1 and 100, got %g", o.timeScale)
 	case o.setupTimeout <= 0:
 		return cli.Usagef("--setup-timeout must be positive, got %v", o.setupTimeout)

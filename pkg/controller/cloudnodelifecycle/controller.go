@@ -77,8 +77,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the settings.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.NodeDeletionRate <= 0 {
-		errs = append(errs, fmt.Errorf("--node-deletion-rate must be positive, got %v", c.NodeDeletionRate))
+	if !controllerutil.Finite(c.NodeDeletionRate) || c.NodeDeletionRate <= 0 {
+		errs = append(errs, fmt.Errorf("--node-deletion-rate must be a finite positive number of nodes per second, got %v", c.NodeDeletionRate))
 	}
 	if _, err := controllerutil.ParseLimit(c.MaxUnhealthyNodes, 100); err != nil {
 		errs = append(errs, fmt.Errorf("--max-unhealthy-nodes: %w", err))

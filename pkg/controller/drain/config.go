@@ -42,7 +42,10 @@ type Config struct {
 	ProtectedPodAnnotations []string
 
 	MaxGracePeriod time.Duration
-	DrainTimeout   time.Duration
+	// AllowZeroGracePeriod must be set for a MaxGracePeriod under a second,
+	// which gives evicted pods a grace period of 0: no time to stop.
+	AllowZeroGracePeriod bool
+	DrainTimeout         time.Duration
 	// RetryBackoff is the wait before retrying a failed drain, doubled after
 	// each further failure up to MaxRetryBackoff.
 	RetryBackoff time.Duration
@@ -95,6 +98,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.EvictUnreplicatedPods, "evict-unreplicated-pods", c.EvictUnreplicatedPods, "Evict pods without a controller (skipped by default: nothing recreates them).")
 	fs.StringArrayVar(&c.ProtectedPodAnnotations, "protected-pod-annotation", c.ProtectedPodAnnotations, "KEY or KEY=VALUE: never evict pods carrying this annotation. "+SafeToEvictAnnotation+"=false always protects. Repeatable.")
 	fs.DurationVar(&c.MaxGracePeriod, "max-grace-period", c.MaxGracePeriod, "Longest termination grace period given to an evicted pod: min(the pod's, this).")
+	fs.BoolVar(&c.AllowZeroGracePeriod, "allow-zero-grace-period", c.AllowZeroGracePeriod, "Allow a --max-grace-period under a second, which evicts pods with a grace period of 0 (killed at once, as a force delete). Refused without this flag.")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "Time a drain may take, from its start until every pod is gone; then it fails and is retried (Draino: --max-grace-period plus --eviction-headroom).")
 	fs.DurationVar(&c.RetryBackoff, "drain-retry-backoff", c.RetryBackoff, "Wait before retrying a failed drain, doubled after each failure up to 1h. The draino/drain-retry=true node annotation retries at once.")
 	fs.DurationVar(&c.ForceAfter, "drain-force-after", c.ForceAfter, "Escalation, off by default (0): once a PodDisruptionBudget has refused the evictions of a drain for this long (counted from the first refusal since the cordon), delete the blocking pods with their own grace period, bypassing the PodDisruptionBudget, with a Warning event per pod. Applies to rules without their own force-after= option. Never deletes pods protected by annotation; with --dry-run only reported.")
@@ -131,6 +135,9 @@ func (c *Config) Compile() (*rules.Rules, error) {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", name, d))
 		}
+	}
+	if c.MaxGracePeriod >= 0 && c.MaxGracePeriod < time.Second && !c.AllowZeroGracePeriod {
+		errs = append(errs, fmt.Errorf("--max-grace-period %v is under a second: evicted pods would get a grace period of 0 and be killed at once, as by a force delete; give at least 1s, or add --allow-zero-grace-period if that is what you want", c.MaxGracePeriod))
 	}
 	if c.DrainTimeout == 0 {
 		errs = append(errs, errors.New("--drain-timeout must be positive (a drain blocked by a PodDisruptionBudget would otherwise never end)"))

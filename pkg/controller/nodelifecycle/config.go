@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 )
 
 // Config holds the controller's settings. Field names follow
@@ -103,16 +105,16 @@ func (c *Config) Validate() error {
 	if c.NodeMonitorPeriod > 0 && c.NodeMonitorGracePeriod > 0 && c.NodeMonitorGracePeriod <= c.NodeMonitorPeriod {
 		errs = append(errs, fmt.Errorf("--node-monitor-grace-period (%v) must be longer than --node-monitor-period (%v)", c.NodeMonitorGracePeriod, c.NodeMonitorPeriod))
 	}
-	if c.NodeEvictionRate < 0 {
-		errs = append(errs, fmt.Errorf("--node-eviction-rate must not be negative, got %v", c.NodeEvictionRate))
+	if !controllerutil.Finite(c.NodeEvictionRate) || c.NodeEvictionRate < 0 {
+		errs = append(errs, fmt.Errorf("--node-eviction-rate must be a finite number of nodes per second, 0 or more, got %v", c.NodeEvictionRate))
 	}
-	if c.SecondaryNodeEvictionRate < 0 {
-		errs = append(errs, fmt.Errorf("--secondary-node-eviction-rate must not be negative, got %v", c.SecondaryNodeEvictionRate))
+	if !controllerutil.Finite(c.SecondaryNodeEvictionRate) || c.SecondaryNodeEvictionRate < 0 {
+		errs = append(errs, fmt.Errorf("--secondary-node-eviction-rate must be a finite number of nodes per second, 0 or more, got %v", c.SecondaryNodeEvictionRate))
 	}
 	if c.LargeClusterSizeThreshold < 0 {
 		errs = append(errs, fmt.Errorf("--large-cluster-size-threshold must not be negative, got %d", c.LargeClusterSizeThreshold))
 	}
-	if c.UnhealthyZoneThreshold <= 0 || c.UnhealthyZoneThreshold > 1 {
+	if !(c.UnhealthyZoneThreshold > 0 && c.UnhealthyZoneThreshold <= 1) { // NaN fails too
 		errs = append(errs, fmt.Errorf("--unhealthy-zone-threshold must be in (0, 1], got %v", c.UnhealthyZoneThreshold))
 	}
 	if c.HeartbeatOverdueSlack < 0 {
