@@ -124,6 +124,7 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 	if err != nil {
 		t.Fatalf("TokenRequest for %s/%s: %v", DeployNamespace, DeployServiceAccount, err)
 	}
+	checkFlowSchema(t, admin, client, tr.Status.Token)
 	forbidden := &forbiddenLog{}
 	t.Cleanup(func() {
 		if msgs := forbidden.list(); len(msgs) > 0 {
@@ -223,3 +224,40 @@ func (c *forbiddenCatcher) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	return resp, err
 }
+
+// checkFlowSchema proves deploy/'s API Priority and Fairness objects take
+// effect: a request with the ServiceAccount's token is classified into the
+// nodeshepherd priority level (the API server names it in a response header).
+func checkFlowSchema(t testing.TB, admin *rest.Config, client kubernetes.Interface, token string) {
+	t.Helper()
+	plc, err := client.FlowcontrolV1().PriorityLevelConfigurations().Get(Context(t), "nodeshepherd", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("deploy/'s PriorityLevelConfiguration: %v", err)
+	}
+	var level string
+	cfg := &rest.Config{Host: admin.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData},
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				resp, err := rt.RoundTrip(req)
+				if err == nil {
+					level = resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")
+				}
+				return resp, err
+			})
+		}}
+	sa, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server loads new FlowSchemas asynchronously.
+	Eventually(t, 30*time.Second, "the ServiceAccount's requests in priority level nodeshepherd", func(ctx context.Context) (bool, string, error) {
+		if _, err := sa.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return false, "", err
+		}
+		return level == string(plc.UID), "priority level UID " + level, nil
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
