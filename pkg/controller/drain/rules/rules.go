@@ -86,6 +86,10 @@ func ParseCondition(s string) (Condition, error) {
 	return c, nil
 }
 
+// CELCostLimit is the most work one evaluation of a node expression may do,
+// in CEL cost units: the API server's per-call limit for admission policies.
+const CELCostLimit = 1_000_000
+
 // Selector chooses the nodes the rules apply to.
 type Selector struct {
 	labels  labels.Selector
@@ -116,7 +120,10 @@ func NewSelector(labelSelector, celExpr string) (*Selector, error) {
 	if ast.OutputType() != cel.BoolType && ast.OutputType() != cel.DynType {
 		return nil, fmt.Errorf("CEL expression %q gives %v; it must give a bool", celExpr, ast.OutputType())
 	}
-	if s.program, err = env.Program(ast); err != nil {
+	// A runtime cost limit, as the API server puts on its own CEL: the
+	// expression runs for every node on every evaluation, and a nested
+	// comprehension must not stall the controller.
+	if s.program, err = env.Program(ast, cel.CostLimit(CELCostLimit)); err != nil {
 		return nil, fmt.Errorf("CEL expression %q: %w", celExpr, err)
 	}
 	return s, nil

@@ -128,3 +128,26 @@ func FuzzParseCondition(f *testing.F) {
 		}
 	})
 }
+
+// TestSelectorCostLimit: an expression doing millions of steps per node is
+// stopped by the cost limit with an error naming the expression and node,
+// and the node is not selected.
+func TestSelectorCostLimit(t *testing.T) {
+	list := "[" + strings.Repeat("0,", 19) + "0]"
+	expr := list + ".all(a, " + list + ".all(b, " + list + ".all(c, " + list + ".all(d, " + list + ".all(e, true)))))"
+	s, err := NewSelector("", expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, err := s.Matches(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	if ok || err == nil || !strings.Contains(err.Error(), "cost limit") || !strings.Contains(err.Error(), "node n1") {
+		t.Fatalf("matched=%v err=%v, want an error about the cost limit on node n1", ok, err)
+	}
+	cheap, err := NewSelector("", `node.metadata.name == "n1"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := cheap.Matches(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}); !ok || err != nil {
+		t.Fatalf("a cheap expression: matched=%v err=%v", ok, err)
+	}
+}
