@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler vet lint fmt clean
+.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
 
 all: build controlplane
 
@@ -44,6 +44,10 @@ test: vet lint controlplane chromium
 ## test-unit: only the tests that need no control plane, race detector on
 test-unit:
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
+
+## fuzz: every fuzz target for FUZZTIME each (default 1m; make test replays their corpora)
+fuzz:
+	hack/fuzz.sh
 
 ## test-integration: only the tests against the local control plane, race detector on
 test-integration: controlplane chromium

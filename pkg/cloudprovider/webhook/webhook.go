@@ -131,7 +131,10 @@ func New(c Config) (*Provider, error) {
 		}
 		tlsConfig.RootCAs = pool
 	}
-	return &Provider{url: c.URL, client: &http.Client{Timeout: c.Timeout, Transport: &http.Transport{TLSClientConfig: tlsConfig}}}, nil
+	return &Provider{url: c.URL, client: &http.Client{Timeout: c.Timeout, Transport: &http.Transport{TLSClientConfig: tlsConfig},
+		// A redirect is answered as an error, never followed: it could lead
+		// from https to http or to another host that decides node deletions.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
 }
 
 func (p *Provider) Initialize(cloudprovider.ControllerClientBuilder, <-chan struct{}) {}
@@ -156,14 +159,30 @@ func (p *Provider) ask(ctx context.Context, question string, node *v1.Node) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("webhook %s for node %s: reading the answer: %w", question, node.Name, err)
 	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return nil, fmt.Errorf("webhook %s for node %s: HTTP %s to %q: redirects are not followed; configure the final URL", question, node.Name, resp.Status, resp.Header.Get("Location"))
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("webhook %s for node %s: HTTP %s: %.200s", question, node.Name, resp.Status, data)
 	}
+	out, err := decodeAnswer(data)
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s for node %s: malformed answer: %w", question, node.Name, err)
+	}
+	return out, nil
+}
+
+// decodeAnswer reads a webhook's answer strictly: one JSON object with
+// known fields only.
+func decodeAnswer(data []byte) (*Response, error) {
 	var out Response
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&out); err != nil {
-		return nil, fmt.Errorf("webhook %s for node %s: malformed answer: %w", question, node.Name, err)
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
 	}
 	return &out, nil
 }

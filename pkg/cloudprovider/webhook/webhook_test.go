@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,4 +42,53 @@ func TestMalformedAnswersAreErrors(t *testing.T) {
 		}
 		srv.Close()
 	}
+}
+
+// TestRedirectsAreNotFollowed: an https webhook redirecting to plain http
+// (or anywhere) is an error; the target is never asked.
+func TestRedirectsAreNotFollowed(t *testing.T) {
+	asked := false
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked = true
+		_, _ = w.Write([]byte(`{"exists":false}`))
+	}))
+	defer plain.Close()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL, http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	p, err := New(Config{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.client.Transport = srv.Client().Transport // trust the test server; keep the client's redirect policy
+	exists, err := p.InstanceExists(context.Background(), &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
+	if err == nil || !strings.Contains(err.Error(), "redirects are not followed") {
+		t.Errorf("exists=%v err=%v, want a redirect error", exists, err)
+	}
+	if asked {
+		t.Error("the redirect target was asked")
+	}
+}
+
+// FuzzDecodeAnswer: any bytes decode to an answer or an error, never a
+// panic, and a decoded answer re-encodes to an equivalent one.
+func FuzzDecodeAnswer(f *testing.F) {
+	for _, s := range []string{`{"exists":true}`, `{"shutdown":false}`, `{"metadata":{"providerID":"fake://n"}}`,
+		`{"exists":false}{"exists":true}`, `{"exists":"no"}`, `<html>`, ``, `null`, `{"apiVersion":"nodeshepherd.io/v1alpha1","kind":"InstanceAnswer","exists":true}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decodeAnswer(data)
+		if err != nil {
+			return
+		}
+		again, err := json.Marshal(r)
+		if err != nil {
+			t.Fatalf("re-encoding %+v: %v", r, err)
+		}
+		if _, err := decodeAnswer(again); err != nil {
+			t.Fatalf("re-decoding %s: %v", again, err)
+		}
+	})
 }

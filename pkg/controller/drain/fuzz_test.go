@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // FuzzLoadRules: any --drain-rules file loads or is refused with an error
@@ -42,5 +46,30 @@ func FuzzLoadRules(f *testing.F) {
 		if len(r.Conditions) == 0 || r.Selector == nil {
 			t.Errorf("loaded rules without conditions or selector: %+v", r)
 		}
+	})
+}
+
+// FuzzReadState: what drain reads back from a node (its annotations and the
+// DrainScheduled condition's message, which Draino or a person may have
+// written) never panics, and a time read from it is never before the
+// second it names: a wait measured from it is never shorter than written.
+func FuzzReadState(f *testing.F) {
+	for _, s := range [][3]string{
+		{"2", "2026-11-24T10:00:00.000000000Z", "Drain activity scheduled 2026-11-24T10:00:00.123456789Z"},
+		{"x", "2026-11-24T10:00:00Z", "Drain activity scheduled 2026-11-24T10:00:00Z | Completed: 2026-11-24T10:05:00Z"},
+		{"-1", "yesterday", "Drain activity scheduled | Failed: "},
+		{"", "", ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, attempts, blockedSince, message string) {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{
+			AnnotationConditions: "KernelDeadlock=True", AnnotationAttempts: attempts, AnnotationBlockedSince: blockedSince}},
+			Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: ConditionDrainScheduled, Status: v1.ConditionFalse, Message: message}}}}
+		s := readState(n)
+		if parsed, err := time.Parse(time.RFC3339Nano, blockedSince); err == nil && s.blockedSince.Before(parsed) {
+			t.Errorf("blocked since %v read as %v, before it", parsed, s.blockedSince)
+		}
+		_ = s.retryAt(time.Minute)
 	})
 }
