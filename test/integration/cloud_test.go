@@ -33,6 +33,9 @@ func cloudConfig(provider string, rate float64, maxUnhealthy string) controllers
 	c := fastLifecycle(100)
 	c.CloudNodeLifecycle.Cloud = providers.Options{Name: provider, WebhookTimeout: 5 * time.Second}
 	c.CloudNodeLifecycle.NodeDeletionRate, c.Shared.MaxUnhealthyNodes = rate, maxUnhealthy
+	// Two consecutive "gone" answers over 2s: the confirmation path is real,
+	// and the tests stay short (unit tests cover the defaults).
+	c.CloudNodeLifecycle.DeletionConfirmations, c.CloudNodeLifecycle.DeletionDelay = 2, 2*time.Second
 	return c
 }
 

@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -60,18 +61,28 @@ type Config struct {
 	// MaxUnhealthyNodes stops deletions while more nodes than this are not
 	// Ready: a count ("10") or a percentage of all nodes ("45%").
 	MaxUnhealthyNodes string
-	DryRun            bool
+	// DeletionConfirmations is how many consecutive "gone" answers the
+	// provider must give, and DeletionDelay how long after the first of
+	// them, before a node is deleted: one wrong answer (a cloud API blip, a
+	// webhook bug) must not delete a node.
+	DeletionConfirmations int
+	DeletionDelay         time.Duration
+	DryRun                bool
 }
 
-// DefaultConfig returns the defaults: one deletion per 10s, stop above 45 %.
+// DefaultConfig returns the defaults: one deletion per 10s, stop above 45 %,
+// three "gone" answers over at least 20s.
 func DefaultConfig() Config {
-	return Config{NodeMonitorPeriod: 5 * time.Second, NodeDeletionRate: 0.1, MaxUnhealthyNodes: "45%"}
+	return Config{NodeMonitorPeriod: 5 * time.Second, NodeDeletionRate: 0.1, MaxUnhealthyNodes: "45%",
+		DeletionConfirmations: 3, DeletionDelay: 20 * time.Second}
 }
 
 // AddFlags registers the controller's own flags; --node-monitor-period and
 // --max-unhealthy-nodes are shared settings (descriptor.Shared).
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.NodeDeletionRate, "node-deletion-rate", c.NodeDeletionRate, "Nodes per second the cloudnodelifecycle controller may delete at most (0.1: one every 10s).")
+	fs.IntVar(&c.DeletionConfirmations, "node-deletion-confirmations", c.DeletionConfirmations, "Consecutive answers that a node's machine is gone, one per --node-monitor-period, before the cloudnodelifecycle controller deletes the node (upstream: 1). An answer that the machine exists starts over; an error is no answer.")
+	fs.DurationVar(&c.DeletionDelay, "node-deletion-delay", c.DeletionDelay, "Least time from the first answer that a node's machine is gone to the node's deletion (upstream: 0).")
 }
 
 // Validate checks the settings.
@@ -85,6 +96,12 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeMonitorPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--node-monitor-period must be positive, got %v", c.NodeMonitorPeriod))
+	}
+	if c.DeletionConfirmations < 1 {
+		errs = append(errs, fmt.Errorf("--node-deletion-confirmations must be at least 1, got %d", c.DeletionConfirmations))
+	}
+	if c.DeletionDelay < 0 {
+		errs = append(errs, fmt.Errorf("--node-deletion-delay must not be negative, got %v", c.DeletionDelay))
 	}
 	return errors.Join(errs...)
 }
@@ -111,6 +128,17 @@ type Controller struct {
 	synced     cache.InformerSynced
 	limiter    *rate.Limiter
 	metrics    *metrics
+	// gone counts, per node UID, the consecutive "gone" answers and when the
+	// first came; blocked is the reason a node's deletion was last refused,
+	// so that a refusal is an event once, not once per pass. Only the
+	// monitor goroutine touches them.
+	gone    map[types.UID]goneAnswers
+	blocked map[types.UID]string
+}
+
+type goneAnswers struct {
+	first time.Time
+	count int
 }
 
 // New builds the controller; the provider must implement InstancesV2.
@@ -131,6 +159,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
 		limiter: rate.NewLimiter(rate.Limit(cfg.NodeDeletionRate), 1),
 		metrics: newMetrics(d.Registry),
+		gone:    map[types.UID]goneAnswers{}, blocked: map[types.UID]string{},
 	}
 	return c, nil
 }
@@ -174,6 +203,7 @@ func (c *Controller) monitorNodes(ctx context.Context) {
 	limit, _ := controllerutil.ParseLimit(c.cfg.MaxUnhealthyNodes, len(nodes))
 	guard := notReady > limit
 	c.metrics.guardActive.Set(map[bool]float64{true: 1}[guard])
+	c.forgetMissing(nodes)
 	for _, n := range nodes {
 		if err := c.checkNode(ctx, n, guard, notReady, len(nodes)); err != nil {
 			logger.Error(err, "Checking node with the cloud provider; retrying next period", "node", n.Name)
@@ -182,6 +212,46 @@ func (c *Controller) monitorNodes(ctx context.Context) {
 }
 
 func hasShutdownTaint(n *v1.Node) bool { return kube.FindTaint(n, ShutdownTaint) != nil }
+
+// forgetMissing drops the memory of nodes that no longer exist.
+func (c *Controller) forgetMissing(nodes []*v1.Node) {
+	seen := make(map[types.UID]bool, len(nodes))
+	for _, n := range nodes {
+		seen[n.UID] = true
+	}
+	for uid := range c.gone {
+		if !seen[uid] {
+			delete(c.gone, uid)
+		}
+	}
+	for uid := range c.blocked {
+		if !seen[uid] {
+			delete(c.blocked, uid)
+		}
+	}
+}
+
+// confirmedGone records one "gone" answer and says whether there have been
+// enough of them, for long enough, to delete the node.
+func (c *Controller) confirmedGone(n *v1.Node) (bool, goneAnswers) {
+	g := c.gone[n.UID]
+	if g.count == 0 {
+		g.first = c.clock.Now()
+	}
+	g.count++
+	c.gone[n.UID] = g
+	return g.count >= c.cfg.DeletionConfirmations && !c.clock.Now().Before(g.first.Add(c.cfg.DeletionDelay)), g
+}
+
+// refuse says why a deletion is not made, as an event the first time this
+// reason holds for the node.
+func (c *Controller) refuse(n *v1.Node, reason, msg string) {
+	if c.blocked[n.UID] == reason {
+		return
+	}
+	c.blocked[n.UID] = reason
+	c.event(n, v1.EventTypeWarning, EventDeletionBlocked, msg)
+}
 
 // ask calls the provider and records the call.
 func (c *Controller) ask(question string, f func() (bool, error)) (bool, error) {
@@ -198,6 +268,8 @@ func (c *Controller) ask(question string, f func() (bool, error)) (bool, error) 
 
 func (c *Controller) checkNode(ctx context.Context, n *v1.Node, guard bool, notReady, total int) error {
 	if kube.NodeReady(n) {
+		delete(c.gone, n.UID)
+		delete(c.blocked, n.UID)
 		if hasShutdownTaint(n) {
 			return c.setShutdownTaint(ctx, n, false)
 		}
@@ -211,8 +283,15 @@ func (c *Controller) checkNode(ctx context.Context, n *v1.Node, guard bool, notR
 		return err
 	}
 	if !exists {
+		ok, g := c.confirmedGone(n)
+		if !ok {
+			klog.FromContext(ctx).V(1).Info("Machine reported gone; waiting for confirmation before deleting the node", "node", n.Name,
+				"answers", g.count, "of", c.cfg.DeletionConfirmations, "since", g.first, "delay", c.cfg.DeletionDelay)
+			return nil
+		}
 		return c.deleteNode(ctx, n, guard, notReady, total)
 	}
+	delete(c.gone, n.UID)
 	shutdown, err := c.ask("InstanceShutdown", func() (bool, error) { return c.instances.InstanceShutdown(qctx, n) })
 	if err != nil {
 		return err
@@ -230,7 +309,7 @@ func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, not
 		msg := fmt.Sprintf("Not deleting node %s although its machine is gone: %d of %d nodes are not Ready (more than --max-unhealthy-nodes=%s)",
 			n.Name, notReady, total, c.cfg.MaxUnhealthyNodes)
 		logger.Info(msg)
-		c.event(n, v1.EventTypeWarning, EventDeletionBlocked, msg)
+		c.refuse(n, "incident-guard", msg)
 		return nil
 	}
 	if !c.limiter.AllowN(c.clock.Now(), 1) {

@@ -155,7 +155,7 @@ func TestMonitorNodesDecisions(t *testing.T) {
 		{name: "not ready, provider error, tainted: taint kept", node: node("a", false, ShutdownTaint), machine: broken, wantTaint: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := upstreamConfig()
 			cfg.MaxUnhealthyNodes = "100%"
 			h := newHarness(t, cfg, &testCloud{machines: map[string]machine{"a": tc.machine}}, tc.node)
 			h.c.monitorNodes(context.Background())
@@ -184,7 +184,7 @@ func TestMonitorNodesDecisions(t *testing.T) {
 // More nodes not Ready than --max-unhealthy-nodes: nothing is deleted, and
 // the blocked deletion is said in a Warning event.
 func TestMonitorNodesIncidentGuard(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := upstreamConfig()
 	cfg.MaxUnhealthyNodes = "1"
 	cloud := &testCloud{machines: map[string]machine{"a": gone, "b": gone}}
 	h := newHarness(t, cfg, cloud, node("a", false), node("b", false), node("c", true))
@@ -195,6 +195,11 @@ func TestMonitorNodesIncidentGuard(t *testing.T) {
 	ev := h.events()
 	if len(ev) != 2 || !strings.HasPrefix(ev[0], "Warning "+EventDeletionBlocked+" ") || !strings.Contains(ev[0], "2 of 3 nodes are not Ready") {
 		t.Errorf("events = %q, want two %s naming 2 of 3", ev, EventDeletionBlocked)
+	}
+	// The next passes refuse for the same reason: no new event.
+	h.c.monitorNodes(context.Background())
+	if ev := h.events(); len(ev) != 0 {
+		t.Errorf("events on the second refusal for the same reason: %q", ev)
 	}
 	// Below the limit again: the deletion goes ahead.
 	cloud.machines["b"] = running
@@ -211,7 +216,7 @@ func TestMonitorNodesIncidentGuard(t *testing.T) {
 // --node-deletion-rate: one deletion now, the next once the rate allows it
 // (on the fake clock); dry-run deletes nothing.
 func TestMonitorNodesDeletionRate(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := upstreamConfig()
 	cfg.MaxUnhealthyNodes = "100%"
 	cfg.NodeDeletionRate = 0.1 // one per 10s
 	cloud := &testCloud{machines: map[string]machine{"a": gone, "b": gone}}
@@ -246,5 +251,48 @@ func TestMonitorNodesDryRunWritesNothing(t *testing.T) {
 	h.c.monitorNodes(context.Background())
 	if got := h.writes(); len(got) != 0 {
 		t.Errorf("dry-run wrote %v", got)
+	}
+}
+
+// upstreamConfig deletes on the first "gone" answer, as upstream does, for
+// the tests of everything else.
+func upstreamConfig() Config {
+	cfg := DefaultConfig()
+	cfg.DeletionConfirmations, cfg.DeletionDelay = 1, 0
+	return cfg
+}
+
+// TestDeletionNeedsConsecutiveGoneAnswersOverTime: with the defaults (3
+// answers over 20s), one or two "gone" answers delete nothing, an "exists"
+// answer starts over, an error is no answer, and the third consecutive
+// answer deletes only once 20s have passed since the first.
+func TestDeletionNeedsConsecutiveGoneAnswersOverTime(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxUnhealthyNodes = "100%"
+	cloud := &testCloud{machines: map[string]machine{"a": gone}}
+	h := newHarness(t, cfg, cloud, node("a", false))
+	pass := func(m machine, step time.Duration) []string {
+		cloud.machines["a"] = m
+		h.c.monitorNodes(context.Background())
+		h.clk.Step(step)
+		return h.writes()
+	}
+	if w := pass(gone, 5*time.Second); len(w) != 0 {
+		t.Fatalf("deleted on the first answer: %v", w)
+	}
+	if w := pass(running, 5*time.Second); len(w) != 0 { // starts over
+		t.Fatalf("writes: %v", w)
+	}
+	for i, m := range []machine{gone, broken, gone} { // at 10, 15 and 20s; the error is no answer
+		if w := pass(m, 5*time.Second); len(w) != 0 {
+			t.Fatalf("pass %d (%v): deleted after fewer than 3 answers: %v", i, m, w)
+		}
+	}
+	// The third answer, 15s after the first: not yet.
+	if w := pass(gone, 5*time.Second); len(w) != 0 {
+		t.Fatalf("deleted 15s after the first answer: %v", w)
+	}
+	if w := pass(gone, 0); !slices.Equal(w, []string{"delete nodes a"}) {
+		t.Fatalf("writes = %v, want the deletion 20s after the first of consecutive answers", w)
 	}
 }
