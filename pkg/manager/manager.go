@@ -32,9 +32,17 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Controller is one controller the manager can run.
+// Controller is one controller the manager can run. Run returns only once
+// ctx ends; a return before that is a failure of the controller.
 type Controller interface {
 	Run(ctx context.Context) error
+}
+
+// HealthChecker is implemented by controllers that can tell that they stopped
+// making progress (a loop that no longer turns): the manager then fails
+// /healthz and gives up leadership, so that a standby takes over.
+type HealthChecker interface {
+	Healthy(now time.Time) error
 }
 
 // Context is what a controller constructor gets.
@@ -115,7 +123,28 @@ type Options struct {
 	// leadership is lost, for the controllers to finish in-flight writes;
 	// DefaultStopTimeout when zero.
 	StopTimeout time.Duration
+	// StartTimeout bounds how long the controllers' informer caches may
+	// take to sync once this process leads; DefaultStartTimeout when zero.
+	StartTimeout time.Duration
+	// Fault breaks one controller on purpose, for failover tests only:
+	// "panic:NAME[:AFTER]" panics in its goroutine, "exit:NAME[:AFTER]"
+	// returns an error (both AFTER its start, a duration), "hang:NAME" never
+	// starts its work (see TestFaultEnv).
+	Fault string
 }
+
+// DefaultStartTimeout is how long informer caches may take to sync after
+// leadership is won before the process gives up the Lease: a leader that
+// cannot read what it manages must let a standby try.
+const DefaultStartTimeout = 2 * time.Minute
+
+// TestFaultEnv names the environment variable that sets Options.Fault in
+// the nodeshepherd binary; it exists for the failover tests.
+const TestFaultEnv = "NODESHEPHERD_TEST_FAULT"
+
+// healthCheckPeriod is how often a leader asks its controllers whether they
+// still make progress.
+const healthCheckPeriod = time.Second
 
 // DefaultStopTimeout is how long stopping controllers get to return: within
 // a pod's default 30 s termination grace period, with time left to release
@@ -182,12 +211,30 @@ type manager struct {
 	// that names those that do not stop in time.
 	activeMu sync.Mutex
 	active   map[string]bool
+	// failure is why the controllers stopped working (nil while they work):
+	// /healthz and /livez report it until the process exits.
+	failure atomic.Pointer[error]
+}
+
+// fail records the first failure of the controllers.
+func (m *manager) fail(err error) { m.failure.CompareAndSwap(nil, &err) }
+
+func (m *manager) failed() error {
+	if p := m.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, opts Options) error {
+	return runWith(ctx, client, opts, &manager{restConfig: cfg})
+}
+
+// runWith runs with m, which tests keep to look at its health afterwards.
+func runWith(ctx context.Context, client kubernetes.Interface, opts Options, m *manager) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	m := &manager{opts: opts, client: client, restConfig: cfg, clock: clock.RealClock{}, reg: prometheus.NewRegistry()}
+	m.opts, m.client, m.clock, m.reg = opts, client, clock.RealClock{}, prometheus.NewRegistry()
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.isLeader = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Name: "leader",
 		Help: "1 while this process is the leader and runs the controllers."})
@@ -242,8 +289,20 @@ func (m *manager) serve(ctx context.Context) (<-chan error, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	healthz := func(w http.ResponseWriter, _ *http.Request) {
+		if err := m.failed(); err != nil {
+			http.Error(w, "controllers failed: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}
+	mux.HandleFunc("/healthz", healthz)
+	mux.HandleFunc("/livez", healthz)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := m.failed(); err != nil {
+			http.Error(w, "controllers failed: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 		if !m.ready.Load() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
 			return
@@ -257,7 +316,7 @@ func (m *manager) serve(ctx context.Context) (<-chan error, error) {
 			srvErr <- err
 		}
 	}()
-	klog.FromContext(ctx).Info("Serving /metrics, /healthz and /readyz", "address", l.Addr().String())
+	klog.FromContext(ctx).Info("Serving /metrics, /healthz, /livez and /readyz", "address", l.Addr().String())
 	if m.opts.OnServing != nil {
 		m.opts.OnServing(l.Addr().String())
 	}
@@ -298,8 +357,22 @@ func (m *manager) runUntilStopped(ctx context.Context) error {
 }
 
 // runControllers builds the controllers, starts the informers they asked
-// for and runs the controllers until ctx ends.
+// for and runs the controllers until ctx ends. A controller that cannot be
+// built, caches that do not sync within StartTimeout, a controller that
+// returns or panics before ctx ends, or one that reports itself unhealthy
+// stop them all with an error: the process then exits and gives up the
+// Lease, rather than lead while managing nothing.
 func (m *manager) runControllers(ctx context.Context) error {
+	err := m.superviseControllers(ctx)
+	if err != nil && ctx.Err() == nil {
+		m.fail(err)
+	}
+	return err
+}
+
+func (m *manager) superviseControllers(parent context.Context) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
 	factory := informers.NewSharedInformerFactory(m.client, 0)
 	leaseFactory := informers.NewSharedInformerFactoryWithOptions(m.client, 0, informers.WithNamespace(v1.NamespaceNodeLease))
 	mctx := Context{Client: m.client, RESTConfig: m.restConfig, Informers: factory, LeaseInformers: leaseFactory,
@@ -313,20 +386,19 @@ func (m *manager) runControllers(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("starting controller %s: %w", name, err)
 		}
-		ctrls = append(ctrls, c)
+		ctrls = append(ctrls, m.withFault(name, c))
 	}
 	factory.Start(ctx.Done())
 	leaseFactory.Start(ctx.Done())
 	defer factory.Shutdown()
 	defer leaseFactory.Shutdown()
-	for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return ctx.Err()
-		}
+	defer cancel(nil) // before Shutdown, which waits for the informers to stop
+	if err := m.waitForCaches(ctx, factory, leaseFactory); err != nil {
+		return err
 	}
-	leaseFactory.WaitForCacheSync(ctx.Done())
 	m.ready.Store(true)
-	klog.FromContext(ctx).Info("Controllers running", "controllers", m.opts.Controllers, "dryRun", m.opts.DryRun)
+	logger := klog.FromContext(ctx)
+	logger.Info("Controllers running", "controllers", m.opts.Controllers, "dryRun", m.opts.DryRun)
 	var wg sync.WaitGroup
 	errs := make([]error, len(ctrls))
 	m.activeMu.Lock()
@@ -338,12 +410,150 @@ func (m *manager) runControllers(ctx context.Context) error {
 	for i, c := range ctrls {
 		name := m.opts.Controllers[i]
 		wg.Go(func() {
-			errs[i] = c.Run(ctx)
+			errs[i] = runGuarded(ctx, name, c)
+			if ctx.Err() == nil { // returned on its own: the others stop too
+				if errs[i] == nil {
+					errs[i] = fmt.Errorf("controller %s stopped on its own", name)
+				}
+				cancel(errs[i])
+			}
 			m.activeMu.Lock()
 			delete(m.active, name)
 			m.activeMu.Unlock()
 		})
 	}
+	wg.Go(func() { m.watchHealth(ctx, cancel, ctrls) })
 	wg.Wait()
+	if cause := context.Cause(ctx); parent.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		logger.Error(cause, "Controllers stopped: giving up")
+		return cause
+	}
 	return errors.Join(errs...)
+}
+
+// runGuarded runs one controller, turning a panic in its goroutine into an
+// error that names it (the process then exits and gives up the Lease).
+func runGuarded(ctx context.Context, name string, c Controller) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("controller %s panicked: %v", name, r)
+		}
+	}()
+	return c.Run(ctx)
+}
+
+// waitForCaches waits for the informers' first lists, at most StartTimeout.
+func (m *manager) waitForCaches(ctx context.Context, factories ...informers.SharedInformerFactory) error {
+	timeout := m.opts.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := m.clock.NewTimer(timeout)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-timer.C():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	var missing []string
+	for _, f := range factories {
+		for typ, ok := range f.WaitForCacheSync(wctx.Done()) {
+			if !ok {
+				missing = append(missing, typ.String())
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	slices.Sort(missing)
+	return fmt.Errorf("informer caches did not sync within %v (--controller-start-timeout): %s; check the RBAC of this process's identity and the API server", timeout, strings.Join(missing, ", "))
+}
+
+// watchHealth asks the controllers that can tell whether they still make
+// progress, every healthCheckPeriod, and stops them all on the first that
+// does not.
+func (m *manager) watchHealth(ctx context.Context, cancel context.CancelCauseFunc, ctrls []Controller) {
+	ticker := m.clock.NewTicker(healthCheckPeriod)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+		for i, c := range ctrls {
+			h, ok := c.(HealthChecker)
+			if !ok {
+				continue
+			}
+			if err := h.Healthy(m.clock.Now()); err != nil {
+				err = fmt.Errorf("controller %s is not working: %w", m.opts.Controllers[i], err)
+				m.fail(err)
+				cancel(err)
+				return
+			}
+		}
+	}
+}
+
+// withFault breaks controller name as Options.Fault asks (tests only).
+func (m *manager) withFault(name string, c Controller) Controller {
+	kind, target, _ := strings.Cut(m.opts.Fault, ":")
+	target, delay, _ := strings.Cut(target, ":")
+	if target != name {
+		return c
+	}
+	after, _ := time.ParseDuration(delay)
+	wait := func(ctx context.Context) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-m.clock.After(after):
+			return true
+		}
+	}
+	switch kind {
+	case "panic":
+		return faulty{c, func(ctx context.Context) error {
+			if wait(ctx) {
+				panic("injected by " + TestFaultEnv)
+			}
+			return nil
+		}}
+	case "exit":
+		return faulty{c, func(ctx context.Context) error {
+			if wait(ctx) {
+				return errors.New("injected by " + TestFaultEnv)
+			}
+			return nil
+		}}
+	case "hang":
+		// Never starts its work; a controller that reports its progress
+		// then says it is not working.
+		return faulty{c, func(ctx context.Context) error { <-ctx.Done(); return nil }}
+	}
+	return c
+}
+
+// faulty replaces a controller's Run and keeps its health check.
+type faulty struct {
+	Controller
+	run func(context.Context) error
+}
+
+func (f faulty) Run(ctx context.Context) error { return f.run(ctx) }
+
+func (f faulty) Healthy(now time.Time) error {
+	if h, ok := f.Controller.(HealthChecker); ok {
+		return h.Healthy(now)
+	}
+	return nil
 }

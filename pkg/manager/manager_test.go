@@ -168,3 +168,80 @@ func TestLostLeaseStopsControllersAndFails(t *testing.T) {
 		t.Error("Run returned before the controller stopped")
 	}
 }
+
+// twoControllers runs "broken" next to "healthy"; healthy records that its
+// context ended, broken does what the test says.
+func twoControllers(broken Controller, healthyStopped chan struct{}) Options {
+	opts := testOptions(nil)
+	opts.Controllers = []string{"healthy", "broken"}
+	opts.Constructors = map[string]Constructor{
+		"healthy": func(Context) (Controller, error) {
+			return ctrlFunc(func(ctx context.Context) error { <-ctx.Done(); close(healthyStopped); return nil }), nil
+		},
+		"broken": func(Context) (Controller, error) { return broken, nil },
+	}
+	return opts
+}
+
+// A leader whose controller fails (returns, panics, or reports that its loop
+// stopped) stops every controller, fails /healthz, releases the Lease and
+// returns an error naming the controller: a standby then takes over.
+func TestBrokenLeaderLetsGo(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		broken Controller
+		want   string
+	}{
+		{"returns early", ctrlFunc(func(context.Context) error { return nil }), "controller broken stopped on its own"},
+		{"returns an error", ctrlFunc(func(context.Context) error { return errors.New("rules file unreadable") }), "rules file unreadable"},
+		{"panics", ctrlFunc(func(context.Context) error { panic("bug") }), "controller broken panicked: bug"},
+		{"stops making progress", unhealthy{}, "controller broken is not working: loop stuck"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			stopped := make(chan struct{})
+			m := &manager{}
+			opts := twoControllers(tc.broken, stopped)
+			done := make(chan error, 1)
+			go func() { done <- runWith(t.Context(), client, opts, m) }()
+			err := wait(t, done, "Run to return")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run returned %v, want %q", err, tc.want)
+			}
+			wait(t, stopped, "the healthy controller to be stopped")
+			if h := holder(t, client); h != "" {
+				t.Errorf("lease held by %q after the leader broke, want released", h)
+			}
+			if f := m.failed(); f == nil || !strings.Contains(f.Error(), tc.want) {
+				t.Errorf("/healthz failure %v, want %q", f, tc.want)
+			}
+		})
+	}
+}
+
+type unhealthy struct{}
+
+func (unhealthy) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (unhealthy) Healthy(time.Time) error      { return errors.New("loop stuck") }
+
+// Caches that never sync (here: pods cannot be listed) end the leadership
+// after StartTimeout with an error naming the informer.
+func TestCachesThatNeverSyncLetGo(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("pods is forbidden")
+	})
+	opts := testOptions(nil)
+	opts.StartTimeout = 500 * time.Millisecond
+	opts.Constructors = map[string]Constructor{"test": func(c Context) (Controller, error) {
+		c.Informers.Core().V1().Pods().Informer()
+		return ctrlFunc(func(ctx context.Context) error { <-ctx.Done(); return nil }), nil
+	}}
+	err := wait(t, runAsync(t.Context(), client, opts), "Run to return")
+	if err == nil || !strings.Contains(err.Error(), "caches did not sync within 500ms") || !strings.Contains(err.Error(), "Pod") {
+		t.Fatalf("Run returned %v, want a cache sync timeout naming pods", err)
+	}
+	if h := holder(t, client); h != "" {
+		t.Errorf("lease held by %q, want released", h)
+	}
+}

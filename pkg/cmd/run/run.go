@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -23,7 +25,9 @@ type options struct {
 	leader      manager.LeaderElection
 	metricsAddr string
 	dryRun      bool
-	config      controllers.Config
+	startTimeout,
+	stopTimeout time.Duration
+	config controllers.Config
 }
 
 // NewCommand returns `nodeshepherd run`.
@@ -84,6 +88,8 @@ func sections(o *options) []config.Section {
 			f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(controllers.Names, ", ")+"; * for all; -name to leave one out.")
 			f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
 			f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
+			f.DurationVar(&o.startTimeout, "controller-start-timeout", manager.DefaultStartTimeout, "Once leading, how long the informer caches may take to sync; then /healthz fails, the Lease is released and the process exits non-zero, so that a standby takes over.")
+			f.DurationVar(&o.stopTimeout, "controller-stop-timeout", manager.DefaultStopTimeout, "On shutdown or lost leadership, how long the controllers get to finish in-flight writes before the process exits; the Lease is released only after they stopped.")
 		}},
 		{Name: "leaderElection", Help: "Leader election on a Lease, so that replicas take over from each other.", Register: o.leader.AddFlags},
 	}, o.config.Sections()...)
@@ -140,11 +146,15 @@ func (o *options) validate() (manager.Options, error) {
 	if err := o.config.Validate(names); err != nil {
 		errs = append(errs, err)
 	}
+	if o.startTimeout <= 0 || o.stopTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--controller-start-timeout (%v) and --controller-stop-timeout (%v) must be positive", o.startTimeout, o.stopTimeout))
+	}
 	if len(errs) > 0 {
 		return manager.Options{}, &cli.UsageError{Err: errors.Join(errs...)}
 	}
 	return manager.Options{
 		Controllers: names, LeaderElection: o.leader, MetricsBindAddress: o.metricsAddr, DryRun: o.dryRun,
-		Constructors: controllers.Constructors(o.config),
+		Constructors: controllers.Constructors(o.config), StartTimeout: o.startTimeout, StopTimeout: o.stopTimeout,
+		Fault: os.Getenv(manager.TestFaultEnv),
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +63,9 @@ type Deps struct {
 
 // Controller is the node lifecycle controller.
 type Controller struct {
+	// lastStep is when the monitor loop last turned (unix nanoseconds; from
+	// construction on): Healthy reports a loop that stopped turning.
+	lastStep atomic.Int64
 	cfg      Config
 	client   kubernetes.Interface
 	clock    clock.WithTicker
@@ -189,6 +193,9 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			}
 		},
 	})
+	// Counted from construction: a Run that never gets its loop going is
+	// as stuck as a loop that stopped.
+	c.lastStep.Store(c.clock.Now().UnixNano())
 	return c, err
 }
 
@@ -288,6 +295,18 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
+// Healthy reports a monitor loop that has not turned for three monitor
+// periods (at least 30 s): a controller stuck there judges no node, and the
+// manager then gives up leadership for a standby.
+func (c *Controller) Healthy(now time.Time) error {
+	last := c.lastStep.Load()
+	bound := max(3*c.cfg.NodeMonitorPeriod, 30*time.Second)
+	if stuck := now.Sub(time.Unix(0, last)); stuck > bound {
+		return fmt.Errorf("the node monitor loop has not run for %v (more than %v)", stuck.Round(time.Second), bound)
+	}
+	return nil
+}
+
 // monitorLoop runs the health pass every monitor period and also the moment a
 // node's grace period expires, then the NoExecute tainting pass; between
 // passes it runs the tainting pass every 100ms for the rate limiters. Both run
@@ -312,6 +331,7 @@ func (c *Controller) monitorLoop(ctx context.Context) {
 func (c *Controller) monitorStep(ctx context.Context, nextPass *time.Time) time.Duration {
 	logger := klog.FromContext(ctx)
 	now := c.clock.Now()
+	c.lastStep.Store(now.UnixNano())
 	if !now.Before(*nextPass) {
 		judge, reset := c.contact.check(now)
 		if reset {

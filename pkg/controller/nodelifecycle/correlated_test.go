@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -398,5 +399,24 @@ func TestOverdueAfter(t *testing.T) {
 		if got := overdueAfter(c.interval, c.grace, c.slack); got != c.want {
 			t.Errorf("overdueAfter(%v, %v, %v) = %v, want %v", c.interval, c.grace, c.slack, got, c.want)
 		}
+	}
+}
+
+// TestHealthyReportsAStuckMonitorLoop: the loop turning keeps the controller
+// healthy; a loop that has not turned for three monitor periods (at least
+// 30 s) is reported, so the manager gives up leadership.
+func TestHealthyReportsAStuckMonitorLoop(t *testing.T) {
+	cl := newCluster(t, DefaultConfig(), map[string]int{"a": 1})
+	cl.run(time.Second)
+	if err := cl.c.Healthy(cl.clk.Now()); err != nil {
+		t.Fatalf("healthy loop reported: %v", err)
+	}
+	cl.clk.Step(31 * time.Second) // the loop does not turn
+	if err := cl.c.Healthy(cl.clk.Now()); err == nil || !strings.Contains(err.Error(), "has not run for 31s") {
+		t.Fatalf("stuck loop: %v, want an error naming 31s", err)
+	}
+	cl.run(100 * time.Millisecond)
+	if err := cl.c.Healthy(cl.clk.Now()); err != nil {
+		t.Fatalf("the loop turned again but: %v", err)
 	}
 }
