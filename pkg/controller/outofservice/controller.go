@@ -13,6 +13,7 @@ package outofservice
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -209,7 +210,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 // input gathers what decide needs about n.
 func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) input {
 	in := input{now: c.clock.Now(), node: n.Name, ready: kube.NodeReady(n), after: c.cfg.After,
-		bootID: n.Status.NodeInfo.BootID, zone: topology.GetZoneKey(n)}
+		bootID: n.Status.NodeInfo.BootID}
+	zone := topology.GetZoneKey(n)
+	in.zone = strings.Trim(strings.ReplaceAll(zone, ":\x00:", "/"), "/") // region/zone, for messages
 	if cond := kube.NodeCondition(n, v1.NodeReady); cond != nil {
 		in.silentSince = kube.NotBefore(cond.LastTransitionTime.Time)
 	} else {
@@ -244,7 +247,7 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	}
 	c.metrics.nodes.Set(float64(in.outOfService))
 	in.zoneState = nodetopology.StateNormal
-	if s, ok := nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)[in.zone]; ok {
+	if s, ok := nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)[zone]; ok {
 		in.zoneState = s
 	}
 	_, in.clusterState = nodetopology.ComputeZoneState(conds, c.cfg.UnhealthyZoneThreshold)
