@@ -16,6 +16,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
@@ -32,6 +33,7 @@ type Config struct {
 	CloudNodeLifecycle cloudnodelifecycle.Settings
 	Drain              drain.Config
 	Scheduler          scheduler.Config
+	OutOfService       outofservice.Config
 }
 
 // registry lists every controller once, in start order: its descriptor and
@@ -43,6 +45,11 @@ var registry = []entry{
 	bind(cloudnodelifecycle.Descriptor, func(c *Config) *cloudnodelifecycle.Settings { return &c.CloudNodeLifecycle }),
 	bind(drain.Descriptor, func(c *Config) *drain.Config { return &c.Drain }),
 	bind(scheduler.Descriptor, func(c *Config) *scheduler.Config { return &c.Scheduler }),
+	// outofservice asks cloudnodelifecycle's provider: one --cloud-provider.
+	bind(outofservice.Descriptor, func(c *Config) *outofservice.Config {
+		c.OutOfService.Cloud = c.CloudNodeLifecycle.Cloud
+		return &c.OutOfService
+	}),
 }
 
 // Names lists the controllers in start order.

@@ -51,7 +51,7 @@ func TestRegistryListsEveryControllerOnce(t *testing.T) {
 			t.Errorf("pkg/controller/%s is not in the registry (pkg/controllers/controllers.go)", dir)
 		}
 	}
-	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler"}) {
+	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice"}) {
 		t.Errorf("start order changed: %v", Names)
 	}
 	if got, want := KubeControllerManagerFlag(), "*,-nodelifecycle,-taint-eviction-controller,-nodeipam"; got != want {

@@ -94,6 +94,9 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		// A machine that comes back boots a fresh kubelet.
 		restarted = n.machine != "" && n.machine != fakecloud.Running
 		n.machine = fakecloud.Running
+		if restarted {
+			n.boots.Add(1)
+		}
 		n.fullStatus = n.fullStatus || restarted
 	}
 	recovered := !wasHealthy && n.healthy()

@@ -36,7 +36,8 @@ const (
 	// cloud provider reports it shut down.
 	MachineShutdown Action = "machine-shutdown"
 	// MachineStart powers the machine on (or creates it again): the kubelet
-	// starts and registers its Node again if it was deleted.
+	// starts with a new boot ID (status.nodeInfo.bootID) and registers its
+	// Node again if it was deleted.
 	MachineStart Action = "machine-start"
 )
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -28,6 +29,10 @@ type node struct {
 	kubeletStopped bool
 	// machine is the fake cloud's view: running, shutdown or deleted.
 	machine string
+	// boots counts the machine's restarts (machine-start after a shutdown
+	// or deletion): each one is a new status.nodeInfo.bootID, as after a
+	// real reboot. Atomic: registration reads it without mu.
+	boots atomic.Int32
 	// conditions is what the kubelet believes; posted when the API differs.
 	conditions []v1.NodeCondition
 	// fullStatus asks the next post to include capacity, addresses and node
@@ -38,6 +43,14 @@ type node struct {
 	lease      *coordinationv1.Lease
 	podCIDR    string
 	ipCounter  uint32
+}
+
+// bootID is "fake" until the machine first restarts, then "fake-N".
+func (n *node) bootID() string {
+	if b := n.boots.Load(); b > 0 {
+		return fmt.Sprintf("fake-%d", b)
+	}
+	return "fake"
 }
 
 // healthy says whether the node's kubelet reaches the API server. Callers hold mu.
@@ -190,7 +203,7 @@ func (m *Manager) fullStatus(n *node, now metav1.Time) v1.NodeStatus {
 		},
 		DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: 10250}},
 		NodeInfo: v1.NodeSystemInfo{
-			MachineID: n.name, SystemUUID: n.name, BootID: "fake",
+			MachineID: n.name, SystemUUID: n.name, BootID: n.bootID(),
 			KernelVersion: "6.1.0-fake", OSImage: "nodeshepherd fake node",
 			ContainerRuntimeVersion: "fake://1.0.0", KubeletVersion: m.cfg.KubeletVersion,
 			OperatingSystem: "linux", Architecture: "amd64",

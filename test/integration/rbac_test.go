@@ -36,6 +36,7 @@ var serviceAccountScenarios = map[string][]string{
 	"TestDrainCordonDrainUncordon":                 {"drain"},              // cordon, condition, Eviction API, uncordon
 	"TestDrainBlockedByPDBExplainedThenForced":     {"drain"},              // PDB reads, blocked-since annotation, force-after pod deletion
 	"TestSchedulerPreemption":                      {"scheduler"},          // binding, status, preemption, PDBs
+	"TestOutOfServiceAnnotationForceDeletesPods":   {"outofservice"},       // taint and annotations added, then removed
 }
 
 const leaderElection = "leader election"

@@ -37,7 +37,8 @@ Actions:
   machine-delete         delete the machine: the kubelet stops for good and the fake cloud
                          provider (nodeshepherd run --cloud-provider=fake) reports it gone
   machine-shutdown       power the machine off: kubelet stopped, reported shut down
-  machine-start          power it on again: the kubelet starts (and re-registers its Node)
+  machine-start          power it on again: the kubelet starts with a new boot ID (and
+                         re-registers its Node)
 
 Select nodes with --node, --zone, --selector or --all (several intersect). With --for the
 fault is undone after that long (partition, kubelet-stop, condition, machine-shutdown).`,

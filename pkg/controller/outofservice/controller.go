@@ -1,0 +1,379 @@
+// Package outofservice taints a node node.kubernetes.io/out-of-service:NoExecute
+// once its death is confirmed (the cloud provider reports its machine shut
+// down or gone, or a person annotates it) and it has been silent long enough,
+// so that kube-controller-manager's pod garbage collector force-deletes its
+// terminating pods and the attach-detach controller detaches their volumes at
+// once (KEP-2268, non-graceful node shutdown). It takes the taint back when
+// the node is Ready again after a reboot or its confirmation is withdrawn,
+// never while the node is still silent. It writes only this taint and its
+// own annotations, so it can run next to kube-controller-manager's node
+// lifecycle controller.
+package outofservice
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	cloudprovider "k8s.io/cloud-provider"
+	"k8s.io/component-helpers/node/topology"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "outofservice"
+
+// EventSource is the component name on its events.
+const EventSource = "out-of-service-controller"
+
+// TaintValue is the taint's value, as fencing operators (medik8s) write it;
+// kube-controller-manager looks at the key only.
+const TaintValue = "nodeshutdown"
+
+// Taint is what the controller adds: the key kube-controller-manager's pod
+// GC and attach-detach controller look for, with the NoExecute effect that
+// KEP-2268 documents (pods that do not tolerate it are evicted).
+var Taint = v1.Taint{Key: v1.TaintNodeOutOfService, Value: TaintValue, Effect: v1.TaintEffectNoExecute}
+
+// Annotations.
+const (
+	// AnnotationConfirm is a person's confirmation that the node's machine
+	// is dead; its value is the reason, quoted in events.
+	AnnotationConfirm = "nodeshepherd.io/out-of-service"
+	// AnnotationBootID records the node's boot ID when it was tainted: the
+	// taint is this controller's, and a new boot ID means a reboot.
+	AnnotationBootID = "nodeshepherd.io/out-of-service-boot-id"
+	// AnnotationConfirmedBy records what confirmed the death.
+	AnnotationConfirmedBy = "nodeshepherd.io/out-of-service-confirmed-by"
+)
+
+// Event reasons.
+const (
+	EventTaintAdded   = "OutOfServiceTaintAdded"
+	EventTaintRemoved = "OutOfServiceTaintRemoved"
+	EventPending      = "OutOfServicePending"
+	EventBlocked      = "OutOfServiceBlocked"
+)
+
+// providerTimeout bounds one question to the cloud provider.
+const providerTimeout = 30 * time.Second
+
+// Deps are the controller's collaborators; Cloud may be nil.
+type Deps struct {
+	Client   kubernetes.Interface
+	Nodes    coreinformers.NodeInformer
+	Cloud    cloudprovider.Interface
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+	Clock    clock.WithTicker
+}
+
+// Controller is the out-of-service controller.
+type Controller struct {
+	cfg       Config
+	client    kubernetes.Interface
+	instances cloudprovider.InstancesV2 // nil without a provider
+	recorder  record.EventRecorder
+	clock     clock.WithTicker
+	dryRun    *controllerutil.DryRun
+	nodes     corelisters.NodeLister
+	synced    cache.InformerSynced
+	queue     workqueue.TypedRateLimitingInterface[string]
+	overlay   *controllerutil.Overlay[*v1.Node]
+	dryWrites controllerutil.DryRunWrites[*v1.Node]
+	metrics   *metrics
+
+	mu sync.Mutex
+	// said is, per node, the action and code of the last event: one event
+	// per change of decision or reason, not one per re-check.
+	said map[string]string
+}
+
+// New builds the controller.
+func New(cfg Config, d Deps) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Clock == nil {
+		d.Clock = clock.RealClock{}
+	}
+	c := &Controller{
+		cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock,
+		dryRun: controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		nodes:  d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
+		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
+	}
+	if d.Cloud != nil {
+		instances, ok := d.Cloud.InstancesV2()
+		if !ok {
+			return nil, fmt.Errorf("cloud provider %q does not implement InstancesV2", d.Cloud.ProviderName())
+		}
+		c.instances = instances
+	}
+	_, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.queue.Add(obj.(*v1.Node).Name) },
+		UpdateFunc: func(_, obj any) { c.queue.Add(obj.(*v1.Node).Name) },
+		DeleteFunc: func(obj any) {
+			if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
+				c.queue.Add(n.Name)
+			}
+		},
+	})
+	return c, err
+}
+
+// Run works until ctx ends, with one worker so that every decision counts
+// the writes before it against the budget.
+func (c *Controller) Run(ctx context.Context) error {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx).WithName(Name)
+	ctx = klog.NewContext(ctx, logger)
+	defer c.queue.ShutDown()
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
+		return fmt.Errorf("%s: caches did not sync", Name)
+	}
+	logger.Info("Starting out-of-service controller", "after", c.cfg.After, "maxNodes", c.cfg.MaxNodes,
+		"maxPercent", c.cfg.MaxPercent, "cloudProvider", c.cfg.Cloud.Name, "dryRun", c.dryRun.Enabled())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for controllerutil.ProcessNext(ctx, c.queue, "node", "Syncing node; will retry", c.sync) {
+		}
+	}()
+	<-ctx.Done()
+	c.queue.ShutDown()
+	<-done
+	return nil
+}
+
+// view is the node as this controller last wrote it (or, in dry-run,
+// would have written it).
+func (c *Controller) view(n *v1.Node) *v1.Node {
+	return c.dryWrites.Apply(n.Name, c.overlay.Latest(n.Name, n))
+}
+
+// sync decides about one node and acts.
+func (c *Controller) sync(ctx context.Context, name string) error {
+	cached, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forget(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	all, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	n := c.view(cached)
+	in := c.input(ctx, n, all)
+	v := decide(in)
+	c.report(ctx, n, v)
+	switch v.action {
+	case actTaint, actUntaint:
+		if err := c.write(ctx, n, v, in); err != nil {
+			return err
+		}
+	case actWait:
+		c.queue.AddAfter(name, v.retryAt.Sub(c.clock.Now()))
+	}
+	// A silent node is looked at again: the provider's answer, the budget
+	// or the zones may change without an event on this node.
+	if !in.ready || v.action == actRefuse {
+		c.queue.AddAfter(name, c.cfg.NodeMonitorPeriod)
+	}
+	return nil
+}
+
+// input gathers what decide needs about n.
+func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) input {
+	in := input{now: c.clock.Now(), node: n.Name, ready: kube.NodeReady(n), after: c.cfg.After,
+		bootID: n.Status.NodeInfo.BootID}
+	zone := topology.GetZoneKey(n)
+	in.zone = strings.Trim(strings.ReplaceAll(zone, ":\x00:", "/"), "/") // region/zone, for messages
+	if cond := kube.NodeCondition(n, v1.NodeReady); cond != nil {
+		in.silentSince = kube.NotBefore(cond.LastTransitionTime.Time)
+	} else {
+		in.silentSince = kube.NotBefore(n.CreationTimestamp.Time)
+	}
+	recorded, owned := n.Annotations[AnnotationBootID]
+	tainted := kube.HasTaint(n, v1.TaintNodeOutOfService)
+	in.owned, in.taintedByOther, in.recordedBootID = owned && tainted, tainted && !owned, recorded
+	if reason, ok := n.Annotations[AnnotationConfirm]; ok {
+		in.confirmations = append(in.confirmations, confirmation{source: SourcePerson, detail: fmt.Sprintf("annotation %s=%q", AnnotationConfirm, reason)})
+	}
+	// The provider is asked only about silent nodes and nodes this
+	// controller tainted: a Ready node needs no confirmation.
+	if c.instances != nil && (!in.ready || in.owned) {
+		in.provider = c.askProvider(ctx, n)
+		switch in.provider {
+		case providerDead:
+			in.confirmations = append(in.confirmations, confirmation{source: SourceCloudProvider, detail: c.providerDetail(n)})
+		}
+	}
+	// Zones and the budget, from every node as this controller sees it.
+	views := make([]*v1.Node, len(all))
+	var conds []*v1.NodeCondition
+	for i, other := range all {
+		views[i] = c.view(other)
+		if kube.HasTaint(views[i], v1.TaintNodeOutOfService) {
+			in.outOfService++
+		}
+		if !nodetopology.ExcludedFromDisruption(views[i]) {
+			conds = append(conds, kube.NodeCondition(views[i], v1.NodeReady))
+		}
+	}
+	c.metrics.nodes.Set(float64(in.outOfService))
+	in.zoneState = nodetopology.StateNormal
+	if s, ok := nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)[zone]; ok {
+		in.zoneState = s
+	}
+	_, in.clusterState = nodetopology.ComputeZoneState(conds, c.cfg.UnhealthyZoneThreshold)
+	in.limit = c.cfg.limit(len(all))
+	return in
+}
+
+// askProvider asks whether the node's machine is gone or shut down; an
+// error or a timeout is never an answer.
+func (c *Controller) askProvider(ctx context.Context, n *v1.Node) providerAnswer {
+	qctx, cancel := context.WithTimeout(ctx, providerTimeout)
+	defer cancel()
+	logger := klog.FromContext(ctx)
+	exists, err := c.instances.InstanceExists(qctx, n)
+	if err != nil {
+		c.metrics.providerErrors.Inc()
+		logger.V(2).Info("Cloud provider could not say whether the machine exists", "node", n.Name, "err", err)
+		return providerUnknown
+	}
+	if !exists {
+		return providerDead
+	}
+	shutdown, err := c.instances.InstanceShutdown(qctx, n)
+	if err != nil {
+		c.metrics.providerErrors.Inc()
+		logger.V(2).Info("Cloud provider could not say whether the machine is shut down", "node", n.Name, "err", err)
+		return providerUnknown
+	}
+	if shutdown {
+		return providerDead
+	}
+	return providerRunning
+}
+
+// providerDetail words the provider's confirmation; it re-asks nothing:
+// the answer is known to be dead, and the wording need not say which.
+func (c *Controller) providerDetail(n *v1.Node) string {
+	return fmt.Sprintf("%s reports the machine of %s shut down or gone", c.cfg.Cloud.Name, n.Name)
+}
+
+// report records the verdict in an event and the metrics when it differs
+// from the last one said about the node.
+func (c *Controller) report(ctx context.Context, n *v1.Node, v verdict) {
+	key := v.action + "/" + v.code
+	c.mu.Lock()
+	changed := c.said[n.Name] != key
+	c.said[n.Name] = key
+	c.mu.Unlock()
+	if !changed || v.action == actNothing {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	switch v.action {
+	case actWait:
+		logger.Info(v.message, "node", n.Name)
+		controllerutil.NodeEvent(c.recorder, n, v1.EventTypeNormal, EventPending, v.message)
+	case actRefuse:
+		logger.Info(v.message, "node", n.Name)
+		c.metrics.refusals.WithLabelValues(v.code).Inc()
+		controllerutil.NodeEvent(c.recorder, n, v1.EventTypeWarning, EventBlocked, v.message)
+	}
+	// Decisions are reported once written (write), so that a failed write
+	// tried again is not announced twice.
+}
+
+// forgetSaid lets the next verdict about the node be reported again.
+func (c *Controller) forgetSaid(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.said, name)
+}
+
+func (c *Controller) forget(name string) {
+	c.forgetSaid(name)
+	c.overlay.Forget(name)
+	c.dryWrites.Forget(name)
+}
+
+// change applies the taint and annotations (on) or removes them (off).
+func change(n *v1.Node, on bool, in input, now time.Time) {
+	if on {
+		n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, []v1.Taint{Taint}, nil, now)
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[AnnotationBootID] = in.bootID
+		n.Annotations[AnnotationConfirmedBy] = describe(in.confirmations)
+		return
+	}
+	n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, nil, []v1.Taint{Taint}, now)
+	delete(n.Annotations, AnnotationBootID)
+	delete(n.Annotations, AnnotationConfirmedBy)
+}
+
+// write adds or removes the taint with its annotations in one update, with
+// the node's resourceVersion as precondition (a conflict is retried from
+// the informer's newer copy).
+func (c *Controller) write(ctx context.Context, n *v1.Node, v verdict, in input) error {
+	logger := klog.FromContext(ctx)
+	now := c.clock.Now()
+	on, action, reason, msg := v.action == actTaint, v.action, EventTaintAdded, v.message
+	if !on {
+		reason = EventTaintRemoved
+	}
+	if c.dryRun.Enabled() {
+		c.dryWrites.Add(n.Name, func(obj *v1.Node) { change(obj, on, in, now) })
+		c.dryRun.Report(ctx, n, "out-of-service-"+action, msg)
+	} else {
+		updated := n.DeepCopy()
+		change(updated, on, in, now)
+		written, err := c.client.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{FieldManager: Name})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			c.forgetSaid(n.Name)
+			return fmt.Errorf("%s node %s: %w", action, n.Name, err)
+		}
+		c.overlay.Put(n.Name, n.ResourceVersion, written)
+		controllerutil.NodeEvent(c.recorder, n, v1.EventTypeNormal, reason, msg)
+	}
+	logger.Info(msg, "node", n.Name)
+	label := v.code // why a removal; what confirmed a taint
+	if on && len(in.confirmations) > 0 {
+		label = in.confirmations[0].source
+	}
+	c.metrics.decisions.WithLabelValues(action, label).Inc()
+	return nil
+}

@@ -1,0 +1,171 @@
+package outofservice
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
+)
+
+// Confirmation sources, as they appear in events, annotations and metrics.
+const (
+	SourcePerson        = "person"
+	SourceCloudProvider = "cloud-provider"
+)
+
+// confirmation is one piece of evidence that a node's machine is dead.
+type confirmation struct {
+	source string
+	detail string
+}
+
+func (c confirmation) String() string { return c.source + " (" + c.detail + ")" }
+
+// providerAnswer is the cloud provider's view of the node's machine.
+type providerAnswer int
+
+const (
+	providerNotAsked providerAnswer = iota // no provider, or not asked
+	providerRunning                        // exists and not shut down
+	providerDead                           // gone or shut down
+	providerUnknown                        // the question failed: never an answer
+)
+
+// input is everything a decision about one node depends on.
+type input struct {
+	now   time.Time
+	node  string
+	ready bool
+	// silentSince is when the node stopped being Ready, rounded up
+	// (kube.NotBefore): the wait is never shorter than configured.
+	silentSince   time.Time
+	confirmations []confirmation
+	provider      providerAnswer
+	// owned: the node carries the taint and this controller's boot-ID
+	// annotation; taintedByOther: the taint without the annotation.
+	owned, taintedByOther bool
+	recordedBootID        string
+	bootID                string
+	zone                  string
+	zoneState             nodetopology.ZoneState
+	clusterState          nodetopology.ZoneState
+	// outOfService nodes carry the taint now; limit is the budget.
+	outOfService, limit int
+	after               time.Duration
+}
+
+// Actions.
+const (
+	actNothing = ""
+	actTaint   = "taint"
+	actUntaint = "untaint"
+	actWait    = "wait"   // confirmed, not silent long enough yet
+	actRefuse  = "refuse" // would act, but a rule forbids it
+)
+
+// Codes: why, in metrics and in the event de-duplication key.
+const (
+	codeConfirmed      = "confirmed"              // taint
+	codeRebooted       = "rebooted"               // untaint: a new boot ID
+	codeWithdrawn      = "confirmation-withdrawn" // untaint: no confirmation left
+	codeSilentTooShort = "silent-too-short"       // wait
+	codeBudget         = "budget"                 // refuse
+	codeNodeReady      = "node-ready"             // refuse: confirmed, yet Ready
+	codeNotRebooted    = "not-rebooted"           // refuse to untaint: Ready, same boot, confirmed
+	codeStillSilent    = "still-silent"           // refuse to untaint: withdrawn, still silent
+)
+
+// verdict is what to do with one node, and what to say about it.
+type verdict struct {
+	action  string
+	code    string
+	message string
+	// retryAt is when to look again for a wait (zero: no timer needed).
+	retryAt time.Time
+}
+
+func disrupted(s nodetopology.ZoneState) bool {
+	return s == nodetopology.StatePartialDisruption || s == nodetopology.StateFullDisruption
+}
+
+func describe(cs []confirmation) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = c.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// decide is the decision table. It never taints without a confirmation and
+// a long enough silence, never beyond the budget, and never takes its own
+// taint back from a node that is still silent.
+func decide(in input) verdict {
+	if in.owned {
+		return decideTakeBack(in)
+	}
+	if len(in.confirmations) == 0 || in.taintedByOther {
+		// Nothing confirms a death, or someone else manages the taint.
+		return verdict{}
+	}
+	confirmed := describe(in.confirmations)
+	if in.ready {
+		return verdict{action: actRefuse, code: codeNodeReady, message: fmt.Sprintf(
+			"Not tainting node %s out of service although confirmed by %s: the node is Ready", in.node, confirmed)}
+	}
+	due := in.silentSince.Add(in.after)
+	if in.now.Before(due) {
+		return verdict{action: actWait, code: codeSilentTooShort, retryAt: due, message: fmt.Sprintf(
+			"Node %s is confirmed dead by %s; it will be tainted out of service once NotReady for %v (at %s)",
+			in.node, confirmed, in.after, due.UTC().Format(time.RFC3339))}
+	}
+	// Every source of confirmation is evidence about this node's machine,
+	// not an inference from silence, so a disrupted zone or cluster does
+	// not hold it back (docs/outofservice.md); the message says so.
+	var during string
+	switch {
+	case disrupted(in.zoneState):
+		during = fmt.Sprintf("; zone %q is in %s, overridden by the confirmation", in.zone, in.zoneState)
+	case disrupted(in.clusterState):
+		during = fmt.Sprintf("; the cluster is in %s, overridden by the confirmation", in.clusterState)
+	}
+	if in.outOfService >= in.limit {
+		return verdict{action: actRefuse, code: codeBudget, message: fmt.Sprintf(
+			"Not tainting node %s out of service although confirmed by %s: %d nodes are out of service, the budget is %d (--max-out-of-service-nodes, --max-out-of-service-percent)",
+			in.node, confirmed, in.outOfService, in.limit)}
+	}
+	return verdict{action: actTaint, code: codeConfirmed, message: fmt.Sprintf(
+		"Tainting node %s %s: confirmed dead by %s, NotReady since %s%s",
+		in.node, taintString(), confirmed, in.silentSince.UTC().Format(time.RFC3339), during)}
+}
+
+// decideTakeBack handles a node that carries this controller's taint.
+func decideTakeBack(in input) verdict {
+	if !in.ready {
+		if len(in.confirmations) == 0 && in.provider != providerUnknown {
+			return verdict{action: actRefuse, code: codeStillSilent, message: fmt.Sprintf(
+				"Keeping node %s out of service although no confirmation is left: the node is still silent (not Ready)", in.node)}
+		}
+		return verdict{}
+	}
+	if in.bootID != in.recordedBootID {
+		return verdict{action: actUntaint, code: codeRebooted, message: fmt.Sprintf(
+			"Removing the out-of-service taint from node %s: Ready again after a reboot (boot ID %q, was %q)", in.node, in.bootID, in.recordedBootID)}
+	}
+	if len(in.confirmations) == 0 {
+		if in.provider == providerUnknown {
+			return verdict{} // the provider may still confirm: ask again
+		}
+		return verdict{action: actUntaint, code: codeWithdrawn, message: fmt.Sprintf(
+			"Removing the out-of-service taint from node %s: Ready again and no longer confirmed dead", in.node)}
+	}
+	return verdict{action: actRefuse, code: codeNotRebooted, message: fmt.Sprintf(
+		"Keeping node %s out of service: it is Ready again with the same boot ID %q while still confirmed dead by %s; "+
+			"its pods may have been replaced while it ran: check the machine, then remove the confirmation", in.node, in.bootID, describe(in.confirmations))}
+}
+
+func taintString() string {
+	return fmt.Sprintf("%s=%s:%s", v1.TaintNodeOutOfService, TaintValue, v1.TaintEffectNoExecute)
+}

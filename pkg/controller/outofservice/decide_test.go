@@ -1,0 +1,128 @@
+package outofservice
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
+)
+
+var (
+	t0       = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	person   = confirmation{source: SourcePerson, detail: `annotation nodeshepherd.io/out-of-service="psu dead"`}
+	provider = confirmation{source: SourceCloudProvider, detail: "test reports the machine shut down or gone"}
+)
+
+// base is a node silent for exactly the configured 5 minutes, confirmed by
+// a person, in a normal zone, with room in the budget.
+func base() input {
+	return input{now: t0, node: "n1", silentSince: t0.Add(-5 * time.Minute), confirmations: []confirmation{person},
+		bootID: "b1", zone: "z1", zoneState: nodetopology.StateNormal, clusterState: nodetopology.StateNormal,
+		outOfService: 0, limit: 1, after: 5 * time.Minute}
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		change  func(*input)
+		action  string
+		code    string
+		retryAt time.Time
+		msgHas  string
+	}{
+		// Confirmation sources × silence.
+		{"person, silent long enough", func(*input) {}, actTaint, codeConfirmed, time.Time{}, "confirmed dead by person"},
+		{"provider, silent long enough", func(in *input) { in.confirmations = []confirmation{provider}; in.provider = providerDead }, actTaint, codeConfirmed, time.Time{}, "cloud-provider"},
+		{"both sources", func(in *input) { in.confirmations = []confirmation{person, provider} }, actTaint, codeConfirmed, time.Time{}, "person (annotation"},
+		{"no confirmation", func(in *input) { in.confirmations = nil }, actNothing, "", time.Time{}, ""},
+		{"provider error is no confirmation", func(in *input) { in.confirmations = nil; in.provider = providerUnknown }, actNothing, "", time.Time{}, ""},
+		{"provider says running", func(in *input) { in.confirmations = nil; in.provider = providerRunning }, actNothing, "", time.Time{}, ""},
+		{"silent one second too short", func(in *input) { in.silentSince = t0.Add(-5*time.Minute + time.Second) }, actWait, codeSilentTooShort, t0.Add(time.Second), "once NotReady for 5m0s"},
+		{"confirmed but Ready", func(in *input) { in.ready = true }, actRefuse, codeNodeReady, time.Time{}, "the node is Ready"},
+		{"tainted by someone else", func(in *input) { in.taintedByOther = true }, actNothing, "", time.Time{}, ""},
+		// Zone states: every source confirms the machine itself, so a
+		// disruption does not hold a confirmed node back; it is said.
+		{"zone partially disrupted", func(in *input) { in.zoneState = nodetopology.StatePartialDisruption }, actTaint, codeConfirmed, time.Time{}, `zone "z1" is in PartialDisruption, overridden`},
+		{"zone fully disrupted", func(in *input) { in.zoneState = nodetopology.StateFullDisruption }, actTaint, codeConfirmed, time.Time{}, "FullDisruption, overridden"},
+		{"cluster disrupted", func(in *input) { in.clusterState = nodetopology.StatePartialDisruption }, actTaint, codeConfirmed, time.Time{}, "the cluster is in PartialDisruption"},
+		{"disrupted zone without confirmation", func(in *input) { in.zoneState = nodetopology.StateFullDisruption; in.confirmations = nil }, actNothing, "", time.Time{}, ""},
+		// Budget.
+		{"budget full", func(in *input) { in.outOfService = 1 }, actRefuse, codeBudget, time.Time{}, "1 nodes are out of service, the budget is 1"},
+		{"budget zero", func(in *input) { in.limit = 0 }, actRefuse, codeBudget, time.Time{}, "the budget is 0"},
+		{"budget full but not silent long enough", func(in *input) { in.outOfService = 1; in.silentSince = t0 }, actWait, codeSilentTooShort, t0.Add(5 * time.Minute), ""},
+		// Taking back.
+		{"owned, still silent, still confirmed", func(in *input) { owned(in) }, actNothing, "", time.Time{}, ""},
+		{"owned, still silent, confirmation withdrawn", func(in *input) { owned(in); in.confirmations = nil }, actRefuse, codeStillSilent, time.Time{}, "still silent"},
+		{"owned, still silent, provider running again", func(in *input) { owned(in); in.confirmations = nil; in.provider = providerRunning }, actRefuse, codeStillSilent, time.Time{}, ""},
+		{"owned, silent, provider error", func(in *input) { owned(in); in.confirmations = nil; in.provider = providerUnknown }, actNothing, "", time.Time{}, ""},
+		{"owned, Ready after a reboot, still confirmed", func(in *input) { owned(in); in.ready = true; in.bootID = "b2" }, actUntaint, codeRebooted, time.Time{}, `boot ID "b2", was "b1"`},
+		{"owned, Ready, same boot, withdrawn", func(in *input) { owned(in); in.ready = true; in.confirmations = nil }, actUntaint, codeWithdrawn, time.Time{}, "no longer confirmed"},
+		{"owned, Ready, same boot, provider running", func(in *input) {
+			owned(in)
+			in.ready, in.confirmations, in.provider = true, nil, providerRunning
+		}, actUntaint, codeWithdrawn, time.Time{}, ""},
+		{"owned, Ready, same boot, provider error", func(in *input) {
+			owned(in)
+			in.ready, in.confirmations, in.provider = true, nil, providerUnknown
+		}, actNothing, "", time.Time{}, ""},
+		{"owned, Ready, same boot, still confirmed", func(in *input) { owned(in); in.ready = true }, actRefuse, codeNotRebooted, time.Time{}, "same boot ID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.change(&in)
+			v := decide(in)
+			if v.action != tc.action || v.code != tc.code || !v.retryAt.Equal(tc.retryAt) {
+				t.Errorf("got %q/%q retry %v, want %q/%q retry %v (%s)", v.action, v.code, v.retryAt, tc.action, tc.code, tc.retryAt, v.message)
+			}
+			if !strings.Contains(v.message, tc.msgHas) {
+				t.Errorf("message %q lacks %q", v.message, tc.msgHas)
+			}
+		})
+	}
+}
+
+func owned(in *input) {
+	in.owned, in.recordedBootID, in.outOfService = true, "b1", 1
+}
+
+func TestLimit(t *testing.T) {
+	for _, tc := range []struct {
+		nodes, total int
+		pct          float64
+		want         int
+	}{
+		{3, 100, 10, 3}, {3, 20, 10, 2}, {3, 5, 10, 1}, {3, 5, 0, 0}, {0, 100, 100, 0}, {10, 10, 100, 10},
+	} {
+		c := Config{MaxNodes: tc.nodes, MaxPercent: tc.pct}
+		if got := c.limit(tc.total); got != tc.want {
+			t.Errorf("limit(%d nodes, %v%%) of %d = %d, want %d", tc.nodes, tc.pct, tc.total, got, tc.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := DefaultConfig()
+	if err := good.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"NaN percent", func(c *Config) { c.MaxPercent = math.NaN() }, "--max-out-of-service-percent must be between 0 and 100, got NaN"},
+		{"negative percent", func(c *Config) { c.MaxPercent = -1 }, "--max-out-of-service-percent"},
+		{"over 100 percent", func(c *Config) { c.MaxPercent = 100.5 }, "--max-out-of-service-percent"},
+		{"negative count", func(c *Config) { c.MaxNodes = -1 }, "--max-out-of-service-nodes must be 0 or more"},
+		{"zero after", func(c *Config) { c.After = 0 }, "--out-of-service-after must be positive"},
+		{"fencing webhook", func(c *Config) { c.FencingWebhookURL = "https://fence.example" }, "the fencing webhook is not implemented yet"},
+	} {
+		c := DefaultConfig()
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}

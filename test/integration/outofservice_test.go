@@ -1,0 +1,214 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+const oosAfter = 3 * time.Second
+
+// oosConfig runs the node lifecycle controllers fast, with the outofservice
+// controller's wait shortened and a budget of maxNodes.
+func oosConfig(c controllers.Config, maxNodes int) controllers.Config {
+	c.OutOfService.After, c.OutOfService.MaxNodes, c.OutOfService.MaxPercent = oosAfter, maxNodes, 100
+	return c
+}
+
+// withOutOfService selects the controller, off under --controllers=*: it
+// runs when named, as --controllers=*,outofservice does.
+func withOutOfService(o *manager.Options) { o.Controllers = append(o.Controllers, outofservice.Name) }
+
+func annotateOutOfService(t *testing.T, client kubernetes.Interface, node string, reason *string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{outofservice.AnnotationConfirm: reason}}})
+	if _, err := client.CoreV1().Nodes().Patch(framework.Context(t), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readySince is the node's Ready condition's lastTransitionTime.
+func readySince(t *testing.T, client kubernetes.Interface, node string) time.Time {
+	t.Helper()
+	c := kube.NodeCondition(getNode(t, client, node), v1.NodeReady)
+	if c == nil {
+		t.Fatalf("node %s has no Ready condition", node)
+	}
+	return c.LastTransitionTime.Time
+}
+
+func oosEvents(reason, node string) string {
+	return "reason=" + reason + ",involvedObject.name=" + node
+}
+
+// TestOutOfServiceAnnotationForceDeletesPods: a partitioned node that a
+// person confirms dead is tainted out of service once NotReady for the
+// configured time (never sooner), and kube-controller-manager's pod GC then
+// force-deletes the pod stuck Terminating on it. Withdrawing the
+// confirmation keeps the taint while the node is silent and removes it
+// once the node is Ready again.
+func TestOutOfServiceAnnotationForceDeletesPods(t *testing.T) {
+	asServiceAccount(t)
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
+	ns := framework.StartNodeShepherd(t, cfg, oosConfig(fastLifecycle(100), 1), withOutOfService)
+	names := m.NodeNames()
+	waitNodesReady(t, client, names...)
+	victim := names[0]
+	ctx := framework.Context(t)
+
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stateful-0", Namespace: "default"},
+		Spec: v1.PodSpec{NodeName: victim, Containers: []v1.Container{{Name: "c", Image: "example.com/app"}}}}
+	// kube-controller-manager creates the default ServiceAccount pods need.
+	framework.Eventually(t, 30*time.Second, "pod created", func(ctx context.Context) (bool, string, error) {
+		_, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err), nil
+	})
+	framework.Eventually(t, 30*time.Second, "pod Running", func(ctx context.Context) (bool, string, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return p.Status.Phase == v1.PodRunning, string(p.Status.Phase), nil
+	})
+
+	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{victim}})
+	framework.Eventually(t, 30*time.Second, "victim not Ready", nodeCondition(client, victim, v1.NodeReady, v1.ConditionUnknown))
+	// The deletion no kubelet confirms: the pod stays Terminating.
+	if err := client.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp == nil {
+		t.Fatalf("pod not Terminating on the silent node: %v", err)
+	}
+
+	annotateOutOfService(t, client, victim, ptr.To("power supply failed"))
+	framework.Eventually(t, 30*time.Second, "out-of-service taint", nodeTainted(client, victim, outofservice.Taint, true))
+	seen := time.Now()
+	if due := kube.NotBefore(readySince(t, client, victim)).Add(oosAfter); seen.Before(due) {
+		t.Errorf("tainted by %v, before NotReady since %v + %v", seen, readySince(t, client, victim), oosAfter)
+	}
+	n := getNode(t, client, victim)
+	if n.Annotations[outofservice.AnnotationBootID] != "fake" || !strings.Contains(n.Annotations[outofservice.AnnotationConfirmedBy], "power supply failed") {
+		t.Errorf("annotations after the taint: %v", n.Annotations)
+	}
+	if cnt, msgs := framework.WaitEvents(t, client, oosEvents(outofservice.EventTaintAdded, victim), 1); cnt != 1 || !strings.Contains(msgs[0], `"power supply failed"`) {
+		t.Errorf("%s events: %v", outofservice.EventTaintAdded, msgs)
+	}
+
+	// The real effect: kube-controller-manager's pod GC force-deletes the
+	// terminating pod of a NotReady node with the out-of-service taint.
+	framework.Eventually(t, 90*time.Second, "pod force-deleted by the pod GC", func(ctx context.Context) (bool, string, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+	})
+
+	// Withdrawn while silent: kept, said once.
+	annotateOutOfService(t, client, victim, nil) // null removes it
+	framework.WaitEvents(t, client, oosEvents(outofservice.EventBlocked, victim), 1)
+	if n := getNode(t, client, victim); kube.FindTaint(n, outofservice.Taint) == nil {
+		t.Fatal("taint removed while the node is still silent")
+	}
+	partition(t, m, fakenode.Heal, fakenode.Target{Nodes: []string{victim}})
+	framework.Eventually(t, 30*time.Second, "taint removed once Ready", nodeTainted(client, victim, outofservice.Taint, false))
+	if n := getNode(t, client, victim); !kube.NodeReady(n) || n.Annotations[outofservice.AnnotationBootID] != "" {
+		t.Errorf("after take-back: Ready %v, annotations %v", kube.NodeReady(n), n.Annotations)
+	}
+	if got := ns.Metric(t, "nodeshepherd_outofservice_decisions_total", map[string]string{"action": "untaint", "reason": "confirmation-withdrawn"}); got != 1 {
+		t.Errorf("decisions_total{untaint,confirmation-withdrawn} = %v", got)
+	}
+}
+
+// TestOutOfServiceCloudProviderAndReboot: the fake cloud reports the
+// machine shut down; the node is tainted without any annotation, and the
+// taint goes when the machine boots again (a new boot ID) and is Ready.
+func TestOutOfServiceCloudProviderAndReboot(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
+	framework.StartNodeShepherd(t, cfg, oosConfig(cloudConfig("fake", 100, "45%"), 1), withOutOfService)
+	names := m.NodeNames()
+	waitNodesReady(t, client, names...)
+	victim := names[1]
+
+	machine(t, m, fakenode.MachineShutdown, victim)
+	framework.Eventually(t, 30*time.Second, "out-of-service taint", nodeTainted(client, victim, outofservice.Taint, true))
+	if due := kube.NotBefore(readySince(t, client, victim)).Add(oosAfter); time.Now().Before(due) {
+		t.Errorf("tainted before NotReady + %v", oosAfter)
+	}
+	n := getNode(t, client, victim)
+	if n.Annotations[outofservice.AnnotationBootID] != "fake" || !strings.Contains(n.Annotations[outofservice.AnnotationConfirmedBy], outofservice.SourceCloudProvider) {
+		t.Errorf("annotations after the taint: %v", n.Annotations)
+	}
+	machine(t, m, fakenode.MachineStart, victim)
+	framework.Eventually(t, 30*time.Second, "taint removed after the reboot", nodeTainted(client, victim, outofservice.Taint, false))
+	n = getNode(t, client, victim)
+	if !kube.NodeReady(n) || n.Status.NodeInfo.BootID == "fake" {
+		t.Errorf("taint removed with Ready %v, boot ID %q", kube.NodeReady(n), n.Status.NodeInfo.BootID)
+	}
+	if _, msgs := framework.WaitEvents(t, client, oosEvents(outofservice.EventTaintRemoved, victim), 1); !strings.Contains(msgs[0], "after a reboot") {
+		t.Errorf("%s events: %v", outofservice.EventTaintRemoved, msgs)
+	}
+}
+
+// TestOutOfServiceBudgetRefusal: with a budget of one node, the second
+// confirmed-dead node is refused, with one event saying why, and stays
+// untainted.
+func TestOutOfServiceBudgetRefusal(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 5, false))
+	ns := framework.StartNodeShepherd(t, cfg, oosConfig(fastLifecycle(100), 1), withOutOfService)
+	names := m.NodeNames()
+	waitNodesReady(t, client, names...)
+	dead := names[:2]
+	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: dead})
+	for _, n := range dead {
+		framework.Eventually(t, 30*time.Second, n+" not Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionUnknown))
+		annotateOutOfService(t, client, n, ptr.To("rack power"))
+	}
+	framework.Eventually(t, 30*time.Second, "one node tainted, one refused", func(ctx context.Context) (bool, string, error) {
+		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + outofservice.EventBlocked})
+		if err != nil {
+			return false, "", err
+		}
+		return len(evs.Items) == 1, fmt.Sprintf("%d refusal events", len(evs.Items)), nil
+	})
+	tainted := 0
+	for _, n := range dead {
+		if kube.FindTaint(getNode(t, client, n), outofservice.Taint) != nil {
+			tainted++
+		}
+	}
+	if tainted != 1 {
+		t.Fatalf("%d nodes tainted, the budget is 1", tainted)
+	}
+	evs, err := client.CoreV1().Events("default").List(framework.Context(t), metav1.ListOptions{FieldSelector: "reason=" + outofservice.EventBlocked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := evs.Items[0]; e.Count > 1 || !strings.Contains(e.Message, "the budget is 1") {
+		t.Errorf("refusal event (count %d): %s", e.Count, e.Message)
+	}
+	if got := ns.Metric(t, "nodeshepherd_outofservice_refusals_total", map[string]string{"reason": "budget"}); got != 1 {
+		t.Errorf("refusals_total{budget} = %v, want 1 (once per change of reason)", got)
+	}
+	if got := ns.Metric(t, "nodeshepherd_outofservice_nodes", nil); got != 1 {
+		t.Errorf("nodeshepherd_outofservice_nodes = %v", got)
+	}
+}
