@@ -42,6 +42,8 @@ type volumePod struct {
 	// which runs before DefaultPreemption, fails to read the cycle state
 	// that its own PreFilter, never reached, did not write.
 	preFilter bool
+	// ephemeral: a generic ephemeral volume of this class.
+	ephemeral string
 }
 
 const notHelpful4 = " preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
@@ -85,6 +87,12 @@ func volumeStages() [][]volumePod {
 			// A class that provisions in zone-1 only: the claim gets the
 			// selected node; the test then plays the provisioner.
 			{name: "topo", claims: []string{"topo-claim"}, nodes: []int{2, 3}},
+		},
+		{
+			// A generic ephemeral volume: kube-controller-manager creates
+			// the claim <pod>-<volume>, bound like any other to the local
+			// volume of its class on node 1.
+			{name: "eph", ephemeral: "local-eph", nodes: []int{1}},
 		},
 	}
 }
@@ -138,6 +146,7 @@ func setUpStorage(t *testing.T, c *preemptionCluster) {
 	noProvisioner := "kubernetes.io/no-provisioner"
 	for _, sc := range []*storagev1.StorageClass{
 		storageClass("local", noProvisioner, storagev1.VolumeBindingWaitForFirstConsumer),
+		storageClass("local-eph", noProvisioner, storagev1.VolumeBindingWaitForFirstConsumer),
 		storageClass("manual", noProvisioner, storagev1.VolumeBindingImmediate),
 		storageClass("slow", "example.com/nobody", storagev1.VolumeBindingImmediate),
 		storageClass("topo", "example.com/topo", storagev1.VolumeBindingWaitForFirstConsumer, "zone-1"),
@@ -150,6 +159,7 @@ func setUpStorage(t *testing.T, c *preemptionCluster) {
 	zonal.Labels = map[string]string{zoneKey: "zone-1"}
 	for _, pv := range []*v1.PersistentVolume{
 		onHost(persistentVolume("local-pv", "local", v1.ReadWriteOnce, v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt/disk"}}), c.nodes[2]),
+		onHost(persistentVolume("local-eph-pv", "local-eph", v1.ReadWriteOnce, v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt/eph"}}), c.nodes[1]),
 		zonal,
 		persistentVolume("solo-pv", "manual", v1.ReadWriteOncePod, hostPath("/tmp/solo")),
 		persistentVolume("csi-a-pv", "manual", v1.ReadWriteOnce, csiSource("a")),
@@ -224,6 +234,11 @@ func runVolumeWorkload(t *testing.T, upstream bool) volumeOutcome {
 				p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: cl, VolumeSource: v1.VolumeSource{
 					PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: cl}}})
 			}
+			if vp.ephemeral != "" {
+				tmpl := persistentClaim("", vp.ephemeral, "", v1.ReadWriteOnce)
+				p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{
+					Ephemeral: &v1.EphemeralVolumeSource{VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{Spec: tmpl.Spec}}}})
+			}
 			c.create(t, p)
 		}
 		for _, vp := range stage {
@@ -266,6 +281,7 @@ func runVolumeWorkload(t *testing.T, upstream bool) volumeOutcome {
 	if pv.Annotations[annBoundByCtrl] != "yes" || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Name != "local-claim" {
 		t.Errorf("local-pv: claimRef %+v, annotations %v", pv.Spec.ClaimRef, pv.Annotations)
 	}
+	waitClaimBound(t, c, "eph-scratch", "local-eph-pv")
 	return out
 }
 
@@ -312,7 +328,8 @@ func TestSchedulerVolumesMatchKubeScheduler(t *testing.T) {
 	ks, ns := results[true], results[false]
 	for _, stage := range volumeStages() {
 		for _, vp := range stage {
-			if (ks.node[vp.name] < 0) != (ns.node[vp.name] < 0) || ks.msg[vp.name] != vp.want(true) || ns.msg[vp.name] != vp.want(false) {
+			pending := ks.node[vp.name] < 0
+			if pending != (ns.node[vp.name] < 0) || pending && (ks.msg[vp.name] != vp.want(true) || ns.msg[vp.name] != vp.want(false)) {
 				t.Errorf("%s: kube-scheduler node %d %q, nodeshepherd node %d %q", vp.name, ks.node[vp.name], ks.msg[vp.name], ns.node[vp.name], ns.msg[vp.name])
 			}
 		}

@@ -292,3 +292,54 @@ func TestVolumeCSILimits(t *testing.T) {
 	_, got = volumeVerdicts(t, env, c, withClaims(pod("p", 10, 100), "used"))
 	wantVerdicts(t, got, map[string]string{"node1": "", "node2": ""})
 }
+
+// PreBind's check: done once the PV controller has bound every claim; an
+// error when the binding was undone or the pod went away.
+func TestVolumesBoundCheck(t *testing.T) {
+	n := node("node1", 1000, 10)
+	p := withClaims(pod("p", 0, 100), "a", "b")
+	written := volume("pv-a", "local", "1Gi", "node1")
+	written.ResourceVersion = "5"
+	written.Spec.ClaimRef = &v1.ObjectReference{Namespace: "default", Name: "a", UID: "uid-a"}
+	selected := claim("b", "topo", "1Gi")
+	selected.ResourceVersion = "7"
+	selected.Annotations = map[string]string{volumehelpers.AnnSelectedNode: "node1"}
+	static := []staticBinding{{pv: written, pvc: claim("a", "local", "1Gi")}}
+	provision := []*v1.PersistentVolumeClaim{selected}
+
+	check := func(objs ...any) (bool, error) {
+		s := &Scheduler{volumes: storage(t, objs...), cache: newCache()}
+		s.cache.assume(newPodInfo(p), "node1")
+		return s.volumesBound(p, n, static, provision)
+	}
+	stale := volume("pv-a", "local", "1Gi", "node1") // the informer has not seen the write yet
+	stale.ResourceVersion = "4"
+	boundA := boundTo(claim("a", "local", "1Gi"), "pv-a")
+	provisioned := boundTo(selected.DeepCopy(), "pv-b")
+	provisioned.Annotations[volumehelpers.AnnSelectedNode] = "node1"
+	pvB := volume("pv-b", "topo", "1Gi", "node1")
+	if done, err := check(stale, boundA, provisioned, pvB); done || err != nil {
+		t.Errorf("stale volume: %v, %v", done, err)
+	}
+	if done, err := check(written, boundA, provisioned, pvB); !done || err != nil {
+		t.Errorf("all bound: %v, %v", done, err)
+	}
+	if done, err := check(written, claim("a", "local", "1Gi"), provisioned, pvB); done || err != nil {
+		t.Errorf("claim a not bound yet: %v, %v", done, err)
+	}
+	reset := written.DeepCopy()
+	reset.ResourceVersion, reset.Spec.ClaimRef = "6", nil
+	if _, err := check(reset, boundA, provisioned, pvB); err == nil || err.Error() != `ClaimRef got reset for pv "pv-a"` {
+		t.Errorf("claimRef reset: %v", err)
+	}
+	given := provisioned.DeepCopy()
+	given.ResourceVersion = "8"
+	delete(given.Annotations, volumehelpers.AnnSelectedNode)
+	if _, err := check(written, boundA, given, pvB); err == nil || err.Error() != `provisioning failed for PVC "b"` {
+		t.Errorf("selected node removed: %v", err)
+	}
+	s := &Scheduler{volumes: storage(t, written, boundA, provisioned, pvB), cache: newCache()}
+	if _, err := s.volumesBound(p, n, static, provision); err != errPodGone {
+		t.Errorf("pod gone: %v", err)
+	}
+}

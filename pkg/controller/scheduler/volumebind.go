@@ -38,8 +38,9 @@ func (s *Scheduler) bindWithVolumes(ctx context.Context, p *queuedPod, node *v1.
 	}
 	s.wg.Go(func() {
 		err := s.prebindVolumes(ctx, pod, node, b)
-		if ctx.Err() != nil {
-			// No longer leading: leave the pod to the next leader.
+		if ctx.Err() != nil || errors.Is(err, errPodGone) {
+			// No longer leading (the next leader takes the pod over), or
+			// the pod was deleted meanwhile.
 			s.cache.forget(pod.UID)
 			return
 		}
@@ -52,9 +53,7 @@ func (s *Scheduler) bindWithVolumes(ctx context.Context, p *queuedPod, node *v1.
 			if cond := podScheduledFalse(pod, reasonSchedulerError, msg, s.clock.Now()); cond != nil {
 				s.patchStatus(ctx, pod, map[string]any{"conditions": []any{cond}}, "report the volume binding failure")
 			}
-			if !errors.Is(err, errPodGone) {
-				s.queue.Readd(pod)
-			}
+			s.queue.Readd(pod)
 			return
 		}
 		s.doBind(context.WithoutCancel(ctx), p, node.Name)
@@ -126,7 +125,8 @@ func (s *Scheduler) prebindVolumes(ctx context.Context, pod *v1.Pod, node *v1.No
 	}
 }
 
-// newer is true when the informer's object is older than the one written.
+// olderThan is true when the informer's object is older than the one
+// written (resource versions are etcd revisions).
 func olderThan(informer, written string) bool {
 	a, errA := strconv.ParseUint(informer, 10, 64)
 	b, errB := strconv.ParseUint(written, 10, 64)
