@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -341,5 +342,31 @@ func TestVolumesBoundCheck(t *testing.T) {
 	s := &Scheduler{volumes: storage(t, written, boundA, provisioned, pvB), cache: newCache()}
 	if _, err := s.volumesBound(p, n, static, provision); err != errPodGone {
 		t.Errorf("pod gone: %v", err)
+	}
+}
+
+// Preemption only considers nodes where removing pods can help: a node
+// the pod's local volume excludes is no candidate, even with cheaper
+// victims there.
+func TestVolumePreemptionSkipsVolumeConflicts(t *testing.T) {
+	c := world(nodes(2, 1000, 10), pod("cheap", 0, 900, onNode("node2")), pod("dear", 50, 900, onNode("node1")))
+	env := storage(t, class("local", wffc, volumehelpers.NotSupportedProvisioner), volume("pv", "local", "1Gi", "node1"),
+		boundTo(claim("data", "local", "1Gi"), "pv"))
+	p := withClaims(pod("p", 100, 500), "data")
+	q := query(p)
+	st, msg := env.prefilter(p, c)
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	q.volumes = st
+	statuses := map[string]status{}
+	for name, n := range c.nodes {
+		statuses[name] = filter(q, n)
+	}
+	// node2 fails on cpu first (kube-scheduler's filter order): it is
+	// dry-run, and without its pod the volume rules it out.
+	out := newTestPreemptor(c).preempt(context.Background(), q, statuses, 2)
+	if out.chosen == nil || out.chosen.node != "node1" || names(out.chosen.victims)[0] != "dear" {
+		t.Fatalf("preemption chose %+v (%s)", out.chosen, out.msg)
 	}
 }
