@@ -316,8 +316,12 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		s.queue.Requeue(p, cycle, false)
 		return
 	}
-	if msg := unsupported(pod, s.volumes != nil); msg != "" {
-		s.refuse(ctx, p, cycle, reasonSchedulerError, msg, start)
+	refused := unsupported(pod, s.volumes != nil)
+	if refused == "" {
+		refused = s.volumes.unsupportedVolumes(pod)
+	}
+	if refused != "" {
+		s.refuse(ctx, p, cycle, reasonSchedulerError, refused, start)
 		return
 	}
 	q, err := newPodQuery(p.info)

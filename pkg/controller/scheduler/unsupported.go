@@ -48,6 +48,11 @@ func unsupported(pod *v1.Pod, claims bool) string {
 	for _, check := range unsupportedChecks {
 		found = append(found, check(pod)...)
 	}
+	return refusal(found)
+}
+
+// refusal is the message naming what was found, or "" for nothing.
+func refusal(found []string) string {
 	if len(found) == 0 {
 		return ""
 	}

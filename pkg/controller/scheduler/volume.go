@@ -818,6 +818,52 @@ func (st *volumeState) reserve(node *v1.Node) (*volumeBindings, error) {
 	return b, nil
 }
 
+// inTreeSource names a volume's in-tree attachable type, which
+// kube-scheduler translates to CSI (attach limits, topology) and
+// nodeshepherd does not; "" for others.
+func inTreeSource(pv *v1.PersistentVolume) string {
+	switch src := pv.Spec.PersistentVolumeSource; {
+	case src.GCEPersistentDisk != nil:
+		return "gcePersistentDisk"
+	case src.AWSElasticBlockStore != nil:
+		return "awsElasticBlockStore"
+	case src.AzureDisk != nil:
+		return "azureDisk"
+	case src.Cinder != nil:
+		return "cinder"
+	case src.VsphereVolume != nil:
+		return "vsphereVolume"
+	case src.PortworxVolume != nil:
+		return "portworxVolume"
+	}
+	return ""
+}
+
+// unsupportedVolumes refuses a pod whose claims are bound to volumes of an
+// in-tree attachable type (legacy volumes, migrated to CSI drivers).
+func (e *volumeEnv) unsupportedVolumes(pod *v1.Pod) string {
+	if e == nil {
+		return ""
+	}
+	var found []string
+	for i := range pod.Spec.Volumes {
+		name, _ := claimName(pod, &pod.Spec.Volumes[i])
+		if name == "" {
+			continue
+		}
+		pvc, err := e.pvcs.PersistentVolumeClaims(pod.Namespace).Get(name)
+		if err != nil || pvc.Spec.VolumeName == "" {
+			continue
+		}
+		if pv, err := e.pvs.Get(pvc.Spec.VolumeName); err == nil {
+			if src := inTreeSource(pv); src != "" {
+				found = append(found, fmt.Sprintf("in-tree %s persistentvolume %q (pvc %q)", src, pv.Name, name))
+			}
+		}
+	}
+	return refusal(found)
+}
+
 // watchStorage builds the volume environment from the storage informers
 // and wakes the pods that use claims when storage objects appear or
 // change (kube-scheduler's volume plugins' events).
