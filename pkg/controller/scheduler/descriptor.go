@@ -16,7 +16,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"queue, kube-scheduler's filters and scores, binding, preemption with\n" +
 			"PodDisruptionBudgets as kube-scheduler 1.37 does it; topology spread,\n" +
 			"inter-pod (anti-)affinity and volumes (PVC binding, volume zones,\n" +
-			"ReadWriteOncePod, CSI limits) included. Pods using inline in-tree disks, DRA\n" +
+			"ReadWriteOncePod, CSI limits) included. Pods using in-tree disks, DRA\n" +
 			"claims or scheduling groups are refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
 	},
