@@ -42,8 +42,22 @@ func TestSchedulerRefusesUnsupported(t *testing.T) {
 	n := c.nodes
 	ctx := framework.Context(t)
 
-	pvc := ours(spec{name: "pvc", class: "p20", milliCPU: 100}, n)
-	pvc.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	// Inline in-tree disks stay refused (claim volumes are scheduled: see
+	// scheduler_volumes_test.go).
+	disk := ours(spec{name: "disk", class: "p20", milliCPU: 100}, n)
+	disk.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "data"}}}}
+	// A claim bound to a legacy in-tree volume is refused too (bound
+	// before the pod exists, so that its only verdict is the refusal).
+	legacyPV := persistentVolume("legacy-pv", "", v1.ReadWriteOnce, v1.PersistentVolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "old"}})
+	if _, err := c.client.CoreV1().PersistentVolumes().Create(ctx, legacyPV, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client.CoreV1().PersistentVolumeClaims("default").Create(ctx, persistentClaim("old", "", "legacy-pv", v1.ReadWriteOnce), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitClaimBound(t, c, "old", "legacy-pv")
+	legacy := ours(spec{name: "legacy", class: "p20", milliCPU: 100}, n)
+	legacy.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "old"}}}}
 	claim := "gpu-claim"
 	dra := ours(spec{name: "dra", class: "p20", milliCPU: 100}, n)
 	dra.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}}
@@ -52,13 +66,14 @@ func TestSchedulerRefusesUnsupported(t *testing.T) {
 	// probe is plainly unschedulable: parked until a node gets disk=ssd.
 	probe := ours(spec{name: "probe", class: "p10", milliCPU: 100}, n)
 	probe.Spec.NodeSelector = map[string]string{"disk": "ssd"}
-	for _, p := range []*v1.Pod{pvc, dra, gatedPod, probe} {
+	for _, p := range []*v1.Pod{disk, legacy, dra, gatedPod, probe} {
 		c.create(t, p)
 	}
 
 	refused := map[string]string{
-		"pvc": `nodeshepherd-scheduler does not support: persistentVolumeClaim volumes (pvc "data"); use kube-scheduler for this pod`,
-		"dra": `nodeshepherd-scheduler does not support: spec.resourceClaims (DRA); use kube-scheduler for this pod`,
+		"disk":   `nodeshepherd-scheduler does not support: inline gcePersistentDisk, awsElasticBlockStore, rbd, iscsi, azureDisk, cinder, vsphereVolume or portworxVolume volumes ("data"); use kube-scheduler for this pod`,
+		"legacy": `nodeshepherd-scheduler does not support: in-tree gcePersistentDisk persistentvolume "legacy-pv" (pvc "old"); use kube-scheduler for this pod`,
+		"dra":    `nodeshepherd-scheduler does not support: spec.resourceClaims (DRA); use kube-scheduler for this pod`,
 	}
 	for name, msg := range refused {
 		waitPodScheduledFalse(t, c, name, v1.PodReasonSchedulerError, msg)

@@ -14,8 +14,9 @@ var Descriptor = descriptor.Descriptor[Config]{
 		Help: "schedules the pods whose spec.schedulerName is --scheduler-name (default\n" +
 			"nodeshepherd-scheduler; default-scheduler replaces kube-scheduler): priority\n" +
 			"queue, kube-scheduler's filters and scores, binding, preemption with\n" +
-			"PodDisruptionBudgets as kube-scheduler 1.37 does it; topology spread and\n" +
-			"inter-pod (anti-)affinity included. Pods using PVC/ephemeral/CSI volumes, DRA\n" +
+			"PodDisruptionBudgets as kube-scheduler 1.37 does it; topology spread,\n" +
+			"inter-pod (anti-)affinity and volumes (PVC binding, volume zones,\n" +
+			"ReadWriteOncePod, CSI limits) included. Pods using in-tree disks, DRA\n" +
 			"claims or scheduling groups are refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
 	},
@@ -28,6 +29,10 @@ var Descriptor = descriptor.Descriptor[Config]{
 			Pods: ctx.Informers.Core().V1().Pods(), Namespaces: ctx.Informers.Core().V1().Namespaces(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
 			Services: ctx.Informers.Core().V1().Services(), ReplicationControllers: ctx.Informers.Core().V1().ReplicationControllers(),
 			ReplicaSets: ctx.Informers.Apps().V1().ReplicaSets(), StatefulSets: ctx.Informers.Apps().V1().StatefulSets(),
-			Recorder: ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})
+			PersistentVolumeClaims: ctx.Informers.Core().V1().PersistentVolumeClaims(), PersistentVolumes: ctx.Informers.Core().V1().PersistentVolumes(),
+			StorageClasses: ctx.Informers.Storage().V1().StorageClasses(), CSINodes: ctx.Informers.Storage().V1().CSINodes(),
+			CSIDrivers: ctx.Informers.Storage().V1().CSIDrivers(), CSIStorageCapacities: ctx.Informers.Storage().V1().CSIStorageCapacities(),
+			VolumeAttachments: ctx.Informers.Storage().V1().VolumeAttachments(),
+			Recorder:          ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})
 	},
 }

@@ -55,6 +55,8 @@ type podQuery struct {
 	// interPod is InterPodAffinity's state for this cycle; nil when no
 	// required term concerns the pod.
 	interPod *affinityState
+	// volumes is the volume plugins' state; nil without claims.
+	volumes *volumeState
 }
 
 var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
@@ -107,6 +109,9 @@ func filter(q *podQuery, n *nodeInfo) status {
 		}
 	}
 	if st := fits(q.podInfo, n); !st.ok() {
+		return st
+	}
+	if st := q.volumes.filter(n); !st.ok() {
 		return st
 	}
 	if st := q.spread.filter(n); !st.ok() {

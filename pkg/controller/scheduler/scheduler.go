@@ -21,6 +21,7 @@ import (
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
+	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -58,6 +59,18 @@ type Deps struct {
 	StatefulSets           appsinformers.StatefulSetInformer
 	// Namespaces resolves pod affinity's namespaceSelector; optional.
 	Namespaces coreinformers.NamespaceInformer
+
+	// Storage objects for volume scheduling (kube-scheduler's
+	// VolumeBinding, VolumeZone, VolumeRestrictions and NodeVolumeLimits).
+	// Without PersistentVolumeClaims, pods using claims are refused; with
+	// it, the others are required too.
+	PersistentVolumeClaims coreinformers.PersistentVolumeClaimInformer
+	PersistentVolumes      coreinformers.PersistentVolumeInformer
+	StorageClasses         storageinformers.StorageClassInformer
+	CSINodes               storageinformers.CSINodeInformer
+	CSIDrivers             storageinformers.CSIDriverInformer
+	CSIStorageCapacities   storageinformers.CSIStorageCapacityInformer
+	VolumeAttachments      storageinformers.VolumeAttachmentInformer
 }
 
 // Scheduler is the controller.
@@ -74,6 +87,8 @@ type Scheduler struct {
 	spread    *spreadEnv
 	nsLister  corelisters.NamespaceLister
 	synced    []toolscache.InformerSynced
+	// volumes is nil when the storage informers were not given.
+	volumes *volumeEnv
 
 	// rand and nextStart are used by the scheduling loop only.
 	rand      *rand.Rand
@@ -168,6 +183,9 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 	if d.Namespaces != nil {
 		s.nsLister = d.Namespaces.Lister()
 		s.synced = append(s.synced, d.Namespaces.Informer().HasSynced)
+	}
+	if err := s.watchStorage(d); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -298,8 +316,12 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		s.queue.Requeue(p, cycle, false)
 		return
 	}
-	if msg := unsupported(pod); msg != "" {
-		s.refuse(ctx, p, cycle, reasonSchedulerError, msg, start)
+	refused := unsupported(pod, s.volumes != nil)
+	if refused == "" {
+		refused = s.volumes.unsupportedVolumes(pod)
+	}
+	if refused != "" {
+		s.refuse(ctx, p, cycle, reasonSchedulerError, refused, start)
 		return
 	}
 	q, err := newPodQuery(p.info)
@@ -308,8 +330,27 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		return
 	}
 	s.cache.mu.RLock()
-	q.interPod = newAffinityState(s.cache, p.info, s.nsLister)
-	node, statuses, numNodes := s.findNode(ctx, q)
+	var node, preMsg string
+	var statuses map[string]status
+	numNodes := len(s.cache.list)
+	if numNodes > 0 {
+		q.volumes, preMsg = s.volumes.prefilter(pod, s.cache)
+	}
+	if preMsg != "" {
+		// A PreFilter rejection holds on every node, and preemption cannot
+		// help.
+		statuses = make(map[string]status, numNodes)
+		for _, ni := range s.cache.list {
+			statuses[ni.name()] = reject(unresolvable, preMsg)
+		}
+	} else {
+		q.interPod = newAffinityState(s.cache, p.info, s.nsLister)
+		node, statuses, numNodes = s.findNode(ctx, q)
+	}
+	var chosen *v1.Node
+	if node != "" {
+		chosen = s.cache.nodes[node].node
+	}
 	var out preemptOutcome
 	if node == "" && numNodes > 0 {
 		evalStart := s.clock.Now()
@@ -325,16 +366,32 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 	s.cache.mu.RUnlock()
 
 	if node != "" {
+		vb, err := q.volumes.reserve(chosen)
+		if err != nil {
+			// The volumes chosen a moment ago are gone: try again later.
+			logger.V(2).Info("Reserving volumes failed; retrying with backoff", "pod", klog.KObj(pod), "node", node, "err", err)
+			s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
+			p.nominated = s.cache.nominatedNode(pod)
+			s.queue.Requeue(p, cycle, true)
+			return
+		}
 		s.cache.assume(p.info, node)
 		s.queue.Done(pod.UID)
 		s.metrics.attempts.WithLabelValues("scheduled", s.cfg.SchedulerName).Inc()
 		s.metrics.attemptDuration.WithLabelValues("scheduled", s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
 		logger.V(2).Info("Scheduled", "pod", klog.KObj(pod), "node", node, "attempts", p.attempts)
+		if !vb.empty() {
+			s.bindWithVolumes(ctx, p, chosen, vb)
+			return
+		}
 		s.bind(ctx, p, node)
 		return
 	}
 	msg := "no nodes available to schedule pods"
-	if numNodes > 0 {
+	switch {
+	case preMsg != "":
+		msg = fmt.Sprintf("0/%d nodes are available: %s.", numNodes, preMsg)
+	case numNodes > 0:
 		msg = fitError(numNodes, statuses, "")
 	}
 	if out.msg != "" {

@@ -22,7 +22,7 @@ const reasonSchedulerError = v1.PodReasonSchedulerError
 // constraint were absent. Each check names what it found; implementing a
 // feature removes its line.
 var unsupportedChecks = []func(*v1.Pod) []string{
-	claimVolumes,
+	inTreeDisks,
 	func(p *v1.Pod) []string {
 		if len(p.Spec.ResourceClaims) > 0 {
 			return []string{"spec.resourceClaims (DRA)"}
@@ -38,31 +38,37 @@ var unsupportedChecks = []func(*v1.Pod) []string{
 }
 
 // unsupported returns the refusal message for a pod that uses features the
-// scheduler does not implement, or "".
-func unsupported(pod *v1.Pod) string {
+// scheduler does not implement, or "". Without the storage informers
+// (claims false), claim volumes are refused too.
+func unsupported(pod *v1.Pod, claims bool) string {
 	var found []string
+	if !claims {
+		found = claimVolumes(pod)
+	}
 	for _, check := range unsupportedChecks {
 		found = append(found, check(pod)...)
 	}
+	return refusal(found)
+}
+
+// refusal is the message naming what was found, or "" for nothing.
+func refusal(found []string) string {
 	if len(found) == 0 {
 		return ""
 	}
 	return "nodeshepherd-scheduler does not support: " + strings.Join(found, ", ") + "; use kube-scheduler for this pod"
 }
 
-// claimVolumes finds the volumes whose placement depends on volume binding,
-// topology, limits or per-node conflicts (kube-scheduler's VolumeBinding,
-// VolumeZone, NodeVolumeLimits and VolumeRestrictions plugins).
+// claimVolumes finds the volumes that use PersistentVolumeClaims, for a
+// scheduler built without the storage informers.
 func claimVolumes(p *v1.Pod) []string {
-	var pvcs, ephemeral, disks []string
+	var pvcs, ephemeral []string
 	for _, v := range p.Spec.Volumes {
 		switch {
 		case v.PersistentVolumeClaim != nil:
 			pvcs = append(pvcs, fmt.Sprintf("%q", v.PersistentVolumeClaim.ClaimName))
 		case v.Ephemeral != nil:
 			ephemeral = append(ephemeral, fmt.Sprintf("%q", v.Name))
-		case v.GCEPersistentDisk != nil || v.AWSElasticBlockStore != nil || v.RBD != nil || v.ISCSI != nil || v.CSI != nil:
-			disks = append(disks, fmt.Sprintf("%q", v.Name))
 		}
 	}
 	var out []string
@@ -72,10 +78,25 @@ func claimVolumes(p *v1.Pod) []string {
 	if len(ephemeral) > 0 {
 		out = append(out, "ephemeral volumes ("+strings.Join(ephemeral, ", ")+")")
 	}
-	if len(disks) > 0 {
-		out = append(out, "csi, gcePersistentDisk, awsElasticBlockStore, rbd or iscsi volumes ("+strings.Join(disks, ", ")+")")
-	}
 	return out
+}
+
+// inTreeDisks finds inline volumes of in-tree disk plugins, which
+// kube-scheduler checks for disk conflicts (VolumeRestrictions) or counts
+// against CSI limits once migrated (NodeVolumeLimits). Inline CSI volumes
+// are not among them: kube-scheduler does not consider them either.
+func inTreeDisks(p *v1.Pod) []string {
+	var disks []string
+	for _, v := range p.Spec.Volumes {
+		if v.GCEPersistentDisk != nil || v.AWSElasticBlockStore != nil || v.RBD != nil || v.ISCSI != nil ||
+			v.AzureDisk != nil || v.Cinder != nil || v.VsphereVolume != nil || v.PortworxVolume != nil {
+			disks = append(disks, fmt.Sprintf("%q", v.Name))
+		}
+	}
+	if len(disks) == 0 {
+		return nil
+	}
+	return []string{"inline gcePersistentDisk, awsElasticBlockStore, rbd, iscsi, azureDisk, cinder, vsphereVolume or portworxVolume volumes (" + strings.Join(disks, ", ") + ")"}
 }
 
 // refuse parks a pod that cannot be evaluated as it is until its own spec or

@@ -28,24 +28,42 @@ func TestUnsupportedMessage(t *testing.T) {
 			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{term}},
 				PodAffinity: &v1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: term}}}}
 		}, ""},
-		{"several at once, in a stable order", func(p *v1.Pod) {
+		{"claim volumes and inline CSI volumes are supported", func(p *v1.Pod) {
 			p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
-				{Name: "logs", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "logs-0"}}},
 				{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}},
 				{Name: "secrets", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d"}}}}
+		}, ""},
+		{"several at once, in a stable order", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+				{Name: "disk", VolumeSource: v1.VolumeSource{GCEPersistentDisk: &v1.GCEPersistentDiskVolumeSource{PDName: "d"}}},
+				{Name: "lun", VolumeSource: v1.VolumeSource{ISCSI: &v1.ISCSIVolumeSource{}}}}
 			p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu"}}
 			p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{}
-		}, `nodeshepherd-scheduler does not support: persistentVolumeClaim volumes (pvc "data", "logs-0"), ` +
-			`ephemeral volumes ("scratch"), csi, gcePersistentDisk, awsElasticBlockStore, rbd or iscsi volumes ("secrets"), ` +
+		}, `nodeshepherd-scheduler does not support: inline gcePersistentDisk, awsElasticBlockStore, rbd, iscsi, azureDisk, cinder, vsphereVolume or portworxVolume volumes ("disk", "lun"), ` +
 			`spec.resourceClaims (DRA), spec.schedulingGroup (gang scheduling); use kube-scheduler for this pod`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pod("p", 0, 100)
 			tc.mod(p)
-			if got := unsupported(p); got != tc.want {
+			if got := unsupported(p, true); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A scheduler built without the storage informers refuses claim volumes.
+func TestUnsupportedClaimsWithoutStorageInformers(t *testing.T) {
+	p := pod("p", 0, 100)
+	p.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+		{Name: "logs", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "logs-0"}}},
+		{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}}}
+	want := `nodeshepherd-scheduler does not support: persistentVolumeClaim volumes (pvc "data", "logs-0"), ephemeral volumes ("scratch"); use kube-scheduler for this pod`
+	if got := unsupported(p, false); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := unsupported(p, true); got != "" {
+		t.Errorf("with the storage informers: %q", got)
 	}
 }
 
