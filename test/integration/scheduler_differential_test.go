@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -305,9 +309,10 @@ type diffSeedRecord struct {
 }
 
 type diffDecision struct {
-	Pod     string `json:"pod"`
-	Node    string `json:"node,omitempty"`    // "": left pending
-	Message string `json:"message,omitempty"` // PodScheduled's, when pending
+	Pod     string   `json:"pod"`
+	Node    string   `json:"node,omitempty"`    // "": left pending
+	Best    []string `json:"best,omitempty"`    // the nodes with kube-scheduler's highest final score, one of which it chose
+	Message string   `json:"message,omitempty"` // PodScheduled's, when pending
 }
 
 func loadDiffGolden(t *testing.T) *diffGolden {
@@ -343,11 +348,19 @@ func loadDiffGolden(t *testing.T) *diffGolden {
 type diffRun struct {
 	client kubernetes.Interface
 	pc     *preemptionCluster // for create
+	// kube-scheduler's log, with its final node scores (V(10) of
+	// schedule_one.go), read from offset on.
+	scoreLog string
+	offset   int64
 }
 
 func startDiffRun(t *testing.T, upstream bool) *diffRun {
 	t.Helper()
-	cp := startControlPlaneAlone(t, controlplane.Config{ControllerManager: true, Scheduler: upstream})
+	cfg := controlplane.Config{ControllerManager: true, Scheduler: upstream}
+	if upstream {
+		cfg.SchedulerArgs = []string{"--vmodule=schedule_one=10"}
+	}
+	cp := startControlPlaneAlone(t, cfg)
 	client := framework.Client(t, cp)
 	if !upstream {
 		ctrl := fastLifecycle(100)
@@ -357,7 +370,50 @@ func startDiffRun(t *testing.T, upstream bool) *diffRun {
 		framework.StartNodeShepherd(t, cp.RESTConfig(), ctrl, func(o *manager.Options) { o.Controllers = []string{scheduler.Name} })
 	}
 	createPriorityClasses(t, client)
-	return &diffRun{client: client, pc: &preemptionCluster{client: client}}
+	return &diffRun{client: client, pc: &preemptionCluster{client: client}, scoreLog: filepath.Join(cp.Dir(), "logs", controlplane.Scheduler+".log")}
+}
+
+var finalScore = regexp.MustCompile(`"Calculated node's final score for pod" pod="([^"]+)" node="([^"]+)" score=(\d+)`)
+
+// best returns the nodes kube-scheduler gave the highest final score for
+// the pod it just bound (written before the binding), or only the chosen
+// node when it scored none (a single feasible node).
+func (d *diffRun) best(t *testing.T, p *v1.Pod, chosen string) []string {
+	t.Helper()
+	f, err := os.Open(d.scoreLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(d.offset, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.offset += int64(len(data))
+	scores := map[string]int{}
+	for _, m := range finalScore.FindAllStringSubmatch(string(data), -1) {
+		if m[1] == p.Namespace+"/"+p.Name {
+			scores[m[2]], _ = strconv.Atoi(m[3])
+		}
+	}
+	if len(scores) == 0 {
+		return []string{chosen}
+	}
+	top := slices.Max(slices.Collect(maps.Values(scores)))
+	var best []string
+	for n, s := range scores {
+		if s == top {
+			best = append(best, n)
+		}
+	}
+	slices.Sort(best)
+	if !slices.Contains(best, chosen) {
+		t.Fatalf("kube-scheduler bound %s to %s, but its best-scored nodes were %v (scores %v)", p.Name, chosen, best, scores)
+	}
+	return best
 }
 
 // setUp creates the seed's nodes. They are Node objects without a kubelet:
@@ -466,6 +522,9 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 			for _, p := range w.Pods {
 				got := d.decide(t, p)
 				dec := diffDecision{Pod: p.Name, Node: got.Node, Message: got.Message}
+				if dec.Node != "" {
+					dec.Best = d.best(t, p, dec.Node)
+				}
 				chk.verify(t, fmt.Sprintf("seed %d: kube-scheduler", seed), p, dec.Node)
 				if dec.Node == "" {
 					d.remove(t, p.Name)
@@ -514,13 +573,13 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 		g = loadDiffGolden(t)
 	}
 	d := startDiffRun(t, false)
-	var placed, same, pending int
+	var placed, same, pending, best int
 	for i, seed := range diffSeeds {
 		w := diffWorkloadFor(seed)
 		rec := g.Seeds[i]
 		d.setUp(t, w)
 		chk := newDiffChecker(w.Nodes)
-		seedPlaced, seedSame, seedPending := 0, 0, 0
+		seedPlaced, seedSame, seedPending, seedBest := 0, 0, 0, 0
 		for j, p := range w.Pods {
 			want := rec.Decisions[j]
 			where := fmt.Sprintf("seed %d pod %s", seed, p.Name)
@@ -542,6 +601,11 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 				d.pin(t, p, want.Node)
 			default:
 				seedPlaced++
+				if slices.Contains(want.Best, got.Node) {
+					seedBest++
+				} else {
+					t.Logf("%s: nodeshepherd chose %s, kube-scheduler's best-scored nodes were %v (it chose %s)", where, got.Node, want.Best, want.Node)
+				}
 				if got.Node == want.Node {
 					seedSame++
 				} else {
@@ -553,11 +617,13 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 			}
 		}
 		d.tearDown(t, w)
-		t.Logf("seed %d: %d nodes, %d pods: %d placed by both (%d on the same node), %d pending for both",
-			seed, len(w.Nodes), len(w.Pods), seedPlaced, seedSame, seedPending)
-		placed, same, pending = placed+seedPlaced, same+seedSame, pending+seedPending
+		t.Logf("seed %d: %d nodes, %d pods: %d placed by both (%d on the same node, %d on one of kube-scheduler's best-scored nodes), %d pending for both",
+			seed, len(w.Nodes), len(w.Pods), seedPlaced, seedSame, seedBest, seedPending)
+		placed, same, pending, best = placed+seedPlaced, same+seedSame, pending+seedPending, best+seedBest
 	}
-	t.Logf("identical placements: %d of %d placed pods (%.0f%%); %d pods pending for both", same, placed, 100*float64(same)/float64(max(placed, 1)), pending)
+	pct := func(n int) float64 { return 100 * float64(n) / float64(max(placed, 1)) }
+	t.Logf("identical placements: %d of %d placed pods (%.0f%%); on one of kube-scheduler's best-scored nodes: %d (%.0f%%); %d pods pending for both",
+		same, placed, pct(same), best, pct(best), pending)
 }
 
 func diffDescribe(p *v1.Pod) string {
