@@ -32,11 +32,11 @@ func WaitPodDecision(t testing.TB, client kubernetes.Interface, namespace, name 
 	defer cancel()
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &toolscache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
 			return client.CoreV1().Pods(namespace).List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
 			return client.CoreV1().Pods(namespace).Watch(ctx, o)
 		},
