@@ -46,7 +46,10 @@ import (
 // at a time that depends on backoffs). Every decision is thus taken on the
 // same cluster by both schedulers, and compared: placed or pending, the
 // message of a pending pod, and every placement is checked against the
-// hard constraints by an independent checker (diffChecker below).
+// hard constraints by an independent checker (diffChecker below). The
+// recording also keeps the nodes kube-scheduler scored highest (its V(10)
+// final scores); a nodeshepherd placement outside them is a difference in
+// scoring, logged with the share of identical placements.
 
 var updateSchedulerGolden = flag.Bool("update-scheduler-golden", false,
 	"run kube-scheduler on the differential workloads and rewrite "+diffGoldenPath+" (make golden-scheduler)")
@@ -559,8 +562,8 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 // (see the comment at the top of the file), and requires for every pod the
 // same verdict as kube-scheduler (placed or pending, and for a pending pod
 // the same message) and a placement within every hard constraint. The node
-// itself may differ where scores tie; the share of identical nodes is
-// logged. kube-scheduler's decisions come from
+// itself may differ where scores tie; the share of identical nodes, and
+// of nodes among kube-scheduler's best-scored, is logged. kube-scheduler's decisions come from
 // testdata/scheduler-differential-kube-scheduler.json (make
 // golden-scheduler, which runs this test with -update-scheduler-golden);
 // the file names the hash of the generated workloads and the kube-scheduler
