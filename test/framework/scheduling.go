@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/klog/v2"
 )
 
 // PodDecision is what a scheduler made of a pod: the node it was bound to,
@@ -30,6 +32,9 @@ func WaitPodDecision(t testing.TB, client kubernetes.Interface, namespace, name 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(Context(t), timeout)
 	defer cancel()
+	// The informer's own log lines (one watch per pod) would drown the
+	// test's output.
+	ctx = klog.NewContext(ctx, logr.Discard())
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

@@ -59,7 +59,7 @@ const (
 	diffRefresh    = "run `make golden-scheduler` (runs kube-scheduler on every seed, about a minute) and commit " + diffGoldenPath
 	// diffGeneratorVersion changes whenever diffWorkloadFor changes what it
 	// generates; it seeds the generator, so a change re-records.
-	diffGeneratorVersion = 1
+	diffGeneratorVersion = 2
 	diffNamespace        = metav1.NamespaceDefault
 	diffPauseImage       = "registry.k8s.io/pause:3.10"
 	diffGPUTaintKey      = "dedicated"
@@ -133,6 +133,7 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 		if r.IntN(4) == 0 {
 			p.Labels["role"] = "leader"
 		}
+		p.Labels["version"] = pick(r, "v1", "v2") // for matchLabelKeys
 		for _, f := range diffPodFeatures {
 			f(r, w, p)
 		}
@@ -233,7 +234,11 @@ func diffInterPodAffinity(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
 			{Weight: 1 + r.Int32N(100), PodAffinityTerm: term(other())}}
 	}
 	if r.IntN(5) == 0 {
-		diffAffinity(p).PodAntiAffinity = &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{term(own)}}
+		t := term(own)
+		if r.IntN(2) == 0 {
+			t.MatchLabelKeys = []string{"version"}
+		}
+		diffAffinity(p).PodAntiAffinity = &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{t}}
 	}
 	if r.IntN(6) == 0 {
 		if diffAffinity(p).PodAntiAffinity == nil {
@@ -264,6 +269,9 @@ func diffSpread(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
 		}
 		if r.IntN(3) == 0 {
 			c.NodeTaintsPolicy = ptr.To(v1.NodeInclusionPolicyHonor)
+		}
+		if r.IntN(4) == 0 {
+			c.MatchLabelKeys = []string{"version"}
 		}
 		p.Spec.TopologySpreadConstraints = append(p.Spec.TopologySpreadConstraints, c)
 	}
@@ -781,7 +789,15 @@ func (c *diffChecker) resources(p *v1.Pod, n *v1.Node) []string {
 	return why
 }
 
-func selects(sel *metav1.LabelSelector, l map[string]string) bool {
+// selects: the selector, narrowed by matchLabelKeys to the owner's values
+// of those keys (as the API server stores it), matches l.
+func selects(sel *metav1.LabelSelector, keys []string, owner *v1.Pod, l map[string]string) bool {
+	sel = sel.DeepCopy()
+	for _, k := range keys {
+		if v, ok := owner.Labels[k]; ok {
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: k, Operator: metav1.LabelSelectorOpIn, Values: []string{v}})
+		}
+	}
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	return err == nil && s.Matches(labels.Set(l))
 }
@@ -818,7 +834,7 @@ func (c *diffChecker) spread(p *v1.Pod, n *v1.Node) []string {
 			d := m.Labels[sc.TopologyKey]
 			counts[d] += 0
 			for _, q := range c.pods[m.Name] {
-				if q.Namespace == p.Namespace && selects(sc.LabelSelector, q.Labels) {
+				if q.Namespace == p.Namespace && selects(sc.LabelSelector, sc.MatchLabelKeys, p, q.Labels) {
 					counts[d]++
 				}
 			}
@@ -833,7 +849,7 @@ func (c *diffChecker) spread(p *v1.Pod, n *v1.Node) []string {
 			low = 0
 		}
 		self := 0
-		if selects(sc.LabelSelector, p.Labels) {
+		if selects(sc.LabelSelector, sc.MatchLabelKeys, p, p.Labels) {
 			self = 1
 		}
 		if counts[value]+self-low > int(sc.MaxSkew) {
@@ -843,10 +859,10 @@ func (c *diffChecker) spread(p *v1.Pod, n *v1.Node) []string {
 	return why
 }
 
-// termSelects: an affinity term (of a pod in namespace ns, no namespace
-// fields in the generated pods) selects q.
-func termSelects(term v1.PodAffinityTerm, ns string, q *v1.Pod) bool {
-	return q.Namespace == ns && selects(term.LabelSelector, q.Labels)
+// termSelects: an affinity term of owner (no namespace fields in the
+// generated pods: owner's namespace) selects q.
+func termSelects(term v1.PodAffinityTerm, owner, q *v1.Pod) bool {
+	return q.Namespace == owner.Namespace && selects(term.LabelSelector, term.MatchLabelKeys, owner, q.Labels)
 }
 
 // interPod: the pod's required affinity and anti-affinity, and the
@@ -878,7 +894,7 @@ func (c *diffChecker) interPod(p *v1.Pod, n *v1.Node) []string {
 		// none does anywhere, a pod that matches its own terms may start
 		// the group on any node that has the keys.
 		matchesAll := func(q *v1.Pod) bool {
-			return !slices.ContainsFunc(affinity, func(term v1.PodAffinityTerm) bool { return !termSelects(term, p.Namespace, q) })
+			return !slices.ContainsFunc(affinity, func(term v1.PodAffinityTerm) bool { return !termSelects(term, p, q) })
 		}
 		anyMatch, ok := false, true
 		for _, term := range affinity {
@@ -918,7 +934,7 @@ func (c *diffChecker) interPod(p *v1.Pod, n *v1.Node) []string {
 	for _, term := range anti {
 		for node, qs := range c.pods {
 			for _, q := range qs {
-				if termSelects(term, p.Namespace, q) && sameDomain(term.TopologyKey, node) {
+				if termSelects(term, p, q) && sameDomain(term.TopologyKey, node) {
 					why = append(why, "pod anti-affinity ("+q.Name+")")
 				}
 			}
@@ -930,7 +946,7 @@ func (c *diffChecker) interPod(p *v1.Pod, n *v1.Node) []string {
 				continue
 			}
 			for _, term := range q.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
-				if termSelects(term, q.Namespace, p) && sameDomain(term.TopologyKey, node) {
+				if termSelects(term, q, p) && sameDomain(term.TopologyKey, node) {
 					why = append(why, "existing pod "+q.Name+"'s anti-affinity")
 				}
 			}
