@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -471,9 +472,18 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 		probe.Spec.Tolerations = append(probe.Spec.Tolerations, v1.Toleration{Key: taint.Key, Operator: v1.TolerationOpExists})
 	}
 	d.pc.create(t, probe)
-	if got := framework.WaitPodDecision(t, d.client, diffNamespace, probe.Name, 60*time.Second); got.Node != last.Name {
-		t.Fatalf("seed %d: probe pod not placed on %s: %+v", w.Seed, last.Name, got)
-	}
+	// Its first attempt may come before the last taint change: it is then
+	// retried on that node event.
+	framework.Eventually(t, 60*time.Second, fmt.Sprintf("seed %d: probe pod bound to %s", w.Seed, last.Name), func(ctx context.Context) (bool, string, error) {
+		p, err := d.client.CoreV1().Pods(diffNamespace).Get(ctx, probe.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		if p.Spec.NodeName != "" && p.Spec.NodeName != last.Name {
+			return false, "", fmt.Errorf("probe pod bound to %s", p.Spec.NodeName)
+		}
+		return p.Spec.NodeName == last.Name, fmt.Sprintf("conditions %v", p.Status.Conditions), nil
+	})
 	d.remove(t, probe.Name)
 }
 
