@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
+.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
 
 all: build controlplane
 
@@ -57,6 +57,11 @@ test-integration: controlplane chromium
 ## (test/integration/testdata/preemption-kube-scheduler.json, which make test compares nodeshepherd with)
 golden-preemption: controlplane
 	go test -count=1 -v -timeout 30m -run '^TestPreemptionSameAsKubeScheduler$$' ./test/integration/ -args -update-preemption-golden
+
+## golden-scheduler: re-record kube-scheduler's decisions on the seeded differential workloads
+## (test/integration/testdata/scheduler-differential-kube-scheduler.json, which make test compares nodeshepherd with)
+golden-scheduler: controlplane
+	go test -count=1 -v -timeout 30m -run '^TestSchedulerDifferentialKubeScheduler$$' ./test/integration/ -args -update-scheduler-golden
 
 ## golden-scenarios: re-record the upstream runs (--compare upstream) of the example scenarios that
 ## make test checks from a recording (test/integration/testdata/simulate-upstream.json)
