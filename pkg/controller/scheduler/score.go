@@ -53,9 +53,13 @@ func (s *scorer) raw(n *nodeInfo) rawScore {
 	mem := n.nonZero.memory + s.pod.nonZero.memory
 	r.fit = (leastRequested(cpu, n.allocatable.milliCPU) + leastRequested(mem, n.allocatable.memory)) / 2
 	if !s.bestEffort {
-		fc := fraction(n.requested.milliCPU+s.pod.request.milliCPU, n.allocatable.milliCPU)
-		fm := fraction(n.requested.memory+s.pod.request.memory, n.allocatable.memory)
-		r.balanced = int64((1 - math.Abs(fc-fm)/2) * maxNodeScore)
+		balance := func(cpu, mem int64) int64 {
+			fc, fm := fraction(cpu, n.allocatable.milliCPU), fraction(mem, n.allocatable.memory)
+			return int64((1 - math.Abs(fc-fm)/2) * maxNodeScore)
+		}
+		with := balance(n.requested.milliCPU+s.pod.request.milliCPU, n.requested.memory+s.pod.request.memory)
+		without := balance(n.requested.milliCPU, n.requested.memory)
+		r.balanced = maxNodeScore/2 + (maxNodeScore/2+with-without)/2
 	}
 	if s.preferred != nil {
 		r.affinity = s.preferred.Score(n.node)
