@@ -3,7 +3,12 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/webhook"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
@@ -210,5 +216,50 @@ func TestOutOfServiceBudgetRefusal(t *testing.T) {
 	}
 	if got := ns.Metric(t, "nodeshepherd_outofservice_nodes", nil); got != 1 {
 		t.Errorf("nodeshepherd_outofservice_nodes = %v", got)
+	}
+}
+
+// TestOutOfServiceFencingWebhook: a fencing endpoint (HTTPS, its own CA)
+// answers that one partitioned node's machine is powered off and that
+// another's is on: only the first is tainted, with the endpoint named as
+// the confirmation; a second partitioned node confirmed by nothing is not.
+func TestOutOfServiceFencingWebhook(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 5, false))
+	names := m.NodeNames()
+	fenced, running := names[0], names[1]
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q webhook.Request
+		if err := json.NewDecoder(r.Body).Decode(&q); err != nil || q.Question != webhook.QuestionPoweredOff {
+			http.Error(w, "bad question", http.StatusBadRequest)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(webhook.Response{APIVersion: webhook.APIVersion, Kind: "InstanceAnswer", PoweredOff: ptr.To(q.Node.Name == fenced)})
+	}))
+	defer srv.Close()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := oosConfig(fastLifecycle(100), 2)
+	c.OutOfService.Fencing = webhook.Config{URL: srv.URL, CAFile: caFile, Timeout: 2 * time.Second}
+	ns := framework.StartNodeShepherd(t, cfg, c, withOutOfService)
+	waitNodesReady(t, client, names...)
+
+	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{fenced, running}})
+	framework.Eventually(t, 30*time.Second, "out-of-service taint on the fenced node", nodeTainted(client, fenced, outofservice.Taint, true))
+	if due := kube.NotBefore(readySince(t, client, fenced)).Add(oosAfter); time.Now().Before(due) {
+		t.Errorf("tainted before NotReady + %v", oosAfter)
+	}
+	if by := getNode(t, client, fenced).Annotations[outofservice.AnnotationConfirmedBy]; !strings.Contains(by, outofservice.SourceFencing) {
+		t.Errorf("confirmed-by %q, want the fencing webhook", by)
+	}
+	// Well past the wait, the node whose machine is on is left alone.
+	framework.Eventually(t, 30*time.Second, "fencing decisions counted", func(context.Context) (bool, string, error) {
+		v := ns.Metric(t, "nodeshepherd_outofservice_decisions_total", map[string]string{"action": "taint", "reason": outofservice.SourceFencing})
+		return v == 1, fmt.Sprint(v), nil
+	})
+	if n := getNode(t, client, running); kube.FindTaint(n, outofservice.Taint) != nil {
+		t.Errorf("node %s tainted although its machine is on", running)
 	}
 }

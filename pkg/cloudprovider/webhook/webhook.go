@@ -36,6 +36,10 @@ const (
 	QuestionExists   = "InstanceExists"
 	QuestionShutdown = "InstanceShutdown"
 	QuestionMetadata = "InstanceMetadata"
+	// QuestionPoweredOff is the fencing question of the outofservice
+	// controller (--out-of-service-fencing-webhook-url): is the machine
+	// confirmed powered off?
+	QuestionPoweredOff = "PoweredOff"
 )
 
 // Config is the provider's configuration, from the --cloud-provider-webhook-* flags.
@@ -66,6 +70,7 @@ type Response struct {
 	Kind       string    `json:"kind"` // "InstanceAnswer"
 	Exists     *bool     `json:"exists,omitempty"`
 	Shutdown   *bool     `json:"shutdown,omitempty"`
+	PoweredOff *bool     `json:"poweredOff,omitempty"`
 	Metadata   *Metadata `json:"metadata,omitempty"`
 }
 
@@ -108,13 +113,17 @@ var _ cloudprovider.InstancesV2 = (*Provider)(nil)
 
 // New validates the configuration: an absolute https URL, a readable PEM CA
 // bundle when given, a positive timeout (5s when zero).
-func New(c Config) (*Provider, error) {
+func New(c Config) (*Provider, error) { return NewNamed(c, "--cloud-provider-webhook") }
+
+// NewNamed is New for an endpoint configured by other flags (flags is their
+// common prefix, e.g. --out-of-service-fencing-webhook): errors name them.
+func NewNamed(c Config, flags string) (*Provider, error) {
 	u, err := url.Parse(c.URL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("--cloud-provider-webhook-url %q must be an absolute https:// URL", c.URL)
+		return nil, fmt.Errorf("%s-url %q must be an absolute https:// URL", flags, c.URL)
 	}
 	if c.Timeout < 0 {
-		return nil, fmt.Errorf("--cloud-provider-webhook-timeout must be positive, got %v", c.Timeout)
+		return nil, fmt.Errorf("%s-timeout must be positive, got %v", flags, c.Timeout)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second
@@ -123,11 +132,11 @@ func New(c Config) (*Provider, error) {
 	if c.CAFile != "" {
 		pem, err := os.ReadFile(c.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("--cloud-provider-webhook-ca-file: %w", err)
+			return nil, fmt.Errorf("%s-ca-file: %w", flags, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--cloud-provider-webhook-ca-file %s holds no PEM certificate", c.CAFile)
+			return nil, fmt.Errorf("%s-ca-file %s holds no PEM certificate", flags, c.CAFile)
 		}
 		tlsConfig.RootCAs = pool
 	}
@@ -207,6 +216,19 @@ func (p *Provider) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, e
 		return false, fmt.Errorf("webhook %s for node %s: malformed answer: no \"shutdown\" field", QuestionShutdown, node.Name)
 	}
 	return *r.Shutdown, nil
+}
+
+// PoweredOff asks a fencing endpoint whether the node's machine is
+// confirmed powered off (QuestionPoweredOff).
+func (p *Provider) PoweredOff(ctx context.Context, node *v1.Node) (bool, error) {
+	r, err := p.ask(ctx, QuestionPoweredOff, node)
+	if err != nil {
+		return false, err
+	}
+	if r.PoweredOff == nil {
+		return false, fmt.Errorf("webhook %s for node %s: malformed answer: no \"poweredOff\" field", QuestionPoweredOff, node.Name)
+	}
+	return *r.PoweredOff, nil
 }
 
 func (p *Provider) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/webhook"
 )
 
 // Config holds the controller's settings.
@@ -20,9 +21,10 @@ type Config struct {
 	// taint at once (whoever put it there); both apply.
 	MaxNodes   int
 	MaxPercent float64
-	// FencingWebhookURL is a fencing endpoint confirming power-off. Not
-	// implemented yet: setting it is refused at start, never ignored.
-	FencingWebhookURL string
+	// Fencing is the fencing endpoint that confirms a machine powered off
+	// (empty URL: none). Its confirmation does not override a zone or
+	// cluster disruption, unlike the provider's and a person's.
+	Fencing webhook.Config
 	// Cloud is the cloudnodelifecycle controller's --cloud-provider
 	// settings (pkg/controllers copies them here): one provider, one set of
 	// flags. Empty Name: the annotation is the only confirmation.
@@ -39,7 +41,7 @@ type Config struct {
 // DefaultConfig returns the defaults: 5 minutes silent, at most 3 nodes
 // and 10 % of the nodes (rounded up) out of service at once.
 func DefaultConfig() Config {
-	return Config{After: 5 * time.Minute, MaxNodes: 3, MaxPercent: 10,
+	return Config{After: 5 * time.Minute, MaxNodes: 3, MaxPercent: 10, Fencing: webhook.Config{Timeout: 5 * time.Second},
 		NodeMonitorPeriod: 5 * time.Second, UnhealthyZoneThreshold: 0.55}
 }
 
@@ -48,8 +50,13 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.After, "out-of-service-after", c.After, "How long a node must have been NotReady or Unknown (from its Ready condition's lastTransitionTime, rounded up to the next second) before the outofservice controller taints a confirmed-dead node node.kubernetes.io/out-of-service:NoExecute.")
 	fs.IntVar(&c.MaxNodes, "max-out-of-service-nodes", c.MaxNodes, "At most this many nodes carry the out-of-service taint at once (together with --max-out-of-service-percent).")
 	fs.Float64Var(&c.MaxPercent, "max-out-of-service-percent", c.MaxPercent, "At most this percentage of all nodes, rounded up, carry the out-of-service taint at once (together with --max-out-of-service-nodes); 0 forbids any.")
-	fs.StringVar(&c.FencingWebhookURL, "out-of-service-fencing-webhook-url", c.FencingWebhookURL, "HTTPS endpoint confirming that a node's machine is powered off. Not implemented yet: setting it is an error.")
+	fs.StringVar(&c.Fencing.URL, "out-of-service-fencing-webhook-url", c.Fencing.URL, "HTTPS endpoint of a fencing service, asked (question PoweredOff, docs/outofservice.md) whether a silent node's machine is confirmed powered off; its yes confirms the death like the cloud provider's, except in a disrupted zone or cluster. Empty: none.")
+	fs.StringVar(&c.Fencing.CAFile, "out-of-service-fencing-webhook-ca-file", c.Fencing.CAFile, "PEM CA bundle that signs the fencing endpoint's certificate (default: the system's roots).")
+	fs.DurationVar(&c.Fencing.Timeout, "out-of-service-fencing-webhook-timeout", c.Fencing.Timeout, "Timeout of one question to the fencing endpoint; a timeout is never an answer.")
 }
+
+// fencingFlags is the fencing endpoint's flags' prefix, for messages.
+const fencingFlags = "--out-of-service-fencing-webhook"
 
 // Validate checks the settings, naming flags.
 func (c *Config) Validate() error {
@@ -63,9 +70,10 @@ func (c *Config) Validate() error {
 	if math.IsNaN(c.MaxPercent) || c.MaxPercent < 0 || c.MaxPercent > 100 {
 		errs = append(errs, fmt.Errorf("--max-out-of-service-percent must be between 0 and 100, got %v", c.MaxPercent))
 	}
-	if c.FencingWebhookURL != "" {
-		errs = append(errs, fmt.Errorf("--out-of-service-fencing-webhook-url=%s: the fencing webhook is not implemented yet; "+
-			"remove the flag and confirm deaths with --cloud-provider or the %s annotation (docs/outofservice.md)", c.FencingWebhookURL, AnnotationConfirm))
+	if c.Fencing.URL != "" {
+		if _, err := webhook.NewNamed(c.Fencing, fencingFlags); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.NodeMonitorPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--node-monitor-period must be positive, got %v", c.NodeMonitorPeriod))

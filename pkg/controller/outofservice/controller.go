@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/webhook"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
@@ -79,9 +80,11 @@ const providerTimeout = 30 * time.Second
 
 // Deps are the controller's collaborators; Cloud may be nil.
 type Deps struct {
-	Client   kubernetes.Interface
-	Nodes    coreinformers.NodeInformer
-	Cloud    cloudprovider.Interface
+	Client kubernetes.Interface
+	Nodes  coreinformers.NodeInformer
+	Cloud  cloudprovider.Interface
+	// Fencer replaces the endpoint of Config.Fencing (tests).
+	Fencer   fencer
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
 	Clock    clock.WithTicker
@@ -92,6 +95,7 @@ type Controller struct {
 	cfg       Config
 	client    kubernetes.Interface
 	instances cloudprovider.InstancesV2 // nil without a provider
+	fencer    fencer                    // nil without a fencing endpoint
 	recorder  record.EventRecorder
 	clock     clock.WithTicker
 	dryRun    *controllerutil.DryRun
@@ -123,6 +127,16 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
+	}
+	if cfg.Fencing.URL != "" {
+		f, err := webhook.NewNamed(cfg.Fencing, fencingFlags)
+		if err != nil {
+			return nil, err
+		}
+		c.fencer = f
+	}
+	if d.Fencer != nil {
+		c.fencer = d.Fencer
 	}
 	if d.Cloud != nil {
 		instances, ok := d.Cloud.InstancesV2()
@@ -233,6 +247,12 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 			in.confirmations = append(in.confirmations, confirmation{source: SourceCloudProvider, detail: c.providerDetail(n)})
 		}
 	}
+	if c.fencer != nil && (!in.ready || in.owned) {
+		in.fencing = c.askFencer(ctx, n)
+		if in.fencing == providerDead {
+			in.confirmations = append(in.confirmations, confirmation{source: SourceFencing, detail: fmt.Sprintf("%s answers that the machine of %s is powered off", c.cfg.Fencing.URL, n.Name)})
+		}
+	}
 	// Zones and the budget, from every node as this controller sees it.
 	views := make([]*v1.Node, len(all))
 	var conds []*v1.NodeCondition
@@ -277,6 +297,27 @@ func (c *Controller) askProvider(ctx context.Context, n *v1.Node) providerAnswer
 		return providerUnknown
 	}
 	if shutdown {
+		return providerDead
+	}
+	return providerRunning
+}
+
+// fencer confirms that a machine is powered off (webhook.Provider).
+type fencer interface {
+	PoweredOff(ctx context.Context, n *v1.Node) (bool, error)
+}
+
+// askFencer asks the fencing endpoint; an error or a timeout is never an answer.
+func (c *Controller) askFencer(ctx context.Context, n *v1.Node) providerAnswer {
+	qctx, cancel := context.WithTimeout(ctx, providerTimeout)
+	defer cancel()
+	off, err := c.fencer.PoweredOff(qctx, n)
+	if err != nil {
+		c.metrics.fencingErrors.Inc()
+		klog.FromContext(ctx).V(2).Info("Fencing endpoint could not say whether the machine is powered off", "node", n.Name, "err", err)
+		return providerUnknown
+	}
+	if off {
 		return providerDead
 	}
 	return providerRunning

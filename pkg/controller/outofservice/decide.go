@@ -14,6 +14,7 @@ import (
 const (
 	SourcePerson        = "person"
 	SourceCloudProvider = "cloud-provider"
+	SourceFencing       = "fencing-webhook"
 )
 
 // confirmation is one piece of evidence that a node's machine is dead.
@@ -44,6 +45,8 @@ type input struct {
 	silentSince   time.Time
 	confirmations []confirmation
 	provider      providerAnswer
+	// fencing is the fencing endpoint's answer (providerDead: powered off).
+	fencing providerAnswer
 	// owned: the node carries the taint and this controller's boot-ID
 	// annotation; taintedByOther: the taint without the annotation.
 	owned, taintedByOther bool
@@ -76,6 +79,7 @@ const (
 	codeNodeReady      = "node-ready"             // refuse: confirmed, yet Ready
 	codeNotRebooted    = "not-rebooted"           // refuse to untaint: Ready, same boot, confirmed
 	codeStillSilent    = "still-silent"           // refuse to untaint: withdrawn, still silent
+	codeDisruption     = "disruption"             // refuse: only fencing confirms, zone or cluster disrupted
 )
 
 // verdict is what to do with one node, and what to say about it.
@@ -121,9 +125,20 @@ func decide(in input) verdict {
 			"Node %s is confirmed dead by %s; it will be tainted out of service once NotReady for %v (at %s)",
 			in.node, confirmed, in.after, due.UTC().Format(time.RFC3339))}
 	}
-	// Every source of confirmation is evidence about this node's machine,
-	// not an inference from silence, so a disrupted zone or cluster does
-	// not hold it back (docs/outofservice.md); the message says so.
+	// The provider and a person speak for this node's machine, not from
+	// silence, so a disrupted zone or cluster does not hold them back
+	// (docs/outofservice.md); the message says so. A fencing endpoint alone
+	// does not override a disruption: when many nodes fail together its
+	// view may be as cut off as ours.
+	if !overrides(in.confirmations) && (disrupted(in.zoneState) || disrupted(in.clusterState)) {
+		state := fmt.Sprintf("zone %q is in %s", in.zone, in.zoneState)
+		if !disrupted(in.zoneState) {
+			state = fmt.Sprintf("the cluster is in %s", in.clusterState)
+		}
+		return verdict{action: actRefuse, code: codeDisruption, message: fmt.Sprintf(
+			"Not tainting node %s out of service although confirmed by %s: %s, and only the cloud provider or a person (annotation %s) may confirm a death then",
+			in.node, confirmed, state, AnnotationConfirm)}
+	}
 	var during string
 	switch {
 	case disrupted(in.zoneState):
@@ -143,8 +158,9 @@ func decide(in input) verdict {
 
 // decideTakeBack handles a node that carries this controller's taint.
 func decideTakeBack(in input) verdict {
+	unsure := in.provider == providerUnknown || in.fencing == providerUnknown // a source may still confirm
 	if !in.ready {
-		if len(in.confirmations) == 0 && in.provider != providerUnknown {
+		if len(in.confirmations) == 0 && !unsure {
 			return verdict{action: actRefuse, code: codeStillSilent, message: fmt.Sprintf(
 				"Keeping node %s out of service although no confirmation is left: the node is still silent (not Ready)", in.node)}
 		}
@@ -155,8 +171,8 @@ func decideTakeBack(in input) verdict {
 			"Removing the out-of-service taint from node %s: Ready again after a reboot (boot ID %q, was %q)", in.node, in.bootID, in.recordedBootID)}
 	}
 	if len(in.confirmations) == 0 {
-		if in.provider == providerUnknown {
-			return verdict{} // the provider may still confirm: ask again
+		if unsure {
+			return verdict{} // a source may still confirm: ask again
 		}
 		return verdict{action: actUntaint, code: codeWithdrawn, message: fmt.Sprintf(
 			"Removing the out-of-service taint from node %s: Ready again and no longer confirmed dead", in.node)}
@@ -164,6 +180,17 @@ func decideTakeBack(in input) verdict {
 	return verdict{action: actRefuse, code: codeNotRebooted, message: fmt.Sprintf(
 		"Keeping node %s out of service: it is Ready again with the same boot ID %q while still confirmed dead by %s; "+
 			"its pods may have been replaced while it ran: check the machine, then remove the confirmation", in.node, in.bootID, describe(in.confirmations))}
+}
+
+// overrides says whether a confirmation may override a zone or cluster
+// disruption: the cloud provider's or a person's.
+func overrides(cs []confirmation) bool {
+	for _, c := range cs {
+		if c.source != SourceFencing {
+			return true
+		}
+	}
+	return false
 }
 
 func taintString() string {

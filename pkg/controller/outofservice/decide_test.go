@@ -13,6 +13,7 @@ var (
 	t0       = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	person   = confirmation{source: SourcePerson, detail: `annotation nodeshepherd.io/out-of-service="psu dead"`}
 	provider = confirmation{source: SourceCloudProvider, detail: "test reports the machine shut down or gone"}
+	fenced   = confirmation{source: SourceFencing, detail: "https://fence answers that the machine of n1 is powered off"}
 )
 
 // base is a node silent for exactly the configured 5 minutes, confirmed by
@@ -47,6 +48,22 @@ func TestDecide(t *testing.T) {
 		{"zone partially disrupted", func(in *input) { in.zoneState = nodetopology.StatePartialDisruption }, actTaint, codeConfirmed, time.Time{}, `zone "z1" is in PartialDisruption, overridden`},
 		{"zone fully disrupted", func(in *input) { in.zoneState = nodetopology.StateFullDisruption }, actTaint, codeConfirmed, time.Time{}, "FullDisruption, overridden"},
 		{"cluster disrupted", func(in *input) { in.clusterState = nodetopology.StatePartialDisruption }, actTaint, codeConfirmed, time.Time{}, "the cluster is in PartialDisruption"},
+		// A fencing endpoint alone confirms, but not in a disruption.
+		{"fencing, normal zone", func(in *input) { in.confirmations = []confirmation{fenced}; in.fencing = providerDead }, actTaint, codeConfirmed, time.Time{}, "fencing-webhook"},
+		{"fencing only, zone disrupted", func(in *input) {
+			in.confirmations = []confirmation{fenced}
+			in.zoneState = nodetopology.StatePartialDisruption
+		}, actRefuse, codeDisruption, time.Time{}, `zone "z1" is in PartialDisruption, and only the cloud provider or a person`},
+		{"fencing only, cluster disrupted", func(in *input) {
+			in.confirmations = []confirmation{fenced}
+			in.clusterState = nodetopology.StateFullDisruption
+		}, actRefuse, codeDisruption, time.Time{}, "the cluster is in FullDisruption"},
+		{"fencing and a person, zone disrupted", func(in *input) {
+			in.confirmations = []confirmation{fenced, person}
+			in.zoneState = nodetopology.StateFullDisruption
+		}, actTaint, codeConfirmed, time.Time{}, "overridden by the confirmation"},
+		{"owned, silent, fencing error", func(in *input) { owned(in); in.confirmations = nil; in.fencing = providerUnknown }, actNothing, "", time.Time{}, ""},
+		{"owned, Ready, fencing says powered on", func(in *input) { owned(in); in.ready = true; in.confirmations = nil; in.fencing = providerRunning }, actUntaint, codeWithdrawn, time.Time{}, "no longer confirmed"},
 		{"disrupted zone without confirmation", func(in *input) { in.zoneState = nodetopology.StateFullDisruption; in.confirmations = nil }, actNothing, "", time.Time{}, ""},
 		// Budget.
 		{"budget full", func(in *input) { in.outOfService = 1 }, actRefuse, codeBudget, time.Time{}, "1 nodes are out of service, the budget is 1"},
@@ -117,7 +134,8 @@ func TestConfigValidate(t *testing.T) {
 		{"over 100 percent", func(c *Config) { c.MaxPercent = 100.5 }, "--max-out-of-service-percent"},
 		{"negative count", func(c *Config) { c.MaxNodes = -1 }, "--max-out-of-service-nodes must be 0 or more"},
 		{"zero after", func(c *Config) { c.After = 0 }, "--out-of-service-after must be positive"},
-		{"fencing webhook", func(c *Config) { c.FencingWebhookURL = "https://fence.example" }, "the fencing webhook is not implemented yet"},
+		{"fencing webhook over http", func(c *Config) { c.Fencing.URL = "http://fence.example" }, `--out-of-service-fencing-webhook-url "http://fence.example" must be an absolute https:// URL`},
+		{"fencing webhook CA missing", func(c *Config) { c.Fencing.URL, c.Fencing.CAFile = "https://fence.example", "/nonexistent" }, "--out-of-service-fencing-webhook-ca-file"},
 	} {
 		c := DefaultConfig()
 		tc.change(&c)
