@@ -222,7 +222,7 @@ func TestBrokenLeaderLetsGo(t *testing.T) {
 type unhealthy struct{}
 
 func (unhealthy) Run(ctx context.Context) error { <-ctx.Done(); return nil }
-func (unhealthy) Healthy(time.Time) error      { return errors.New("loop stuck") }
+func (unhealthy) Healthy(time.Time) error       { return errors.New("loop stuck") }
 
 // Caches that never sync (here: pods cannot be listed) end the leadership
 // after StartTimeout with an error naming the informer.
