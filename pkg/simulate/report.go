@@ -183,7 +183,7 @@ func (rep *Report) WriteSummary(w io.Writer) {
 
 // writeSettings prints the settings of each run side by side (cluster time).
 func (rep *Report) writeSettings(w io.Writer) {
-	modes, rows := rep.settingsTable()
+	modes, rows, notes := rep.settingsTable()
 	if len(rows) == 0 {
 		return
 	}
@@ -198,10 +198,8 @@ func (rep *Report) writeSettings(w io.Writer) {
 		fmt.Fprintln(tw, r.Title+"\t"+strings.Join(r.Values, "\t"))
 	}
 	tw.Flush()
-	for _, r := range rep.chartRuns() {
-		if r.SettingsChecked != "" {
-			fmt.Fprintf(w, "(%s: %s)\n", r.Mode, r.SettingsChecked)
-		}
+	for _, n := range notes {
+		fmt.Fprintf(w, "  * %s\n", n)
 	}
 }
 

@@ -3,6 +3,7 @@ package simulate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,8 @@ func upstreamScheduler(cfg *controllers.Config) controlplane.SchedulerConfig {
 type Setting struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
+	// Note explains the value where it is not what one would assume.
+	Note string `json:"note,omitempty"`
 }
 
 // Names of the settings rows, in the order of the table.
@@ -97,36 +100,38 @@ func runSettings(mode string, scale float64, cfg *controllers.Config, sched cont
 		}
 		return strconv.FormatFloat(r/scale, 'g', 4, 64)
 	}
-	ts := "1 (real time)"
+	ts := Setting{Name: settingTimeScale, Value: "1 (real time)"}
 	if scale != 1 {
-		ts = fmt.Sprintf("%g (durations divided by %g, eviction rates multiplied by it: real time = cluster time / %g)", scale, scale, scale)
+		ts.Value = strconv.FormatFloat(scale, 'g', -1, 64)
+		ts.Note = fmt.Sprintf("every duration was divided by %g and every eviction rate multiplied by it: real time is cluster time / %g", scale, scale)
 	}
 	initial, maxBackoff := cfg.Scheduler.PodInitialBackoff, cfg.Scheduler.PodMaxBackoff
 	unschedulable := cfg.Scheduler.PodMaxInUnschedulablePods
-	client := fmt.Sprintf("%d / %d: one client for nodeshepherd's controllers and scheduler; kube-controller-manager's other controllers %d / %d each",
-		clientQPS, clientBurst, clientQPS, clientBurst)
-	flush := fmt.Sprintf("%s / %s (every %v of real time, fixed in nodeshepherd)", cluster(nodeshepherdQueueFlush), cluster(nodeshepherdQueueFlush), nodeshepherdQueueFlush)
+	client := Setting{Name: settingClient, Value: fmt.Sprintf("%d / %d, shared", clientQPS, clientBurst),
+		Note: fmt.Sprintf("nodeshepherd's controllers and scheduler share one client; kube-controller-manager's controllers (both runs) and kube-scheduler have %d / %d each", clientQPS, clientBurst)}
+	flush := Setting{Name: settingFlush, Value: cluster(nodeshepherdQueueFlush) + " / " + cluster(nodeshepherdQueueFlush),
+		Note: fmt.Sprintf("fixed in code, not time-scaled: nodeshepherd's scheduler every %v of real time, kube-scheduler's backoff queue every %v and unschedulable pool every %v",
+			nodeshepherdQueueFlush, kubeSchedulerBackoffFlush, kubeSchedulerUnschedulableFlush)}
 	if mode == ModeUpstream {
 		initial, maxBackoff = time.Duration(sched.PodInitialBackoffSeconds)*time.Second, time.Duration(sched.PodMaxBackoffSeconds)*time.Second
 		unschedulable = sched.PodMaxInUnschedulablePodsDuration
-		client = fmt.Sprintf("%g / %d: kube-scheduler, and each kube-controller-manager controller", sched.QPS, sched.Burst)
-		flush = fmt.Sprintf("%s / %s (every %v / %v of real time, fixed in kube-scheduler)", cluster(kubeSchedulerBackoffFlush),
-			cluster(kubeSchedulerUnschedulableFlush), kubeSchedulerBackoffFlush, kubeSchedulerUnschedulableFlush)
+		client.Value = fmt.Sprintf("%g / %d, each", sched.QPS, sched.Burst)
+		flush.Value = cluster(kubeSchedulerBackoffFlush) + " / " + cluster(kubeSchedulerUnschedulableFlush)
 	}
-	backoff := cluster(initial) + " / " + cluster(maxBackoff)
-	if asked := askedInitial.String() + " / " + askedMax.String(); asked != backoff {
-		backoff += " (asked " + asked + ": kube-scheduler's backoffs are whole seconds of real time, at least 1, and both runs use the same)"
+	backoff := Setting{Name: settingBackoff, Value: cluster(initial) + " / " + cluster(maxBackoff)}
+	if asked := askedInitial.String() + " / " + askedMax.String(); asked != backoff.Value {
+		backoff.Note = fmt.Sprintf("the scenario asked %s; kube-scheduler's backoffs are whole seconds of real time, at least 1, so both runs back off %s", asked, backoff.Value)
 	}
 	return []Setting{
-		{settingTimeScale, ts},
-		{settingClient, client},
-		{settingBackoff, backoff},
-		{settingUnschedulable, cluster(unschedulable)},
-		{settingFlush, flush},
-		{settingMonitor, flagDuration("node-monitor-period")},
-		{settingGrace, flagDuration("node-monitor-grace-period") + " / " + flagDuration("node-startup-grace-period")},
-		{settingEviction, flagRate("node-eviction-rate") + " / " + flagRate("secondary-node-eviction-rate")},
-		{settingThresholds, flags["large-cluster-size-threshold"] + " / " + flags["unhealthy-zone-threshold"]},
+		ts,
+		client,
+		backoff,
+		{Name: settingUnschedulable, Value: cluster(unschedulable)},
+		flush,
+		{Name: settingMonitor, Value: flagDuration("node-monitor-period")},
+		{Name: settingGrace, Value: flagDuration("node-monitor-grace-period") + " / " + flagDuration("node-startup-grace-period")},
+		{Name: settingEviction, Value: flagRate("node-eviction-rate") + " / " + flagRate("secondary-node-eviction-rate")},
+		{Name: settingThresholds, Value: flags["large-cluster-size-threshold"] + " / " + flags["unhealthy-zone-threshold"]},
 	}
 }
 
@@ -147,8 +152,8 @@ func (r *runner) checkScheduler(ctx context.Context, want controlplane.Scheduler
 }
 
 // settingsTable is the settings of the first trial of each mode, one row
-// per setting with a column per mode.
-func (rep *Report) settingsTable() (modes []string, rows []measureRow) {
+// per setting with a column per mode, and the notes on them (each once).
+func (rep *Report) settingsTable() (modes []string, rows []measureRow, notes []string) {
 	runs := rep.chartRuns()
 	for _, r := range runs {
 		modes = append(modes, r.Mode)
@@ -167,6 +172,14 @@ func (rep *Report) settingsTable() (modes []string, rows []measureRow) {
 	for j, r := range runs {
 		for _, s := range r.Settings {
 			rows[index[s.Name]].Values[j] = s.Value
+			if note := s.Name + ": " + s.Note; s.Note != "" && !slices.Contains(notes, note) {
+				notes = append(notes, note)
+			}
+		}
+	}
+	for _, r := range runs {
+		if r.SettingsChecked != "" {
+			notes = append(notes, r.Mode+": "+r.SettingsChecked)
 		}
 	}
 	for i := range rows {
@@ -176,5 +189,5 @@ func (rep *Report) settingsTable() (modes []string, rows []measureRow) {
 			}
 		}
 	}
-	return modes, rows
+	return modes, rows, notes
 }
