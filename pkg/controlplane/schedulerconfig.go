@@ -121,6 +121,18 @@ func parseSchedulerConfigz(body []byte) (SchedulerConfig, error) {
 		PodInitialBackoffSeconds: cc.PodInitialBackoffSeconds, PodMaxBackoffSeconds: cc.PodMaxBackoffSeconds}, nil
 }
 
+// Get reads a path (/metrics, /configz, ...) of a running component's
+// secure port as the admin: kube-controller-manager or kube-scheduler.
+func (cp *ControlPlane) Get(ctx context.Context, component, path string) ([]byte, error) {
+	switch {
+	case component == ControllerManager && cp.cfg.ControllerManager:
+		return cp.get(ctx, cp.layout.KCMPort, path)
+	case component == Scheduler && cp.cfg.Scheduler:
+		return cp.get(ctx, cp.layout.SchedulerPort, path)
+	}
+	return nil, fmt.Errorf("%s is not running in this control plane", component)
+}
+
 // get reads an endpoint of a component's secure port as the admin.
 func (cp *ControlPlane) get(ctx context.Context, port int, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", port, path), nil)

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,15 @@ func TestParseSchedulerConfigz(t *testing.T) {
 	}
 	if _, err := parseSchedulerConfigz([]byte(`{}`)); err == nil {
 		t.Error("a /configz without componentconfig parsed")
+	}
+}
+
+func TestGetNamesAComponentNotRunning(t *testing.T) {
+	cp := &ControlPlane{cfg: Config{ControllerManager: true}}
+	if _, err := cp.Get(context.Background(), Scheduler, "/metrics"); err == nil || !strings.Contains(err.Error(), "kube-scheduler is not running") {
+		t.Errorf("Get = %v", err)
+	}
+	if _, err := cp.SchedulerConfigz(context.Background()); err == nil || !strings.Contains(err.Error(), "kube-scheduler is not running") {
+		t.Errorf("SchedulerConfigz = %v", err)
 	}
 }

@@ -16,6 +16,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/simulate"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
@@ -437,4 +443,52 @@ func TestSimulateCompareUpstreamSettings(t *testing.T) {
 	if !strings.Contains(string(page), "<h2>Settings</h2>") || !strings.Contains(string(page), "<td>unschedulable pods retried after</td>") {
 		t.Error("report.html has no settings table")
 	}
+}
+
+// TestSimulateKubeSchedulerUnschedulableTimeout: the upstream run passes the
+// time-scaled podMaxInUnschedulablePodsDuration to kube-scheduler as its
+// deprecated flag next to --config (the file format has no such field);
+// kube-scheduler v1.37 must honour it. A pod no node fits sits in the
+// unschedulable pool with no event to wake it, and is retried for the
+// timeout (at kube-scheduler's 30 s flush) rather than after 5 minutes.
+func TestSimulateKubeSchedulerUnschedulableTimeout(t *testing.T) {
+	cp := framework.StartControlPlane(t, controlplane.Config{Scheduler: true, SchedulerConfig: &controlplane.SchedulerConfig{
+		QPS: 50, Burst: 100, PodInitialBackoffSeconds: 1, PodMaxBackoffSeconds: 1, PodMaxInUnschedulablePodsDuration: 2 * time.Second}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	list := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}
+	node, err := client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status = v1.NodeStatus{Capacity: list, Allocatable: list, Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No kube-controller-manager: the ServiceAccount admission needs the default account.
+	if _, err := client.CoreV1().ServiceAccounts("default").Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nowhere"}, Spec: v1.PodSpec{NodeSelector: map[string]string{"pool": "none"},
+		Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}}}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 50*time.Second, "kube-scheduler retries the unschedulable pod for its timeout", func(ctx context.Context) (bool, string, error) {
+		body, err := cp.Get(ctx, controlplane.Scheduler, "/metrics")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var queue []string
+		for _, l := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(l, "scheduler_queue_incoming_pods_total{") {
+				if strings.Contains(l, `event="UnschedulableTimeout"`) {
+					return true, l, nil
+				}
+				queue = append(queue, l)
+			}
+		}
+		return false, strings.Join(queue, "; "), nil
+	})
 }
