@@ -26,11 +26,13 @@ const (
 // v1.37 flushes its backoff queue every second and its unschedulable pool
 // every 30 s.
 const (
-	nodeshepherdQueueFlush             = time.Second
-	kubeSchedulerBackoffFlush          = time.Second
-	kubeSchedulerUnschedulableFlush    = 30 * time.Second
-	settingsCheckedFromSchedulerConfig = "kube-scheduler's backoffs and client limits read back from its /configz"
+	nodeshepherdQueueFlush          = time.Second
+	kubeSchedulerBackoffFlush       = time.Second
+	kubeSchedulerUnschedulableFlush = 30 * time.Second
 )
+
+// settingsCheckedFromSchedulerConfig is the upstream run's SettingsChecked.
+const settingsCheckedFromSchedulerConfig = "kube-scheduler's backoffs and client limits read back from its /configz"
 
 // kcmClientArgs give kube-controller-manager, in both runs, the client
 // limits of nodeshepherd's process.
@@ -39,8 +41,8 @@ func kcmClientArgs() []string {
 }
 
 // upstreamScheduler is kube-scheduler's configuration for the upstream run:
-// the time-scaled settings nodeshepherd's scheduler runs with (whose
-// backoffs scaled already made whole seconds) and the same client limits.
+// the time-scaled settings nodeshepherd's scheduler runs with (scaled has
+// made its backoffs whole seconds already) and the same client limits.
 func upstreamScheduler(cfg *controllers.Config) controlplane.SchedulerConfig {
 	return controlplane.SchedulerConfig{QPS: clientQPS, Burst: clientBurst,
 		PodInitialBackoffSeconds:          controlplane.BackoffSeconds(cfg.Scheduler.PodInitialBackoff),
