@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // DefaultControllers is kube-controller-manager's controller list when it runs
@@ -114,6 +115,18 @@ func schedulerArgs(l layout) []string {
 		"--leader-elect=false",
 		"--profiling=false",
 	}
+}
+
+// withoutIgnoredByConfig drops the flags kube-scheduler ignores when it has
+// a configuration file (it says so in --help); the file carries them.
+func withoutIgnoredByConfig(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "--kubeconfig=") && !strings.HasPrefix(a, "--profiling=") {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Kubeconfig file names inside the control plane's directory.

@@ -38,9 +38,11 @@ type Config struct {
 	ControllerManager     bool
 	Controllers           string
 	ControllerManagerArgs []string
-	// Scheduler starts kube-scheduler with SchedulerArgs appended.
-	Scheduler     bool
-	SchedulerArgs []string
+	// Scheduler starts kube-scheduler with SchedulerArgs appended, and with
+	// SchedulerConfig as its configuration file when that is set.
+	Scheduler       bool
+	SchedulerArgs   []string
+	SchedulerConfig *SchedulerConfig
 	// APIServerArgs are appended to kube-apiserver's arguments.
 	APIServerArgs []string
 	// ReadyTimeout bounds start-up; 60s when zero.
@@ -131,6 +133,11 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err := CheckBinaries(cfg.BinDir, cfg.binaries()...); err != nil {
 		return nil, err
 	}
+	if cfg.Scheduler && cfg.SchedulerConfig != nil {
+		if err := cfg.SchedulerConfig.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	cp := &ControlPlane{cfg: cfg}
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "nodeshepherd-controlplane-")
@@ -202,7 +209,14 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		})
 	}
 	if cfg.Scheduler {
-		p, err := cp.start(Scheduler, append(schedulerArgs(cp.layout), cfg.SchedulerArgs...), logs)
+		args := schedulerArgs(cp.layout)
+		if sc := cfg.SchedulerConfig; sc != nil {
+			if err := os.WriteFile(cp.layout.path(schedulerConfigFile), []byte(schedulerConfigYAML(sc, cp.layout.path(kubeconfigScheduler))), 0o600); err != nil {
+				return nil, fmt.Errorf("writing kube-scheduler's configuration: %w", err)
+			}
+			args = append(withoutIgnoredByConfig(args), schedulerConfigArgs(cp.layout, sc)...)
+		}
+		p, err := cp.start(Scheduler, append(args, cfg.SchedulerArgs...), logs)
 		if err != nil {
 			return nil, err
 		}
@@ -232,9 +246,7 @@ func (cp *ControlPlane) start(name string, args []string, logDir string) (*proce
 
 // probe returns a health check of a component's HTTPS endpoint.
 func (cp *ControlPlane) probe(path string, port int, auth bool) func(context.Context) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(cp.layout.PKI.CAPEM)
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := cp.httpClient()
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
 	return func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -251,6 +263,13 @@ func (cp *ControlPlane) probe(path string, port int, auth bool) func(context.Con
 		}
 		return nil
 	}
+}
+
+// httpClient trusts the control plane's CA, for its components' endpoints.
+func (cp *ControlPlane) httpClient() *http.Client {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.layout.PKI.CAPEM)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 }
 
 func randomToken() string {

@@ -22,27 +22,37 @@ import (
 // divided by the time scale: in upstream mode kube-controller-manager runs
 // every controller and kube-scheduler schedules; in nodeshepherd mode
 // nodeshepherd's manager runs in-process next to kube-controller-manager's
-// other controllers. It names the components in res.
+// other controllers. Both runs' clients have the same limits, and
+// kube-scheduler the time-scaled settings of nodeshepherd's scheduler. It
+// names the components and their settings in res.
 func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 	scale := r.opts.TimeScale
 	cfg, kcmArgs, err := r.sc.Controllers.scaled(r.sc.path, scale)
 	if err != nil {
 		return localcluster.Config{}, err
 	}
+	asked, _, err := r.sc.Controllers.parse(r.sc.path)
+	if err != nil {
+		return localcluster.Config{}, err
+	}
+	sched := upstreamScheduler(cfg)
+	res.Settings = runSettings(r.opts.Mode, scale, cfg, sched, kcmArgs, asked.Scheduler.PodInitialBackoff, asked.Scheduler.PodMaxBackoff)
 	tol := fmt.Sprint(scaleSeconds(defaultTolerationSeconds, scale))
 	nodes := r.sc.fakeNodeConfig(scale)
 	lc := localcluster.Config{
 		ControlPlane: controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true,
-			APIServerArgs: []string{"--default-not-ready-toleration-seconds=" + tol, "--default-unreachable-toleration-seconds=" + tol}},
+			ControllerManagerArgs: kcmClientArgs(),
+			APIServerArgs:         []string{"--default-not-ready-toleration-seconds=" + tol, "--default-unreachable-toleration-seconds=" + tol}},
 		FakeNodes:       &nodes,
 		RegisterTimeout: r.opts.SetupTimeout,
 	}
 	switch r.opts.Mode {
 	case ModeUpstream:
 		lc.ControlPlane.Controllers = "*"
-		lc.ControlPlane.ControllerManagerArgs = append(kcmArgs, "--allocate-node-cidrs=true", "--cluster-cidr="+podCIDR,
-			"--service-cluster-ip-range="+controlplane.ServiceClusterIPRange)
+		lc.ControlPlane.ControllerManagerArgs = append(append(lc.ControlPlane.ControllerManagerArgs, kcmArgs...), "--allocate-node-cidrs=true",
+			"--cluster-cidr="+podCIDR, "--service-cluster-ip-range="+controlplane.ServiceClusterIPRange)
 		lc.ControlPlane.Scheduler = true
+		lc.ControlPlane.SchedulerConfig = &sched
 		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
 	case ModeNodeShepherd:
 		var names []string
@@ -67,7 +77,7 @@ func nodeShepherdControllers(cfg *controllers.Config) (func(context.Context, *re
 		return nil, nil, err
 	}
 	return func(ctx context.Context, rc *rest.Config) error {
-		rc.QPS, rc.Burst = 50, 100
+		rc.QPS, rc.Burst = clientQPS, clientBurst
 		return manager.Run(ctx, rc, manager.Options{Controllers: names, Constructors: controllers.Constructors(*cfg), MetricsBindAddress: "0"})
 	}, names, nil
 }

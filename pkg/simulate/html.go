@@ -283,6 +283,7 @@ func (rep *Report) WriteHTML(path string) error {
 	for _, r := range rep.Runs {
 		runNames = append(runNames, fmt.Sprintf("%s #%d", r.Mode, r.Trial))
 	}
+	settingModes, settings, settingNotes := rep.settingsTable()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -290,6 +291,6 @@ func (rep *Report) WriteHTML(path string) error {
 	defer f.Close()
 	return tmpl.Execute(f, map[string]any{
 		"R": rep, "Sums": sums, "Rows": rows, "TrialRows": trialRows, "RunNames": runNames, "Checks": checks,
-		"Charts": rep.charts(), "Failed": rep.Failed(), "Multi": rep.trials(), "TrialsPassed": strings.Join(trialsPassed, ", "),
+		"Charts": rep.charts(), "SettingModes": settingModes, "Settings": settings, "SettingNotes": settingNotes, "Failed": rep.Failed(), "Multi": rep.trials(), "TrialsPassed": strings.Join(trialsPassed, ", "),
 	})
 }

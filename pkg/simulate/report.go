@@ -112,6 +112,7 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	rep.writeSettings(w)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := "MEASURE"
@@ -177,6 +178,28 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, "\nAll %d expectations hold%s.\n", total, every)
 	default:
 		fmt.Fprintf(w, "\n%d of %d expectations FAILED%s.\n", failed, total, map[bool]string{true: " in at least one trial"}[rep.trials()])
+	}
+}
+
+// writeSettings prints the settings of each run side by side (cluster time).
+func (rep *Report) writeSettings(w io.Writer) {
+	modes, rows, notes := rep.settingsTable()
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "SETTING (cluster time)"
+	for _, m := range modes {
+		header += "\t" + strings.ToUpper(m)
+	}
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, r.Title+"\t"+strings.Join(r.Values, "\t"))
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintf(w, "  * %s\n", n)
 	}
 }
 

@@ -82,7 +82,12 @@ type RunResult struct {
 	Services     []string            `json:"services,omitempty"` // namespace/name, whose endpoints are counted
 	Interrupted  bool                `json:"interrupted,omitempty"`
 	SetupSeconds float64             `json:"setupSeconds"`
-	LogDir       string              `json:"logDir"`
+	// Settings are the timings and limits the run had, in cluster time;
+	// SettingsChecked says what of them was read back from the running
+	// components.
+	Settings        []Setting `json:"settings"`
+	SettingsChecked string    `json:"settingsChecked,omitempty"`
+	LogDir          string    `json:"logDir"`
 }
 
 // Checked is an expectation with its outcome.
@@ -166,6 +171,11 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 	}
 	defer r.cluster.Stop()
 	r.client, r.nodes = r.cluster.Client(), r.cluster.Nodes()
+	if sc := cfg.ControlPlane.SchedulerConfig; sc != nil {
+		if err := r.checkScheduler(ctx, *sc, res); err != nil {
+			return nil, err
+		}
+	}
 	if v, err := r.client.Discovery().ServerVersion(); err == nil && r.opts.Mode == ModeUpstream {
 		res.Components += " " + v.GitVersion
 	}

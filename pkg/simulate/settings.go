@@ -13,6 +13,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 )
 
 // Settings are the scenario's controllers: block: the configuration
@@ -84,7 +85,11 @@ func (s *Settings) check(path string) error {
 
 // scaled returns nodeshepherd's configuration with every duration divided
 // by scale and every rate multiplied by it, and the kube-controller-manager
-// flags of the same settings for the upstream run.
+// flags of the same settings for the upstream run. The scheduler's backoffs
+// are then rounded to whole seconds, at least 1: kube-scheduler cannot hold
+// anything else (podInitialBackoffSeconds, podMaxBackoffSeconds), and both
+// runs must back off alike to be compared; nodeshepherd's run is the same
+// with and without --compare.
 func (s *Settings) scaled(path string, scale float64) (*controllers.Config, []string, error) {
 	cfg, fs, err := s.parse(path)
 	if err != nil {
@@ -113,6 +118,9 @@ func (s *Settings) scaled(path string, scale float64) (*controllers.Config, []st
 		rc.MinDuration = time.Duration(float64(rc.MinDuration) / scale)
 		cfg.Drain.Conditions[i] = rc.String()
 	}
+	sc := &cfg.Scheduler
+	sc.PodInitialBackoff = time.Duration(controlplane.BackoffSeconds(sc.PodInitialBackoff)) * time.Second
+	sc.PodMaxBackoff = time.Duration(controlplane.BackoffSeconds(sc.PodMaxBackoff)) * time.Second
 	var kcm []string
 	for _, name := range upstreamFlags {
 		kcm = append(kcm, "--"+name+"="+fs.Lookup(name).Value.String())

@@ -16,6 +16,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/simulate"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
@@ -341,4 +347,148 @@ func TestSimulateTrials(t *testing.T) {
 	if err != nil || !strings.Contains(string(page), "Every trial") || !strings.Contains(string(page), "Service endpoints") {
 		t.Errorf("report.html lacks the per-trial table or the endpoints chart: %v", err)
 	}
+}
+
+// settingsScenario sets the scheduler's timings: at time scale 10 they are
+// 200ms / 2s backoffs (whole seconds for kube-scheduler: 1s / 2s, so both
+// runs use those) and a 12s unschedulable timeout.
+const settingsScenario = `apiVersion: nodeshepherd.io/v1alpha1
+kind: Scenario
+name: settings
+duration: 20s
+controllers:
+  scheduler: {podInitialBackoff: 2s, podMaxBackoff: 20s, podMaxInUnschedulablePodsDuration: 2m}
+  nodeLifecycle: {nodeMonitorGracePeriod: 30s}
+cluster:
+  zones:
+  - {name: zone-a, nodes: 2}
+  node: {cpu: "4", memory: 8Gi}
+workloads:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: app}
+  spec:
+    replicas: 2
+    selector: {matchLabels: {app: app}}
+    template:
+      metadata: {labels: {app: app}}
+      spec:
+        containers: [{name: app, image: registry.k8s.io/pause:3.10}]
+timeline:
+- {at: 5s, action: cordon, nodes: [fake-node-0001], for: 10s}
+expect:
+- {metric: podsEvicted, atMost: 0, run: both}
+`
+
+// TestSimulateCompareUpstreamSettings: with --compare upstream, kube-scheduler
+// runs with a configuration file holding nodeshepherd's time-scaled
+// scheduler settings and client limits (the run reads them back from its
+// /configz), and the report states both runs' settings side by side.
+func TestSimulateCompareUpstreamSettings(t *testing.T) {
+	bin := framework.Binary(t)
+	scenario := filepath.Join(t.TempDir(), "settings.yaml")
+	if err := os.WriteFile(scenario, []byte(settingsScenario), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "simulate", scenario, "--compare=upstream", "--time-scale=10", "-o", dir).CombinedOutput()
+	t.Logf("simulate --compare upstream:\n%s", summary(out))
+	if err != nil {
+		t.Fatalf("simulate failed: %v (logs in %s)\n%s", err, dir, out)
+	}
+	for _, re := range []string{
+		`SETTING \(cluster time\) +NODESHEPHERD +UPSTREAM\n`,
+		`client QPS / burst +50 / 100, shared +50 / 100, each\n`,
+		`scheduler pod initial / max backoff +10s / 20s +10s / 20s\n`,
+		`unschedulable pods retried after +2m0s +2m0s\n`,
+		`node monitor / startup grace period +30s / 1m0s +30s / 1m0s\n`,
+		`\* scheduler pod initial / max backoff: the scenario asked 2s / 20s; kube-scheduler's backoffs are whole seconds`,
+		`\* upstream: kube-scheduler's backoffs and client limits read back from its /configz`,
+	} {
+		if !regexp.MustCompile(re).Match(out) {
+			t.Errorf("output lacks %s", re)
+		}
+	}
+	rep := readReport(t, dir)
+	if len(rep.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(rep.Runs))
+	}
+	for _, r := range rep.Runs {
+		settings := map[string]string{}
+		for _, s := range r.Settings {
+			settings[s.Name] = s.Value
+		}
+		if got := settings["scheduler pod initial / max backoff"]; got != "10s / 20s" {
+			t.Errorf("%s: backoffs %q in report.json", r.Mode, got)
+		}
+		if checked := r.SettingsChecked; (r.Mode == simulate.RunUpstream) != strings.Contains(checked, "/configz") {
+			t.Errorf("%s: settings checked %q", r.Mode, checked)
+		}
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "upstream", "kube-scheduler.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"podInitialBackoffSeconds: 1\n", "podMaxBackoffSeconds: 2\n", "qps: 50\n", "burst: 100\n"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("kube-scheduler's configuration lacks %q:\n%s", want, cfg)
+		}
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "<h2>Settings</h2>") || !strings.Contains(string(page), "<td>unschedulable pods retried after</td>") {
+		t.Error("report.html has no settings table")
+	}
+}
+
+// TestSimulateKubeSchedulerUnschedulableTimeout: the upstream run passes the
+// time-scaled podMaxInUnschedulablePodsDuration to kube-scheduler as its
+// deprecated flag next to --config (the file format has no such field);
+// kube-scheduler v1.37 must honour it. A pod no node fits sits in the
+// unschedulable pool with no event to wake it, and is retried for the
+// timeout (at kube-scheduler's 30 s flush) rather than after 5 minutes.
+func TestSimulateKubeSchedulerUnschedulableTimeout(t *testing.T) {
+	cp := framework.StartControlPlane(t, controlplane.Config{Scheduler: true, SchedulerConfig: &controlplane.SchedulerConfig{
+		QPS: 50, Burst: 100, PodInitialBackoffSeconds: 1, PodMaxBackoffSeconds: 1, PodMaxInUnschedulablePodsDuration: 2 * time.Second}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	list := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}
+	node, err := client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Status = v1.NodeStatus{Capacity: list, Allocatable: list, Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No kube-controller-manager: the ServiceAccount admission needs the default account.
+	if _, err := client.CoreV1().ServiceAccounts("default").Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nowhere"}, Spec: v1.PodSpec{NodeSelector: map[string]string{"pool": "none"},
+		Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}}}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 50*time.Second, "kube-scheduler retries the unschedulable pod for its timeout", func(ctx context.Context) (bool, string, error) {
+		body, err := cp.Get(ctx, controlplane.Scheduler, "/metrics")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var queue []string
+		for _, l := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(l, "scheduler_queue_incoming_pods_total{") {
+				if strings.Contains(l, `event="UnschedulableTimeout"`) {
+					return true, l, nil
+				}
+				queue = append(queue, l)
+			}
+		}
+		return false, strings.Join(queue, "; "), nil
+	})
 }

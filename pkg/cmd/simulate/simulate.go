@@ -51,7 +51,9 @@ timeline charts).
 --compare upstream runs the scenario a second time with kube-controller-manager's own
 nodelifecycle, taint-eviction and nodeipam controllers and kube-scheduler, and reports both
 side by side. Settings kube-controller-manager also has (nodeLifecycle.nodeMonitorGracePeriod,
-nodeLifecycle.nodeEvictionRate, ...) apply to both runs.
+nodeLifecycle.nodeEvictionRate, ...) apply to both runs, and so do the scheduler's backoffs
+and unschedulable timeout (kube-scheduler gets them in a configuration file) and the client
+QPS / burst; the report lists both runs' settings side by side.
 
 --trials N runs every run N times, each on a fresh control plane (with --compare upstream,
 nodeshepherd and upstream take turns), and reports each measure as the median and range
@@ -62,8 +64,9 @@ Workloads may include Services: the ready endpoints of their EndpointSlices are 
 (serviceReadyEndpointsMin, serviceReadyEndpointsAtEnd) and charted.
 
 --time-scale N divides every duration by N (controller settings, fake kubelet intervals,
-tolerationSeconds including the 300 s defaults, the timeline) and multiplies eviction
-rates by N; the report is in cluster time and states the scale.
+tolerationSeconds including the 300 s defaults, the timeline; the scheduler's backoffs
+then rounded to whole seconds, at least 1, in both runs, as kube-scheduler takes them) and
+multiplies eviction rates by N; the report is in cluster time and states the scale.
 
 Exit status: 0 when every expectation holds, 1 when one fails or the run could not finish,
 2 for a bad scenario or flag. Ctrl-C stops the run cleanly and still writes the report of
