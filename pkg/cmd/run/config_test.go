@@ -164,10 +164,10 @@ func TestDangerousValuesRefused(t *testing.T) {
 		want string // "" means valid
 	}{
 		{[]string{"--unhealthy-zone-threshold=NaN"}, "--unhealthy-zone-threshold must be in (0, 1]"},
-		{[]string{"--node-eviction-rate=NaN"}, "--node-eviction-rate must be a finite number"},
-		{[]string{"--node-eviction-rate=+Inf"}, "--node-eviction-rate must be a finite number"},
-		{[]string{"--secondary-node-eviction-rate=-1"}, "--secondary-node-eviction-rate must be a finite number"},
-		{[]string{"--controllers=cloudnodelifecycle", "--cloud-provider=fake", "--node-deletion-rate=Inf"}, "--node-deletion-rate must be a finite positive number"},
+		{[]string{"--node-eviction-rate=NaN"}, "--node-eviction-rate must not be negative, NaN or infinite"},
+		{[]string{"--node-eviction-rate=+Inf"}, "--node-eviction-rate must not be negative, NaN or infinite"},
+		{[]string{"--secondary-node-eviction-rate=-1"}, "--secondary-node-eviction-rate must not be negative, NaN or infinite"},
+		{[]string{"--controllers=cloudnodelifecycle", "--cloud-provider=fake", "--node-deletion-rate=Inf"}, "--node-deletion-rate must be positive and finite"},
 		{[]string{"--kube-api-qps=NaN"}, "--kube-api-qps must be greater than 0 and finite"},
 		{[]string{"--kube-api-qps=Inf"}, "--kube-api-qps must be greater than 0 and finite"},
 		{[]string{"--max-unhealthy-nodes=NaN%"}, "--max-unhealthy-nodes"},

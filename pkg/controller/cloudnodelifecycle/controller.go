@@ -89,7 +89,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 func (c *Config) Validate() error {
 	var errs []error
 	if !controllerutil.Finite(c.NodeDeletionRate) || c.NodeDeletionRate <= 0 {
-		errs = append(errs, fmt.Errorf("--node-deletion-rate must be a finite positive number of nodes per second, got %v", c.NodeDeletionRate))
+		errs = append(errs, fmt.Errorf("--node-deletion-rate must be positive and finite, got %v", c.NodeDeletionRate))
 	}
 	if _, err := controllerutil.ParseLimit(c.MaxUnhealthyNodes, 100); err != nil {
 		errs = append(errs, fmt.Errorf("--max-unhealthy-nodes: %w", err))

@@ -106,10 +106,10 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--node-monitor-grace-period (%v) must be longer than --node-monitor-period (%v)", c.NodeMonitorGracePeriod, c.NodeMonitorPeriod))
 	}
 	if !controllerutil.Finite(c.NodeEvictionRate) || c.NodeEvictionRate < 0 {
-		errs = append(errs, fmt.Errorf("--node-eviction-rate must be a finite number of nodes per second, 0 or more, got %v", c.NodeEvictionRate))
+		errs = append(errs, fmt.Errorf("--node-eviction-rate must not be negative, NaN or infinite, got %v", c.NodeEvictionRate))
 	}
 	if !controllerutil.Finite(c.SecondaryNodeEvictionRate) || c.SecondaryNodeEvictionRate < 0 {
-		errs = append(errs, fmt.Errorf("--secondary-node-eviction-rate must be a finite number of nodes per second, 0 or more, got %v", c.SecondaryNodeEvictionRate))
+		errs = append(errs, fmt.Errorf("--secondary-node-eviction-rate must not be negative, NaN or infinite, got %v", c.SecondaryNodeEvictionRate))
 	}
 	if c.LargeClusterSizeThreshold < 0 {
 		errs = append(errs, fmt.Errorf("--large-cluster-size-threshold must not be negative, got %d", c.LargeClusterSizeThreshold))
