@@ -47,6 +47,10 @@ type Config struct {
 	APIServerArgs []string
 	// ReadyTimeout bounds start-up; 60s when zero.
 	ReadyTimeout time.Duration
+	// ScrubOnStop removes, when a given Dir is kept, the private keys,
+	// tokens, kubeconfigs and etcd's data on Stop: what is left (logs,
+	// certificates, component configuration) can be shared as a report.
+	ScrubOnStop bool
 }
 
 // ControlPlane is a running local control plane.
@@ -343,6 +347,21 @@ func (cp *ControlPlane) Stop() {
 	cp.procs = nil
 	if cp.removeDir && cp.cfg.Dir != "" {
 		_ = os.RemoveAll(cp.cfg.Dir)
+	} else if cp.cfg.ScrubOnStop && cp.cfg.Dir != "" {
+		cp.scrub()
+	}
+}
+
+// scrub removes the secrets from Dir: private keys, the token file,
+// kubeconfigs (they hold tokens) and etcd's data (it holds Secrets).
+func (cp *ControlPlane) scrub() {
+	_ = os.RemoveAll(filepath.Join(cp.cfg.Dir, "etcd"))
+	entries, _ := os.ReadDir(cp.cfg.Dir)
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() && (strings.HasSuffix(name, ".key") || strings.HasSuffix(name, ".kubeconfig") || name == "tokens.csv") {
+			_ = os.Remove(filepath.Join(cp.cfg.Dir, name))
+		}
 	}
 }
 

@@ -40,7 +40,7 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 	tol := fmt.Sprint(scaleSeconds(defaultTolerationSeconds, scale))
 	nodes := r.sc.fakeNodeConfig(scale)
 	lc := localcluster.Config{
-		ControlPlane: controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true,
+		ControlPlane: controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true, ScrubOnStop: true,
 			ControllerManagerArgs: kcmClientArgs(),
 			APIServerArgs:         []string{"--default-not-ready-toleration-seconds=" + tol, "--default-unreachable-toleration-seconds=" + tol}},
 		FakeNodes:       &nodes,

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -212,6 +213,19 @@ func (t Target) String() string {
 
 func (t Target) empty() bool { return !t.All && t.Zone == "" && len(t.Nodes) == 0 }
 
+// Limits on a scenario's size: a scenario runs on this machine, and a typo
+// (nodes: 50000) must be an error naming the limit, not an hour of setup.
+const (
+	MaxNodes    = 5000
+	MaxPods     = 50000
+	MaxSteps    = 1000
+	MaxDuration = 24 * time.Hour
+)
+
+// validName is what a scenario's name may be: one path element, safe as the
+// report directory's name (no "/", no "..").
+var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
 // Load reads and validates a scenario file; every error names file:line.
 func Load(path string) (*Scenario, error) {
 	var s Scenario
@@ -246,8 +260,13 @@ func (s *Scenario) validate() error {
 		}
 		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, line, fmt.Sprintf(format, args...)))
 	}
+	if !validName.MatchString(s.Name) {
+		at(field(root, "name"), "name %q: the report directory is named after it, so it must be lowercase letters, digits, '-', '.' or '_', starting and ending with a letter or digit, at most 63 characters (e.g. name: rack-failure)", s.Name)
+	}
 	if s.Duration.Duration <= 0 {
 		at(field(root, "duration"), "duration: give how long the timeline runs, e.g. duration: 10m")
+	} else if s.Duration.Duration > MaxDuration {
+		at(field(root, "duration"), "duration %v is longer than the limit of %v", s.Duration.Duration, MaxDuration)
 	}
 	clusterNode := field(root, "cluster")
 	zonesNode := field(clusterNode, "zones")
@@ -267,6 +286,16 @@ func (s *Scenario) validate() error {
 			at(n, "cluster.zones[%d]: nodes must be at least 1, got %d", i, z.Nodes)
 		}
 		zones[z.Name] = true
+	}
+	total := 0
+	for _, z := range s.Cluster.Zones {
+		total += max(z.Nodes, 0)
+	}
+	if total > MaxNodes {
+		at(zonesNode, "cluster.zones: %d nodes in all, more than the limit of %d (what the fake nodes are measured at; docs/benchmarks.md)", total, MaxNodes)
+	}
+	if len(s.Timeline) > MaxSteps {
+		at(field(root, "timeline"), "timeline: %d steps, more than the limit of %d", len(s.Timeline), MaxSteps)
 	}
 	fcfg := s.fakeNodeConfig(1)
 	// New only validates and names the nodes; the client is never called.
@@ -324,6 +353,8 @@ func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []
 			errs = append(errs, "burst: give name, replicas, priorityClassName and cpu, e.g. burst: {name: urgent, replicas: 10, priorityClassName: high, cpu: \"1\"}")
 		case b.Name == "" || b.Replicas < 1:
 			errs = append(errs, "burst: name and replicas (at least 1) are required")
+		case b.Replicas > MaxPods:
+			errs = append(errs, fmt.Sprintf("burst: %d replicas, more than the limit of %d pods", b.Replicas, MaxPods))
 		}
 		if !st.Target.empty() || st.For.Duration > 0 || st.Condition != "" {
 			errs = append(errs, "burst takes no nodes, zone, for or condition")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/utils/ptr"
 	"os"
 	"path/filepath"
 
@@ -71,7 +72,27 @@ func (s *Scenario) loadWorkloads() error {
 		}
 		w.objects = []manifest{m}
 	}
+	if pods := s.workloadPods(); pods > MaxPods {
+		errs = append(errs, fmt.Errorf("%s: workloads: %d replicas in all, more than the limit of %d pods", s.path, pods, MaxPods))
+	}
 	return errors.Join(errs...)
+}
+
+// workloadPods counts the replicas the workloads ask for (DaemonSets: one
+// per node, counted as such by the node limit).
+func (s *Scenario) workloadPods() int {
+	n := 0
+	for _, w := range s.Workloads {
+		for _, m := range w.objects {
+			switch o := m.obj.(type) {
+			case *appsv1.Deployment:
+				n += int(ptr.Deref(o.Spec.Replicas, 1))
+			case *appsv1.StatefulSet:
+				n += int(ptr.Deref(o.Spec.Replicas, 1))
+			}
+		}
+	}
+	return n
 }
 
 // readManifests decodes every document of a YAML file.

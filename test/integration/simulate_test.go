@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -431,6 +432,7 @@ func TestSimulateCompareUpstreamSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	noSecretsLeft(t, dir)
 	for _, want := range []string{"podInitialBackoffSeconds: 1\n", "podMaxBackoffSeconds: 2\n", "qps: 50\n", "burst: 100\n"} {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("kube-scheduler's configuration lacks %q:\n%s", want, cfg)
@@ -491,4 +493,38 @@ func TestSimulateKubeSchedulerUnschedulableTimeout(t *testing.T) {
 		}
 		return false, strings.Join(queue, "; "), nil
 	})
+}
+
+// noSecretsLeft fails if a report directory still holds a private key, a
+// token file, a kubeconfig or etcd's data once simulate has ended: it is
+// meant to be shared.
+func noSecretsLeft(t *testing.T, dir string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if name == "etcd" {
+				t.Errorf("report directory keeps etcd's data: %s", path)
+			}
+			return nil
+		}
+		if name == "tokens.csv" || strings.HasSuffix(name, ".kubeconfig") || strings.HasSuffix(name, ".key") {
+			t.Errorf("report directory keeps a secret: %s", path)
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(data, []byte("PRIVATE KEY")) {
+			t.Errorf("report directory keeps a private key in %s", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
