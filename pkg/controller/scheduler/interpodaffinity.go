@@ -488,6 +488,13 @@ func affinityRejected(statuses map[string]status) bool {
 // labelKey is a pod label in a namespace.
 type labelKey struct{ namespace, key, value string }
 
+// labelPods are the pods with one label, and how many of them that are not
+// terminating each node holds (what a spread constraint counts).
+type labelPods struct {
+	pods map[*podInfo]struct{}
+	live map[string]int
+}
+
 // Kinds of an existing pod's terms in the index.
 const (
 	kindRequiredAnti = iota
@@ -524,7 +531,7 @@ func (r termRef) get() *affinityTerm { return &r.terms()[r.term] }
 // cache keeps it under its lock.
 type podIndex struct {
 	pods    map[types.UID]*podInfo
-	byLabel map[labelKey]map[*podInfo]struct{}
+	byLabel map[labelKey]*labelPods
 	// termsBy holds terms by one label they require (namespace left to
 	// the term's check); termsAny the terms without such a requirement.
 	termsBy  map[labelKey]map[termRef]struct{}
@@ -532,7 +539,7 @@ type podIndex struct {
 }
 
 func newPodIndex() *podIndex {
-	return &podIndex{pods: map[types.UID]*podInfo{}, byLabel: map[labelKey]map[*podInfo]struct{}{},
+	return &podIndex{pods: map[types.UID]*podInfo{}, byLabel: map[labelKey]*labelPods{},
 		termsBy: map[labelKey]map[termRef]struct{}{}, termsAny: map[termRef]struct{}{}}
 }
 
@@ -559,10 +566,13 @@ func (x *podIndex) add(p *podInfo) {
 		lk := labelKey{p.pod.Namespace, k, v}
 		m := x.byLabel[lk]
 		if m == nil {
-			m = map[*podInfo]struct{}{}
+			m = &labelPods{pods: map[*podInfo]struct{}{}, live: map[string]int{}}
 			x.byLabel[lk] = m
 		}
-		m[p] = struct{}{}
+		m.pods[p] = struct{}{}
+		if p.pod.DeletionTimestamp == nil {
+			m.live[p.pod.Spec.NodeName]++
+		}
 	}
 	if p.affinity == nil {
 		return
@@ -603,11 +613,18 @@ func (x *podIndex) remove(uid types.UID) {
 	delete(x.pods, uid)
 	for k, v := range p.pod.Labels {
 		lk := labelKey{p.pod.Namespace, k, v}
-		if m := x.byLabel[lk]; m != nil {
-			delete(m, p)
-			if len(m) == 0 {
-				delete(x.byLabel, lk)
+		m := x.byLabel[lk]
+		if m == nil {
+			continue
+		}
+		delete(m.pods, p)
+		if p.pod.DeletionTimestamp == nil {
+			if m.live[p.pod.Spec.NodeName]--; m.live[p.pod.Spec.NodeName] <= 0 {
+				delete(m.live, p.pod.Spec.NodeName)
 			}
+		}
+		if len(m.pods) == 0 {
+			delete(x.byLabel, lk)
 		}
 	}
 	if p.affinity == nil {
@@ -641,11 +658,38 @@ func (x *podIndex) selecting(sel labels.Selector, namespaces sets.Set[string], f
 	}
 	for ns := range namespaces {
 		for _, v := range values {
-			for p := range x.byLabel[labelKey{ns, key, v}] {
-				fn(p)
+			if m := x.byLabel[labelKey{ns, key, v}]; m != nil {
+				for p := range m.pods {
+					fn(p)
+				}
 			}
 		}
 	}
+}
+
+// liveMatching counts per node name the pods in namespace ns that sel
+// matches and that are not terminating. A selector of one equality or
+// set-inclusion requirement (a Deployment's, usually) is answered from the
+// per-label counts without visiting pods.
+func (x *podIndex) liveMatching(ns string, sel labels.Selector) map[string]int {
+	out := map[string]int{}
+	key, values, ok := indexable(sel)
+	if reqs, _ := sel.Requirements(); ok && len(reqs) == 1 {
+		for _, v := range values {
+			if m := x.byLabel[labelKey{ns, key, v}]; m != nil {
+				for node, n := range m.live {
+					out[node] += n
+				}
+			}
+		}
+		return out
+	}
+	x.selecting(sel, sets.New(ns), func(p *podInfo) {
+		if p.pod.Namespace == ns && p.pod.DeletionTimestamp == nil && sel.Matches(labels.Set(p.pod.Labels)) {
+			out[p.pod.Spec.NodeName]++
+		}
+	})
+	return out
 }
 
 // termsSelecting calls fn with every existing pod's term that may select
