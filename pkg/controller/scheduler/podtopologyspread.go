@@ -352,8 +352,15 @@ func (s *spreadState) score(feasible []*nodeInfo, scores []int64) {
 		weights[i] = math.Log(float64(size + 2))
 	}
 	// Domains are those of the feasible nodes; their pods are counted on
-	// every node of the domain.
+	// every node of the domain (hostname domains are single nodes: no pass).
+	zonal := false
+	for i := range s.soft {
+		zonal = zonal || s.soft[i].key != v1.LabelHostname
+	}
 	for _, n := range s.all {
+		if !zonal {
+			break
+		}
 		if requireAll && !hasKeys(n.node, s.soft) {
 			continue
 		}
