@@ -111,7 +111,9 @@ func BenchmarkScheduler(b *testing.B) {
 					r = watch.round(b, client, preemptors, func(i int) *v1.Pod {
 						return benchPod(fmt.Sprintf("high-%d", i), side.schedulerName, "", "bench-high", "1")
 					})
-					record(workload, "victims per preemptor", side.name, float64(lowBefore-countPods(b, client, "low-"))/float64(preemptors))
+					victims := float64(lowBefore-countPods(b, client, "low-")) / float64(preemptors)
+					record(workload, "victims per preemptor", side.name, victims)
+					fmt.Fprintf(os.Stderr, "trial %d preemption %s: %.2f victims per preemptor\n", trial+1, side.name, victims)
 				default:
 					mk := workloadPod(b, workload)
 					r = watch.round(b, client, pods, func(i int) *v1.Pod { return mk(i, side.schedulerName) })
