@@ -91,10 +91,10 @@ bench-detection: controlplane
 bench-drain: controlplane
 	go test -run '^$$' -bench BenchmarkDrain -benchtime 1x -timeout 45m ./test/bench/
 
-## bench-scheduler: kube-scheduler vs nodeshepherd, 1,000 nodes: 10,000 pods, then 1,000 preemptors; plus one cycle at 5,000 nodes
+## bench-scheduler: kube-scheduler vs nodeshepherd, 1,000 nodes: 10,000 plain, anti-affine and spread pods, 1,000 preemptors (3 trials); one cycle at 5,000 nodes
 bench-scheduler: controlplane
-	go test -run '^$$' -bench 'Benchmark(ScheduleOne|Preemption|FilterFailing)5000Nodes' ./pkg/controller/scheduler/
-	go test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 60m ./test/bench/
+	go test -run '^$$' -bench 'Benchmark(ScheduleOne|ScheduleOneAntiAffinity|ScheduleOneSpread|Preemption|FilterFailing)5000Nodes' ./pkg/controller/scheduler/
+	go test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 180m ./test/bench/
 
 ## bench-steady: steady-state CPU at 5,000 nodes, kube-controller-manager next to nodeshepherd
 bench-steady: controlplane

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,21 +27,38 @@ import (
 )
 
 // BenchmarkScheduler runs kube-scheduler and nodeshepherd's scheduler
-// against the same control plane and BENCH_NODES (1,000) fake nodes of 4 CPUs,
-// one after the other, each as its own process with the same client QPS
-// (BENCH_QPS, 1,000):
+// against the same control plane and BENCH_NODES (1,000) fake nodes of 4 CPUs
+// in three zones, one after the other, each as its own process with the same
+// client QPS and burst (BENCH_QPS, 1,000). Workloads (BENCH_WORKLOADS, a
+// comma-separated subset; all by default), each of BENCH_PODS (10,000) pods
+// of 100m created at once by 32 clients:
 //
-//	(a) BENCH_PODS (10,000) pods of 100m created at once: pods bound per
-//	    second, median and p99 time from creation to binding;
-//	(b) every node filled with 4 pods of priority 10 and 1 CPU (placed
-//	    directly), then BENCH_PREEMPTORS (1,000) pods of priority 1000 and
-//	    1 CPU: preemptors bound per second and victims per preemptor.
+//	plain:        no constraints;
+//	antiaffinity: groups of 10 pods, each group required anti-affine on
+//	              kubernetes.io/hostname (10 groups per node at 1,000 nodes);
+//	spread:       topology spread DoNotSchedule, maxSkew 1 on zone, and
+//	              ScheduleAnyway, maxSkew 1 on hostname;
 //
-// The node lifecycle controller (for the not-ready taints) runs in a third
-// process. It prints one table with both schedulers and their ratios.
+// each measured as pods bound per second from the first creation to the last
+// binding, and the median and p99 time from creation (just before the create
+// call) to binding (seen by a watch); and
+//
+//	preemption:   every node filled with 4 pods of priority 10 and 1 CPU
+//	              (placed directly), then BENCH_PREEMPTORS (1,000) pods of
+//	              priority 1000 and 1 CPU: preemptors bound per second and
+//	              victims per preemptor.
+//
+// BENCH_TRIALS (3) trials on the same control plane; the scheduler that goes
+// first alternates. The node lifecycle controller (for the not-ready taints)
+// runs in a third process. It prints every trial, then one table with the
+// median and range of both schedulers' figures and of their ratios.
 func BenchmarkScheduler(b *testing.B) {
 	nodes, pods, preemptors := envInt("BENCH_NODES", 1000), envInt("BENCH_PODS", 10000), envInt("BENCH_PREEMPTORS", 1000)
-	qps := envInt("BENCH_QPS", 1000)
+	qps, trials := envInt("BENCH_QPS", 1000), envInt("BENCH_TRIALS", 3)
+	workloads := []string{"plain", "antiaffinity", "spread", "preemption"}
+	if w := os.Getenv("BENCH_WORKLOADS"); w != "" {
+		workloads = strings.Split(w, ",")
+	}
 	qpsArgs := []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", qps)}
 	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Scheduler: true, SchedulerArgs: qpsArgs})
 	client := framework.Client(b, cp)
@@ -65,58 +83,117 @@ func BenchmarkScheduler(b *testing.B) {
 		{"kube-scheduler", v1.DefaultSchedulerName, cp.PID(controlplane.Scheduler)},
 		{"nodeshepherd", scheduler.DefaultSchedulerName, ours.Process.Pid},
 	}
-	type result struct {
-		throughput, p50, p99, cpuA float64
-		preemptRate, victims, cpuB float64
-		placedA, placedB           int
-	}
-	results := map[string]result{}
-	for _, side := range sides {
-		var r result
-		// (a) throughput
-		cpu0 := cpuSeconds(b, side.pid)
-		r.placedA, r.throughput, r.p50, r.p99 = watch.round(b, client, pods, func(i int) *v1.Pod {
-			return benchPod(fmt.Sprintf("a-%d", i), side.schedulerName, "", "", "100m")
-		})
-		r.cpuA = cpuSeconds(b, side.pid) - cpu0
-		deleteAllPods(b, client)
-
-		// (b) preemption
-		names := fn.NodeNames()
-		createMany(b, client, len(names)*4, func(i int) *v1.Pod {
-			return benchPod(fmt.Sprintf("low-%d", i), side.schedulerName, names[i/4], "bench-low", "1")
-		})
-		lowBefore := countPods(b, client, "low-")
-		cpu0 = cpuSeconds(b, side.pid)
-		r.placedB, r.preemptRate, _, _ = watch.round(b, client, preemptors, func(i int) *v1.Pod {
-			return benchPod(fmt.Sprintf("high-%d", i), side.schedulerName, "", "bench-high", "1")
-		})
-		r.cpuB = cpuSeconds(b, side.pid) - cpu0
-		r.victims = float64(lowBefore-countPods(b, client, "low-")) / float64(preemptors)
-		deleteAllPods(b, client)
-		results[side.name] = r
-		if side.name == "nodeshepherd" {
-			fmt.Fprintf(os.Stderr, "nodeshepherd metrics: %.0f binding errors, %.0f preemption attempts, %.0f preemptions\n",
-				oursMetrics.Metric(b, "scheduler_schedule_attempts_total", map[string]string{"result": "error"}),
-				oursMetrics.Metric(b, "scheduler_preemption_attempts_total", nil), oursMetrics.Metric(b, "scheduler_preemption_victims", nil))
+	// figures[workload][measure][side] holds one value per trial.
+	figures := map[string]map[string]map[string][]float64{}
+	record := func(workload, measure, side string, v float64) {
+		if figures[workload] == nil {
+			figures[workload] = map[string]map[string][]float64{}
 		}
-		fmt.Fprintf(os.Stderr, "%s: (a) %d pods in %.0f pods/s, p50 %.2fs, p99 %.2fs, %.1f CPU-s; (b) %d preemptors at %.1f/s, %.2f victims each, %.1f CPU-s",
-			side.name, r.placedA, r.throughput, r.p50, r.p99, r.cpuA, r.placedB, r.preemptRate, r.victims, r.cpuB)
-		fmt.Fprintln(os.Stderr)
+		if figures[workload][measure] == nil {
+			figures[workload][measure] = map[string][]float64{}
+		}
+		figures[workload][measure][side] = append(figures[workload][measure][side], v)
 	}
-	k, n := results["kube-scheduler"], results["nodeshepherd"]
-	fmt.Fprintf(os.Stderr, "\n%d nodes, client QPS %d for both schedulers\n", nodes, qps)
-	fmt.Fprintf(os.Stderr, "%-40s %14s %14s %8s\n", "", "kube-scheduler", "nodeshepherd", "ratio")
-	row := func(what string, kv, nv float64, format string) {
-		fmt.Fprintf(os.Stderr, "%-40s %14s %14s %7.2fx\n", what, fmt.Sprintf(format, kv), fmt.Sprintf(format, nv), nv/kv)
+	for trial := range trials {
+		for _, workload := range workloads {
+			for k := range sides {
+				side := sides[(k+trial)%len(sides)]
+				cpu0 := cpuSeconds(b, side.pid)
+				var r roundResult
+				switch workload {
+				case "preemption":
+					names := fn.NodeNames()
+					createMany(b, client, len(names)*4, func(i int) *v1.Pod {
+						return benchPod(fmt.Sprintf("low-%d", i), side.schedulerName, names[i/4], "bench-low", "1")
+					})
+					lowBefore := countPods(b, client, "low-")
+					cpu0 = cpuSeconds(b, side.pid)
+					r = watch.round(b, client, preemptors, func(i int) *v1.Pod {
+						return benchPod(fmt.Sprintf("high-%d", i), side.schedulerName, "", "bench-high", "1")
+					})
+					victims := float64(lowBefore-countPods(b, client, "low-")) / float64(preemptors)
+					record(workload, "victims per preemptor", side.name, victims)
+					fmt.Fprintf(os.Stderr, "trial %d preemption %s: %.2f victims per preemptor\n", trial+1, side.name, victims)
+				default:
+					mk := workloadPod(b, workload)
+					r = watch.round(b, client, pods, func(i int) *v1.Pod { return mk(i, side.schedulerName) })
+				}
+				cpu := cpuSeconds(b, side.pid) - cpu0
+				deleteAllPods(b, client)
+				record(workload, "pods/s", side.name, r.throughput)
+				if workload != "preemption" {
+					record(workload, "creation to binding p50 (s)", side.name, r.p50)
+					record(workload, "creation to binding p99 (s)", side.name, r.p99)
+				}
+				record(workload, "scheduler CPU (s)", side.name, cpu)
+				fmt.Fprintf(os.Stderr, "trial %d %s %s: %d pods bound, %.0f pods/s, p50 %.2fs, p99 %.2fs, %.1f CPU-s; creation took %.1fs, %d bound by then\n",
+					trial+1, workload, side.name, r.placed, r.throughput, r.p50, r.p99, cpu, r.createDur, r.boundAtCreated)
+			}
+		}
 	}
-	row(fmt.Sprintf("(a) %d pods: pods/s", pods), k.throughput, n.throughput, "%.0f")
-	row("(a) creation to binding p50 (s)", k.p50, n.p50, "%.2f")
-	row("(a) creation to binding p99 (s)", k.p99, n.p99, "%.2f")
-	row("(a) scheduler CPU (s)", k.cpuA, n.cpuA, "%.1f")
-	row(fmt.Sprintf("(b) %d preemptors: placed/s", preemptors), k.preemptRate, n.preemptRate, "%.1f")
-	row("(b) victims per preemptor", k.victims, n.victims, "%.2f")
-	row("(b) scheduler CPU (s)", k.cpuB, n.cpuB, "%.1f")
+	fmt.Fprintf(os.Stderr, "nodeshepherd metrics: %.0f binding errors, %.0f preemption attempts, %.0f preemptions\n",
+		oursMetrics.Metric(b, "scheduler_schedule_attempts_total", map[string]string{"result": "error"}),
+		oursMetrics.Metric(b, "scheduler_preemption_attempts_total", nil), oursMetrics.Metric(b, "scheduler_preemption_victims", nil))
+	fmt.Fprintf(os.Stderr, "\n%d nodes in 3 zones, %d pods, %d preemptors, client QPS and burst %d for both schedulers; median [range] of %d trials\n",
+		nodes, pods, preemptors, qps, trials)
+	fmt.Fprintf(os.Stderr, "%-45s %-22s %-22s %s\n", "", "kube-scheduler", "nodeshepherd", "ratio")
+	for _, workload := range workloads {
+		for _, measure := range []string{"pods/s", "creation to binding p50 (s)", "creation to binding p99 (s)", "victims per preemptor", "scheduler CPU (s)"} {
+			f := figures[workload][measure]
+			if f == nil {
+				continue
+			}
+			k, n := f["kube-scheduler"], f["nodeshepherd"]
+			ratios := make([]float64, len(k))
+			for i := range k {
+				ratios[i] = n[i] / k[i]
+			}
+			fmt.Fprintf(os.Stderr, "%-45s %-22s %-22s %s\n", workload+" "+measure, spreadOf(k, "%.2f"), spreadOf(n, "%.2f"), spreadOf(ratios, "%.2fx"))
+		}
+	}
+}
+
+// spreadOf formats the median and range of vs.
+func spreadOf(vs []float64, format string) string {
+	s := slices.Sorted(slices.Values(vs))
+	if len(s) == 0 {
+		return "-"
+	}
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return fmt.Sprintf(format+" ["+format+"–"+format+"]", med, s[0], s[len(s)-1])
+}
+
+// workloadPod returns the pod maker of a workload of 100m pods.
+func workloadPod(b *testing.B, workload string) func(i int, schedulerName string) *v1.Pod {
+	switch workload {
+	case "plain":
+		return func(i int, sn string) *v1.Pod { return benchPod(fmt.Sprintf("a-%d", i), sn, "", "", "100m") }
+	case "antiaffinity":
+		return func(i int, sn string) *v1.Pod {
+			p := benchPod(fmt.Sprintf("aa-%d", i), sn, "", "", "100m")
+			group := map[string]string{"group": fmt.Sprintf("g-%d", i/10)}
+			p.Labels = group
+			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: group}, TopologyKey: v1.LabelHostname}}}}
+			return p
+		}
+	case "spread":
+		return func(i int, sn string) *v1.Pod {
+			p := benchPod(fmt.Sprintf("ts-%d", i), sn, "", "", "100m")
+			p.Labels = map[string]string{"app": "spread"}
+			sel := &metav1.LabelSelector{MatchLabels: p.Labels}
+			p.Spec.TopologySpreadConstraints = []v1.TopologySpreadConstraint{
+				{MaxSkew: 1, TopologyKey: v1.LabelTopologyZone, WhenUnsatisfiable: v1.DoNotSchedule, LabelSelector: sel},
+				{MaxSkew: 1, TopologyKey: v1.LabelHostname, WhenUnsatisfiable: v1.ScheduleAnyway, LabelSelector: sel},
+			}
+			return p
+		}
+	}
+	b.Fatalf("BENCH_WORKLOADS: unknown workload %q (want plain, antiaffinity, spread or preemption)", workload)
+	return nil
 }
 
 func benchPod(name, schedulerName, node, class, cpu string) *v1.Pod {
@@ -228,21 +305,56 @@ func newBindWatch(b *testing.B, client kubernetes.Interface) *bindWatch {
 	return w
 }
 
-// round creates n pods at once and waits until all are bound; it returns
-// how many were bound, pods per second from the first creation to the last
-// binding, and the median and p99 creation-to-binding latency in seconds.
-func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk func(int) *v1.Pod) (int, float64, float64, float64) {
+// roundResult is one round's figures.
+type roundResult struct {
+	placed               int
+	throughput, p50, p99 float64
+	createDur            float64 // seconds to create every pod
+	boundAtCreated       int     // pods bound when the last create returned
+}
+
+// round creates n pods at once and waits until all are bound: how many
+// were bound, pods per second from the first creation to the last binding,
+// and the median and p99 creation-to-binding latency in seconds. With
+// BENCH_TIMELINE set it prints pods created and bound every 2 s.
+func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk func(int) *v1.Pod) roundResult {
 	w.mu.Lock()
 	w.created, w.bound = map[string]time.Time{}, map[string]time.Time{}
 	w.mu.Unlock()
 	start := time.Now()
+	var createdN atomic.Int64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	if os.Getenv("BENCH_TIMELINE") != "" {
+		sampler.Go(func() {
+			t := time.NewTicker(2 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					w.mu.Lock()
+					bound := len(w.bound)
+					w.mu.Unlock()
+					fmt.Fprintf(os.Stderr, "  t=%3.0fs created %5d bound %5d\n", time.Since(start).Seconds(), createdN.Load(), bound)
+				}
+			}
+		})
+	}
 	createMany(b, client, n, func(i int) *v1.Pod {
 		p := mk(i)
 		w.mu.Lock()
 		w.created[p.Name] = time.Now()
 		w.mu.Unlock()
+		createdN.Add(1)
 		return p
 	})
+	var r roundResult
+	r.createDur = time.Since(start).Seconds()
+	w.mu.Lock()
+	r.boundAtCreated = len(w.bound)
+	w.mu.Unlock()
 	var lat []float64
 	last := start
 	framework.Eventually(b, 30*time.Minute, "all pods bound", func(context.Context) (bool, string, error) {
@@ -250,6 +362,8 @@ func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk f
 		defer w.mu.Unlock()
 		return len(w.bound) >= n, fmt.Sprintf("%d of %d bound", len(w.bound), n), nil
 	})
+	close(stop)
+	sampler.Wait()
 	w.mu.Lock()
 	for name, t := range w.bound {
 		lat = append(lat, t.Sub(w.created[name]).Seconds())
@@ -259,5 +373,6 @@ func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk f
 	}
 	w.mu.Unlock()
 	slices.Sort(lat)
-	return len(lat), float64(n) / last.Sub(start).Seconds(), lat[len(lat)/2], lat[len(lat)*99/100]
+	r.placed, r.throughput, r.p50, r.p99 = len(lat), float64(n)/last.Sub(start).Seconds(), lat[len(lat)/2], lat[len(lat)*99/100]
+	return r
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // benchCluster is 5,000 nodes of 4 CPUs, each with pods of priority 10
@@ -91,4 +93,52 @@ func BenchmarkFilterFailing5000Nodes(b *testing.B) {
 			b.Fatal("want 5000 statuses")
 		}
 	}
+}
+
+// zonedBenchCluster is 5,000 nodes of 4 CPUs in three zones holding 10,000
+// pods of 100m (two per node) made by mk from their index.
+func zonedBenchCluster(mk func(i int, node string) *v1.Pod) *cache {
+	c := newCache()
+	for i := range 5000 {
+		name := fmt.Sprintf("node-%d", i)
+		n := node(name, 4000, 110)
+		n.Labels[v1.LabelTopologyZone] = fmt.Sprintf("zone-%c", 'a'+i%3)
+		c.setNode(n)
+		for j := range 2 {
+			c.setPod(mk(i*2+j, name))
+		}
+	}
+	return c
+}
+
+// antiAffinePod is bench-scheduler's anti-affinity workload: groups of 10
+// pods, each group required anti-affine on hostname.
+func antiAffinePod(i int, node string) *v1.Pod {
+	group := fmt.Sprintf("g-%d", i/10)
+	return pod(fmt.Sprintf("aa-%d", i), 0, 100, onNode(node), labels2("group", group),
+		antiAffinityTo(term(v1.LabelHostname, sel("group", group))))
+}
+
+// BenchmarkScheduleOneAntiAffinity5000Nodes is one cycle (state, filter,
+// score) of a pod of bench-scheduler's anti-affinity workload among 10,000
+// such pods.
+func BenchmarkScheduleOneAntiAffinity5000Nodes(b *testing.B) {
+	c := zonedBenchCluster(antiAffinePod)
+	s := &Scheduler{cfg: DefaultConfig(), cache: c, rand: rand.New(rand.NewSource(1))}
+	benchFindNode(b, s, query(antiAffinePod(5, "")), func(q *podQuery) { q.interPod = newAffinityState(c, q.podInfo, nil) })
+}
+
+// spreadPod is bench-scheduler's spread workload: DoNotSchedule on zone,
+// ScheduleAnyway on hostname, maxSkew 1.
+func spreadPod(i int, node string) *v1.Pod {
+	return pod(fmt.Sprintf("ts-%d", i), 0, 100, onNode(node), labels2("app", "web"),
+		spreadOn(v1.LabelTopologyZone, 1, v1.DoNotSchedule), spreadOn(v1.LabelHostname, 1, v1.ScheduleAnyway))
+}
+
+// BenchmarkScheduleOneSpread5000Nodes is one cycle of a pod of
+// bench-scheduler's spread workload among 10,000 such pods.
+func BenchmarkScheduleOneSpread5000Nodes(b *testing.B) {
+	c := zonedBenchCluster(spreadPod)
+	s := &Scheduler{cfg: DefaultConfig(), cache: c, rand: rand.New(rand.NewSource(1))}
+	benchFindNode(b, s, query(spreadPod(0, "")), nil)
 }

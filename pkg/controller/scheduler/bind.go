@@ -25,39 +25,25 @@ func truncate(msg string) string {
 	return msg[:messageLimit-3] + "..."
 }
 
-// Binding runs on a fixed number of workers fed in scheduling order: the
-// next pods are scheduled meanwhile, and a burst of bindings neither floods
-// the API server nor overtakes earlier pods.
-const (
-	bindWorkers = 32
-	bindQueue   = 4096
-)
-
-type binding struct {
-	p    *queuedPod
-	node string
-}
-
-// bind hands the binding to the workers; the pod stays assumed on the node
+// bind starts the pod's binding right after its cycle, as kube-scheduler
+// does, while the next pods are scheduled; the pod stays assumed on the node
 // until the informer confirms it, or is forgotten and retried with backoff on
-// failure.
+// failure. There is no fixed pool of binding workers: under a creation storm
+// a pool of N caps bindings at N per API round trip, whatever the creators
+// get, and the backlog (every pod's wait) grows; one call per pod lets
+// bindings take their share of the API server as the backlog grows. Calls
+// start in scheduling order, which is queue order.
 func (s *Scheduler) bind(ctx context.Context, p *queuedPod, node string) {
 	pod := p.info.pod
 	if s.dryRun.Enabled() {
 		s.dryRun.Report(ctx, pod, "bind", fmt.Sprintf("would bind pod %s/%s to node %s", pod.Namespace, pod.Name, node))
 		return
 	}
-	s.binds <- binding{p: p, node: node}
-}
-
-func (s *Scheduler) bindWorker(ctx context.Context) {
-	for b := range s.binds {
-		if ctx.Err() != nil {
-			s.cache.forget(b.p.info.pod.UID) // no longer leading: leave it to the next leader
-			continue
-		}
-		s.doBind(context.WithoutCancel(ctx), b.p, b.node)
+	if ctx.Err() != nil {
+		s.cache.forget(pod.UID) // no longer leading: leave it to the next leader
+		return
 	}
+	s.wg.Go(func() { s.doBind(context.WithoutCancel(ctx), p, node) })
 }
 
 func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {

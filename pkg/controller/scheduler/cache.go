@@ -25,11 +25,14 @@ type cache struct {
 	// doomed are victims the scheduler has decided to delete, before the
 	// informer shows them terminating.
 	doomed map[types.UID]bool
+	// index finds assigned pods by label for inter-pod affinity and spread.
+	index *podIndex
 }
 
 func newCache() *cache {
 	return &cache{nodes: map[string]*nodeInfo{}, podNode: map[types.UID]string{}, assumed: map[types.UID]bool{},
-		nominated: map[string][]*podInfo{}, nominatedTo: map[types.UID]string{}, doomed: map[types.UID]bool{}}
+		nominated: map[string][]*podInfo{}, nominatedTo: map[types.UID]string{}, doomed: map[types.UID]bool{},
+		index: newPodIndex()}
 }
 
 func (c *cache) rebuildList() {
@@ -83,7 +86,9 @@ func (c *cache) setPod(pod *v1.Pod) {
 		n = newNodeInfo(nil)
 		c.nodes[pod.Spec.NodeName] = n
 	}
-	n.addPod(newPodInfo(pod))
+	pi := newPodInfo(pod)
+	n.addPod(pi)
+	c.index.add(pi)
 	c.podNode[pod.UID] = pod.Spec.NodeName
 	c.unnominateLocked(pod.UID)
 }
@@ -102,6 +107,7 @@ func (c *cache) removePodLocked(uid types.UID) {
 		return
 	}
 	delete(c.podNode, uid)
+	c.index.remove(uid)
 	if n := c.nodes[name]; n != nil {
 		n.removePod(uid)
 		if n.node == nil && len(n.pods) == 0 {

@@ -196,15 +196,7 @@ func newAffinityState(c *cache, pi *podInfo, l corelisters.NamespaceLister) *aff
 	}
 	s.nsLabels = namespaceLabels(l, pi.pod.Namespace)
 	s.selfMatch = len(s.required) > 0 && s.matchesAll(pi.pod)
-	own := len(s.required)+len(s.requiredAnti) > 0
-	for _, n := range c.list {
-		if !own && n.affinityPods == 0 {
-			continue // only existing pods' anti-affinity matters here
-		}
-		for _, p := range n.pods {
-			s.count(n.node, p, 1)
-		}
-	}
+	s.countIndexed(c)
 	if len(s.required) == 0 && len(s.requiredAnti) == 0 && s.existingAnti.total == 0 {
 		return nil
 	}
@@ -218,6 +210,46 @@ func (s *affinityState) matchesAll(p *v1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// countIndexed is the sum of count over the cache's pods, visiting only
+// the pods and terms that the index says may match.
+func (s *affinityState) countIndexed(c *cache) {
+	c.index.termsSelecting(s.pod, func(ref termRef) {
+		if ref.kind != kindRequiredAnti {
+			return
+		}
+		t := ref.get()
+		if ref.p.pod.UID == s.pod.UID || !t.matches(s.pod, s.nsLabels) {
+			return
+		}
+		if node := c.assignedNode(ref.p); node != nil {
+			s.existingAnti.add(node, t.topologyKey, 1)
+		}
+	})
+	if len(s.required) > 0 {
+		c.index.selecting(s.required[0].selector, s.required[0].namespaces, func(p *podInfo) {
+			if p.pod.UID == s.pod.UID || !s.matchesAll(p.pod) {
+				return
+			}
+			if node := c.assignedNode(p); node != nil {
+				for i := range s.required {
+					s.affinity.add(node, s.required[i].topologyKey, 1)
+				}
+			}
+		})
+	}
+	for i := range s.requiredAnti {
+		t := &s.requiredAnti[i]
+		c.index.selecting(t.selector, t.namespaces, func(p *podInfo) {
+			if p.pod.UID == s.pod.UID || !t.matches(p.pod, nil) {
+				return
+			}
+			if node := c.assignedNode(p); node != nil {
+				s.anti.add(node, t.topologyKey, 1)
+			}
+		})
+	}
 }
 
 // count adds (d = 1) or removes (d = -1) existing pod p on node.
@@ -342,6 +374,12 @@ func affinityScores(c *cache, pi *podInfo, l corelisters.NamespaceLister) map[st
 	}
 	var nsLabels labels.Set
 	nsLoaded := false
+	nsLabelsOf := func() labels.Set {
+		if !nsLoaded {
+			nsLabels, nsLoaded = namespaceLabels(l, pi.pod.Namespace), true
+		}
+		return nsLabels
+	}
 	out := map[string]map[string]int64{}
 	add := func(node *v1.Node, key string, w int64) {
 		v, ok := node.Labels[key]
@@ -355,54 +393,50 @@ func affinityScores(c *cache, pi *podInfo, l corelisters.NamespaceLister) map[st
 		}
 		m[v] += w
 	}
-	for _, n := range c.list {
-		if own == nil && n.affinityPods == 0 {
-			continue
-		}
-		for _, p := range n.pods {
-			if p.pod.UID == pi.pod.UID {
-				continue
-			}
-			if own != nil {
-				for i := range own.preferred {
-					if t := &own.preferred[i]; t.matches(p.pod, nil) {
-						add(n.node, t.topologyKey, t.weight)
+	if own != nil {
+		for sign, terms := range map[int64][]affinityTerm{1: own.preferred, -1: own.preferredAnti} {
+			for i := range terms {
+				t := &terms[i]
+				c.index.selecting(t.selector, t.namespaces, func(p *podInfo) {
+					if p.pod.UID == pi.pod.UID || !t.matches(p.pod, nil) {
+						return
 					}
-				}
-				for i := range own.preferredAnti {
-					if t := &own.preferredAnti[i]; t.matches(p.pod, nil) {
-						add(n.node, t.topologyKey, -t.weight)
+					if node := c.assignedNode(p); node != nil {
+						add(node, t.topologyKey, sign*t.weight)
 					}
-				}
-			}
-			pa := p.affinity
-			if pa == nil || len(pa.required)+len(pa.preferred)+len(pa.preferredAnti) == 0 {
-				continue
-			}
-			if !nsLoaded {
-				nsLabels, nsLoaded = namespaceLabels(l, pi.pod.Namespace), true
-			}
-			for i := range pa.required {
-				if t := &pa.required[i]; t.matches(pi.pod, nsLabels) {
-					add(n.node, t.topologyKey, hardPodAffinityWeight)
-				}
-			}
-			for i := range pa.preferred {
-				if t := &pa.preferred[i]; t.matches(pi.pod, nsLabels) {
-					add(n.node, t.topologyKey, t.weight)
-				}
-			}
-			for i := range pa.preferredAnti {
-				if t := &pa.preferredAnti[i]; t.matches(pi.pod, nsLabels) {
-					add(n.node, t.topologyKey, -t.weight)
-				}
+				})
 			}
 		}
 	}
+	c.index.termsSelecting(pi.pod, func(ref termRef) {
+		w, ok := existingTermWeight(ref)
+		if !ok || ref.p.pod.UID == pi.pod.UID || !ref.get().matches(pi.pod, nsLabelsOf()) {
+			return
+		}
+		if node := c.assignedNode(ref.p); node != nil {
+			add(node, ref.get().topologyKey, w)
+		}
+	})
 	if len(out) == 0 {
 		return nil
 	}
 	return out
+}
+
+// existingTermWeight is what an existing pod's term that selects the
+// incoming pod adds to its domain's score: required affinity at
+// hardPodAffinityWeight, preferred terms their weight (negative for
+// anti-affinity); required anti-affinity is the filter's, not the score's.
+func existingTermWeight(ref termRef) (int64, bool) {
+	switch ref.kind {
+	case kindRequired:
+		return hardPodAffinityWeight, true
+	case kindPreferred:
+		return ref.get().weight, true
+	case kindPreferredAnti:
+		return -ref.get().weight, true
+	}
+	return 0, false
 }
 
 // affinityScore is InterPodAffinity's Score of node (before normalisation).

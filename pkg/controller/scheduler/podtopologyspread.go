@@ -193,6 +193,7 @@ type spreadState struct {
 	soft   []spreadConstraint
 	system bool
 	all    []*nodeInfo
+	index  *podIndex
 }
 
 // newSpreadState builds the pod's state from the cache (read-locked by the
@@ -202,13 +203,15 @@ func newSpreadState(e *spreadEnv, q *podQuery, c *cache) *spreadState {
 	if len(hard) == 0 && len(soft) == 0 {
 		return nil
 	}
-	s := &spreadState{q: q, hard: hard, soft: soft, system: system, all: c.list, nodes: c.nodes}
+	s := &spreadState{q: q, hard: hard, soft: soft, system: system, all: c.list, nodes: c.nodes, index: c.index}
 	if len(hard) == 0 {
 		return s
 	}
 	s.counts = make([]map[string]int, len(hard))
+	perNode := make([]map[string]int, len(hard))
 	for i := range hard {
 		s.counts[i] = map[string]int{}
+		perNode[i] = c.index.liveMatching(q.pod.Namespace, hard[i].selector)
 	}
 	for _, n := range c.list {
 		if !hasKeys(n.node, hard) {
@@ -216,7 +219,7 @@ func newSpreadState(e *spreadEnv, q *podQuery, c *cache) *spreadState {
 		}
 		for i := range hard {
 			if s.eligible(&hard[i], n.node) {
-				s.counts[i][n.node.Labels[hard[i].key]] += s.matching(&hard[i], n)
+				s.counts[i][n.node.Labels[hard[i].key]] += perNode[i][n.node.Name]
 			}
 		}
 	}
@@ -336,6 +339,10 @@ func (s *spreadState) score(feasible []*nodeInfo, scores []int64) {
 			}
 		}
 	}
+	perNode := make([]map[string]int, len(s.soft))
+	for i := range s.soft {
+		perNode[i] = s.index.liveMatching(s.q.pod.Namespace, s.soft[i].selector)
+	}
 	weights := make([]float64, len(s.soft))
 	for i := range s.soft {
 		size := len(counts[i])
@@ -345,8 +352,15 @@ func (s *spreadState) score(feasible []*nodeInfo, scores []int64) {
 		weights[i] = math.Log(float64(size + 2))
 	}
 	// Domains are those of the feasible nodes; their pods are counted on
-	// every node of the domain.
+	// every node of the domain (hostname domains are single nodes: no pass).
+	zonal := false
+	for i := range s.soft {
+		zonal = zonal || s.soft[i].key != v1.LabelHostname
+	}
 	for _, n := range s.all {
+		if !zonal {
+			break
+		}
 		if requireAll && !hasKeys(n.node, s.soft) {
 			continue
 		}
@@ -362,7 +376,7 @@ func (s *spreadState) score(feasible []*nodeInfo, scores []int64) {
 			if _, isDomain := counts[i][v]; !isDomain || !s.eligible(c, n.node) {
 				continue
 			}
-			counts[i][v] += s.matching(c, n)
+			counts[i][v] += perNode[i][n.node.Name]
 		}
 	}
 	raw := make([]int64, len(feasible))
@@ -380,7 +394,7 @@ func (s *spreadState) score(feasible []*nodeInfo, scores []int64) {
 			}
 			cnt := counts[i][v]
 			if c.key == v1.LabelHostname {
-				cnt = s.matching(c, n)
+				cnt = perNode[i][n.node.Name]
 			}
 			f += float64(cnt)*weights[i] + float64(c.maxSkew-1)
 		}

@@ -97,8 +97,6 @@ type Scheduler struct {
 	// preempting holds preemptors whose victims are being deleted.
 	preemptMu  sync.Mutex
 	preempting map[types.UID]*inflightPreemption
-	// binds feeds the binding workers in scheduling order.
-	binds chan binding
 	// wg tracks binding and preemption goroutines.
 	wg sync.WaitGroup
 }
@@ -128,7 +126,6 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		pdbLister:  d.PDBs.Lister(),
 		rand:       d.Rand,
 		preempting: map[types.UID]*inflightPreemption{},
-		binds:      make(chan binding, bindQueue),
 	}
 	s.spread = &spreadEnv{defaults: defaults}
 	if d.Services != nil {
@@ -269,9 +266,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled())
 	go s.tick(ctx)
-	for range bindWorkers {
-		s.wg.Go(func() { s.bindWorker(ctx) })
-	}
 	for {
 		p, cycle, ok := s.queue.Pop(ctx)
 		if !ok {
@@ -279,7 +273,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		s.scheduleOne(ctx, p, cycle)
 	}
-	close(s.binds)
 	s.wg.Wait()
 	return nil
 }
