@@ -163,10 +163,8 @@ func (rep *Report) settingsTable() (modes []string, rows []measureRow, notes []s
 	index := map[string]int{}
 	for _, r := range runs {
 		for _, s := range r.Settings {
-			i, ok := index[s.Name]
-			if !ok {
-				i = len(rows)
-				index[s.Name] = i
+			if _, ok := index[s.Name]; !ok {
+				index[s.Name] = len(rows)
 				rows = append(rows, measureRow{Title: s.Name, Values: make([]string, len(runs))})
 			}
 		}
