@@ -63,8 +63,8 @@ type Deps struct {
 
 // Controller is the node lifecycle controller.
 type Controller struct {
-	// lastStep is when the monitor loop last turned (unix nanoseconds; from
-	// construction on): Healthy reports a loop that stopped turning.
+	// lastStep is when the monitor loop last made progress (unix
+	// nanoseconds; from construction on): Healthy reports a loop that stopped.
 	lastStep atomic.Int64
 	cfg      Config
 	client   kubernetes.Interface
@@ -295,9 +295,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// Healthy reports a monitor loop that has not turned for three monitor
-// periods (at least 30 s): a controller stuck there judges no node, and the
-// manager then gives up leadership for a standby.
+// progressed records that the monitor loop moved: at each step, and for
+// each node a pass judges or taints, so that a long pass (thousands of
+// nodes failing at once, writes throttled) is progress, not a hang.
+func (c *Controller) progressed() { c.lastStep.Store(c.clock.Now().UnixNano()) }
+
+// Healthy reports a monitor loop that has made no progress for three
+// monitor periods (at least 30 s): a controller stuck there judges no node,
+// and the manager then gives up leadership for a standby.
 func (c *Controller) Healthy(now time.Time) error {
 	last := c.lastStep.Load()
 	bound := max(3*c.cfg.NodeMonitorPeriod, 30*time.Second)
@@ -331,7 +336,7 @@ func (c *Controller) monitorLoop(ctx context.Context) {
 func (c *Controller) monitorStep(ctx context.Context, nextPass *time.Time) time.Duration {
 	logger := klog.FromContext(ctx)
 	now := c.clock.Now()
-	c.lastStep.Store(now.UnixNano())
+	c.progressed()
 	if !now.Before(*nextPass) {
 		judge, reset := c.contact.check(now)
 		if reset {

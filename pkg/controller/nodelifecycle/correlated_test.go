@@ -14,9 +14,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
@@ -418,5 +420,30 @@ func TestHealthyReportsAStuckMonitorLoop(t *testing.T) {
 	cl.run(100 * time.Millisecond)
 	if err := cl.c.Healthy(cl.clk.Now()); err != nil {
 		t.Fatalf("the loop turned again but: %v", err)
+	}
+}
+
+// TestHealthyDuringALongPass: a pass over many nodes whose writes are slow
+// (here each status write takes 1 s of the fake clock, 40 nodes failing at
+// once) is progress: the controller stays healthy throughout, so a leader
+// does not give up in the middle of a mass failure.
+func TestHealthyDuringALongPass(t *testing.T) {
+	cl := newCluster(t, DefaultConfig(), map[string]int{"a": 20, "b": 20})
+	cl.run(10 * time.Second)
+	var unhealthy []string
+	cl.c.client.(*fake.Clientset).PrependReactor("update", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		cl.clk.Step(time.Second)
+		if err := cl.c.Healthy(cl.clk.Now()); err != nil {
+			unhealthy = append(unhealthy, err.Error())
+		}
+		return false, nil, nil
+	})
+	cl.silence(cl.nodes, 0)
+	cl.run(DefaultConfig().NodeMonitorGracePeriod + 5*time.Second)
+	if len(unhealthy) > 0 {
+		t.Errorf("unhealthy during the pass: %v", unhealthy[0])
+	}
+	if err := cl.c.Healthy(cl.clk.Now()); err != nil {
+		t.Errorf("after the pass: %v", err)
 	}
 }

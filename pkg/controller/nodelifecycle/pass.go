@@ -132,6 +132,7 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeResult {
 	logger := klog.FromContext(ctx)
 	start := c.clock.Now()
+	c.progressed()
 	defer func() { c.metrics.updateNodeHealth.Observe(c.clock.Since(start).Seconds()) }()
 
 	// Upstream's retry: up to five attempts 20ms apart, re-reading the node

@@ -200,6 +200,7 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 			continue
 		}
 		q.Try(c.clock.Now(), func(v timedValue) (bool, time.Duration) {
+			c.progressed()
 			node, err := c.latestNode(v.value)
 			if apierrors.IsNotFound(err) {
 				return true, 0
