@@ -65,6 +65,20 @@ func Untombstone(obj any) any {
 	return obj
 }
 
+// NodeNameHandler calls add with the node's name on every add, update and
+// delete (tombstones included): the handler of controllers keyed by node.
+func NodeNameHandler(add func(name string)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { add(obj.(*v1.Node).Name) },
+		UpdateFunc: func(_, obj any) { add(obj.(*v1.Node).Name) },
+		DeleteFunc: func(obj any) {
+			if n, ok := Untombstone(obj).(*v1.Node); ok {
+				add(n.Name)
+			}
+		},
+	}
+}
+
 // PodCondition returns the pod's condition of the given type, or nil.
 func PodCondition(p *v1.Pod, t v1.PodConditionType) *v1.PodCondition {
 	for i := range p.Status.Conditions {

@@ -145,15 +145,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		}
 		c.instances = instances
 	}
-	_, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.queue.Add(obj.(*v1.Node).Name) },
-		UpdateFunc: func(_, obj any) { c.queue.Add(obj.(*v1.Node).Name) },
-		DeleteFunc: func(obj any) {
-			if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
-				c.queue.Add(n.Name)
-			}
-		},
-	})
+	_, err := d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
 	return c, err
 }
 
