@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +25,6 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
-	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -34,6 +36,12 @@ import (
 // of 100m created at once by 32 clients:
 //
 //	plain:        no constraints;
+//	paced:        plain pods, but created at BENCH_CREATE_RATE (100) pods/s
+//	              by all clients together: the same storm for both
+//	              schedulers. Unpaced, the storm depends on the scheduler
+//	              under test: on a small machine the creators and the API
+//	              server get the CPU that the scheduler leaves, so a lean
+//	              scheduler faces a harsher storm than a hungry one;
 //	antiaffinity: groups of 10 pods, each group required anti-affine on
 //	              kubernetes.io/hostname (10 groups per node at 1,000 nodes);
 //	spread:       topology spread DoNotSchedule, maxSkew 1 on zone, and
@@ -55,15 +63,26 @@ import (
 func BenchmarkScheduler(b *testing.B) {
 	nodes, pods, preemptors := envInt("BENCH_NODES", 1000), envInt("BENCH_PODS", 10000), envInt("BENCH_PREEMPTORS", 1000)
 	qps, trials := envInt("BENCH_QPS", 1000), envInt("BENCH_TRIALS", 3)
-	workloads := []string{"plain", "antiaffinity", "spread", "preemption"}
+	workloads := []string{"plain", "paced", "antiaffinity", "spread", "preemption"}
+	paceRate := envInt("BENCH_CREATE_RATE", 100)
 	if w := os.Getenv("BENCH_WORKLOADS"); w != "" {
 		workloads = strings.Split(w, ",")
 	}
 	qpsArgs := []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", qps)}
-	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Scheduler: true, SchedulerArgs: qpsArgs})
+	// BENCH_APISERVER_ARGS (space-separated), e.g. -v=1 to log the watchers
+	// that kube-apiserver closes for falling behind.
+	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Scheduler: true, SchedulerArgs: qpsArgs,
+		APIServerArgs: strings.Fields(os.Getenv("BENCH_APISERVER_ARGS"))})
 	client := framework.Client(b, cp)
 	ctx := framework.Context(b)
-	fn := framework.StartFakeNodes(b, fakenode.Config{Client: client, Nodes: nodes, CPU: resource.MustParse("4"), PodStartDelay: time.Second})
+	// The fake nodes run in their own process, so that the watch measuring
+	// bindings does not share this process's CPU with 1,000 fake kubelets.
+	sockDir := b.TempDir()
+	if err := os.Chmod(sockDir, 0o700); err != nil { // the control socket must be private
+		b.Fatal(err)
+	}
+	framework.StartBinary(b, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes", strconv.Itoa(nodes), "--cpu", "4",
+		"--pod-start-delay", "1s", "--control-socket", filepath.Join(sockDir, "fakenodes.sock"))
 	framework.StartBinary(b, "run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle", "--leader-elect=false", "--metrics-bind-address=0")
 	oursAddr := freeAddr(b)
 	ours := framework.StartBinary(b, append([]string{"run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=scheduler", "--leader-elect=false",
@@ -99,10 +118,22 @@ func BenchmarkScheduler(b *testing.B) {
 			for k := range sides {
 				side := sides[(k+trial)%len(sides)]
 				cpu0 := cpuSeconds(b, side.pid)
+				watch.probe = nil
+				if side.pid == ours.Process.Pid {
+					// Where a pod's time goes: seen by the scheduler's
+					// informer, scheduled, then bound (the watch).
+					watch.probe = func() string {
+						return fmt.Sprintf(" | ours: seen %5.0f scheduled %5.0f bind calls answered %5.0f in flight %4.0f",
+							oursMetrics.Metric(b, "scheduler_queue_incoming_pods_total", map[string]string{"event": "PodAdd"}),
+							oursMetrics.Metric(b, "scheduler_schedule_attempts_total", map[string]string{"result": "scheduled"}),
+							oursMetrics.Metric(b, "scheduler_framework_extension_point_duration_seconds", map[string]string{"extension_point": "Bind"}),
+							oursMetrics.Metric(b, "nodeshepherd_scheduler_bindings_in_flight", nil))
+					}
+				}
 				var r roundResult
 				switch workload {
 				case "preemption":
-					names := fn.NodeNames()
+					names := nodeNames(b, client)
 					createMany(b, client, len(names)*4, func(i int) *v1.Pod {
 						return benchPod(fmt.Sprintf("low-%d", i), side.schedulerName, names[i/4], "bench-low", "1")
 					})
@@ -116,6 +147,10 @@ func BenchmarkScheduler(b *testing.B) {
 					fmt.Fprintf(os.Stderr, "trial %d preemption %s: %.2f victims per preemptor\n", trial+1, side.name, victims)
 				default:
 					mk := workloadPod(b, workload)
+					watch.pace = nil
+					if workload == "paced" {
+						watch.pace = rate.NewLimiter(rate.Limit(paceRate), 1)
+					}
 					r = watch.round(b, client, pods, func(i int) *v1.Pod { return mk(i, side.schedulerName) })
 				}
 				cpu := cpuSeconds(b, side.pid) - cpu0
@@ -169,7 +204,7 @@ func spreadOf(vs []float64, format string) string {
 // workloadPod returns the pod maker of a workload of 100m pods.
 func workloadPod(b *testing.B, workload string) func(i int, schedulerName string) *v1.Pod {
 	switch workload {
-	case "plain":
+	case "plain", "paced":
 		return func(i int, sn string) *v1.Pod { return benchPod(fmt.Sprintf("a-%d", i), sn, "", "", "100m") }
 	case "antiaffinity":
 		return func(i int, sn string) *v1.Pod {
@@ -192,7 +227,7 @@ func workloadPod(b *testing.B, workload string) func(i int, schedulerName string
 			return p
 		}
 	}
-	b.Fatalf("BENCH_WORKLOADS: unknown workload %q (want plain, antiaffinity, spread or preemption)", workload)
+	b.Fatalf("BENCH_WORKLOADS: unknown workload %q (want plain, paced, antiaffinity, spread or preemption)", workload)
 	return nil
 }
 
@@ -238,6 +273,19 @@ func parallel(b *testing.B, n int, fn func(int) error) {
 	}
 }
 
+func nodeNames(b *testing.B, client kubernetes.Interface) []string {
+	l, err := client.CoreV1().Nodes().List(framework.Context(b), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	for _, n := range l.Items {
+		names = append(names, n.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 func countPods(b *testing.B, client kubernetes.Interface, prefix string) int {
 	l, err := client.CoreV1().Pods("default").List(framework.Context(b), metav1.ListOptions{})
 	if err != nil {
@@ -280,6 +328,11 @@ type bindWatch struct {
 	mu      sync.Mutex
 	created map[string]time.Time
 	bound   map[string]time.Time
+	// probe, when set, adds the scheduler's own counts to the timeline.
+	probe func() string
+	// pace, when set, spaces the creations of a round (all clients
+	// together), so that both schedulers face the same arrival rate.
+	pace *rate.Limiter
 }
 
 func newBindWatch(b *testing.B, client kubernetes.Interface) *bindWatch {
@@ -337,12 +390,19 @@ func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk f
 					w.mu.Lock()
 					bound := len(w.bound)
 					w.mu.Unlock()
-					fmt.Fprintf(os.Stderr, "  t=%3.0fs created %5d bound %5d\n", time.Since(start).Seconds(), createdN.Load(), bound)
+					extra := ""
+					if w.probe != nil {
+						extra = w.probe()
+					}
+					fmt.Fprintf(os.Stderr, "  t=%3.0fs created %5d bound %5d%s\n", time.Since(start).Seconds(), createdN.Load(), bound, extra)
 				}
 			}
 		})
 	}
 	createMany(b, client, n, func(i int) *v1.Pod {
+		if w.pace != nil {
+			_ = w.pace.Wait(context.Background())
+		}
 		p := mk(i)
 		w.mu.Lock()
 		w.created[p.Name] = time.Now()

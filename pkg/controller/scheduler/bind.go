@@ -50,7 +50,11 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 	pod := p.info.pod
 	b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target: v1.ObjectReference{Kind: "Node", Name: node}}
+	s.metrics.bindingsInFlight.Inc()
+	start := s.clock.Now()
 	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	s.metrics.bindingsInFlight.Dec()
+	s.metrics.extensionPoint.WithLabelValues("Bind", bindStatus(err), s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
 	if err != nil && s.cache.isBound(pod.UID) {
 		// The binding landed although the call failed (a timeout under
 		// load): the informer already saw the pod bound. Retrying would
@@ -70,6 +74,14 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 	}
 	s.metrics.e2eLatency.WithLabelValues(fmt.Sprint(min(p.attempts, 16))).Observe(s.clock.Since(p.created).Seconds())
 	s.recorder.Eventf(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
+}
+
+// bindStatus is the status label kube-scheduler gives the Bind point.
+func bindStatus(err error) string {
+	if err != nil {
+		return "Error"
+	}
+	return "Success"
 }
 
 // fail parks the pod, then reports the failure as kube-scheduler does: a

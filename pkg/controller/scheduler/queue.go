@@ -159,9 +159,12 @@ func (q *schedulingQueue) Add(pod *v1.Pod) {
 	q.pods[pod.UID] = p
 	if gated(pod) {
 		p.where = inGated
-		return
+	} else {
+		q.toActive(p)
 	}
-	q.toActive(p)
+	if q.onMove != nil { // kube-scheduler counts arrivals as event PodAdd
+		q.onMove("PodAdd", p.where)
+	}
 }
 
 // Update replaces a pending pod's object. A spec or label change wakes an
