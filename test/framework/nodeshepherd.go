@@ -64,7 +64,7 @@ func StartNodeShepherd(t testing.TB, cfg *rest.Config, ctrl controllers.Config, 
 		opts(&o)
 	}
 	if asServiceAccount() {
-		cfg = ServiceAccountConfig(t, cfg)
+		cfg = ServiceAccountConfig(t, cfg, o.Controllers)
 		if o.LeaderElection.Enabled {
 			o.LeaderElection.ResourceNamespace = DeployNamespace // where deploy/ grants the Lease
 		}
