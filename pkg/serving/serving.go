@@ -47,14 +47,14 @@ var DefaultAlwaysAllowPaths = []string{"/healthz", "/readyz", "/livez"}
 // (k8s.io/apiserver's DelegatingAuthenticationOptions and
 // DelegatingAuthorizationOptions).
 const (
-	authnCacheTTL    = 10 * time.Second
-	authzAllowTTL    = 10 * time.Second
-	authzDenyTTL     = 10 * time.Second
-	reviewTimeout    = 10 * time.Second
-	privilegedGroup  = user.SystemPrivilegedGroup // system:masters: the API server allows them everything anyway
-	delegateQPS      = 50
-	delegateBurst    = 100
-	readHeaderTimout = 10 * time.Second
+	authnCacheTTL     = 10 * time.Second
+	authzAllowTTL     = 10 * time.Second
+	authzDenyTTL      = 10 * time.Second
+	reviewTimeout     = 10 * time.Second
+	privilegedGroup   = user.SystemPrivilegedGroup // system:masters: the API server allows them everything anyway
+	delegateQPS       = 50
+	delegateBurst     = 100
+	readHeaderTimeout = 10 * time.Second
 )
 
 func retryBackoff() *wait.Backoff {
@@ -313,7 +313,7 @@ func (s *Secure) Serve(ctx context.Context, h http.Handler, errc chan<- error) (
 	if err != nil {
 		return "", fmt.Errorf("--secure-port: listening on %s: %w", s.Address, err)
 	}
-	srv := &http.Server{Handler: s.Handler(h), ReadHeaderTimeout: readHeaderTimout, TLSConfig: s.cert.tlsConfig(ctx)}
+	srv := &http.Server{Handler: s.Handler(h), ReadHeaderTimeout: readHeaderTimeout, TLSConfig: s.cert.tlsConfig(ctx)}
 	start(ctx, srv, errc, func() error { return srv.ServeTLS(l, "", "") })
 	return l.Addr().String(), nil
 }
@@ -326,7 +326,7 @@ func ServeInsecure(ctx context.Context, addr string, h http.Handler, errc chan<-
 	if err != nil {
 		return "", fmt.Errorf("--metrics-bind-address %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimout}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout}
 	start(ctx, srv, errc, func() error { return srv.Serve(l) })
 	return l.Addr().String(), nil
 }
