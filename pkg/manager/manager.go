@@ -1,6 +1,6 @@
 // Package manager runs nodeshepherd's controllers in one process: shared
 // informers, an event broadcaster, leader election on a Lease, and an HTTP
-// server for /metrics, /healthz and /readyz.
+// server for /metrics, /healthz, /livez and /readyz (pkg/serving).
 package manager
 
 import (
@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -30,6 +29,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/serving"
 )
 
 // Controller is one controller the manager can run. Run returns only once
@@ -110,15 +111,22 @@ func (l *LeaderElection) Validate() error {
 
 // Options configure a manager run.
 type Options struct {
-	Controllers        []string // names, in start order
-	Constructors       map[string]Constructor
-	LeaderElection     LeaderElection
-	MetricsBindAddress string // "0" disables the server
+	Controllers    []string // names, in start order
+	Constructors   map[string]Constructor
+	LeaderElection LeaderElection
+	// Secure serves /metrics, /healthz, /readyz and /livez on HTTPS with
+	// delegated authentication and authorization (`run`'s --secure-port);
+	// nil serves no HTTPS.
+	Secure *serving.Secure
+	// MetricsBindAddress serves them on plain HTTP without authentication
+	// (`run`'s --metrics-bind-address, loopback only); "0" or "" serves none.
+	MetricsBindAddress string
 	DryRun             bool
 	// Identity for leader election; the hostname plus a random suffix when empty.
 	Identity string
-	// OnServing, when set, is told the address the HTTP server listens on.
-	OnServing func(addr string)
+	// OnServing, when set, is told the address the plain-HTTP server
+	// listens on, and OnSecureServing the HTTPS server's.
+	OnServing, OnSecureServing func(addr string)
 	// StopTimeout bounds how long Run waits, once its context ends or
 	// leadership is lost, for the controllers to finish in-flight writes;
 	// DefaultStopTimeout when zero.
@@ -275,18 +283,39 @@ func startEvents(ctx context.Context, client kubernetes.Interface) record.EventB
 	return b
 }
 
-// serve starts the /metrics, /healthz and /readyz server (unless disabled);
-// it stops when ctx ends, and a failure to serve arrives on the channel.
+// serve starts the servers of /metrics, /healthz, /livez and /readyz:
+// HTTPS with delegated authentication and authorization (Options.Secure),
+// plain HTTP (Options.MetricsBindAddress), either, both or none. They stop
+// when ctx ends; a failure to serve arrives on the channel.
 func (m *manager) serve(ctx context.Context) (<-chan error, error) {
-	srvErr := make(chan error, 1)
-	addr := m.opts.MetricsBindAddress
-	if addr == "0" || addr == "" {
-		return srvErr, nil
+	srvErr := make(chan error, 2)
+	mux := m.handler()
+	logger := klog.FromContext(ctx)
+	if s := m.opts.Secure; s != nil {
+		addr, err := s.Serve(ctx, mux, srvErr)
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("Serving /metrics, /healthz, /livez and /readyz on HTTPS, with delegated authentication and authorization", "address", addr)
+		if m.opts.OnSecureServing != nil {
+			m.opts.OnSecureServing(addr)
+		}
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-bind-address %s: %w", addr, err)
+	if addr := m.opts.MetricsBindAddress; addr != "0" && addr != "" {
+		addr, err := serving.ServeInsecure(ctx, addr, mux, srvErr)
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("Serving /metrics, /healthz, /livez and /readyz on plain HTTP, without authentication", "address", addr)
+		if m.opts.OnServing != nil {
+			m.opts.OnServing(addr)
+		}
 	}
+	return srvErr, nil
+}
+
+// handler answers /metrics, /healthz, /livez and /readyz.
+func (m *manager) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	healthz := func(w http.ResponseWriter, _ *http.Request) {
@@ -309,18 +338,7 @@ func (m *manager) serve(ctx context.Context) (<-chan error, error) {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	context.AfterFunc(ctx, func() { _ = srv.Close() })
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			srvErr <- err
-		}
-	}()
-	klog.FromContext(ctx).Info("Serving /metrics, /healthz, /livez and /readyz", "address", l.Addr().String())
-	if m.opts.OnServing != nil {
-		m.opts.OnServing(l.Addr().String())
-	}
-	return srvErr, nil
+	return mux
 }
 
 // runUntilStopped runs the controllers under ctx and waits for them to

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -207,9 +208,14 @@ func Binary(t testing.TB) string {
 }
 
 // StartBinary starts the built binary with args, its output in a log file,
-// killed when the test ends.
+// killed when the test ends. A `run` without --secure-port gets
+// --secure-port=0: tests start several on one host, where the default port
+// (10261) can be taken only once; serving_test.go tests the HTTPS server.
 func StartBinary(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
+	if len(args) > 0 && args[0] == "run" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--secure-port") }) {
+		args = append(slices.Clone(args), "--secure-port=0")
+	}
 	cmd := exec.Command(Binary(t), args...)
 	logf, err := os.Create(filepath.Join(t.TempDir(), "nodeshepherd.log"))
 	if err != nil {

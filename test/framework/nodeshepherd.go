@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,11 +17,38 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
 
-// NodeShepherd is an in-process `nodeshepherd run`.
+// NodeShepherd is an in-process `nodeshepherd run`, or the address of one
+// started as a process. Its /metrics, /healthz, /readyz and /livez are read
+// on plain HTTP (a local run's --metrics-bind-address, on loopback) unless
+// Secure is set: then on HTTPS (--secure-port), with Token as the bearer
+// token when not empty, the self-signed certificate not verified (as
+// Prometheus is told for kube-controller-manager's).
 type NodeShepherd struct {
-	Addr   string // of /metrics, /healthz, /readyz
+	Addr   string // HOST:PORT of /metrics, /healthz, /readyz, /livez
+	Secure bool
+	Token  string
 	cancel context.CancelFunc
 	done   chan error
+}
+
+var insecureTLSClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the server's certificate is self-signed
+}}
+
+// Get asks the server for path (/metrics, /healthz...).
+func (n *NodeShepherd) Get(ctx context.Context, path string) (*http.Response, error) {
+	scheme, client := "http", http.DefaultClient
+	if n.Secure {
+		scheme, client = "https", insecureTLSClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+n.Addr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if n.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+n.Token)
+	}
+	return client.Do(req)
 }
 
 // StartNodeShepherd runs the controllers against cfg, selected as `run
@@ -36,7 +64,7 @@ func StartNodeShepherd(t testing.TB, cfg *rest.Config, ctrl controllers.Config, 
 		opts(&o)
 	}
 	if asServiceAccount() {
-		cfg = ServiceAccountConfig(t, cfg)
+		cfg = ServiceAccountConfig(t, cfg, o.Controllers)
 		if o.LeaderElection.Enabled {
 			o.LeaderElection.ResourceNamespace = DeployNamespace // where deploy/ grants the Lease
 		}
@@ -55,7 +83,7 @@ func StartNodeShepherd(t testing.TB, cfg *rest.Config, ctrl controllers.Config, 
 		t.Fatal("nodeshepherd did not serve within 30s")
 	}
 	Eventually(t, 30*time.Second, "nodeshepherd ready", func(ctx context.Context) (bool, string, error) {
-		resp, err := http.Get("http://" + n.Addr + "/readyz")
+		resp, err := n.Get(ctx, "/readyz")
 		if err != nil {
 			return false, err.Error(), nil
 		}
@@ -80,11 +108,14 @@ func (n *NodeShepherd) Stop() {
 // matching series; 0 when absent.
 func (n *NodeShepherd) Metric(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + n.Addr + "/metrics")
+	resp, err := n.Get(context.Background(), "/metrics") // the client has a timeout
 	if err != nil {
 		t.Fatalf("scraping metrics: %v", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scraping metrics: %s", resp.Status)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {

@@ -30,9 +30,9 @@ import (
 )
 
 // CredentialsEnv, set to "serviceaccount", makes StartNodeShepherd run the
-// controllers as deploy/'s ServiceAccount instead of admin: deploy/ is
-// applied to the cluster with kubectl, a token comes from the TokenRequest
-// API, and any request the API server forbids fails the test.
+// controllers as deploy/'s ServiceAccount instead of admin, bound to the
+// roles of the controllers it runs and to nothing else (see
+// ServiceAccountConfig); any request the API server forbids fails the test.
 // Setting it for a whole run (go test) runs every test that way.
 const CredentialsEnv = "NODESHEPHERD_TEST_CREDENTIALS"
 
@@ -46,7 +46,8 @@ func RunAsServiceAccount(t testing.TB) {
 	t.Setenv(CredentialsEnv, "serviceaccount")
 }
 
-// Where deploy/ puts nodeshepherd.
+// Where deploy/base puts nodeshepherd; the overlays rename the
+// ServiceAccount (nodeshepherd-drain...).
 const (
 	DeployNamespace      = "nodeshepherd-system"
 	DeployServiceAccount = "nodeshepherd"
@@ -92,12 +93,15 @@ func Kubectl(t testing.TB, cfg *rest.Config, args ...string) string {
 	return string(out)
 }
 
-// ServiceAccountConfig applies deploy/ (server-side, as an operator would)
-// and returns a client configuration with a token of its ServiceAccount.
-// Every 403 the API server answers on it fails the test at its end.
-func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
+// ServiceAccountConfig applies deploy/base with the components of the given
+// controllers (deploy/components/NAME), server-side as an operator would, as
+// deploy/ and its overlays compose them, and returns a client configuration
+// with a token of its ServiceAccount, which is then bound to those
+// controllers' roles and the common ones only. Every 403 the API server
+// answers on it fails the test at its end.
+func ServiceAccountConfig(t testing.TB, admin *rest.Config, controllerNames []string) *rest.Config {
 	t.Helper()
-	Kubectl(t, admin, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(RepoRoot(t), "deploy"))
+	Kubectl(t, admin, "apply", "--server-side", "--force-conflicts", "-k", DeployKustomization(t, controllerNames))
 	client, err := kubernetes.NewForConfig(admin)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +121,7 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 		}
 		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items)), nil
 	})
-	checkRegistryRoles(t, ctx, client)
+	checkRegistryRoles(t, ctx, client, controllerNames)
 	grantFakeCloud(t, ctx, client)
 	tr, err := client.CoreV1().ServiceAccounts(DeployNamespace).CreateToken(ctx, DeployServiceAccount,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
@@ -131,7 +135,8 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 			t.Errorf("deploy/'s RBAC forbade %d requests of the controllers:\n%s", len(msgs), strings.Join(msgs, "\n"))
 		}
 	})
-	t.Logf("running the controllers as system:serviceaccount:%s:%s (deploy/ applied with kubectl apply --server-side -k)", DeployNamespace, DeployServiceAccount)
+	t.Logf("running the controllers %v as system:serviceaccount:%s:%s (deploy/base and components %v applied with kubectl apply --server-side -k)",
+		controllerNames, DeployNamespace, DeployServiceAccount, controllerNames)
 	wrap := admin.WrapTransport // a test's own wrapper (e.g. recording requests) is kept
 	return &rest.Config{
 		Host:            admin.Host,
@@ -147,27 +152,60 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config) *rest.Config {
 	}
 }
 
+// DeployKustomization writes a kustomization of deploy/base with the
+// components of the given controllers, as deploy/kustomization.yaml and the
+// overlays are written, and returns its directory.
+func DeployKustomization(t testing.TB, controllerNames []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	deploy := filepath.Join(RepoRoot(t), "deploy")
+	rel := func(p string) string {
+		r, err := filepath.Rel(dir, filepath.Join(deploy, p)) // kustomize takes no absolute paths
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var b strings.Builder
+	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + rel("base") + "\ncomponents:\n")
+	for _, c := range controllerNames {
+		b.WriteString("- " + rel(filepath.Join("components", c)) + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // checkRegistryRoles fails the test, naming the controller, when deploy/
-// lacks the ClusterRole the controllers registry says a controller needs or
-// does not bind it to the ServiceAccount: a new controller's role is then
-// missed here, not as a 403 in the middle of a scenario.
-func checkRegistryRoles(t testing.TB, ctx context.Context, client kubernetes.Interface) {
+// lacks the ClusterRole the controllers registry says a controller it runs
+// needs, does not bind it to the ServiceAccount, or binds the ServiceAccount
+// to the role of a controller it does not run: a new controller's role is
+// then missed here, not as a 403 in the middle of a scenario, and least
+// privilege is checked on the cluster, not only in the files.
+func checkRegistryRoles(t testing.TB, ctx context.Context, client kubernetes.Interface, controllerNames []string) {
 	t.Helper()
 	bindings, err := client.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range controllers.Registry() {
-		if _, err := client.RbacV1().ClusterRoles().Get(ctx, d.ClusterRole, metav1.GetOptions{}); err != nil {
-			t.Fatalf("controller %s needs ClusterRole %s (pkg/controller/%s/descriptor.go), which deploy/ does not create: %v", d.Name, d.ClusterRole, d.Name, err)
+		runs := slices.Contains(controllerNames, d.Name)
+		if runs {
+			if _, err := client.RbacV1().ClusterRoles().Get(ctx, d.ClusterRole, metav1.GetOptions{}); err != nil {
+				t.Fatalf("controller %s needs ClusterRole %s (pkg/controller/%s/descriptor.go), which deploy/components/%s does not create: %v", d.Name, d.ClusterRole, d.Name, d.Name, err)
+			}
 		}
 		bound := slices.ContainsFunc(bindings.Items, func(b rbacv1.ClusterRoleBinding) bool {
 			return b.RoleRef.Kind == "ClusterRole" && b.RoleRef.Name == d.ClusterRole && slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
 				return s.Kind == rbacv1.ServiceAccountKind && s.Name == DeployServiceAccount && s.Namespace == DeployNamespace
 			})
 		})
-		if !bound {
-			t.Fatalf("controller %s needs ClusterRole %s bound to ServiceAccount %s/%s; deploy/ does not bind it", d.Name, d.ClusterRole, DeployNamespace, DeployServiceAccount)
+		switch {
+		case runs && !bound:
+			t.Fatalf("controller %s needs ClusterRole %s bound to ServiceAccount %s/%s; deploy/components/%s does not bind it", d.Name, d.ClusterRole, DeployNamespace, DeployServiceAccount, d.Name)
+		case !runs && bound:
+			t.Fatalf("ServiceAccount %s/%s runs %v but is bound to ClusterRole %s of controller %s: deploy/base must grant no controller anything", DeployNamespace, DeployServiceAccount, controllerNames, d.ClusterRole, d.Name)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+	"github.com/nodeshepherd/nodeshepherd/pkg/serving"
 )
 
 type options struct {
@@ -23,7 +24,7 @@ type options struct {
 	kube        cli.KubeFlags
 	controllers []string
 	leader      manager.LeaderElection
-	metricsAddr string
+	serving     serving.Options
 	dryRun      bool
 	startTimeout,
 	stopTimeout time.Duration
@@ -38,8 +39,17 @@ func newCommand(o *options) *cobra.Command {
 		Use:   "run",
 		Short: "Run nodeshepherd's controllers against a cluster",
 		Long: `Run the selected controllers against a cluster (--kubeconfig, $KUBECONFIG, or in-cluster
-credentials), leader-elected on a Lease, with /metrics, /healthz and /readyz on
---metrics-bind-address.
+credentials), leader-elected on a Lease.
+
+/metrics, /healthz, /readyz and /livez are served as kube-controller-manager serves
+them: on HTTPS (--secure-port, default 10261; a self-signed certificate made in memory
+unless --tls-cert-file and --tls-private-key-file are given), with bearer tokens
+checked by TokenReview and requests authorized by SubjectAccessReview (verb get on
+the path, e.g. nonResourceURLs ["/metrics"]), through the controllers' own connection
+unless --authentication-kubeconfig / --authorization-kubeconfig name another. The
+--authorization-always-allow-paths (the health paths) need no token. Plain HTTP
+without authentication only on request, on a loopback address, for local runs:
+--metrics-bind-address=127.0.0.1:8080.
 
 Controllers:
 ` + controllerHelp() + `
@@ -48,6 +58,7 @@ Run kube-controller-manager with
 --controllers=` + controllers.KubeControllerManagerFlag() + ` next to it. Flag names and defaults follow kube-controller-manager.`,
 		Example: `  nodeshepherd run --kubeconfig ~/.kube/config --controllers=nodelifecycle,tainteviction
   nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing
+  nodeshepherd run --kubeconfig ~/.kube/config --secure-port=0 --metrics-bind-address=127.0.0.1:8080   # local: plain HTTP on loopback
   nodeshepherd run --controllers=drain --drain-condition=KernelDeadlock=True,10m \
       --drain-condition=Ready=Unknown,30m --max-concurrent-drains=2 --group-by-label=topology.kubernetes.io/zone
   nodeshepherd run --controllers=scheduler --scheduler-name=default-scheduler   # in place of kube-scheduler`,
@@ -64,6 +75,9 @@ Run kube-controller-manager with
 			}
 			cfg, err := o.kube.RESTConfig("nodeshepherd")
 			if err != nil {
+				return err
+			}
+			if opts.Secure, err = o.serving.NewSecure(cfg); err != nil {
 				return err
 			}
 			return manager.Run(cmd.Context(), cfg, opts)
@@ -84,9 +98,9 @@ Run kube-controller-manager with
 func sections(o *options) []config.Section {
 	return append([]config.Section{
 		{Name: "clientConnection", Help: "How to reach the API server.", Register: func(f *pflag.FlagSet) { o.kube.AddFlags(f, 50, 100) }},
-		{Name: "manager", Help: "Which controllers run, and the metrics and health server.", Register: func(f *pflag.FlagSet) {
+		{Name: "manager", Help: "Which controllers run, and the server of /metrics, /healthz, /readyz and /livez: HTTPS with delegated authentication and authorization, as kube-controller-manager's.", Register: func(f *pflag.FlagSet) {
 			f.StringSliceVar(&o.controllers, "controllers", []string{"*"}, "Controllers to run: names from "+strings.Join(controllers.Names, ", ")+"; * for all; -name to leave one out.")
-			f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the /metrics, /healthz and /readyz server; 0 turns it off.")
+			o.serving.AddFlags(f)
 			f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
 			f.DurationVar(&o.startTimeout, "controller-start-timeout", manager.DefaultStartTimeout, "Once leading, how long the informer caches may take to sync; then /healthz fails, the Lease is released and the process exits non-zero, so that a standby takes over.")
 			f.DurationVar(&o.stopTimeout, "controller-stop-timeout", manager.DefaultStopTimeout, "On shutdown or lost leadership, how long the controllers get to finish in-flight writes before the process exits; the Lease is released only after they stopped.")
@@ -127,7 +141,7 @@ func WriteDefaultConfig(w io.Writer) error {
 }
 
 func newOptions() *options {
-	return &options{leader: manager.DefaultLeaderElection(), config: controllers.Default()}
+	return &options{leader: manager.DefaultLeaderElection(), config: controllers.Default(), serving: serving.NewOptions()}
 }
 
 func (o *options) validate() (manager.Options, error) {
@@ -146,6 +160,9 @@ func (o *options) validate() (manager.Options, error) {
 	if err := o.config.Validate(names); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.serving.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.startTimeout <= 0 || o.stopTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--controller-start-timeout (%v) and --controller-stop-timeout (%v) must be positive", o.startTimeout, o.stopTimeout))
 	}
@@ -153,8 +170,27 @@ func (o *options) validate() (manager.Options, error) {
 		return manager.Options{}, &cli.UsageError{Err: errors.Join(errs...)}
 	}
 	return manager.Options{
-		Controllers: names, LeaderElection: o.leader, MetricsBindAddress: o.metricsAddr, DryRun: o.dryRun,
+		Controllers: names, LeaderElection: o.leader, MetricsBindAddress: o.serving.InsecureAddress, DryRun: o.dryRun,
 		Constructors: controllers.Constructors(o.config), StartTimeout: o.startTimeout, StopTimeout: o.stopTimeout,
 		Fault: os.Getenv(manager.TestFaultEnv),
 	}, nil
+}
+
+// SelectedControllers returns the controllers `run --config file` runs
+// with no other flag: deploy/'s tests check that each deployment's
+// ServiceAccount is bound to the roles of exactly these.
+func SelectedControllers(file string) ([]string, error) {
+	o := newOptions()
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	for _, s := range sections(o) {
+		s.Register(fs)
+	}
+	if err := config.Apply(file, fs, defaultSections); err != nil {
+		return nil, err
+	}
+	names, err := manager.ResolveControllers(o.controllers, controllers.Names)
+	if err != nil {
+		return nil, err
+	}
+	return o.config.Select(names, o.controllers), nil
 }
