@@ -310,6 +310,12 @@ func kubeconfig(server string, ca []byte, user, token string) *clientcmdapi.Conf
 // KubeconfigPath is the admin kubeconfig (group system:masters).
 func (cp *ControlPlane) KubeconfigPath() string { return cp.layout.path(kubeconfigAdmin) }
 
+// SchedulerKubeconfigPath is kube-scheduler's kubeconfig (user
+// system:kube-scheduler, bound by the bootstrap RBAC policy and served by
+// API priority and fairness as kube-scheduler): for running another
+// scheduler with the same identity and priority.
+func (cp *ControlPlane) SchedulerKubeconfigPath() string { return cp.layout.path(kubeconfigScheduler) }
+
 // Server is the kube-apiserver URL.
 func (cp *ControlPlane) Server() string { return cp.layout.Server() }
 

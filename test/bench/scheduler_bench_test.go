@@ -85,7 +85,10 @@ func BenchmarkScheduler(b *testing.B) {
 		"--pod-start-delay", "1s", "--control-socket", filepath.Join(sockDir, "fakenodes.sock"))
 	framework.StartBinary(b, "run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle", "--leader-elect=false", "--metrics-bind-address=0")
 	oursAddr := freeAddr(b)
-	ours := framework.StartBinary(b, append([]string{"run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=scheduler", "--leader-elect=false",
+	// Our scheduler runs as kube-scheduler's user: the same RBAC, and the
+	// same FlowSchema and priority level (workload-high) in the API server,
+	// where an admin would be exempt from queueing.
+	ours := framework.StartBinary(b, append([]string{"run", "--kubeconfig", cp.SchedulerKubeconfigPath(), "--controllers=scheduler", "--leader-elect=false",
 		"--metrics-bind-address=" + oursAddr}, qpsArgs...)...)
 	oursMetrics := &framework.NodeShepherd{Addr: oursAddr}
 	framework.WaitAllNodesReady(b, client, nodes, 10*time.Minute)
