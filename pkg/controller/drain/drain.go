@@ -311,10 +311,13 @@ func (c *Controller) evictAll(ctx context.Context, due []*podEviction, now, bloc
 			defer wg.Done()
 			defer func() { <-sem }()
 			var ok bool
+			// A request that never answers must not hold the whole drain.
+			wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+			defer cancel()
 			if e.force {
-				c.forceDelete(ctx, e, blockedSince, forceAfter)
+				c.forceDelete(wctx, e, blockedSince, forceAfter)
 			} else {
-				ok = c.evict(ctx, e, now)
+				ok = c.evict(wctx, e, now)
 			}
 			mu.Lock()
 			if ok {
@@ -343,7 +346,7 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 			c.dryRun.Report(ctx, p, "evict", "evict pod "+podKey(p)+" from node "+p.Spec.NodeName)
 			e.evicted, e.lastErr, e.refused = true, "", false
 			return true
-		case apierrors.IsTooManyRequests(err):
+		case refusedByBudget(err):
 			e.lastErr, e.refused = "eviction refused: "+err.Error(), true
 		default:
 			e.lastErr, e.refused = "eviction failed: "+err.Error(), false
@@ -363,7 +366,7 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 		e.evicted, e.lastErr = true, ""
 		c.metrics.evictions.WithLabelValues("gone").Inc()
 		return false
-	case apierrors.IsTooManyRequests(err):
+	case refusedByBudget(err):
 		c.metrics.evictions.WithLabelValues("blocked-by-pdb").Inc()
 		c.metrics.blockedByPDB.Inc()
 		e.lastErr, e.refused = "eviction refused: "+err.Error(), true
@@ -405,6 +408,15 @@ func (c *Controller) forceDelete(ctx context.Context, e *podEviction, blockedSin
 		e.next = c.clock.Now().Add(e.backoff)
 		e.backoff = min(2*e.backoff, maxEvictionBackoff)
 	}
+}
+
+// refusedByBudget says whether an eviction was refused by a
+// PodDisruptionBudget: a 429 that names the budget as its cause. A 429
+// without it is the API server throttling (API Priority and Fairness, max
+// in-flight): an error to retry, which neither counts as blocked by a budget
+// nor starts force-after's countdown.
+func refusedByBudget(err error) bool {
+	return apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
 }
 
 // isUIDMismatch: the pod was replaced by one of the same name, so the one

@@ -552,6 +552,10 @@ func (c *Controller) evict(key string, w timedWork) bool {
 // only on the pod with the given UID: the status patch carries the
 // resourceVersion of the pod read and checked, the delete a UID precondition.
 func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid types.UID) error {
+	// A request that never answers must not hold the pod's deletion: after
+	// WriteTimeout the attempt fails and is retried.
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
 	pods := c.client.CoreV1().Pods(nn.Namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, err := pods.Get(ctx, nn.Name, metav1.GetOptions{})
