@@ -50,6 +50,10 @@ type podEviction struct {
 	// replacement: a pod its owner put back on this node after this drain
 	// evicted one of its pods (or created after the drain started); left alone.
 	replacement bool
+	// unanswered: the last eviction failed without a refusal (a timeout, a
+	// 5xx): it may have taken effect. If the pod then terminates or goes,
+	// the drain counts it as evicted and never sends another.
+	unanswered bool
 }
 
 // podsOn returns the pods bound to the node, from the informer.
@@ -122,10 +126,12 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 		unreachable := !kube.NodeReady(node)
 		var due []*podEviction
 		var waiting []*podEviction
+		seen := map[types.UID]bool{}
 		for _, p := range c.podsOn(n.Name) {
 			if c.cfg.skipReason(p) != "" {
 				continue
 			}
+			seen[p.UID] = true
 			e := tracked[p.UID]
 			if e == nil {
 				e = &podEviction{pod: p, backoff: evictionBackoff}
@@ -150,6 +156,17 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 			default:
 				e.force = e.refused && forceAfter > 0 && !blockedSince.IsZero() && !now.Before(blockedSince.Add(forceAfter))
 				due = append(due, e)
+			}
+		}
+		for uid, e := range tracked {
+			if e.unanswered && !e.evicted && (!seen[uid] || e.pod.DeletionTimestamp != nil) {
+				// The eviction whose answer was lost took effect.
+				e.evicted, e.unanswered = true, false
+				evicted++
+				if owner := returningOwner(e.pod); owner != "" {
+					evictedOwners[owner] = true
+				}
+				logger.V(2).Info("An eviction whose answer was lost took effect", "pod", klog.KObj(e.pod))
 			}
 		}
 		if len(due) > 0 {
@@ -356,6 +373,7 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 		return false
 	}
 	err := c.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+	e.unanswered = false
 	switch {
 	case err == nil:
 		e.evicted, e.lastErr, e.refused = true, "", false
@@ -372,7 +390,7 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 		e.lastErr, e.refused = "eviction refused: "+err.Error(), true
 	default:
 		c.metrics.evictions.WithLabelValues("error").Inc()
-		e.lastErr, e.refused = "eviction failed: "+err.Error(), false
+		e.lastErr, e.refused, e.unanswered = "eviction failed: "+err.Error(), false, true
 	}
 	e.next = now.Add(e.backoff)
 	e.backoff = min(2*e.backoff, maxEvictionBackoff)

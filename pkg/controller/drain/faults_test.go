@@ -1,9 +1,11 @@
 package drain
 
 import (
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,5 +71,36 @@ func TestHandler429FromThrottlingIsNotABudgetRefusal(t *testing.T) {
 				t.Errorf("eviction requests %q, want 3 (two refused, one accepted)", got)
 			}
 		})
+	}
+}
+
+// An eviction that takes effect but whose answer is lost (a timeout) is
+// not sent again, and the drain counts the pod as evicted in its
+// DrainSucceeded event: the pod went because of it.
+func TestHandlerEvictionWhoseAnswerWasLost(t *testing.T) {
+	h := newHandler(t, handlerConfig(), drainNode("n", true, draining), podOn("n", "web"), podOn("n", "api"))
+	lost := false
+	h.client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		ev, ok := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if a.GetSubresource() != "eviction" || !ok || ev.Name != "web" || lost {
+			return false, nil, nil
+		}
+		lost = true
+		// The API server evicts the pod; the answer never comes back.
+		if err := h.client.Tracker().Delete(v1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewTimeoutError("request timed out", 0)
+	})
+	h.sync("n")
+	h.until("DrainSucceeded", func() bool { return h.event(EventDrainSucceeded) != "" })
+	if got := h.evicted(); len(got) != 2 {
+		t.Errorf("eviction requests %q, want one per pod", got)
+	}
+	if e := h.event(EventDrainSucceeded); !strings.Contains(e, "evicted 2 pods") {
+		t.Errorf("DrainSucceeded = %q, want both pods counted as evicted", e)
+	}
+	if n := counter(t, h.c.metrics.evictions.WithLabelValues("error")); n != 1 {
+		t.Errorf("nodeshepherd_drain_evictions_total{error} = %v, want 1 (the request that timed out)", n)
 	}
 }
