@@ -43,6 +43,8 @@ type FaultProxy struct {
 	mu    sync.Mutex
 	rules []*FaultRule
 	log   []ProxiedRequest
+	// watches cancel the watches being forwarded, for DropWatches.
+	watches map[*http.Request]context.CancelFunc
 }
 
 // FaultKind is what a FaultRule does to the requests it matches.
@@ -118,7 +120,7 @@ func StartFaultProxy(t testing.TB, cfg *rest.Config) *FaultProxy {
 	if !pool.AppendCertsFromPEM(cfg.CAData) {
 		t.Fatal("fault proxy: no CA in the control plane's configuration")
 	}
-	p := &FaultProxy{t: t, target: target, closed: make(chan struct{})}
+	p := &FaultProxy{t: t, target: target, closed: make(chan struct{}), watches: map[*http.Request]context.CancelFunc{}}
 	upstream := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 100}
 	p.rp = &httputil.ReverseProxy{
@@ -187,6 +189,18 @@ func (p *FaultProxy) Injected(name string) int {
 		}
 	}
 	return n
+}
+
+// DropWatches cuts every watch forwarded now, as a broken connection or an
+// API server restart would: the clients watch again from where they were,
+// which FaultGone rules may answer.
+func (p *FaultProxy) DropWatches() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cancel := range p.watches {
+		cancel()
+	}
+	return len(p.watches)
 }
 
 // Log returns a copy of the requests so far.
@@ -352,6 +366,16 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	res, sub, name := requestInfo(r.URL.Path)
 	e := ProxiedRequest{At: time.Now(), Method: r.Method, Path: r.URL.Path, Watch: isWatch(r), Resource: res, Sub: sub, Name: name}
 	fr := p.pick(r, &e)
+	if e.Watch {
+		// Every watch can be cut by DropWatches.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		p.mu.Lock()
+		p.watches[r] = cancel
+		p.mu.Unlock()
+		defer func() { p.mu.Lock(); delete(p.watches, r); p.mu.Unlock() }()
+		r = r.WithContext(ctx)
+	}
 	if fr == nil {
 		rec := &statusRecorder{ResponseWriter: w}
 		e.Reached = true

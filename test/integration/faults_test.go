@@ -1,0 +1,280 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/clientmetrics"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+// Faults on the API path (#21, point 7): nodeshepherd talks to the API server
+// through framework.FaultProxy, which answers 429 and 500, lets writes take
+// effect and then withholds the answer past the controllers' patience, cuts
+// watches and answers 410 Gone when they resume; fake nodes and the test's
+// own checks talk to the API server directly. Whatever is injected, every
+// pod that must go goes, through exactly one write that reached the API
+// server, with one event, and the metrics count what happened.
+
+// withClientMetrics exports client-go's rest_client_* metrics on the
+// manager's /metrics, through the first controller's constructor (which gets
+// the manager's registry).
+func withClientMetrics(o *manager.Options) {
+	first := o.Controllers[0]
+	build := o.Constructors[first]
+	o.Constructors = maps.Clone(o.Constructors)
+	o.Constructors[first] = func(ctx manager.Context) (manager.Controller, error) {
+		if err := clientmetrics.Register(ctx.Registry); err != nil {
+			return nil, err
+		}
+		return build(ctx)
+	}
+}
+
+// watchFaults cuts the pod and node watches of the proxied client a few
+// seconds in, and answers 410 Gone to some of the watches that resume from
+// where they were cut, so that the informers relist.
+func watchFaults(p *framework.FaultProxy) {
+	for _, res := range []string{"pods", "nodes"} {
+		p.Inject(framework.FaultRule{Name: "gone-" + res, Kind: framework.FaultGone, Resource: res, ResumeOnly: true, Every: 2, Times: 3})
+		p.Inject(framework.FaultRule{Name: "drop-" + res, Kind: framework.FaultDropWatch, Resource: res, Watch: true, After: 2 * time.Second, Times: 6})
+	}
+}
+
+// reachedWrites counts, per object name, the proxied writes of a kind
+// (method, resource, subresource) that the API server accepted (2xx).
+func reachedWrites(p *framework.FaultProxy, method, resource, sub string) map[string]int {
+	out := map[string]int{}
+	for _, e := range p.Log() {
+		if e.Method == method && e.Resource == resource && e.Sub == sub && e.Reached && e.Status >= 200 && e.Status < 300 {
+			out[e.Name]++
+		}
+	}
+	return out
+}
+
+// proxyHost is the host label of the proxied client's rest_client_* series.
+func proxyHost(t *testing.T, p *framework.FaultProxy) string {
+	u, err := url.Parse(p.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// TestTaintEvictionUnderAPIFaults: twelve pods must leave a NoExecute-tainted
+// node while the controller's pod and node watches are cut and answered 410
+// Gone, two DELETEs take effect but never answer, DELETEs answer 500 and the
+// DisruptionTarget status patches 429 with Retry-After. Every pod is deleted
+// with its DisruptionTarget condition, by exactly one DELETE that reached
+// the API server, with one "Marking for deletion" event; the deletions, the
+// failed attempts and client-go's requests by code are counted.
+func TestTaintEvictionUnderAPIFaults(t *testing.T) {
+	cp, client := teCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 1, false))
+	node := m.NodeNames()[0]
+	proxy := framework.StartFaultProxy(t, cp.RESTConfig())
+	watchFaults(proxy)
+	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cp.RESTConfig()), controllers.Default(), func(o *manager.Options) {
+		tainteviction1(o)
+		withClientMetrics(o)
+	})
+	const pods = 12
+	var names []string
+	for i := range pods {
+		name := fmt.Sprintf("victim-%02d", i)
+		names = append(names, name)
+		createTEPod(t, client, name, node, nil, []string{holdFinalizer})
+	}
+	proxy.Inject(framework.FaultRule{Name: "hang-delete", Kind: framework.FaultHang, Methods: []string{http.MethodDelete}, Resource: "pods", Times: 2})
+	proxy.Inject(framework.FaultRule{Name: "500-delete", Kind: framework.FaultStatus, Status: http.StatusInternalServerError,
+		Methods: []string{http.MethodDelete}, Resource: "pods", Every: 2, Times: 4})
+	proxy.Inject(framework.FaultRule{Name: "429-status", Kind: framework.FaultStatus, Status: http.StatusTooManyRequests, RetryAfter: 1,
+		Methods: []string{http.MethodPatch}, Resource: "pods", Subresource: "status", Every: 2, Times: 4})
+	proxy.DropWatches()
+	tainted := time.Now()
+	setNoExecuteTaints(t, client, node, teTaint("nodeshepherd.io/faults"))
+
+	for _, name := range names {
+		deletedAt(t, client, name, 60*time.Second)
+	}
+	t.Logf("all %d pods deleted %v after the taint; faults: %s", pods, time.Since(tainted).Round(time.Millisecond), proxy)
+	hung, failed := proxy.Injected("hang-delete"), proxy.Injected("500-delete")
+	if hung != 2 || failed == 0 || proxy.Injected("429-status") == 0 {
+		t.Fatalf("the write faults were not all injected: %s", proxy)
+	}
+	// The answers of the hung DELETEs come back as timeouts after
+	// kube.WriteTimeout; then every deletion is counted, once.
+	framework.Eventually(t, 40*time.Second, "every deletion counted", func(context.Context) (bool, string, error) {
+		n := ns.Metric(t, "taint_eviction_controller_pod_deletions_total", nil)
+		return n == pods, fmt.Sprintf("%v deletions counted", n), nil
+	})
+	deletes := reachedWrites(proxy, http.MethodDelete, "pods", "")
+	for _, name := range names {
+		if deletes[name] != 1 {
+			t.Errorf("%s: %d DELETEs reached the API server, want 1", name, deletes[name])
+		}
+		if marks, _ := evictionMarks(t, client, name); sum(marks) != 1 {
+			t.Errorf("%s: %d Marking for deletion events, want 1", name, sum(marks))
+		}
+	}
+	if n := ns.Metric(t, "taint_eviction_controller_pod_deletions_total", nil); n != pods {
+		t.Errorf("%v deletions counted, want %d", n, pods)
+	}
+	if n := ns.Metric(t, "nodeshepherd_tainteviction_pod_deletion_errors_total", nil); int(n) != hung+failed {
+		t.Errorf("%v failed deletion attempts counted, want %d (%d timeouts, %d 500s)", n, hung+failed, hung, failed)
+	}
+	host := proxyHost(t, proxy)
+	for _, c := range []struct {
+		labels map[string]string
+		want   int
+	}{
+		{map[string]string{"code": "500", "method": "DELETE", "host": host}, failed},
+		{map[string]string{"code": "<error>", "method": "DELETE", "host": host}, hung},
+		{map[string]string{"code": "429", "method": "PATCH", "host": host}, proxy.Injected("429-status")},
+	} {
+		if got := ns.Metric(t, "rest_client_requests_total", c.labels); int(got) != c.want {
+			t.Errorf("rest_client_requests_total%v = %v, want %d", c.labels, got, c.want)
+		}
+	}
+	if got := ns.Metric(t, "rest_client_request_retries_total", map[string]string{"verb": "PATCH", "host": host}); int(got) < proxy.Injected("429-status") {
+		t.Errorf("rest_client_request_retries_total{verb=PATCH} = %v, want one retry per 429 (%d)", got, proxy.Injected("429-status"))
+	}
+	if proxy.Injected("drop-pods") == 0 || proxy.Injected("gone-pods")+proxy.Injected("gone-nodes") == 0 {
+		t.Errorf("the watch faults were not injected: %s", proxy)
+	}
+	t.Logf("faults injected by the end: %s", proxy)
+}
+
+// TestDrainUnderAPIFaults: a KernelDeadlock node with six web pods is
+// cordoned and drained while the controllers' watches are cut and answered
+// 410 Gone, the first cordon PATCH answers 500, two evictions take effect but
+// never answer, two are throttled (429 without a budget's cause) and some
+// answer 500. The node is cordoned once (one CordonSucceeded), each web pod
+// is evicted by exactly one eviction that reached the API server, the drain
+// completes once, and the throttled evictions count as errors, not as
+// refusals by a PodDisruptionBudget.
+func TestDrainUnderAPIFaults(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
+	names := m.NodeNames()
+	sick := names[0]
+	proxy := framework.StartFaultProxy(t, cfg)
+	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cfg), drainConfig(nil), withClientMetrics)
+	waitNodesReady(t, client, names...)
+	for _, n := range names[1:] {
+		framework.SetUnschedulable(t, client, n, true)
+	}
+	createDeployment(t, client, deployment("web", 6))
+	framework.Eventually(t, 60*time.Second, "web ready on "+sick, deploymentReady(client, "web", 6))
+	for _, n := range names[1:] {
+		framework.SetUnschedulable(t, client, n, false)
+	}
+	onSick, err := podsOn(framework.Context(t), client, sick, "web")
+	if err != nil || len(onSick) != 6 {
+		t.Fatalf("want the 6 web pods on %s: %d, %v", sick, len(onSick), err)
+	}
+
+	watchFaults(proxy)
+	if n := proxy.DropWatches(); n == 0 {
+		t.Fatal("no watch through the proxy to cut")
+	}
+	proxy.Inject(framework.FaultRule{Name: "500-cordon", Kind: framework.FaultStatus, Status: http.StatusInternalServerError,
+		Methods: []string{http.MethodPatch}, Resource: "nodes", Subresource: "-", Times: 1})
+	proxy.Inject(framework.FaultRule{Name: "hang-evict", Kind: framework.FaultHang, Methods: []string{http.MethodPost}, Resource: "pods", Subresource: "eviction", Times: 2})
+	proxy.Inject(framework.FaultRule{Name: "429-evict", Kind: framework.FaultStatus, Status: http.StatusTooManyRequests,
+		Methods: []string{http.MethodPost}, Resource: "pods", Subresource: "eviction", Times: 2})
+	proxy.Inject(framework.FaultRule{Name: "500-evict", Kind: framework.FaultStatus, Status: http.StatusInternalServerError,
+		Methods: []string{http.MethodPost}, Resource: "pods", Subresource: "eviction", Every: 2, Times: 2})
+	start := time.Now()
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	framework.Eventually(t, 90*time.Second, "drain of "+sick+" completed", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
+	t.Logf("drained %v after the condition; faults: %s", time.Since(start).Round(time.Millisecond), proxy)
+	if proxy.Injected("500-cordon") != 1 || proxy.Injected("hang-evict") != 2 || proxy.Injected("429-evict") != 2 {
+		t.Fatalf("the write faults were not all injected: %s", proxy)
+	}
+	framework.Eventually(t, 60*time.Second, "web Running elsewhere", func(ctx context.Context) (bool, string, error) {
+		left, err := podsOn(ctx, client, sick, "web")
+		ok, msg, _ := deploymentReady(client, "web", 6)(ctx)
+		return ok && len(left) == 0 && err == nil, fmt.Sprintf("%s, %d web pods on %s", msg, len(left), sick), err
+	})
+	evictions := reachedWrites(proxy, http.MethodPost, "pods", "eviction")
+	for _, p := range onSick {
+		if evictions[p.Name] != 1 {
+			t.Errorf("%s: %d evictions reached the API server, want 1", p.Name, evictions[p.Name])
+		}
+	}
+	for reason, want := range map[string]int32{drain.EventCordonSucceeded: 1, drain.EventDrainScheduled: 1, drain.EventDrainSucceeded: 1} {
+		if got, msgs := eventCount(t, client, sick, reason); got != want {
+			t.Errorf("%d %s events, want %d: %q", got, reason, want, msgs)
+		}
+	}
+	if got, _ := eventCount(t, client, sick, drain.EventCordonFailed); got != 1 {
+		t.Errorf("%d CordonFailed events, want 1 (the 500)", got)
+	}
+	if got := ns.Metric(t, "draino_cordoned_nodes_total", map[string]string{"result": "succeeded"}); got != 1 {
+		t.Errorf("draino_cordoned_nodes_total{succeeded} = %v, want 1", got)
+	}
+	if got := ns.Metric(t, "draino_drained_nodes_total", map[string]string{"result": "succeeded"}); got != 1 {
+		t.Errorf("draino_drained_nodes_total{succeeded} = %v, want 1", got)
+	}
+	if got := ns.Metric(t, "nodeshepherd_drain_evictions_blocked_by_pdb_total", nil); got != 0 {
+		t.Errorf("%v evictions counted as refused by a PodDisruptionBudget; there is none, the 429s were throttling", got)
+	}
+	errs := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "error"})
+	if want := proxy.Injected("hang-evict") + proxy.Injected("429-evict") + proxy.Injected("500-evict"); int(errs) != want {
+		t.Errorf("nodeshepherd_drain_evictions_total{error} = %v, want %d (timeouts, 429s, 500s)", errs, want)
+	}
+	host := proxyHost(t, proxy)
+	if got := ns.Metric(t, "rest_client_requests_total", map[string]string{"code": "429", "method": "POST", "host": host}); int(got) != proxy.Injected("429-evict") {
+		t.Errorf("rest_client_requests_total{429,POST} = %v, want %d", got, proxy.Injected("429-evict"))
+	}
+	if proxy.Injected("drop-pods") == 0 || proxy.Injected("gone-pods")+proxy.Injected("gone-nodes") == 0 {
+		t.Errorf("the watch faults were not injected: %s", proxy)
+	}
+	_, msgs := eventCount(t, client, sick, drain.EventDrainSucceeded)
+	if len(msgs) != 1 || !strings.Contains(msgs[0], "evicted 6 pods") {
+		t.Errorf("DrainSucceeded %q: want the 6 web pods counted, those whose eviction never answered too", msgs)
+	}
+	t.Logf("DrainSucceeded: %s; faults injected by the end: %s", strings.Join(msgs, "; "), proxy)
+}
+
+// eventsByPod counts events of a reason per involved pod name.
+func eventsByPod(t *testing.T, client kubernetes.Interface, reason, prefix string) map[string]int32 {
+	t.Helper()
+	evs, err := client.CoreV1().Events("default").List(framework.Context(t), metav1.ListOptions{FieldSelector: "reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int32{}
+	for _, e := range evs.Items {
+		if strings.HasPrefix(e.Message, prefix) {
+			out[e.InvolvedObject.Name] += max(e.Count, 1)
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
