@@ -6,18 +6,24 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"sort"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/clientmetrics"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
@@ -254,27 +260,146 @@ func TestDrainUnderAPIFaults(t *testing.T) {
 	t.Logf("DrainSucceeded: %s; faults injected by the end: %s", strings.Join(msgs, "; "), proxy)
 }
 
-// eventsByPod counts events of a reason per involved pod name.
-func eventsByPod(t *testing.T, client kubernetes.Interface, reason, prefix string) map[string]int32 {
+// restartConfig is failoverConfig with kube-controller-manager's
+// leader-election timings (15s lease, 10s renew deadline, 2s retry): a
+// short API server restart should not cost the leader its Lease.
+func restartConfig(t *testing.T) string {
 	t.Helper()
-	evs, err := client.CoreV1().Events("default").List(framework.Context(t), metav1.ListOptions{FieldSelector: "reason=" + reason})
-	if err != nil {
-		t.Fatal(err)
+	conf := strings.Replace(failoverConfig, `  leaderElectLeaseDuration: 4s
+  leaderElectRenewDeadline: 3s
+  leaderElectRetryPeriod: 500ms`, `  leaderElectLeaseDuration: 15s
+  leaderElectRenewDeadline: 10s
+  leaderElectRetryPeriod: 2s`, 1)
+	if conf == failoverConfig {
+		t.Fatal("failoverConfig no longer has the leader-election block this test replaces")
 	}
-	out := map[string]int32{}
-	for _, e := range evs.Items {
-		if strings.HasPrefix(e.Message, prefix) {
-			out[e.InvolvedObject.Name] += max(e.Count, 1)
-		}
-	}
-	return out
+	return conf
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// proxyKubeconfig writes a kubeconfig (admin credentials) aimed at the proxy.
+func proxyKubeconfig(t *testing.T, proxy *framework.FaultProxy, cfg *rest.Config) string {
+	t.Helper()
+	pc := proxy.RESTConfig(cfg)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: pc.Host, CertificateAuthorityData: pc.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: pc.BearerToken}
+	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "admin"}
+	kc.CurrentContext = "proxy"
+	path := filepath.Join(t.TempDir(), "proxy.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
 	}
-	sort.Strings(out)
-	return out
+	return path
+}
+
+// TestAPIServerRestartMidEvictionAndDrain: two `nodeshepherd run` replicas
+// (through the proxy, which only counts) taint-evict ten pods due one after
+// another and drain a node of its six web pods under a PodDisruptionBudget
+// that lets one go at a time; kube-apiserver is stopped and started again
+// while both are in flight. Afterwards every pod that must go has gone,
+// through exactly one accepted DELETE or eviction, with one event each; the
+// drain completes once; and exactly one replica leads, renewing its Lease.
+func TestAPIServerRestartMidEvictionAndDrain(t *testing.T) {
+	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: true})
+	client := framework.Client(t, cp)
+	ctx := framework.Context(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 4, false))
+	names := m.NodeNames()
+	dead, sick := names[0], names[1]
+	proxy := framework.StartFaultProxy(t, cp.RESTConfig())
+	confPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(confPath, []byte(restartConfig(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := proxyKubeconfig(t, proxy, cp.RESTConfig())
+	for range 2 {
+		framework.StartBinary(t, "run", "--kubeconfig", kubeconfig, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	}
+	waitNodesReady(t, client, names...)
+	holder := func(ctx context.Context) (string, int32, time.Time, error) {
+		l, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "nodeshepherd", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+			return "", 0, time.Time{}, err
+		}
+		return *l.Spec.HolderIdentity, ptr.Deref(l.Spec.LeaseTransitions, 0), l.Spec.RenewTime.Time, nil
+	}
+	var leaderBefore string
+	var transitionsBefore int32
+	framework.Eventually(t, 30*time.Second, "a leader", func(ctx context.Context) (bool, string, error) {
+		id, tr, _, err := holder(ctx)
+		leaderBefore, transitionsBefore = id, tr
+		return id != "", id, err
+	})
+
+	// The drain's pods: web on sick only, one at a time allowed to go.
+	for _, n := range names {
+		if n != sick {
+			framework.SetUnschedulable(t, client, n, true)
+		}
+	}
+	createDeployment(t, client, deployment("web", 6))
+	framework.Eventually(t, 60*time.Second, "web ready on "+sick, deploymentReady(client, "web", 6))
+	for _, n := range names[2:] {
+		framework.SetUnschedulable(t, client, n, false)
+	}
+	createPDB(t, client, "web", nil, ptr.To(intstr.FromInt32(1)))
+	onSick, err := podsOn(ctx, client, sick, "web")
+	if err != nil || len(onSick) != 6 {
+		t.Fatalf("want the 6 web pods on %s: %d, %v", sick, len(onSick), err)
+	}
+	// The taint evictions: ten pods on dead, due 2s, 4s, ... 20s after the taint.
+	const key, tolPods = "nodeshepherd.io/restart-test", 10
+	for i := 1; i <= tolPods; i++ {
+		createTEPod(t, client, fmt.Sprintf("tol-%02d", i), dead, nil, []string{holdFinalizer}, teToleration(key, ptr.To(int64(2*i))))
+	}
+
+	added := setNoExecuteTaints(t, client, dead, teTaint(key))[0].TimeAdded.Time
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	framework.Eventually(t, 30*time.Second, "drain in flight", drainCondition(client, sick, v1.ConditionTrue, "scheduled"))
+	framework.Eventually(t, 30*time.Second, "first taint eviction", podEvicted(client, "tol-01"))
+	stopped := time.Now()
+	if err := cp.RestartAPIServer(ctx, 2*time.Second); err != nil {
+		t.Fatalf("restarting kube-apiserver: %v", err)
+	}
+	t.Logf("kube-apiserver restarted: down %v, from %v after the taint", time.Since(stopped).Round(time.Millisecond), stopped.Sub(added).Round(time.Millisecond))
+
+	for i := 1; i <= tolPods; i++ {
+		deletedAt(t, client, fmt.Sprintf("tol-%02d", i), 60*time.Second)
+	}
+	framework.Eventually(t, 90*time.Second, "drain completed", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
+	framework.Eventually(t, 60*time.Second, "web Running elsewhere", func(ctx context.Context) (bool, string, error) {
+		left, err := podsOn(ctx, client, sick, "web")
+		ok, msg, _ := deploymentReady(client, "web", 6)(ctx)
+		return ok && len(left) == 0 && err == nil, fmt.Sprintf("%s, %d web pods on %s", msg, len(left), sick), err
+	})
+
+	deletes := reachedWrites(proxy, http.MethodDelete, "pods", "")
+	for i := 1; i <= tolPods; i++ {
+		name := fmt.Sprintf("tol-%02d", i)
+		if deletes[name] != 1 {
+			t.Errorf("%s: %d DELETEs accepted by the API server, want 1", name, deletes[name])
+		}
+		if marks, _ := evictionMarks(t, client, name); sum(marks) != 1 {
+			t.Errorf("%s: %d Marking for deletion events, want 1", name, sum(marks))
+		}
+	}
+	evictions := reachedWrites(proxy, http.MethodPost, "pods", "eviction")
+	for _, p := range onSick {
+		if evictions[p.Name] != 1 {
+			t.Errorf("%s: %d evictions accepted by the API server, want 1", p.Name, evictions[p.Name])
+		}
+	}
+	for reason, want := range map[string]int32{drain.EventCordonSucceeded: 1, drain.EventDrainSucceeded: 1} {
+		if got, msgs := eventCount(t, client, sick, reason); got != want {
+			t.Errorf("%d %s events, want %d: %q", got, reason, want, msgs)
+		}
+	}
+	badGateway := proxy.Count(func(e framework.ProxiedRequest) bool { return e.Status == http.StatusBadGateway })
+	framework.Eventually(t, 30*time.Second, "one leader renewing its Lease", func(ctx context.Context) (bool, string, error) {
+		id, tr, renewed, err := holder(ctx)
+		return id != "" && time.Since(renewed) < 5*time.Second, fmt.Sprintf("%s renewed %v ago, %d transitions", id, time.Since(renewed), tr), err
+	})
+	id, transitions, _, _ := holder(ctx)
+	t.Logf("leader before %s, after %s; lease transitions during the test: %d; %d requests answered 502 while kube-apiserver was down",
+		leaderBefore, id, transitions-transitionsBefore, badGateway)
 }
