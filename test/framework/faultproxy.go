@@ -88,6 +88,7 @@ type FaultRule struct {
 	Times       int
 
 	matched, injected int
+	stopped           bool
 }
 
 // Writes are the mutating methods, for FaultRule.Methods.
@@ -171,11 +172,14 @@ func (p *FaultProxy) Inject(r FaultRule) *FaultRule {
 	return &r
 }
 
-// Clear removes every rule: requests pass untouched from now on.
+// Clear stops every rule: requests pass untouched from now on, and
+// Injected still tells how often each fired.
 func (p *FaultProxy) Clear() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rules = nil
+	for _, r := range p.rules {
+		r.stopped = true
+	}
 }
 
 // Injected says how often the named rule fired so far.
@@ -296,7 +300,7 @@ func (p *FaultProxy) pick(r *http.Request, e *ProxiedRequest) *FaultRule {
 	defer p.mu.Unlock()
 	var fired *FaultRule
 	for _, fr := range p.rules {
-		if !fr.matches(r, e.Resource, e.Sub, e.Watch) {
+		if fr.stopped || !fr.matches(r, e.Resource, e.Sub, e.Watch) {
 			continue
 		}
 		fr.matched++
