@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,9 +26,14 @@ var (
 	latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rest_client_request_duration_seconds",
 		Help:    "Request latency in seconds, broken down by verb and host.",
 		Buckets: []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60}}, []string{"verb", "host"})
-
-	hookOnce sync.Once
 )
+
+// client-go takes its adapters through unsynchronised package variables: they
+// are set when this package is loaded, before any request can read them
+// (kube-controller-manager's component-base does the same in an init).
+func init() {
+	metrics.Register(metrics.RegisterOpts{RequestResult: resultAdapter{}, RequestRetry: retryAdapter{}, RequestLatency: latencyAdapter{}})
+}
 
 type resultAdapter struct{}
 
@@ -49,14 +53,11 @@ func (latencyAdapter) Observe(_ context.Context, verb string, u url.URL, d time.
 	latency.WithLabelValues(verb, u.Host).Observe(d.Seconds())
 }
 
-// Register hooks the counters into client-go (once per process: client-go
-// takes its adapters once) and adds them to reg. A registry that has them
-// already is left as it is, so every run of the manager in one process (the
-// tests run several) can call it.
+// Register adds the counters, which count every request of this process
+// (they are fed from the moment the package is loaded), to reg. A registry
+// that has them already is left as it is, so every run of the manager in one
+// process (the tests run several) can call it.
 func Register(reg prometheus.Registerer) error {
-	hookOnce.Do(func() {
-		metrics.Register(metrics.RegisterOpts{RequestResult: resultAdapter{}, RequestRetry: retryAdapter{}, RequestLatency: latencyAdapter{}})
-	})
 	for _, c := range []prometheus.Collector{requests, retries, latency} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
