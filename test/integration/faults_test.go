@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -320,8 +321,9 @@ func TestAPIServerRestartMidEvictionAndDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeconfig := proxyKubeconfig(t, proxy, cp.RESTConfig())
+	var cmds []*exec.Cmd
 	for range 2 {
-		framework.StartBinary(t, "run", "--kubeconfig", kubeconfig, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		cmds = append(cmds, framework.StartBinary(t, "run", "--kubeconfig", kubeconfig, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t))))
 	}
 	waitNodesReady(t, client, names...)
 	holder := func(ctx context.Context) (string, int32, time.Time, error) {
@@ -408,6 +410,16 @@ func TestAPIServerRestartMidEvictionAndDrain(t *testing.T) {
 		return id != "" && time.Since(renewed) < 5*time.Second, fmt.Sprintf("%s renewed %v ago, %d transitions", id, time.Since(renewed), tr), err
 	})
 	id, transitions, _, _ := holder(ctx)
+	if id != leaderBefore {
+		// Cleanly: the old leader stopped leading and exited, saying why.
+		for _, cmd := range cmds {
+			if strings.Contains(leaderBefore, fmt.Sprintf("_%d_", cmd.Process.Pid)) {
+				if log := binaryLog(t, cmd); !strings.Contains(log, "lost leadership") {
+					t.Errorf("the leader before the restart (%s) does not say it lost leadership:\n%s", leaderBefore, tail(log, 15))
+				}
+			}
+		}
+	}
 	t.Logf("leader before %s, after %s; lease transitions during the test: %d; %d requests answered 502 while kube-apiserver was down",
 		leaderBefore, id, transitions-transitionsBefore, badGateway)
 }
