@@ -2,7 +2,9 @@ package drain
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
@@ -79,13 +81,13 @@ func TestHandler429FromThrottlingIsNotABudgetRefusal(t *testing.T) {
 // DrainSucceeded event: the pod went because of it.
 func TestHandlerEvictionWhoseAnswerWasLost(t *testing.T) {
 	h := newHandler(t, handlerConfig(), drainNode("n", true, draining), podOn("n", "web"), podOn("n", "api"))
-	lost := false
+	var lost atomic.Bool
 	h.client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		ev, ok := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction)
-		if a.GetSubresource() != "eviction" || !ok || ev.Name != "web" || lost {
+		if a.GetSubresource() != "eviction" || !ok || ev.Name != "web" || lost.Load() {
 			return false, nil, nil
 		}
-		lost = true
+		lost.Store(true)
 		// The API server evicts the pod; the answer never comes back.
 		if err := h.client.Tracker().Delete(v1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name); err != nil {
 			return true, nil, err
@@ -93,6 +95,19 @@ func TestHandlerEvictionWhoseAnswerWasLost(t *testing.T) {
 		return true, nil, apierrors.NewTimeoutError("request timed out", 0)
 	})
 	h.sync("n")
+	// The informer sees the pod go (in a cluster, milliseconds after the
+	// eviction) before the fake clock lets the drain look again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, present, _ := h.c.pods.GetByKey("ns/web")
+		if lost.Load() && !present {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lost eviction was not sent, or the informer never saw the pod go")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	h.until("DrainSucceeded", func() bool { return h.event(EventDrainSucceeded) != "" })
 	if got := h.evicted(); len(got) != 2 {
 		t.Errorf("eviction requests %q, want one per pod", got)
