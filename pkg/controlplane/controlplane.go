@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,8 @@ type ControlPlane struct {
 	removeDir  bool
 	adminToken string
 	procs      []*process // in start order; stopped in reverse
+	// apiServerArgs are kube-apiserver's arguments, for RestartAPIServer.
+	apiServerArgs []string
 }
 
 // ErrMissingBinaries is returned when a component binary is not built.
@@ -192,7 +195,8 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	apiserver, err := cp.start(APIServer, append(apiServerArgs(cp.layout), cfg.APIServerArgs...), logs)
+	cp.apiServerArgs = append(apiServerArgs(cp.layout), cfg.APIServerArgs...)
+	apiserver, err := cp.start(APIServer, cp.apiServerArgs, logs)
 	if err != nil {
 		return nil, err
 	}
@@ -369,6 +373,33 @@ func (cp *ControlPlane) scrub() {
 			_ = os.Remove(filepath.Join(cp.cfg.Dir, name))
 		}
 	}
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 10s),
+// leaves it down for the given time, starts it again with the same
+// arguments (same port, certificates and etcd, so clients reconnect by
+// themselves) and returns once it answers /readyz again. Its log goes on in
+// the same file. For fault tests: what clients see during an API server
+// restart or upgrade.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	i := slices.IndexFunc(cp.procs, func(p *process) bool { return p.name == APIServer })
+	if i < 0 {
+		return errors.New("kube-apiserver is not running")
+	}
+	cp.procs[i].stop(10 * time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	p, err := startProcessLog(APIServer, filepath.Join(cp.cfg.BinDir, APIServer), cp.apiServerArgs, filepath.Join(cp.cfg.Dir, "logs"), true)
+	if err != nil {
+		return err
+	}
+	cp.procs[i] = p
+	ctx, cancel := context.WithTimeout(ctx, cp.cfg.ReadyTimeout)
+	defer cancel()
+	return waitFor(ctx, p, "kube-apiserver", cp.probe("/readyz", cp.layout.APIServerPort, true))
 }
 
 // PID returns the process ID of a running component, or 0.

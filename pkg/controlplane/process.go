@@ -24,8 +24,18 @@ type process struct {
 }
 
 func startProcess(name, binary string, args []string, logDir string) (*process, error) {
+	return startProcessLog(name, binary, args, logDir, false)
+}
+
+// startProcessLog starts a component, its log in logDir/NAME.log, appended
+// to rather than replaced when appendLog (a restarted component).
+func startProcessLog(name, binary string, args []string, logDir string, appendLog bool) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if appendLog {
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	logFile, err := os.OpenFile(logPath, flags, 0o644)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,15 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// WriteTimeout bounds one write (with the reads that prepare it) to the API
+// server. client-go sets no timeout, so a request whose answer never comes
+// (a connection that hangs, a proxy that stalls) would block the worker that
+// sent it for good; after WriteTimeout the write is given up and retried like
+// any failed one, and the retry finds out from the object whether the first
+// attempt took effect. Far above a healthy write's latency, below
+// kube-apiserver's own 60 s request timeout.
+const WriteTimeout = 15 * time.Second
+
 // Fast returns a copy of cfg for local, trusted servers: protobuf and no
 // client-side throttling worth noticing.
 func Fast(cfg *rest.Config) *rest.Config {

@@ -561,6 +561,9 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, status bool, action,
 		c.dryWrites.Add(n.Name, mutate)
 		return c.view(n), nil
 	}
+	// A request that never answers must not hold the controller's one worker.
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
 	cur := n
 	var out *v1.Node
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

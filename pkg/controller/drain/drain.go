@@ -50,6 +50,10 @@ type podEviction struct {
 	// replacement: a pod its owner put back on this node after this drain
 	// evicted one of its pods (or created after the drain started); left alone.
 	replacement bool
+	// unanswered: the last eviction failed without a refusal (a timeout, a
+	// 5xx): it may have taken effect. If the pod then terminates or goes,
+	// the drain counts it as evicted and never sends another.
+	unanswered bool
 }
 
 // podsOn returns the pods bound to the node, from the informer.
@@ -122,10 +126,12 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 		unreachable := !kube.NodeReady(node)
 		var due []*podEviction
 		var waiting []*podEviction
+		seen := map[types.UID]bool{}
 		for _, p := range c.podsOn(n.Name) {
 			if c.cfg.skipReason(p) != "" {
 				continue
 			}
+			seen[p.UID] = true
 			e := tracked[p.UID]
 			if e == nil {
 				e = &podEviction{pod: p, backoff: evictionBackoff}
@@ -150,6 +156,17 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 			default:
 				e.force = e.refused && forceAfter > 0 && !blockedSince.IsZero() && !now.Before(blockedSince.Add(forceAfter))
 				due = append(due, e)
+			}
+		}
+		for uid, e := range tracked {
+			if e.unanswered && !e.evicted && (!seen[uid] || e.pod.DeletionTimestamp != nil) {
+				// The eviction whose answer was lost took effect.
+				e.evicted, e.unanswered = true, false
+				evicted++
+				if owner := returningOwner(e.pod); owner != "" {
+					evictedOwners[owner] = true
+				}
+				logger.V(2).Info("An eviction whose answer was lost took effect", "pod", klog.KObj(e.pod))
 			}
 		}
 		if len(due) > 0 {
@@ -311,10 +328,13 @@ func (c *Controller) evictAll(ctx context.Context, due []*podEviction, now, bloc
 			defer wg.Done()
 			defer func() { <-sem }()
 			var ok bool
+			// A request that never answers must not hold the whole drain.
+			wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+			defer cancel()
 			if e.force {
-				c.forceDelete(ctx, e, blockedSince, forceAfter)
+				c.forceDelete(wctx, e, blockedSince, forceAfter)
 			} else {
-				ok = c.evict(ctx, e, now)
+				ok = c.evict(wctx, e, now)
 			}
 			mu.Lock()
 			if ok {
@@ -343,7 +363,7 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 			c.dryRun.Report(ctx, p, "evict", "evict pod "+podKey(p)+" from node "+p.Spec.NodeName)
 			e.evicted, e.lastErr, e.refused = true, "", false
 			return true
-		case apierrors.IsTooManyRequests(err):
+		case refusedByBudget(err):
 			e.lastErr, e.refused = "eviction refused: "+err.Error(), true
 		default:
 			e.lastErr, e.refused = "eviction failed: "+err.Error(), false
@@ -353,6 +373,7 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 		return false
 	}
 	err := c.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+	e.unanswered = false
 	switch {
 	case err == nil:
 		e.evicted, e.lastErr, e.refused = true, "", false
@@ -363,13 +384,13 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 		e.evicted, e.lastErr = true, ""
 		c.metrics.evictions.WithLabelValues("gone").Inc()
 		return false
-	case apierrors.IsTooManyRequests(err):
+	case refusedByBudget(err):
 		c.metrics.evictions.WithLabelValues("blocked-by-pdb").Inc()
 		c.metrics.blockedByPDB.Inc()
 		e.lastErr, e.refused = "eviction refused: "+err.Error(), true
 	default:
 		c.metrics.evictions.WithLabelValues("error").Inc()
-		e.lastErr, e.refused = "eviction failed: "+err.Error(), false
+		e.lastErr, e.refused, e.unanswered = "eviction failed: "+err.Error(), false, true
 	}
 	e.next = now.Add(e.backoff)
 	e.backoff = min(2*e.backoff, maxEvictionBackoff)
@@ -405,6 +426,15 @@ func (c *Controller) forceDelete(ctx context.Context, e *podEviction, blockedSin
 		e.next = c.clock.Now().Add(e.backoff)
 		e.backoff = min(2*e.backoff, maxEvictionBackoff)
 	}
+}
+
+// refusedByBudget says whether an eviction was refused by a
+// PodDisruptionBudget: a 429 that names the budget as its cause. A 429
+// without it is the API server throttling (API Priority and Fairness, max
+// in-flight): an error to retry, which neither counts as blocked by a budget
+// nor starts force-after's countdown.
+func refusedByBudget(err error) bool {
+	return apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause)
 }
 
 // isUIDMismatch: the pod was replaced by one of the same name, so the one

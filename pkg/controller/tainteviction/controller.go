@@ -510,6 +510,12 @@ func (c *Controller) evict(key string, w timedWork) bool {
 	logger := klog.FromContext(ctx)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	nn := types.NamespacedName{Namespace: ns, Name: name}
+	if w.attempts > 0 && c.deletedByEarlierAttempt(nn, w.uid) {
+		// An attempt whose answer was lost (a timeout, a dropped connection)
+		// did delete the pod: it counts once, and nothing is sent again.
+		c.counted(logger, key, w, "deleted by an earlier attempt whose answer was lost")
+		return false
+	}
 	if why := c.notDue(logger, nn, w); why != "" {
 		logger.V(2).Info("Not deleting pod", "pod", key, "reason", why)
 		return false
@@ -542,16 +548,41 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		}
 		return true
 	}
+	c.counted(logger, key, w, "")
+	return false
+}
+
+// counted records a deletion this controller made.
+func (c *Controller) counted(logger klog.Logger, key string, w timedWork, note string) {
 	c.metrics.deletions.Inc()
 	c.metrics.deletionDuration.Observe(c.clock.Since(w.due).Seconds())
-	logger.Info("Deleted pod that does not tolerate its node's NoExecute taints", "pod", key, "attempts", w.attempts+1)
-	return false
+	if note == "" {
+		logger.Info("Deleted pod that does not tolerate its node's NoExecute taints", "pod", key, "attempts", w.attempts+1)
+		return
+	}
+	logger.Info("Deleted pod that does not tolerate its node's NoExecute taints", "pod", key, "attempts", w.attempts, "note", note)
+}
+
+// deletedByEarlierAttempt says whether the pod (that UID) is being deleted
+// and carries this controller's DisruptionTarget condition: after a failed
+// attempt, that is the attempt's own deletion, whose answer never came.
+func (c *Controller) deletedByEarlierAttempt(nn types.NamespacedName, uid types.UID) bool {
+	pod, err := c.podLister.Pods(nn.Namespace).Get(nn.Name)
+	if err != nil || pod.UID != uid || pod.DeletionTimestamp == nil {
+		return false
+	}
+	cond := kube.PodCondition(pod, v1.DisruptionTarget)
+	return cond != nil && cond.Status == v1.ConditionTrue && cond.Reason == ReasonDeletionByTaint
 }
 
 // deletePod sets the DisruptionTarget condition and deletes the pod, both
 // only on the pod with the given UID: the status patch carries the
 // resourceVersion of the pod read and checked, the delete a UID precondition.
 func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid types.UID) error {
+	// A request that never answers must not hold the pod's deletion: after
+	// WriteTimeout the attempt fails and is retried.
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
 	pods := c.client.CoreV1().Pods(nn.Namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, err := pods.Get(ctx, nn.Name, metav1.GetOptions{})

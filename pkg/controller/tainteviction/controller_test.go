@@ -189,15 +189,31 @@ type harness struct {
 	deletes []*metav1.Preconditions
 	// failDeletes makes that many deletes fail (-1: all).
 	failDeletes int
+	// onDelete, when set, handles a delete (h.mu held) as a reactor does.
+	onDelete func(clienttesting.Action) (bool, runtime.Object, error)
 }
 
 func start(t *testing.T, objs ...runtime.Object) *harness {
 	t.Helper()
+	return startWith(t, nil, objs...)
+}
+
+// startWith is start with the harness prepared by prepare before anything runs.
+func startWith(t *testing.T, prepare func(*harness), objs ...runtime.Object) *harness {
+	t.Helper()
 	h := &harness{t: t, client: fake.NewSimpleClientset(objs...), clk: testingclock.NewFakeClock(base), rec: record.NewFakeRecorder(1000)}
+	if prepare != nil {
+		prepare(h)
+	}
 	h.client.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.deletes = append(h.deletes, a.(clienttesting.DeleteActionImpl).DeleteOptions.Preconditions)
+		if h.onDelete != nil {
+			if handled, obj, err := h.onDelete(a); handled {
+				return handled, obj, err
+			}
+		}
 		if h.failDeletes != 0 {
 			h.failDeletes--
 			return true, nil, apierrors.NewForbidden(v1.Resource("pods"), a.(clienttesting.DeleteActionImpl).Name, errors.New("denied by policy"))

@@ -1,0 +1,457 @@
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// FaultProxy is an HTTPS reverse proxy in front of kube-apiserver that
+// injects API faults into chosen classes of requests: 429 with Retry-After,
+// 500, writes that hang past the client's patience (after reaching the API
+// server or not), watches dropped mid-stream, and 410 Gone (Expired) for
+// watches and lists that resume from a resourceVersion. It terminates TLS
+// with its own self-signed certificate (RESTConfig trusts it) and forwards
+// every request, credentials included, to the API server over TLS trusting
+// the cluster CA. Only the client given its RESTConfig goes through it:
+// fake nodes and the test's own checks talk to the API server directly.
+// Every request is logged, with what was injected and whether it reached
+// the API server, so that tests can count the writes that took effect.
+type FaultProxy struct {
+	t      testing.TB
+	srv    *httptest.Server
+	target *url.URL
+	rp     *httputil.ReverseProxy
+	caPEM  []byte
+	closed chan struct{}
+
+	mu    sync.Mutex
+	rules []*FaultRule
+	log   []ProxiedRequest
+	// watches cancel the watches being forwarded, for DropWatches.
+	watches map[*http.Request]context.CancelFunc
+}
+
+// FaultKind is what a FaultRule does to the requests it matches.
+type FaultKind string
+
+const (
+	// FaultStatus answers with Status (429 or 5xx) and a metav1.Status body,
+	// with a Retry-After header when RetryAfter is set; nothing is forwarded.
+	FaultStatus FaultKind = "status"
+	// FaultHang forwards the request (so a write takes effect) and then
+	// withholds the answer until the client gives up: the client cannot
+	// tell whether its write happened.
+	FaultHang FaultKind = "hang"
+	// FaultHangUnsent withholds the request itself until the client gives up.
+	FaultHangUnsent FaultKind = "hang-unsent"
+	// FaultDropWatch forwards a watch and cuts the connection After into it.
+	FaultDropWatch FaultKind = "drop-watch"
+	// FaultGone answers 410 Gone, reason Expired ("too old resource
+	// version"), as after an etcd compaction.
+	FaultGone FaultKind = "gone"
+)
+
+// FaultRule injects Kind into the requests it matches: every Every-th match
+// (1 when zero), at most Times times (no limit when zero). Matching: Methods
+// (any when empty), Resource ("pods", "nodes", "leases"; any when empty),
+// Subresource ("eviction", "status"; "-" for none; any when empty), Watch
+// (only watches), ResumeOnly (only watches and lists that carry a
+// resourceVersion other than "" and "0": re-watches and re-lists).
+type FaultRule struct {
+	Name        string
+	Methods     []string
+	Resource    string
+	Subresource string
+	Watch       bool
+	ResumeOnly  bool
+	Kind        FaultKind
+	Status      int
+	RetryAfter  int           // seconds, for FaultStatus
+	After       time.Duration // for FaultDropWatch
+	Every       int
+	Times       int
+
+	matched, injected int
+	stopped           bool
+}
+
+// Writes are the mutating methods, for FaultRule.Methods.
+var Writes = []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// ProxiedRequest is one request through the proxy.
+type ProxiedRequest struct {
+	At       time.Time
+	Method   string
+	Path     string // without the query
+	Watch    bool
+	Fault    string // the rule's name (its kind when unnamed), "" when none
+	Reached  bool   // forwarded to the API server
+	Status   int    // the API server's answer; 0 when none came back
+	Resource string
+	Sub      string
+	Name     string // the object's name, "" for collections
+}
+
+// StartFaultProxy starts a proxy to the control plane behind cfg (an admin
+// configuration: its CA is trusted for the upstream connection) until the
+// test ends.
+func StartFaultProxy(t testing.TB, cfg *rest.Config) *FaultProxy {
+	t.Helper()
+	target, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(cfg.CAData) {
+		t.Fatal("fault proxy: no CA in the control plane's configuration")
+	}
+	p := &FaultProxy{t: t, target: target, closed: make(chan struct{}), watches: map[*http.Request]context.CancelFunc{}}
+	upstream := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 100}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = target.Host
+		},
+		Transport:     upstream,
+		FlushInterval: -1, // watches stream event by event
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	p.srv = httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
+	p.srv.EnableHTTP2 = true
+	p.srv.StartTLS()
+	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})
+	t.Cleanup(func() {
+		close(p.closed)
+		p.srv.CloseClientConnections()
+		p.srv.Close()
+		upstream.CloseIdleConnections()
+	})
+	return p
+}
+
+// URL is the proxy's https URL.
+func (p *FaultProxy) URL() string { return p.srv.URL }
+
+// RESTConfig returns cfg (its credentials) aimed at the proxy, trusting the
+// proxy's certificate.
+func (p *FaultProxy) RESTConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Host = p.srv.URL
+	c.TLSClientConfig = rest.TLSClientConfig{CAData: p.caPEM}
+	return c
+}
+
+// Inject adds a rule; rules are tried in the order added, the first that
+// matches and fires wins.
+func (p *FaultProxy) Inject(r FaultRule) *FaultRule {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.Name == "" {
+		r.Name = string(r.Kind)
+	}
+	p.rules = append(p.rules, &r)
+	return &r
+}
+
+// Clear stops every rule: requests pass untouched from now on, and
+// Injected still tells how often each fired.
+func (p *FaultProxy) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.rules {
+		r.stopped = true
+	}
+}
+
+// Injected says how often the named rule fired so far.
+func (p *FaultProxy) Injected(name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, r := range p.rules {
+		if r.Name == name {
+			n += r.injected
+		}
+	}
+	return n
+}
+
+// DropWatches cuts every watch forwarded now, as a broken connection or an
+// API server restart would: the clients watch again from where they were,
+// which FaultGone rules may answer.
+func (p *FaultProxy) DropWatches() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cancel := range p.watches {
+		cancel()
+	}
+	return len(p.watches)
+}
+
+// Log returns a copy of the requests so far.
+func (p *FaultProxy) Log() []ProxiedRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]ProxiedRequest(nil), p.log...)
+}
+
+// Count returns how many logged requests satisfy keep.
+func (p *FaultProxy) Count(keep func(ProxiedRequest) bool) int {
+	n := 0
+	for _, e := range p.Log() {
+		if keep(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// requestInfo splits an API path into resource, subresource and name:
+// /api/v1/namespaces/NS/pods/NAME/eviction, /apis/G/V/nodes/NAME, ...
+func requestInfo(path string) (resource, sub, name string) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return "", "", ""
+	}
+	if len(parts) > 0 && parts[0] == "watch" {
+		parts = parts[1:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" && len(parts) != 2 {
+		parts = parts[2:]
+	}
+	if len(parts) > 0 {
+		resource = parts[0]
+	}
+	if len(parts) > 1 {
+		name = parts[1]
+	}
+	if len(parts) > 2 {
+		sub = parts[2]
+	}
+	return resource, sub, name
+}
+
+func isWatch(r *http.Request) bool {
+	w := r.URL.Query().Get("watch")
+	return w == "true" || w == "1" || strings.Contains(r.URL.Path, "/watch/")
+}
+
+func (fr *FaultRule) matches(r *http.Request, resource, sub string, watch bool) bool {
+	if len(fr.Methods) > 0 && !containsString(fr.Methods, r.Method) {
+		return false
+	}
+	if fr.Resource != "" && fr.Resource != resource {
+		return false
+	}
+	switch {
+	case fr.Subresource == "-" && sub != "":
+		return false
+	case fr.Subresource != "" && fr.Subresource != "-" && fr.Subresource != sub:
+		return false
+	}
+	if fr.Watch && !watch {
+		return false
+	}
+	if fr.ResumeOnly {
+		rv := r.URL.Query().Get("resourceVersion")
+		if r.Method != http.MethodGet || rv == "" || rv == "0" {
+			return false
+		}
+	}
+	return true
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// pick returns the rule that fires for the request, if any, and logs it.
+func (p *FaultProxy) pick(r *http.Request, e *ProxiedRequest) *FaultRule {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var fired *FaultRule
+	for _, fr := range p.rules {
+		if fr.stopped || !fr.matches(r, e.Resource, e.Sub, e.Watch) {
+			continue
+		}
+		fr.matched++
+		every := max(fr.Every, 1)
+		if fr.matched%every != 0 || (fr.Times > 0 && fr.injected >= fr.Times) {
+			continue
+		}
+		fr.injected++
+		fired = fr
+		break
+	}
+	if fired != nil {
+		e.Fault = fired.Name
+	}
+	return fired
+}
+
+func (p *FaultProxy) record(e ProxiedRequest) {
+	p.mu.Lock()
+	p.log = append(p.log, e)
+	p.mu.Unlock()
+}
+
+// statusRecorder keeps the status code the API server answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// discard is a ResponseWriter for a forwarded request whose answer the
+// client never gets.
+type discard struct {
+	h      http.Header
+	status int
+}
+
+func (d *discard) Header() http.Header {
+	if d.h == nil {
+		d.h = http.Header{}
+	}
+	return d.h
+}
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(code int) {
+	if d.status == 0 {
+		d.status = code
+	}
+}
+
+func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
+	res, sub, name := requestInfo(r.URL.Path)
+	e := ProxiedRequest{At: time.Now(), Method: r.Method, Path: r.URL.Path, Watch: isWatch(r), Resource: res, Sub: sub, Name: name}
+	fr := p.pick(r, &e)
+	if e.Watch {
+		// Every watch can be cut by DropWatches.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		p.mu.Lock()
+		p.watches[r] = cancel
+		p.mu.Unlock()
+		defer func() { p.mu.Lock(); delete(p.watches, r); p.mu.Unlock() }()
+		r = r.WithContext(ctx)
+	}
+	if fr == nil {
+		rec := &statusRecorder{ResponseWriter: w}
+		e.Reached = true
+		defer func() { e.Status = rec.status; p.record(e) }()
+		p.rp.ServeHTTP(rec, r)
+		return
+	}
+	switch fr.Kind {
+	case FaultStatus, FaultGone:
+		p.record(e)
+		code, reason, msg := fr.Status, metav1.StatusReasonUnknown, "injected by the test's fault proxy"
+		switch {
+		case fr.Kind == FaultGone:
+			code, reason, msg = http.StatusGone, metav1.StatusReasonExpired, "too old resource version: injected by the test's fault proxy"
+		case code == http.StatusTooManyRequests:
+			reason, msg = metav1.StatusReasonTooManyRequests, "Too many requests, please try again later (injected by the test's fault proxy)"
+		case code >= 500:
+			reason = metav1.StatusReasonInternalError
+		}
+		st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+			Code: int32(code), Reason: reason, Message: msg}
+		if fr.RetryAfter > 0 {
+			st.Details = &metav1.StatusDetails{RetryAfterSeconds: int32(fr.RetryAfter)}
+			w.Header().Set("Retry-After", strconv.Itoa(fr.RetryAfter))
+		}
+		body, _ := json.Marshal(st)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_, _ = w.Write(body)
+	case FaultHang:
+		// The write reaches the API server; its answer is thrown away.
+		d := &discard{}
+		e.Reached = true
+		p.rp.ServeHTTP(d, r.WithContext(context.WithoutCancel(r.Context())))
+		e.Status = d.status
+		p.record(e)
+		p.hang(r)
+	case FaultHangUnsent:
+		p.record(e)
+		p.hang(r)
+	case FaultDropWatch:
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		timer := time.AfterFunc(fr.After, cancel)
+		defer timer.Stop()
+		rec := &statusRecorder{ResponseWriter: w}
+		e.Reached = true
+		defer func() { e.Status = rec.status; p.record(e) }()
+		// Cancelling mid-stream makes ReverseProxy abort the response: the
+		// client sees its watch cut, as when a connection breaks.
+		p.rp.ServeHTTP(rec, r.WithContext(ctx))
+	default:
+		p.t.Errorf("fault proxy: unknown fault kind %q", fr.Kind)
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+}
+
+// hang blocks until the client gives up or the proxy closes.
+func (p *FaultProxy) hang(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-p.closed:
+	}
+}
+
+// String describes the rules and how often each fired, for failures.
+func (p *FaultProxy) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var parts []string
+	for _, r := range p.rules {
+		parts = append(parts, fmt.Sprintf("%s: matched %d, injected %d", r.Name, r.matched, r.injected))
+	}
+	return strings.Join(parts, "; ")
+}
