@@ -28,7 +28,9 @@ func TestVolumesReadyAndInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := m.nodes[m.names[0]]
-	idx := func(indexers cache.Indexers) cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers) }
+	idx := func(indexers cache.Indexers) cache.Indexer {
+		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
+	}
 	pods := idx(cache.Indexers{byNodeIndex: func(obj any) ([]string, error) { return []string{obj.(*v1.Pod).Spec.NodeName}, nil }})
 	nodes, pvcs, pvs := idx(cache.Indexers{}), idx(cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}), idx(cache.Indexers{})
 	vas := idx(cache.Indexers{vaByNodeIndex: func(obj any) ([]string, error) { return []string{obj.(*storagev1.VolumeAttachment).Spec.NodeName}, nil }})
