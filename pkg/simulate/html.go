@@ -200,10 +200,22 @@ func (rep *Report) charts() []chart {
 		out = append(out, build("Service endpoints", "ready endpoints",
 			def{"ready endpoints of the scenario's Services", colorGood, func(s Sample) int { return s.ServiceEndpoints }}))
 	}
-	stateful := false
+	stateful, outOfService := false, false
 	for _, r := range runs {
 		for _, smp := range r.Samples {
 			stateful = stateful || smp.Replicas > 0
+			outOfService = outOfService || smp.OutOfService > 0
+		}
+	}
+	if outOfService {
+		// The taints chart is the second; the series is drawn only when a run had the taint.
+		taints := &out[1]
+		for _, r := range runs {
+			s := runStyle(r, "out-of-service", colorInfo, len(runs))
+			for _, smp := range r.Samples {
+				s.points = append(s.points, point{smp.T, float64(smp.OutOfService)})
+			}
+			taints.Series = append(taints.Series, s)
 		}
 	}
 	if stateful {

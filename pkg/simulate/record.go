@@ -93,6 +93,7 @@ type nodeRec struct {
 	readySince    time.Time
 	noExecute     bool
 	noSchedule    bool // a condition taint other than not-ready
+	outOfService  bool // node.kubernetes.io/out-of-service
 	unschedulable bool
 }
 
@@ -229,9 +230,11 @@ func (r *recorder) onNode(n *v1.Node, deleted bool) {
 		rec.failed = true
 	}
 	rec.ready = ready
-	rec.noExecute, rec.noSchedule = false, false
+	rec.noExecute, rec.noSchedule, rec.outOfService = false, false, false
 	for _, t := range n.Spec.Taints {
 		switch {
+		case t.Key == v1.TaintNodeOutOfService:
+			rec.outOfService = true
 		case t.Effect == v1.TaintEffectNoExecute && (t.Key == v1.TaintNodeNotReady || t.Key == v1.TaintNodeUnreachable):
 			rec.noExecute = true
 		case t.Effect == v1.TaintEffectNoSchedule && t.Key != v1.TaintNodeNotReady && t.Key != v1.TaintNodeUnreachable && t.Key != v1.TaintNodeUnschedulable:
@@ -601,6 +604,8 @@ type Sample struct {
 	// Replicas is the StatefulSet pods with volumes that ran when the
 	// timeline started; ReplicasWithVolumes of them run Ready now with their
 	// volumes attached to their node.
+	// OutOfService is the nodes tainted node.kubernetes.io/out-of-service.
+	OutOfService        int `json:"outOfServiceTainted,omitempty"`
 	Replicas            int `json:"statefulReplicas,omitempty"`
 	ReplicasWithVolumes int `json:"statefulReplicasWithVolumes,omitempty"`
 }
@@ -623,6 +628,9 @@ func (r *recorder) sample(t float64) Sample {
 		}
 		if n.noSchedule {
 			s.NoSchedule++
+		}
+		if n.outOfService {
+			s.OutOfService++
 		}
 		if n.unschedulable {
 			s.Cordoned++
