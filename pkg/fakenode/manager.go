@@ -379,8 +379,22 @@ func (m *Manager) syncStatus(ctx context.Context, n *node) error {
 	if n.fullStatus {
 		full := m.fullStatus(n, now)
 		full.Conditions = conds
-		full.VolumesInUse = inUse
 		status = full
+		if m.vols != nil {
+			// An empty volumesInUse is omitted from a NodeStatus; written
+			// out, it clears what a previous boot reported.
+			var fields map[string]any
+			raw, err := json.Marshal(full)
+			if err == nil {
+				err = json.Unmarshal(raw, &fields)
+			}
+			if err != nil {
+				n.mu.Unlock()
+				return err
+			}
+			fields["volumesInUse"] = inUse
+			status = fields
+		}
 	}
 	n.mu.Unlock()
 	patch, err := json.Marshal(map[string]any{"status": status})

@@ -207,7 +207,9 @@ func TestFakeCSIVolumeProvisionedAttachedRunning(t *testing.T) {
 // it in use. Once a person confirms the death, nodeshepherd's outofservice
 // controller taints the node, kube-controller-manager's pod GC force-deletes
 // the pod, its attach-detach controller detaches the volume at once, and the
-// replica runs again on another node of the zone with its volume attached there.
+// replica runs again on another node of the zone with its volume attached
+// there. Powered on again, the node boots anew, reports no volume in use and
+// loses the taint.
 func TestOutOfServiceStatefulSetVolumeMoves(t *testing.T) {
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, csiNodes(client))
@@ -292,4 +294,16 @@ func TestOutOfServiceStatefulSetVolumeMoves(t *testing.T) {
 	if n := getNode(t, client, dead); !slices.Contains(n.Status.VolumesInUse, volName) {
 		t.Errorf("the powered-off node's volumesInUse changed: %v", n.Status.VolumesInUse)
 	}
+
+	// Powered on again: a new boot, nothing in use any more, the taint taken back.
+	partition(t, m, fakenode.MachineStart, fakenode.Target{Nodes: []string{dead}})
+	framework.Eventually(t, 60*time.Second, "rebooted node Ready, nothing in use, untainted", func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, dead, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		tainted := slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == outofservice.Taint.Key })
+		return n.Status.NodeInfo.BootID == "fake-1" && len(n.Status.VolumesInUse) == 0 && !tainted,
+			fmt.Sprintf("boot %s inUse %v out-of-service %v", n.Status.NodeInfo.BootID, n.Status.VolumesInUse, tainted), nil
+	})
 }
