@@ -56,6 +56,15 @@ type Config struct {
 	// status that was changed by someone else while the node was away is never
 	// re-posted.
 	EmulateStalePodStatus bool
+	// CSIDriver, when set, runs the fake CSI driver of that name (package
+	// fakecsi: CSIDriver, StorageClass, attacher and provisioner for these
+	// nodes), writes each node's CSINode, reports its volumes in
+	// node.status.volumesInUse, and starts a pod only once its volumes of the
+	// driver are attached to the node, as a kubelet does.
+	CSIDriver string
+	// VolumeAttachDelay is how long the fake driver takes to attach or
+	// detach a volume.
+	VolumeAttachDelay time.Duration
 	// Workers is the number of goroutines doing API writes.
 	Workers int
 	// KubeletVersion is reported in node info.
@@ -159,6 +168,14 @@ func (c *Config) ValidateSettings() error {
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
+		}
+	}
+	if c.VolumeAttachDelay < 0 {
+		errs = append(errs, fmt.Errorf("volume attach delay must not be negative, got %v", c.VolumeAttachDelay))
+	}
+	if c.CSIDriver != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.CSIDriver); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("CSI driver name %q: %s", c.CSIDriver, strings.Join(msgs, "; ")))
 		}
 	}
 	if c.PodStartDelay < 0 {

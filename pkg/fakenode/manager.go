@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,8 @@ type Manager struct {
 	leaseQ  workqueue.TypedDelayingInterface[string]
 	statusQ workqueue.TypedDelayingInterface[string]
 	podQ    workqueue.TypedRateLimitingInterface[string]
+
+	vols *volumes // nil without a CSI driver
 
 	podsMu sync.Mutex
 	pods   map[types.UID]*podState
@@ -146,14 +149,32 @@ func (m *Manager) Run(ctx context.Context) error {
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	m.nodeLister = nodeInformer.Lister()
 	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) { m.onNode(obj.(*v1.Node)) },
-		AddFunc:    func(obj any) { m.onNode(obj.(*v1.Node)) },
+		UpdateFunc: func(old, obj any) {
+			m.onNode(obj.(*v1.Node))
+			if m.vols != nil && attachedChanged(old.(*v1.Node), obj.(*v1.Node)) {
+				if n := m.nodes[obj.(*v1.Node).Name]; n != nil {
+					m.resyncPods(n, false)
+				}
+			}
+		},
+		AddFunc: func(obj any) { m.onNode(obj.(*v1.Node)) },
 	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	volCtx, stopVolumes := context.WithCancel(ctx)
+	defer stopVolumes()
+	if err := m.startVolumes(volCtx, &wg); err != nil {
+		return err
+	}
 	podFactory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
 	defer podFactory.Shutdown()
 	defer nodeFactory.Shutdown()
-	if !cache.WaitForNamedCacheSync("fakenodes", ctx.Done(), podInformer.HasSynced, nodeInformer.Informer().HasSynced) {
+	synced := []cache.InformerSynced{podInformer.HasSynced, nodeInformer.Informer().HasSynced}
+	if m.vols != nil {
+		synced = append(synced, m.vols.synced...)
+	}
+	if !cache.WaitForNamedCacheSync("fakenodes", ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 
@@ -162,7 +183,6 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.leaseQ.AddAfter(name, randDuration(m.cfg.LeaseRenewInterval))
 		m.statusQ.Add(name)
 	}
-	var wg sync.WaitGroup
 	run := func(n int, f func(context.Context) bool) {
 		for i := 0; i < n; i++ {
 			wg.Add(1)
@@ -183,7 +203,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.leaseQ.ShutDown()
 	m.statusQ.ShutDown()
 	m.podQ.ShutDown()
-	wg.Wait()
+	stopVolumes()
 	return nil
 }
 
@@ -229,7 +249,11 @@ func (m *Manager) register(ctx context.Context, n *node) error {
 	n.uid = created.UID
 	n.conditions = initialConditions(now)
 	n.podCIDR = created.Spec.PodCIDR
+	n.volumesInUse = nil
 	n.mu.Unlock()
+	if err := m.ensureCSINode(ctx, created); err != nil {
+		return err
+	}
 	return m.renewLease(ctx, n)
 }
 
@@ -321,12 +345,17 @@ func (m *Manager) processStatus(ctx context.Context) bool {
 // passed: the kubelet's rule since NodeLease.
 func (m *Manager) syncStatus(ctx context.Context, n *node) error {
 	now := metav1.NewTime(m.cfg.Clock.Now())
+	var inUse []v1.UniqueVolumeName
+	if m.vols != nil {
+		inUse = m.volumesInUse(n)
+	}
 	n.mu.Lock()
 	if !n.healthy() {
 		n.mu.Unlock()
 		return nil
 	}
-	due := n.dirty || n.fullStatus || now.Sub(n.lastReport) >= m.cfg.NodeStatusReportFrequency
+	inUseChanged := m.vols != nil && !slices.Equal(inUse, n.volumesInUse)
+	due := n.dirty || n.fullStatus || inUseChanged || now.Sub(n.lastReport) >= m.cfg.NodeStatusReportFrequency
 	if !due {
 		if apiNode, err := m.nodeLister.Get(n.name); err == nil && n.differsFrom(apiNode.Status.Conditions) {
 			due = true
@@ -342,11 +371,30 @@ func (m *Manager) syncStatus(ctx context.Context, n *node) error {
 	}
 	// A heartbeat patches only the conditions (merged by type): marshalling a
 	// whole NodeStatus would blank node info and daemon endpoints.
-	var status any = map[string]any{"conditions": conds}
+	heartbeat := map[string]any{"conditions": conds}
+	var status any = heartbeat
+	if m.vols != nil {
+		heartbeat["volumesInUse"] = inUse
+	}
 	if n.fullStatus {
 		full := m.fullStatus(n, now)
 		full.Conditions = conds
 		status = full
+		if m.vols != nil {
+			// An empty volumesInUse is omitted from a NodeStatus; written
+			// out, it clears what a previous boot reported.
+			var fields map[string]any
+			raw, err := json.Marshal(full)
+			if err == nil {
+				err = json.Unmarshal(raw, &fields)
+			}
+			if err != nil {
+				n.mu.Unlock()
+				return err
+			}
+			fields["volumesInUse"] = inUse
+			status = fields
+		}
 	}
 	n.mu.Unlock()
 	patch, err := json.Marshal(map[string]any{"status": status})
@@ -367,7 +415,14 @@ func (m *Manager) syncStatus(ctx context.Context, n *node) error {
 	m.stats.statuses.Add(1)
 	n.mu.Lock()
 	n.dirty, n.fullStatus, n.lastReport = false, false, now.Time
+	if m.vols != nil {
+		n.volumesInUse = inUse
+	}
 	n.mu.Unlock()
+	if inUseChanged {
+		// Volumes now reported in use may be mounted: their pods can start.
+		m.resyncPods(n, false)
+	}
 	return nil
 }
 

@@ -43,6 +43,9 @@ type node struct {
 	lease      *coordinationv1.Lease
 	podCIDR    string
 	ipCounter  uint32
+	// volumesInUse is what was last posted in node.status.volumesInUse.
+	// A powered-off node posts nothing: its last report stays.
+	volumesInUse []v1.UniqueVolumeName
 }
 
 // bootID is "fake" until the machine first restarts, then "fake-N".
@@ -183,9 +186,10 @@ func (m *Manager) capacity() v1.ResourceList {
 // object is the Node a kubelet registers.
 func (m *Manager) object(n *node, now metav1.Time) *v1.Node {
 	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels},
-		Spec:       v1.NodeSpec{ProviderID: "fake://" + n.name, Taints: m.cfg.Taints},
-		Status:     m.fullStatus(n, now),
+		ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels,
+			Annotations: map[string]string{AnnotationControllerManagedAttach: "true"}},
+		Spec:   v1.NodeSpec{ProviderID: "fake://" + n.name, Taints: m.cfg.Taints},
+		Status: m.fullStatus(n, now),
 	}
 }
 

@@ -47,6 +47,10 @@ func (m *Manager) onPodDelete(obj any) {
 		m.podsMu.Lock()
 		delete(m.pods, pod.UID)
 		m.podsMu.Unlock()
+		if n := m.nodes[pod.Spec.NodeName]; n != nil && m.vols != nil && m.statusQ != nil {
+			// Its volumes are unmounted: no longer in use.
+			m.statusQ.Add(n.name)
+		}
 	}
 }
 
@@ -103,6 +107,17 @@ func (m *Manager) syncPod(ctx context.Context, key string) (time.Duration, error
 	now := m.cfg.Clock.Now()
 	m.podsMu.Lock()
 	st := m.pods[pod.UID]
+	known := st != nil
+	m.podsMu.Unlock()
+	if !known {
+		// A kubelet starts the containers once the volumes are mounted.
+		if ok, waiting := m.volumesReady(pod, n); !ok {
+			klog.FromContext(ctx).V(4).Info("Pod waits for its volumes", "pod", key, "waiting", waiting)
+			return volumeRetry, nil
+		}
+	}
+	m.podsMu.Lock()
+	st = m.pods[pod.UID]
 	if st == nil {
 		st = &podState{dueAt: now.Add(m.cfg.PodStartDelay)}
 		m.pods[pod.UID] = st

@@ -10,8 +10,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
@@ -56,7 +58,7 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
 	case ModeNodeShepherd:
 		var names []string
-		if lc.Controllers, names, err = nodeShepherdControllers(cfg); err != nil {
+		if lc.Controllers, names, err = nodeShepherdControllers(cfg, r.sc.runsOutOfService()); err != nil {
 			return localcluster.Config{}, err
 		}
 		res.Components = "nodeshepherd (" + strings.Join(names, ", ") + ") with kube-controller-manager for the rest"
@@ -68,11 +70,17 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 
 // nodeShepherdControllers runs nodeshepherd's controllers and scheduler as
 // `run` would, with node IPAM allocating from podCIDR, and without the cloud
-// node lifecycle controller: fake nodes have no cloud.
-func nodeShepherdControllers(cfg *controllers.Config) (func(context.Context, *rest.Config) error, []string, error) {
+// node lifecycle controller: upstream's run has none. With outOfService the
+// outofservice controller runs too, asking the fake cloud provider (which
+// answers from the fake nodes' machine-* faults).
+func nodeShepherdControllers(cfg *controllers.Config, outOfService bool) (func(context.Context, *rest.Config) error, []string, error) {
 	cfg.Scheduler.SchedulerName = v1.DefaultSchedulerName
 	cfg.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: podCIDR, ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
 	names := slices.DeleteFunc(cfg.Select(controllers.Names, nil), func(n string) bool { return n == cloudnodelifecycle.Name })
+	if outOfService {
+		cfg.CloudNodeLifecycle.Cloud.Name = fakecloud.ProviderName
+		names = append(names, outofservice.Name)
+	}
 	if err := cfg.Validate(names); err != nil {
 		return nil, nil, err
 	}

@@ -49,7 +49,16 @@ var Measures = []Measure{
 	{"drains", kindCount, "drains finished", "nodes drained (DrainSucceeded events)"},
 	{"podsDrained", kindCount, "pods evicted by drains", "pods evicted through the Eviction API (DisruptionTarget EvictionByEvictionAPI)"},
 	{"allReplicasReadyAfterRecovery", kindDuration, "all replicas Ready after recovery", "from the end of the last fault until every Deployment, StatefulSet and DaemonSet has all replicas Ready"},
+	{"podsTerminatingAtEnd", kindCount, "pods Terminating at the end", "pods deleted but still there when the run ended: no kubelet confirmed the deletion (a powered-off node)"},
+	{"statefulReplicasOnFailedNodes", kindCount, "stateful replicas on failed nodes", "StatefulSet pods with volumes that ran at the start of the timeline on a node that then went NotReady"},
+	{"timeToVolumeAttachedElsewhere", kindDuration, "volumes attached to another node", "first fault until the volumes of every such replica are attached (VolumeAttachment status.attached) to another node"},
+	{"timeToReplicaRunningElsewhere", kindDuration, "replicas Running elsewhere with volumes", "first fault until every such replica runs Ready on another node with its volumes attached there"},
 }
+
+// optionalMeasures are figures only some runs have (a StatefulSet replica
+// with volumes on a node that failed): the report leaves out their rows
+// when no run has them.
+var optionalMeasures = map[string]bool{"statefulReplicasOnFailedNodes": true, "timeToVolumeAttachedElsewhere": true, "timeToReplicaRunningElsewhere": true}
 
 func measure(name string) *Measure {
 	for i := range Measures {

@@ -200,6 +200,29 @@ func (rep *Report) charts() []chart {
 		out = append(out, build("Service endpoints", "ready endpoints",
 			def{"ready endpoints of the scenario's Services", colorGood, func(s Sample) int { return s.ServiceEndpoints }}))
 	}
+	stateful, outOfService := false, false
+	for _, r := range runs {
+		for _, smp := range r.Samples {
+			stateful = stateful || smp.Replicas > 0
+			outOfService = outOfService || smp.OutOfService > 0
+		}
+	}
+	if outOfService {
+		// The taints chart is the second; the series is drawn only when a run had the taint.
+		taints := &out[1]
+		for _, r := range runs {
+			s := runStyle(r, "out-of-service", colorInfo, len(runs))
+			for _, smp := range r.Samples {
+				s.points = append(s.points, point{smp.T, float64(smp.OutOfService)})
+			}
+			taints.Series = append(taints.Series, s)
+		}
+	}
+	if stateful {
+		out = append(out, build("StatefulSet replicas and their volumes", "pods",
+			def{"replicas Running with volumes attached to their node", colorGood, func(s Sample) int { return s.ReplicasWithVolumes }},
+			def{"pods Terminating (deletion not confirmed)", colorBad, func(s Sample) int { return s.PodsTerminating }}))
+	}
 	for _, z := range zones {
 		out = append(out, build("Nodes in "+z, "nodes",
 			def{"Ready", colorGood, func(s Sample) int { return s.ZoneReady[z] }},
@@ -245,6 +268,9 @@ func (rep *Report) WriteHTML(path string) error {
 	var rows, trialRows []measureRow
 	for i := range Measures {
 		m := &Measures[i]
+		if !rep.shows(m.Name) {
+			continue
+		}
 		row := measureRow{Title: m.Title, Help: m.Name + ": " + m.Help}
 		trialRow := row
 		for _, s := range sums {

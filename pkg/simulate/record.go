@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -54,6 +55,29 @@ type recorder struct {
 	services     map[string]bool
 	slices       map[string]sliceRec
 	minEndpoints int
+
+	// Stateful replicas and their volumes: claims (namespace/name) to their
+	// volumes, the fake driver's attachments, and each StatefulSet pod with
+	// claims that ran when the timeline started (by namespace/name).
+	claims      map[string]string
+	attachments map[string]attachRec
+	replicas    map[string]*replicaRec
+}
+
+// attachRec is a VolumeAttachment: which volume on which node, attached.
+type attachRec struct {
+	pv, node string
+	attached bool
+}
+
+// replicaRec is a StatefulSet pod that ran when the timeline started, on
+// node, with its claims. Once its node failed, volumeAt is when its volumes
+// were first attached to another node and runningAt when a pod of its name
+// first ran Ready on another node with its volumes attached there.
+type replicaRec struct {
+	node                string
+	claims              []string
+	volumeAt, runningAt time.Time
 }
 
 // sliceRec is an EndpointSlice: its Service and ready addresses.
@@ -64,14 +88,19 @@ type sliceRec struct {
 
 type nodeRec struct {
 	zone          string
+	failed        bool // went NotReady during the timeline
 	ready         bool
 	readySince    time.Time
 	noExecute     bool
 	noSchedule    bool // a condition taint other than not-ready
+	outOfService  bool // node.kubernetes.io/out-of-service
 	unschedulable bool
 }
 
 type podRec struct {
+	name          string // namespace/name
+	stateful      bool   // owned by a StatefulSet
+	claims        []string
 	node          string
 	created       time.Time
 	scheduled     time.Time
@@ -86,7 +115,8 @@ type podRec struct {
 func newRecorder(now func() time.Time) *recorder {
 	return &recorder{now: now, nodes: map[string]*nodeRec{}, pods: map[types.UID]*podRec{},
 		tainted: map[string]bool{}, cordoned: map[string]bool{}, notReadyPods: map[types.UID]bool{},
-		services: map[string]bool{}, slices: map[string]sliceRec{}}
+		services: map[string]bool{}, slices: map[string]sliceRec{},
+		claims: map[string]string{}, attachments: map[string]attachRec{}, replicas: map[string]*replicaRec{}}
 }
 
 // watchServices names the scenario's Services, whose endpoints are counted.
@@ -127,6 +157,16 @@ func (r *recorder) watch(f informers.SharedInformerFactory) {
 			r.onEndpointSlice(es, del)
 		}
 	}))
+	_, _ = f.Core().V1().PersistentVolumeClaims().Informer().AddEventHandler(handler(func(o any, del bool) {
+		if c, ok := o.(*v1.PersistentVolumeClaim); ok {
+			r.onClaim(c, del)
+		}
+	}))
+	_, _ = f.Storage().V1().VolumeAttachments().Informer().AddEventHandler(handler(func(o any, del bool) {
+		if va, ok := o.(*storagev1.VolumeAttachment); ok {
+			r.onAttachment(va, del)
+		}
+	}))
 	deps, sts, dss := f.Apps().V1().Deployments(), f.Apps().V1().StatefulSets(), f.Apps().V1().DaemonSets()
 	// r.expected is set before the informers start and never changes, so
 	// it is read without r.mu (finish calls this with r.mu held).
@@ -145,6 +185,11 @@ func (r *recorder) start() {
 	for name, n := range r.nodes {
 		if n.unschedulable {
 			r.cordoned[name] = true
+		}
+	}
+	for _, p := range r.pods {
+		if p.stateful && len(p.claims) > 0 && p.node != "" && !p.terminating {
+			r.replicas[p.name] = &replicaRec{node: p.node, claims: p.claims}
 		}
 	}
 }
@@ -181,10 +226,15 @@ func (r *recorder) onNode(n *v1.Node, deleted bool) {
 	if !ready && rec.ready && r.started() && r.firstNotReady.IsZero() {
 		r.firstNotReady = now
 	}
+	if !ready && rec.ready && r.started() {
+		rec.failed = true
+	}
 	rec.ready = ready
-	rec.noExecute, rec.noSchedule = false, false
+	rec.noExecute, rec.noSchedule, rec.outOfService = false, false, false
 	for _, t := range n.Spec.Taints {
 		switch {
+		case t.Key == v1.TaintNodeOutOfService:
+			rec.outOfService = true
 		case t.Effect == v1.TaintEffectNoExecute && (t.Key == v1.TaintNodeNotReady || t.Key == v1.TaintNodeUnreachable):
 			rec.noExecute = true
 		case t.Effect == v1.TaintEffectNoSchedule && t.Key != v1.TaintNodeNotReady && t.Key != v1.TaintNodeUnreachable && t.Key != v1.TaintNodeUnschedulable:
@@ -210,6 +260,7 @@ func (r *recorder) onNode(n *v1.Node, deleted bool) {
 		}
 		r.maxCordoned = max(r.maxCordoned, c)
 	}
+	r.checkReplicasLocked(now)
 }
 
 func (r *recorder) onPod(p *v1.Pod, deleted bool) {
@@ -221,7 +272,10 @@ func (r *recorder) onPod(p *v1.Pod, deleted bool) {
 		if deleted {
 			return
 		}
-		rec = &podRec{created: now, burst: p.Labels[burstLabel] != ""}
+		rec = &podRec{created: now, burst: p.Labels[burstLabel] != "", name: p.Namespace + "/" + p.Name, claims: podClaims(p)}
+		for _, o := range p.OwnerReferences {
+			rec.stateful = rec.stateful || o.Kind == "StatefulSet"
+		}
 		if !r.started() {
 			rec.created = time.Time{} // existed before the timeline
 		}
@@ -264,6 +318,100 @@ func (r *recorder) onPod(p *v1.Pod, deleted bool) {
 	if deleted {
 		delete(r.pods, p.UID)
 	}
+	r.checkReplicasLocked(now)
+}
+
+// podClaims are the claims (namespace/name) of a pod's volumes.
+func podClaims(p *v1.Pod) []string {
+	var out []string
+	for _, vol := range p.Spec.Volumes {
+		switch {
+		case vol.PersistentVolumeClaim != nil:
+			out = append(out, p.Namespace+"/"+vol.PersistentVolumeClaim.ClaimName)
+		case vol.Ephemeral != nil:
+			out = append(out, p.Namespace+"/"+p.Name+"-"+vol.Name)
+		}
+	}
+	return out
+}
+
+func (r *recorder) onClaim(c *v1.PersistentVolumeClaim, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := c.Namespace + "/" + c.Name
+	if deleted || c.Spec.VolumeName == "" {
+		delete(r.claims, key)
+	} else {
+		r.claims[key] = c.Spec.VolumeName
+	}
+	r.checkReplicasLocked(r.now())
+}
+
+func (r *recorder) onAttachment(va *storagev1.VolumeAttachment, deleted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if deleted || va.Spec.Source.PersistentVolumeName == nil {
+		delete(r.attachments, va.Name)
+	} else {
+		r.attachments[va.Name] = attachRec{pv: *va.Spec.Source.PersistentVolumeName, node: va.Spec.NodeName,
+			attached: va.Status.Attached && va.DeletionTimestamp == nil}
+	}
+	r.checkReplicasLocked(r.now())
+}
+
+// volumesAttachedLocked says whether every claim's volume is attached to
+// node; with node empty, to some node other than not.
+func (r *recorder) volumesAttachedLocked(claims []string, node, not string) bool {
+	for _, c := range claims {
+		pv := r.claims[c]
+		found := false
+		for _, a := range r.attachments {
+			if a.attached && a.pv == pv && pv != "" && (a.node == node || node == "" && a.node != not) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// checkReplicasLocked notes when the replicas of failed nodes have their
+// volumes attached elsewhere, and run elsewhere with them.
+func (r *recorder) checkReplicasLocked(now time.Time) {
+	if !r.started() {
+		return
+	}
+	for name, rep := range r.replicas {
+		if n := r.nodes[rep.node]; n == nil || !n.failed || !rep.runningAt.IsZero() {
+			continue
+		}
+		if rep.volumeAt.IsZero() && r.volumesAttachedLocked(rep.claims, "", rep.node) {
+			rep.volumeAt = now
+		}
+		for _, p := range r.pods {
+			if p.name == name && p.ready && !p.terminating && p.node != "" && p.node != rep.node && r.volumesAttachedLocked(rep.claims, p.node, "") {
+				rep.runningAt = now
+			}
+		}
+	}
+}
+
+// replicasWithVolumesLocked counts the stateful replicas of the timeline's
+// start that run Ready with their volumes attached to their node.
+func (r *recorder) replicasWithVolumesLocked() int {
+	n := 0
+	for name, rep := range r.replicas {
+		for _, p := range r.pods {
+			if p.name == name && p.ready && !p.terminating && p.node != "" && r.volumesAttachedLocked(rep.claims, p.node, "") {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // closeNotReady ends a NotReady episode and measures it, also after the
@@ -451,6 +599,15 @@ type Sample struct {
 	DrainsDone   int            `json:"drains"`
 	// ServiceEndpoints is the ready endpoints of the scenario's Services.
 	ServiceEndpoints int `json:"serviceReadyEndpoints"`
+	// PodsTerminating are pods deleted but not gone (no kubelet confirmed).
+	PodsTerminating int `json:"podsTerminating"`
+	// Replicas is the StatefulSet pods with volumes that ran when the
+	// timeline started; ReplicasWithVolumes of them run Ready now with their
+	// volumes attached to their node.
+	// OutOfService is the nodes tainted node.kubernetes.io/out-of-service.
+	OutOfService        int `json:"outOfServiceTainted,omitempty"`
+	Replicas            int `json:"statefulReplicas,omitempty"`
+	ReplicasWithVolumes int `json:"statefulReplicasWithVolumes,omitempty"`
 }
 
 // sample takes the current state; t is in cluster seconds.
@@ -459,7 +616,7 @@ func (r *recorder) sample(t float64) Sample {
 	defer r.mu.Unlock()
 	s := Sample{T: t, ZoneReady: map[string]int{}, ZoneNotReady: map[string]int{},
 		Evicted: r.evicted, Preempted: r.preempted, DrainEvicted: r.drained, DrainsDone: r.drains,
-		ServiceEndpoints: r.readyEndpointsLocked()}
+		ServiceEndpoints: r.readyEndpointsLocked(), Replicas: len(r.replicas), ReplicasWithVolumes: r.replicasWithVolumesLocked()}
 	for _, n := range r.nodes {
 		if n.ready {
 			s.ZoneReady[n.zone]++
@@ -472,6 +629,9 @@ func (r *recorder) sample(t float64) Sample {
 		if n.noSchedule {
 			s.NoSchedule++
 		}
+		if n.outOfService {
+			s.OutOfService++
+		}
 		if n.unschedulable {
 			s.Cordoned++
 		}
@@ -479,6 +639,7 @@ func (r *recorder) sample(t float64) Sample {
 	for _, p := range r.pods {
 		switch {
 		case p.terminating:
+			s.PodsTerminating++
 		case p.node == "":
 			s.PodsPending++
 		case p.ready:
@@ -554,6 +715,38 @@ func (r *recorder) finish(recovery time.Time) map[string]*float64 {
 		}
 		replacements++
 		maxPending = max(maxPending, wait)
+	}
+	terminatingAtEnd := 0
+	for _, p := range r.pods {
+		if p.terminating {
+			terminatingAtEnd++
+		}
+	}
+	count("podsTerminatingAtEnd", terminatingAtEnd)
+	// Only runs whose stateful replicas lost their node have these.
+	var moved []*replicaRec
+	for _, rep := range r.replicas {
+		if n := r.nodes[rep.node]; n == nil || n.failed {
+			moved = append(moved, rep)
+		}
+	}
+	if len(moved) > 0 {
+		var volumeAt, runningAt time.Time
+		for _, rep := range moved {
+			if volumeAt = later(volumeAt, rep.volumeAt); rep.volumeAt.IsZero() {
+				volumeAt = time.Time{}
+				break
+			}
+		}
+		for _, rep := range moved {
+			if runningAt = later(runningAt, rep.runningAt); rep.runningAt.IsZero() {
+				runningAt = time.Time{}
+				break
+			}
+		}
+		since("timeToVolumeAttachedElsewhere", first, volumeAt)
+		since("timeToReplicaRunningElsewhere", first, runningAt)
+		count("statefulReplicasOnFailedNodes", len(moved))
 	}
 	count("podsNotReady", len(r.notReadyPods))
 	dur("maxPodNotReady", maxNotReady)

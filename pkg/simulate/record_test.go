@@ -2,9 +2,13 @@ package simulate
 
 import (
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -63,5 +67,83 @@ func TestScenarioWorkloadKeys(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("key %d: got %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestRecorderStatefulReplicaMoves: a replica with a volume whose node goes
+// NotReady counts as moved once its volume is attached to another node
+// (timeToVolumeAttachedElsewhere) and once a pod of its name runs Ready
+// there with the volume attached (timeToReplicaRunningElsewhere); the old
+// pod Terminating is counted, and a run without such a replica has neither
+// figure.
+func TestRecorderStatefulReplicaMoves(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := newRecorder(func() time.Time { return now })
+	node := func(name string, ready bool) *v1.Node {
+		st := v1.ConditionTrue
+		if !ready {
+			st = v1.ConditionUnknown
+		}
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: st}}}}
+	}
+	pod := func(uid, nodeName string, ready, deleting bool) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "default", UID: types.UID(uid),
+			OwnerReferences: []metav1.OwnerReference{{Kind: "StatefulSet", Name: "db"}}},
+			Spec: v1.PodSpec{NodeName: nodeName, Volumes: []v1.Volume{{Name: "data",
+				VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-db-0"}}}}}}
+		if ready {
+			p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
+		}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: now}
+		}
+		return p
+	}
+	va := func(name, nodeName string, attached bool) *storagev1.VolumeAttachment {
+		return &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:   storagev1.VolumeAttachmentSpec{NodeName: nodeName, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-1")}},
+			Status: storagev1.VolumeAttachmentStatus{Attached: attached}}
+	}
+	r.onNode(node("a", true), false)
+	r.onNode(node("b", true), false)
+	r.onClaim(&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-db-0", Namespace: "default"},
+		Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-1"}}, false)
+	r.onAttachment(va("va-a", "a", true), false)
+	r.onPod(pod("old", "a", true, false), false)
+	r.start()
+	if m := r.finish(now); m["timeToReplicaRunningElsewhere"] != nil || m["statefulReplicasOnFailedNodes"] != nil {
+		t.Fatalf("no node failed, yet: %v", m)
+	}
+	if s := r.sample(0); s.Replicas != 1 || s.ReplicasWithVolumes != 1 {
+		t.Fatalf("sample before the failure: %+v", s)
+	}
+	r.fault()
+	now = now.Add(40 * time.Second)
+	r.onNode(node("a", false), false)
+	r.onPod(pod("old", "a", false, true), false)
+	if s := r.sample(40); s.PodsTerminating != 1 || s.ReplicasWithVolumes != 0 {
+		t.Fatalf("sample after the failure: %+v", s)
+	}
+	m := r.finish(now)
+	if m["timeToVolumeAttachedElsewhere"] != nil || m["timeToReplicaRunningElsewhere"] != nil || *m["podsTerminatingAtEnd"] != 1 || *m["statefulReplicasOnFailedNodes"] != 1 {
+		t.Fatalf("while Terminating: %v", m)
+	}
+	now = now.Add(60 * time.Second)
+	r.onPod(pod("old", "a", false, true), true)
+	r.onAttachment(va("va-a", "a", true), true)
+	r.onPod(pod("new", "b", false, false), false) // scheduled, not running yet
+	now = now.Add(10 * time.Second)
+	r.onAttachment(va("va-b", "b", true), false)
+	now = now.Add(5 * time.Second)
+	r.onPod(pod("new", "b", true, false), false)
+	m = r.finish(now)
+	if got := *m["timeToVolumeAttachedElsewhere"]; got != 110 {
+		t.Errorf("timeToVolumeAttachedElsewhere %v s, want 110", got)
+	}
+	if got := *m["timeToReplicaRunningElsewhere"]; got != 115 {
+		t.Errorf("timeToReplicaRunningElsewhere %v s, want 115", got)
+	}
+	if *m["podsTerminatingAtEnd"] != 0 {
+		t.Errorf("podsTerminatingAtEnd %v", *m["podsTerminatingAtEnd"])
 	}
 }

@@ -125,6 +125,9 @@ func (rep *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintln(tw, header)
 	for i := range Measures {
 		m := &Measures[i]
+		if !rep.shows(m.Name) {
+			continue
+		}
 		line := m.Title
 		for _, s := range sums {
 			if rep.trials() {
@@ -201,6 +204,20 @@ func (rep *Report) writeSettings(w io.Writer) {
 	for _, n := range notes {
 		fmt.Fprintf(w, "  * %s\n", n)
 	}
+}
+
+// shows says whether the report has a row for a measure: an optional one
+// only when some run has it.
+func (rep *Report) shows(name string) bool {
+	if !optionalMeasures[name] {
+		return true
+	}
+	for _, r := range rep.Runs {
+		if _, ok := r.Measures[name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func secondsDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

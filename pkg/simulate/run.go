@@ -478,6 +478,12 @@ func (r *runner) do(ctx context.Context, st *Step) ([]string, error) {
 		return nodes, fault(fakenode.SetCondition, d)
 	case ActionClearCondition:
 		return nodes, fault(fakenode.ClearCondition, 0)
+	case ActionMachineShutdown:
+		return nodes, fault(fakenode.MachineShutdown, d)
+	case ActionMachineStart:
+		return nodes, fault(fakenode.MachineStart, 0)
+	case ActionMachineDelete:
+		return nodes, fault(fakenode.MachineDelete, 0)
 	case ActionCordon, ActionUncordon:
 		if err := r.cordon(ctx, nodes, st.Action == ActionCordon); err != nil {
 			return nodes, err

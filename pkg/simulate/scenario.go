@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/configfile"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakecsi"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
@@ -147,11 +149,18 @@ const (
 	ActionCordon         = "cordon"          // by hand, as kubectl cordon
 	ActionUncordon       = "uncordon"
 	ActionBurst          = "burst" // create a Deployment of high-priority pods
+	// ActionMachineShutdown powers the nodes' machines off: heartbeats stop,
+	// no pod deletion is ever confirmed (pods stay Terminating), the last
+	// volumesInUse stays, and the fake cloud provider reports the machines
+	// shut down; with for: they boot again (a new boot ID) when it ends.
+	ActionMachineShutdown = "machine-shutdown"
+	ActionMachineStart    = "machine-start"  // boot the machines again, with a new boot ID
+	ActionMachineDelete   = "machine-delete" // the machines are gone for good: the fake cloud says so
 )
 
 // Actions lists every step action, for errors and help.
 var Actions = []string{ActionPartition, ActionNetworkBlip, ActionHeal, ActionKubeletRestart, ActionKubeletStop, ActionKubeletStart,
-	ActionSetCondition, ActionClearCondition, ActionCordon, ActionUncordon, ActionBurst}
+	ActionSetCondition, ActionClearCondition, ActionCordon, ActionUncordon, ActionBurst, ActionMachineShutdown, ActionMachineStart, ActionMachineDelete}
 
 // Step is one timeline event.
 type Step struct {
@@ -311,6 +320,12 @@ func (s *Scenario) validate() error {
 	}
 	if err := s.Controllers.check(s.path); err != nil {
 		errs = append(errs, err.Error())
+	} else if s.runsOutOfService() {
+		if cfg, _, err := s.Controllers.parse(s.path); err == nil {
+			if err := cfg.Validate([]string{outofservice.Name}); err != nil {
+				at(field(field(root, "controllers"), "outOfService"), "controllers.outOfService: %v", err)
+			}
+		}
 	}
 	if err := s.loadWorkloads(); err != nil {
 		errs = append(errs, err.Error())
@@ -395,7 +410,7 @@ func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []
 			errs = append(errs, "condition: "+err.Error())
 		}
 		st.cond = c
-	case ActionHeal, ActionKubeletStart, ActionUncordon:
+	case ActionHeal, ActionKubeletStart, ActionUncordon, ActionMachineStart, ActionMachineDelete:
 		if st.For.Duration > 0 {
 			errs = append(errs, fmt.Sprintf("%s takes no for:", st.Action))
 		}
@@ -448,6 +463,14 @@ func item(n *yaml.Node, i int) *yaml.Node {
 	return n.Content[i]
 }
 
+// runsOutOfService says whether the scenario's controllers: block has an
+// outOfService section: the outofservice controller, off unless named, then
+// runs in nodeshepherd's run, asking the fake cloud provider, which answers
+// from the machine-* steps.
+func (s *Scenario) runsOutOfService() bool {
+	return field(s.Controllers.node, "outOfService") != nil
+}
+
 // fakeNodeConfig is the cluster for the fake node manager, durations divided
 // by scale.
 func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
@@ -460,6 +483,9 @@ func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
 		NodeStatusReportFrequency: scaleDuration(s.Cluster.Kubelet.NodeStatusReportFrequency.Duration, fakenode.DefaultNodeStatusReportFrequency, scale),
 		PodStartDelay:             scaleDuration(s.Cluster.Kubelet.PodStartDelay.Duration, fakenode.DefaultPodStartDelay, scale),
 		EmulateStalePodStatus:     s.Cluster.Kubelet.EmulateStalePodStatus,
+		// Every scenario's nodes have the fake CSI driver: claims of its
+		// StorageClass (fake-csi) are provisioned and attached for real.
+		CSIDriver: fakecsi.DefaultDriverName,
 	}
 	for _, z := range s.Cluster.Zones {
 		c.Zones = append(c.Zones, fakenode.Zone{Name: z.Name, Count: z.Nodes})

@@ -23,7 +23,8 @@ import (
 // version, both named in the file. nodeshepherd's run is never recorded, and
 // network-blip and control-plane-partition still run --compare upstream
 // live, which keeps simulate's comparison itself under test.
-var recordedUpstream = map[string]bool{"node-failure.yaml": true, "kernel-deadlock.yaml": true, "preemption-burst.yaml": true}
+var recordedUpstream = map[string]bool{"node-failure.yaml": true, "kernel-deadlock.yaml": true, "preemption-burst.yaml": true,
+	"dead-node-statefulset.yaml": true}
 
 var updateScenarioGolden = flag.Bool("update-scenario-golden", false,
 	"run the scenarios of recordedUpstream with --compare upstream and rewrite "+scenarioGoldenPath+" (make golden-scenarios)")

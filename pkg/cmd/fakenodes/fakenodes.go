@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakecsi"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
@@ -45,6 +46,15 @@ After a partition the fake kubelet re-posts any pod status the API server holds 
 differs from its own (the upstream fix of the seed 002 incident); --emulate-stale-pod-status
 reproduces the 1.15 kubelet that never did.
 
+With --csi-driver (default fake.csi.nodeshepherd.io; empty turns it off) the process also runs a fake CSI
+driver: a CSIDriver (attachRequired) and a StorageClass fake-csi (WaitForFirstConsumer), a CSINode per
+node, an attacher that attaches and detaches the VolumeAttachments of its nodes (with external-attacher's
+finalizer) and a provisioner that creates PersistentVolumes in the selected node's zone. The fake kubelet
+reports the driver's volumes in node.status.volumesInUse and starts a pod only once its volumes are
+attached; kube-controller-manager's attach-detach and PV binder controllers do the rest.
+A powered-off node (fault machine-shutdown) posts nothing more: its pods stay Terminating and its last
+volumesInUse stays.
+
 Faults are injected into the running process with 'nodeshepherd fakenodes fault'.`,
 		Example: `  nodeshepherd fakenodes --kubeconfig=$KUBECONFIG --nodes=50 --zones=zone-a,zone-b,zone-c
   nodeshepherd fakenodes --nodes=30 --zones=zone-a=20,zone-b=10 --register-with-taints=dedicated=infra:NoSchedule`,
@@ -73,6 +83,8 @@ Faults are injected into the running process with 'nodeshepherd fakenodes fault'
 	f.DurationVar(&o.cfg.NodeStatusReportFrequency, "node-status-report-frequency", fakenode.DefaultNodeStatusReportFrequency, "How often node status is posted when nothing changed (kubelet: 5m).")
 	f.DurationVar(&o.cfg.PodStartDelay, "pod-start-delay", fakenode.DefaultPodStartDelay, "Time from a pod's binding to Running and Ready.")
 	f.BoolVar(&o.cfg.EmulateStalePodStatus, "emulate-stale-pod-status", false, "Reproduce the kubelet 1.15 bug: never re-post a pod status that someone else changed.")
+	f.StringVar(&o.cfg.CSIDriver, "csi-driver", fakecsi.DefaultDriverName, "Name of the fake CSI driver to run for these nodes (CSIDriver, StorageClass "+fakecsi.DefaultStorageClassName+", attacher, provisioner); empty: none.")
+	f.DurationVar(&o.cfg.VolumeAttachDelay, "volume-attach-delay", 0, "How long the fake CSI driver takes to attach or detach a volume.")
 	f.IntVar(&o.cfg.Workers, "workers", fakenode.DefaultWorkers, "Goroutines writing to the API server.")
 	f.StringVar(&o.controlSocket, "control-socket", fakenode.DefaultControlSocket(), "Unix socket on which fault commands are accepted.")
 	c.AddCommand(newFaultCommand(), newStatusCommand())
