@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/clientmetrics"
 	"github.com/nodeshepherd/nodeshepherd/pkg/serving"
 )
 
@@ -247,6 +248,9 @@ func runWith(ctx context.Context, client kubernetes.Interface, opts Options, m *
 	m.isLeader = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Name: "leader",
 		Help: "1 while this process is the leader and runs the controllers."})
 	m.reg.MustRegister(m.isLeader)
+	if err := clientmetrics.Register(m.reg); err != nil { // rest_client_*, as kube-controller-manager
+		return err
+	}
 
 	srvErr, err := m.serve(ctx)
 	if err != nil {

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,12 +20,10 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/clientmetrics"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
-	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -37,21 +34,6 @@ import (
 // own checks talk to the API server directly. Whatever is injected, every
 // pod that must go goes, through exactly one write that reached the API
 // server, with one event, and the metrics count what happened.
-
-// withClientMetrics exports client-go's rest_client_* metrics on the
-// manager's /metrics, through the first controller's constructor (which gets
-// the manager's registry).
-func withClientMetrics(o *manager.Options) {
-	first := o.Controllers[0]
-	build := o.Constructors[first]
-	o.Constructors = maps.Clone(o.Constructors)
-	o.Constructors[first] = func(ctx manager.Context) (manager.Controller, error) {
-		if err := clientmetrics.Register(ctx.Registry); err != nil {
-			return nil, err
-		}
-		return build(ctx)
-	}
-}
 
 // watchFaults cuts the pod and node watches of the proxied client a few
 // seconds in, and answers 410 Gone to some of the watches that resume from
@@ -106,10 +88,7 @@ func TestTaintEvictionUnderAPIFaults(t *testing.T) {
 	node := m.NodeNames()[0]
 	proxy := framework.StartFaultProxy(t, cp.RESTConfig())
 	watchFaults(proxy)
-	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cp.RESTConfig()), controllers.Default(), func(o *manager.Options) {
-		tainteviction1(o)
-		withClientMetrics(o)
-	})
+	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cp.RESTConfig()), controllers.Default(), tainteviction1)
 	const pods = 12
 	var names []string
 	for i := range pods {
@@ -191,7 +170,7 @@ func TestDrainUnderAPIFaults(t *testing.T) {
 	names := m.NodeNames()
 	sick := names[0]
 	proxy := framework.StartFaultProxy(t, cfg)
-	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cfg), drainConfig(nil), withClientMetrics)
+	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cfg), drainConfig(nil))
 	waitNodesReady(t, client, names...)
 	for _, n := range names[1:] {
 		framework.SetUnschedulable(t, client, n, true)
