@@ -170,7 +170,7 @@ func TestDrainUnderAPIFaults(t *testing.T) {
 	names := m.NodeNames()
 	sick := names[0]
 	proxy := framework.StartFaultProxy(t, cfg)
-	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cfg), drainConfig(nil))
+	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cfg), drainConfig(nil), nil)
 	waitNodesReady(t, client, names...)
 	for _, n := range names[1:] {
 		framework.SetUnschedulable(t, client, n, true)
