@@ -74,18 +74,30 @@ func RepoRoot(t testing.TB) string {
 	return strings.TrimSpace(string(out))
 }
 
+// WriteKubeconfig writes a kubeconfig for a bearer token on the server
+// (whose CA is caData) to a file of the test's, for binaries and kubectl.
+func WriteKubeconfig(t testing.TB, server string, caData []byte, token string) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caData}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	f, err := os.CreateTemp(t.TempDir(), "*.kubeconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := clientcmd.WriteToFile(*kc, f.Name()); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
 // Kubectl runs kubectl against the cluster of cfg (admin) and returns its output.
 func Kubectl(t testing.TB, cfg *rest.Config, args ...string) string {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	kc.CurrentContext = "c"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
+	path := WriteKubeconfig(t, cfg.Host, cfg.CAData, cfg.BearerToken)
 	out, err := exec.Command("kubectl", append([]string{"--kubeconfig", path}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)

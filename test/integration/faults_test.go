@@ -16,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
@@ -268,16 +266,7 @@ func restartConfig(t *testing.T) string {
 func proxyKubeconfig(t *testing.T, proxy *framework.FaultProxy, cfg *rest.Config) string {
 	t.Helper()
 	pc := proxy.RESTConfig(cfg)
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: pc.Host, CertificateAuthorityData: pc.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: pc.BearerToken}
-	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "admin"}
-	kc.CurrentContext = "proxy"
-	path := filepath.Join(t.TempDir(), "proxy.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return framework.WriteKubeconfig(t, pc.Host, pc.CAData, pc.BearerToken)
 }
 
 // TestAPIServerRestartMidEvictionAndDrain: two `nodeshepherd run` replicas

@@ -18,8 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
@@ -103,17 +101,9 @@ func TestNodeIPAMFailoverNeverGivesACIDRTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	var replicas []*ipamReplica
-	for i := range 3 {
+	for range 3 {
 		p := framework.StartProxy(t, server.Host)
-		kc := clientcmdapi.NewConfig()
-		kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://" + p.Addr(), CertificateAuthorityData: cp.CAData()}
-		kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cp.RESTConfig().BearerToken}
-		kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "admin"}
-		kc.CurrentContext = "c"
-		path := filepath.Join(t.TempDir(), fmt.Sprintf("replica-%d.kubeconfig", i))
-		if err := clientcmd.WriteToFile(*kc, path); err != nil {
-			t.Fatal(err)
-		}
+		path := framework.WriteKubeconfig(t, "https://"+p.Addr(), cp.CAData(), cp.RESTConfig().BearerToken)
 		cmd := framework.StartBinary(t, "run", "--kubeconfig", path, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 		replicas = append(replicas, &ipamReplica{pid: cmd.Process.Pid, proxy: p})
 	}
