@@ -50,6 +50,7 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 	pod := p.info.pod
 	b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target: v1.ObjectReference{Kind: "Node", Name: node}}
+	start := s.clock.Now()
 	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
 	if err != nil && s.cache.isBound(pod.UID) {
 		// The binding landed although the call failed (a timeout under
@@ -57,6 +58,8 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 		// schedule a bound pod again, and perhaps preempt for it.
 		err = nil
 	}
+	status := map[bool]string{true: "Success", false: "Error"}[err == nil]
+	s.metrics.extensionPoint.WithLabelValues("Bind", status, s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
 	if err != nil {
 		s.cache.forget(pod.UID)
 		s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
