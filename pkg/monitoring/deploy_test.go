@@ -135,11 +135,21 @@ func exported(t *testing.T) map[string]kind {
 	}
 	for _, c := range collectors {
 		k := plain
-		switch c.(type) {
-		case prometheus.Histogram, *prometheus.HistogramVec:
+		switch c := c.(type) {
+		case *prometheus.HistogramVec:
 			k = histogram
-		case prometheus.Summary, *prometheus.SummaryVec:
+		case *prometheus.SummaryVec:
 			k = summary
+		case prometheus.Metric: // a Histogram and a Summary have the same methods: ask the value
+			var m dto.Metric
+			if err := c.Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			if m.Histogram != nil {
+				k = histogram
+			} else if m.Summary != nil {
+				k = summary
+			}
 		}
 		descs := make(chan *prometheus.Desc)
 		go func() { c.Describe(descs); close(descs) }()
@@ -395,4 +405,51 @@ func anchor(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// deploy/monitoring/kustomization.yaml applies every file of the directory:
+// the rules as a resource, the dashboard through the ConfigMap generator.
+func TestKustomizationCoversTheDirectory(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources          []string `yaml:"resources"`
+		ConfigMapGenerator []struct {
+			Files []string `yaml:"files"`
+		} `yaml:"configMapGenerator"`
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{"kustomization.yaml": true}
+	for _, r := range k.Resources {
+		listed[r] = true
+	}
+	for _, g := range k.ConfigMapGenerator {
+		for _, f := range g.Files {
+			_, file, _ := strings.Cut(f, "=") // key=file
+			if file == "" {
+				file = f
+			}
+			listed[file] = true
+		}
+	}
+	entries, err := os.ReadDir(deployDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var present []string
+	for _, e := range entries {
+		present = append(present, e.Name())
+		if !listed[e.Name()] {
+			t.Errorf("deploy/monitoring/%s is not in kustomization.yaml", e.Name())
+		}
+	}
+	for f := range listed {
+		if !slices.Contains(present, f) {
+			t.Errorf("kustomization.yaml lists %s, which deploy/monitoring lacks", f)
+		}
+	}
 }
