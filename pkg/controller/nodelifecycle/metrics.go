@@ -17,6 +17,7 @@ type metrics struct {
 	updateAllNodesHealth prometheus.Histogram
 	podsMarkedNotReady   prometheus.Counter
 	podReadinessRestored prometheus.Counter
+	restoreErrors        prometheus.Counter
 	detectionDelay       prometheus.Histogram
 	zoneState            *prometheus.GaugeVec
 	staticStability      prometheus.Gauge
@@ -40,6 +41,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Pods set Ready=False because their node stopped being Ready."}),
 		podReadinessRestored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "pod_readiness_restored_total",
 			Help: "Pods given Ready=True back after their node recovered and their kubelet did not re-post their status."}),
+		restoreErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "pod_readiness_restore_errors_total",
+			Help: "Failed attempts to give a pod Ready=True back (the API server refused the read or the write; conflicts, where the kubelet wrote first, are not counted); each is retried at the node's next Ready check."}),
 		detectionDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "unknown_detection_delay_seconds",
 			Help: "Time from a node's grace-period expiry to the controller marking it Unknown.", Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}}),
 		zoneState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "zone_state",
@@ -48,7 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.staticStability = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "static_stability_active",
 		Help: "1 while every zone is in FullDisruption and pods are kept Ready instead of being marked NotReady (--static-stability)."})
 	reg.MustRegister(m.staticStability, m.zoneState, m.zoneHealth, m.zoneSize, m.unhealthyNodes, m.evictions, m.updateNodeHealth, m.updateAllNodesHealth,
-		m.podsMarkedNotReady, m.podReadinessRestored, m.detectionDelay)
+		m.podsMarkedNotReady, m.podReadinessRestored, m.restoreErrors, m.detectionDelay)
 	return m
 }
 

@@ -298,6 +298,9 @@ func (c *Controller) rearmRestore(uid types.UID) {
 // requeueRestore makes the pod eligible again at its node's next Ready check.
 func (c *Controller) requeueRestore(ctx context.Context, key string, err error) {
 	klog.FromContext(ctx).V(2).Info("Pod readiness restore failed, will retry", "pod", key, "err", err)
+	if !apierrors.IsConflict(err) { // a conflict: the kubelet wrote first, as it should
+		c.metrics.restoreErrors.Inc()
+	}
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
 	if pod, perr := c.podLister.Pods(ns).Get(name); perr == nil {
 		c.rearmRestore(pod.UID)

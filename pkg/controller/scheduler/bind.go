@@ -54,13 +54,14 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 	start := s.clock.Now()
 	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
 	s.metrics.bindingsInFlight.Dec()
-	s.metrics.extensionPoint.WithLabelValues("Bind", bindStatus(err), s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
 	if err != nil && s.cache.isBound(pod.UID) {
 		// The binding landed although the call failed (a timeout under
 		// load): the informer already saw the pod bound. Retrying would
 		// schedule a bound pod again, and perhaps preempt for it.
 		err = nil
 	}
+	status := map[bool]string{true: "Success", false: "Error"}[err == nil]
+	s.metrics.extensionPoint.WithLabelValues("Bind", status, s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
 	if err != nil {
 		s.cache.forget(pod.UID)
 		s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
@@ -74,14 +75,6 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 	}
 	s.metrics.e2eLatency.WithLabelValues(fmt.Sprint(min(p.attempts, 16))).Observe(s.clock.Since(p.created).Seconds())
 	s.recorder.Eventf(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
-}
-
-// bindStatus is the status label kube-scheduler gives the Bind point.
-func bindStatus(err error) string {
-	if err != nil {
-		return "Error"
-	}
-	return "Success"
 }
 
 // fail parks the pod, then reports the failure as kube-scheduler does: a

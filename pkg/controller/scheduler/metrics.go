@@ -34,9 +34,10 @@ func newMetrics(reg prometheus.Registerer, profile string) *metrics {
 			Help: "Seconds from a pod entering the queue to its binding, over all its attempts.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 20)}, []string{"attempts"}),
 		preemptionEval: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeshepherd_scheduler_preemption_evaluation_seconds",
 			Help: "Seconds spent choosing a node and victims for one preemptor.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
-		// kube-scheduler's name; only the Bind point is measured here.
+		// kube-scheduler's name, labels and buckets; only the Bind point is
+		// measured here (the call to the API server).
 		extensionPoint: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "scheduler_framework_extension_point_duration_seconds",
-			Help: "Latency of a scheduling framework extension point; here only Bind, the binding API call.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 22)}, []string{"extension_point", "status", "profile"}),
+			Help: "Latency of a scheduling framework extension point; here only Bind, the binding API call.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12)}, []string{"extension_point", "status", "profile"}),
 		bindingsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeshepherd_scheduler_bindings_in_flight",
 			Help: "Binding API calls started and not yet answered."}),
 	}

@@ -154,6 +154,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		metrics: newMetrics(d.Registry),
 	}
 	c.workers = newTimedWorkers(d.Clock, c.evict, retryBackoff)
+	c.metrics.registerPending(d.Registry, c.workers.Len)
 	for i := 0; i < workers; i++ {
 		c.shards = append(c.shards, workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: fmt.Sprintf("noexec_taint_%d", i), Clock: d.Clock}))

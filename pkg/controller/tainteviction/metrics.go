@@ -8,6 +8,7 @@ type metrics struct {
 	deletions        prometheus.Counter
 	deletionDuration prometheus.Histogram
 	deletionErrors   prometheus.Counter
+	pending          prometheus.GaugeFunc
 }
 
 // newMetrics creates the metrics and registers them with reg (none when nil).
@@ -26,4 +27,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.deletions, m.deletionDuration, m.deletionErrors)
 	}
 	return m
+}
+
+// registerPending publishes the eviction queue: count is read at each scrape.
+func (m *metrics) registerPending(reg prometheus.Registerer, count func() int) {
+	m.pending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "tainteviction", Name: "pods_pending_deletion",
+		Help: "Pods scheduled for deletion because of a NoExecute taint: waiting for their tolerationSeconds, being deleted, or waiting to retry a failed deletion."},
+		func() float64 { return float64(count()) })
+	if reg != nil {
+		reg.MustRegister(m.pending)
+	}
 }

@@ -129,6 +129,13 @@ func (q *timedWorkers) Get(key string) (timedWork, bool) {
 	return *w, true
 }
 
+// Len is the number of keys with work: due later, running, or to be retried.
+func (q *timedWorkers) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.work)
+}
+
 // CancelAll stops every timer and waits for the attempts under way (on
 // shutdown: a deletion in flight finishes before the controller stops).
 func (q *timedWorkers) CancelAll() {
