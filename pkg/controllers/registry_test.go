@@ -51,7 +51,7 @@ func TestRegistryListsEveryControllerOnce(t *testing.T) {
 			t.Errorf("pkg/controller/%s is not in the registry (pkg/controllers/controllers.go)", dir)
 		}
 	}
-	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice"}) {
+	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice", "readinessrestore"}) {
 		t.Errorf("start order changed: %v", Names)
 	}
 	if got, want := KubeControllerManagerFlag(), "*,-nodelifecycle,-taint-eviction-controller,-nodeipam"; got != want {
@@ -96,13 +96,15 @@ func TestSharedSettingSetOnAControllerIsAnError(t *testing.T) {
 	}
 }
 
-// Every ClusterRole the registry names is in deploy/base and bound to the
-// ServiceAccount there.
+// Every ClusterRole the registry names is in deploy/base (or, for
+// readinessrestore, in the companion overlay, which deploy/ includes too) and
+// bound to the ServiceAccount there.
 func TestRegistryRolesAreInDeploy(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "base", "rbac-*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no deploy/base/rbac-*.yaml: %v", err)
 	}
+	files = append(files, filepath.Join("..", "..", "deploy", "overlays", "companion", "rbac-readinessrestore.yaml"))
 	roles, bound := map[string]bool{}, map[string]bool{}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -141,5 +143,24 @@ func TestRegistryRolesAreInDeploy(t *testing.T) {
 		if !roles[d.ClusterRole] || !bound[d.ClusterRole] {
 			t.Errorf("%s needs ClusterRole %s: in deploy/base %v, bound %v", d.Name, d.ClusterRole, roles[d.ClusterRole], bound[d.ClusterRole])
 		}
+	}
+}
+
+// Companion mode: the controllers a managed cluster lets run next to its own
+// kube-controller-manager, and those that write what it writes, with the
+// evidence nodeshepherd looks for.
+func TestCompanionsAndConflicts(t *testing.T) {
+	if got, want := Companions(), []string{"drain", "scheduler", "outofservice", "readinessrestore"}; !slices.Equal(got, want) {
+		t.Errorf("companions %v, want %v", got, want)
+	}
+	for _, d := range Registry() {
+		if d.Companion == (len(d.Conflicts) > 0) {
+			t.Errorf("%s: a companion names no conflicts, and every other controller names what it conflicts on (companion %v, %d conflicts)", d.Name, d.Companion, len(d.Conflicts))
+		}
+	}
+	c := Default()
+	c.Companion.AllowConflictingWriters = []string{"nodelifecycle", "nodelifecycel"}
+	if err := c.Validate([]string{"drain"}); err == nil || !strings.Contains(err.Error(), `unknown controller "nodelifecycel" in --allow-conflicting-writers`) {
+		t.Errorf("error %v", err)
 	}
 }
