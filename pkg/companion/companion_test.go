@@ -35,7 +35,7 @@ func silentNode(taintsBy, readyBy string) *v1.Node {
 		entry(taintsBy, "", `{"f:spec":{"f:podCIDR":{},"f:podCIDRs":{".":{},"v:\"10.244.1.0/24\"":{}},"f:taints":{}}}`),
 		entry(readyBy, "status", `{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:lastTransitionTime":{},"f:message":{},"f:reason":{},"f:status":{}}}}}`),
 	}},
-		Spec: v1.NodeSpec{PodCIDR: "10.244.1.0/24", Taints: []v1.Taint{{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoExecute}}},
+		Spec:   v1.NodeSpec{PodCIDR: "10.244.1.0/24", Taints: []v1.Taint{{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoExecute}}},
 		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionUnknown}}}}
 }
 

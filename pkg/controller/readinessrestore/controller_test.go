@@ -117,7 +117,7 @@ func TestSyncLeavesPodsAlone(t *testing.T) {
 			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(markT.Add(-time.Second))
 			n.Status.Conditions[0].LastTransitionTime = metav1.NewTime(markT.Add(-time.Hour))
 		},
-		"container not ready": func(p *v1.Pod, _ *v1.Node) { p.Status.ContainerStatuses[0].Ready = false },
+		"container not ready":   func(p *v1.Pod, _ *v1.Node) { p.Status.ContainerStatuses[0].Ready = false },
 		"marked by the kubelet": func(p *v1.Pod, _ *v1.Node) { p.ManagedFields[1].Manager = "kubelet" },
 		"being deleted":         func(p *v1.Pod, _ *v1.Node) { p.DeletionTimestamp = &metav1.Time{Time: markT} },
 	} {
