@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,9 +127,11 @@ func TestGuardRefusesAtStartUnlessAllowed(t *testing.T) {
 			t.Errorf("error %v lacks %q", err, want)
 		}
 	}
-	if ev := <-rec.Events; !strings.HasPrefix(ev, "Warning ConflictingWriter nodeshepherd's nodelifecycle controller not started: kube-controller-manager last wrote") {
-		t.Errorf("event %q", ev)
+	client := fake.NewClientset(silentNode(KubeControllerManager, KubeControllerManager))
+	if _, err := Guard(g, build)(mctx(client, rec, false)); err == nil {
+		t.Fatal("not refused")
 	}
+	wantEvent(t, client, "nodeshepherd's nodelifecycle controller not started: kube-controller-manager last wrote taints node.kubernetes.io/unreachable:NoExecute here")
 	// Allowed, in dry run, or with the writer's Lease expired: it runs.
 	allowed := g
 	allowed.Allowed = true
@@ -181,8 +184,10 @@ func TestGuardStopsTheControllerWhenAWriterAppears(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the controller still runs 30s after kube-controller-manager's taint appeared")
 	}
-	if ev := <-rec.Events; !strings.Contains(ev, "Warning ConflictingWriter nodeshepherd's nodelifecycle controller stopped") {
-		t.Errorf("event %q", ev)
+	wantEvent(t, client, "nodeshepherd's nodelifecycle controller stopped: kube-controller-manager last wrote taints node.kubernetes.io/not-ready:NoExecute here")
+	var m dto.Metric
+	if err := conflictMetric(ctx.Registry).WithLabelValues("nodelifecycle", KubeControllerManager).Write(&m); err != nil || m.GetGauge().GetValue() != 1 {
+		t.Errorf("nodeshepherd_conflicting_writer = %v (%v), want 1", m.GetGauge().GetValue(), err)
 	}
 }
 
@@ -198,4 +203,18 @@ func TestSettings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `unknown controller "nodelifecyle" in --allow-conflicting-writers`) {
 		t.Errorf("error %v", err)
 	}
+}
+
+func wantEvent(t *testing.T, client *fake.Clientset, msg string) {
+	t.Helper()
+	evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if e.Reason == EventConflictingWriter && e.Type == v1.EventTypeWarning && e.InvolvedObject.Kind == "Node" && strings.HasPrefix(e.Message, msg) {
+			return
+		}
+	}
+	t.Errorf("no Warning %s event %q among %d events", EventConflictingWriter, msg, len(evs.Items))
 }

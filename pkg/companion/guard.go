@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/pager"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
@@ -56,9 +55,6 @@ func Guard(g Guarded, build manager.Constructor) manager.Constructor {
 	}
 	return func(ctx manager.Context) (manager.Controller, error) {
 		gd := &guard{Guarded: g, mctx: ctx, metric: conflictMetric(ctx.Registry), now: ctx.Clock.Now}
-		if ctx.Recorder != nil {
-			gd.recorder = ctx.Recorder(EventSource)
-		}
 		// Constructors get no context: the check is bounded on its own.
 		bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -102,11 +98,10 @@ func Guard(g Guarded, build manager.Constructor) manager.Constructor {
 
 type guard struct {
 	Guarded
-	mctx     manager.Context
-	inner    manager.Controller
-	recorder record.EventRecorder
-	metric   *prometheus.GaugeVec
-	now      func() time.Time
+	mctx   manager.Context
+	inner  manager.Controller
+	metric *prometheus.GaugeVec
+	now    func() time.Time
 
 	// liveness is each writer's, from its Lease (used by one goroutine at
 	// a time: the constructor, then Run).
@@ -260,14 +255,12 @@ func (g *guard) refuse(ctx context.Context, found []Evidence, running bool) erro
 	}
 	msg := fmt.Sprintf("%s controller %s: %s writes what it owns: %s%s. Two writers would undo each other's work: %s, or pass --allow-conflicting-writers=%s to run it anyway",
 		verb, g.Name, first.Writer, first, more, advice, g.Name)
-	if g.recorder != nil {
-		seen := map[string]bool{}
-		for _, e := range found {
-			if key := e.Kind + "/" + e.Name; !seen[key] && len(seen) < 5 && e.Object != nil {
-				seen[key] = true
-				g.recorder.Event(e.Object, v1.EventTypeWarning, EventConflictingWriter,
-					fmt.Sprintf("nodeshepherd's %s controller %s: %s last wrote %s here, so it manages them (--allow-conflicting-writers=%s overrides)", g.Name, did, e.Writer, e.What, g.Name))
-			}
+	seen := map[string]bool{}
+	for _, e := range found {
+		if key := e.Kind + "/" + e.Name; !seen[key] && len(seen) < 5 {
+			seen[key] = true
+			g.event(ctx, e, fmt.Sprintf("nodeshepherd's %s controller %s: %s last wrote %s here, so it manages them (--allow-conflicting-writers=%s overrides)",
+				g.Name, did, e.Writer, e.What, g.Name))
 		}
 	}
 	err := errors.New(msg)
@@ -290,4 +283,28 @@ func conflictMetric(reg prometheus.Registerer) *prometheus.GaugeVec {
 		}
 	}
 	return g
+}
+
+// event writes a Warning event on the evidence's object at once, not
+// through the manager's asynchronous recorder: a refused process exits
+// right after, and the event must not go with it.
+func (g *guard) event(ctx context.Context, e Evidence, msg string) {
+	meta, ok := e.Object.(metav1.Object)
+	if !ok {
+		return
+	}
+	ref := v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: meta.GetName(), UID: meta.GetUID()}
+	ns := metav1.NamespaceDefault // where events of cluster-scoped objects go
+	if e.Kind == "pod" {
+		ref.Kind, ref.Namespace, ns = "Pod", meta.GetNamespace(), meta.GetNamespace()
+	}
+	now := metav1.NewTime(g.now())
+	ev := &v1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: meta.GetName() + ".", Namespace: ns}, InvolvedObject: ref,
+		Reason: EventConflictingWriter, Message: msg, Type: v1.EventTypeWarning, Source: v1.EventSource{Component: EventSource},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1, ReportingController: EventSource}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := g.mctx.Client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Writing the ConflictingWriter event", "object", e.Kind+"/"+e.Name)
+	}
 }
