@@ -39,6 +39,8 @@ var scenarioRuns = map[string][]string{
 	"preemption-burst.yaml": {"--time-scale=10", "--compare=upstream"},
 	// Static stability: Service endpoints kept (nodeshepherd), dropped to zero (upstream).
 	"control-plane-partition.yaml": {"--time-scale=10", "--compare=upstream"},
+	// Companion mode: readinessrestore next to kube-controller-manager's node lifecycle.
+	"companion-readiness-restore.yaml": {"--time-scale=10"},
 }
 
 // TestExampleScenarios runs every scenario of examples/scenarios with its
