@@ -87,16 +87,17 @@ func Default() Config {
 }
 
 // Sections are the configuration file's sections of the controllers, bound
-// to c: the shared settings first, then each controller's, in start order.
+// to c: the shared settings first, then each controller's, in start order,
+// then companion mode's.
 func (c *Config) Sections() []config.Section {
 	out := []config.Section{{Name: descriptor.SharedSection,
-		Help: "Settings more than one controller reads (kube-controller-manager's and Draino's flag names).", Register: c.Shared.AddFlags},
-		{Name: companion.SectionName, Help: "Running next to controllers nodeshepherd does not manage, such as a managed cluster's kube-controller-manager (docs/companion.md).",
-			Register: c.Companion.AddFlags}}
+		Help: "Settings more than one controller reads (kube-controller-manager's and Draino's flag names).", Register: c.Shared.AddFlags}}
 	for _, e := range registry {
 		out = append(out, e.sections(c)...)
 	}
-	return out
+	return append(out, config.Section{Name: companion.SectionName,
+		Help:     "Running next to controllers nodeshepherd does not manage, such as a managed cluster's kube-controller-manager (docs/companion.md).",
+		Register: c.Companion.AddFlags})
 }
 
 // AddFlags registers every controller's settings under kube-controller-manager's
