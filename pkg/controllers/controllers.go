@@ -96,7 +96,7 @@ func (c *Config) Sections() []config.Section {
 		out = append(out, e.sections(c)...)
 	}
 	return append(out, config.Section{Name: companion.SectionName,
-		Help:     "Running next to controllers nodeshepherd does not manage, such as a managed cluster's kube-controller-manager (docs/companion.md).",
+		Help:     "Running next to a managed cluster's own kube-controller-manager (docs/companion.md).",
 		Register: c.Companion.AddFlags})
 }
 
