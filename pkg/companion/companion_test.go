@@ -218,3 +218,25 @@ func wantEvent(t *testing.T, client *fake.Clientset, msg string) {
 	}
 	t.Errorf("no Warning %s event %q among %d events", EventConflictingWriter, msg, len(evs.Items))
 }
+
+type panicky struct{}
+
+func (panicky) Run(context.Context) error { panic("boom") }
+
+// A panic of the guarded controller reaches the goroutine the manager runs
+// it in, which turns it into the controller's error.
+func TestGuardHandsBackAPanic(t *testing.T) {
+	client := fake.NewClientset()
+	c, err := Guard(Guarded{Name: "nodelifecycle", Claims: NodeLifecycle},
+		func(manager.Context) (manager.Controller, error) { return panicky{}, nil })(mctx(client, nil, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if r := recover(); r != "boom" {
+			t.Errorf("recovered %v, want the controller's panic", r)
+		}
+	}()
+	_ = c.Run(context.Background())
+	t.Error("Run returned instead of panicking")
+}

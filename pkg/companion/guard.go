@@ -209,11 +209,23 @@ func (g *guard) Run(ctx context.Context) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- g.inner.Run(cctx) }()
+	panicked := make(chan any, 1)
+	go func() {
+		// A panic is handed back to this goroutine, where the manager
+		// recovers and reports it as the controller's.
+		defer func() {
+			if r := recover(); r != nil {
+				panicked <- r
+			}
+		}()
+		done <- g.inner.Run(cctx)
+	}()
 	for {
 		select {
 		case err := <-done:
 			return err
+		case r := <-panicked:
+			panic(r)
 		case <-g.signal:
 		}
 		g.mu.Lock()
@@ -225,7 +237,12 @@ func (g *guard) Run(ctx context.Context) error {
 		}
 		cancel()
 		err := g.refuse(ctx, found, true)
-		return errors.Join(err, <-done)
+		select {
+		case inner := <-done:
+			return errors.Join(err, inner)
+		case r := <-panicked:
+			panic(r)
+		}
 	}
 }
 
