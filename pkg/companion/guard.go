@@ -38,7 +38,7 @@ type Guarded struct {
 
 // Guard wraps the constructor of a controller that is not a companion. The
 // constructor first looks for the claims' writers in every Node (and Pod,
-// if a claim is about pods), and refuses to build the controller while one
+// if a claim is about pods; a list that fails is left to the informers), and refuses to build the controller while one
 // of them is active: the manager then starts nothing and the process exits
 // with the error, which names the controller, the evidence and the flag
 // that overrides. Once it runs, the informers' updates are checked too; a
@@ -60,7 +60,10 @@ func Guard(g Guarded, build manager.Constructor) manager.Constructor {
 		defer cancel()
 		found, err := gd.scan(bg)
 		if err != nil {
-			return nil, fmt.Errorf("checking for other writers of what %s owns: %w", g.Name, err)
+			// Not a failure of its own: what cannot be listed now, the
+			// informers deliver (and check) once they sync, or the manager
+			// reports that they do not.
+			klog.Background().Error(err, "Cannot check for other writers before starting; checking what the informers deliver", "controller", g.Name)
 		}
 		if len(found) > 0 {
 			if g.Allowed || ctx.DryRun {
