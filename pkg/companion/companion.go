@@ -170,7 +170,7 @@ func owner(obj metav1.Object, field Path) (metav1.ManagedFieldsEntry, bool) {
 			continue
 		}
 		var set map[string]any
-		if json.Unmarshal(e.FieldsV1.Raw, &set) != nil {
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &set) != nil {
 			continue
 		}
 		found := true

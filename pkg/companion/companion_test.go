@@ -25,7 +25,7 @@ var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 // entry is a managedFields entry as the API server writes it.
 func entry(manager, subresource, fields string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: subresource,
-		Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		Time: &metav1.Time{Time: t0}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 }
 
 // What kube-controller-manager v1.37 wrote on a node it found silent (read

@@ -27,9 +27,9 @@ var (
 func markedPod(readyWriter string) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1", ManagedFields: []metav1.ManagedFieldsEntry{
 		{Manager: "nodeshepherd", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:type":{}}}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:type":{}}}}}`)},
 		{Manager: readyWriter, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:lastTransitionTime":{},"f:status":{}}}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:lastTransitionTime":{},"f:status":{}}}}}`)},
 	}},
 		Spec: v1.PodSpec{NodeName: "n1"},
 		Status: v1.PodStatus{Conditions: []v1.PodCondition{
