@@ -11,12 +11,14 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/readinessrestore"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
@@ -26,7 +28,10 @@ import (
 // Config holds the shared settings and every controller's own, one field
 // per controller, typed so that callers (simulate, tests) can set them.
 type Config struct {
-	Shared             descriptor.Shared
+	Shared descriptor.Shared
+	// Companion: which controllers run although another writer writes what
+	// they own (--allow-conflicting-writers).
+	Companion          companion.Settings
 	NodeLifecycle      nodelifecycle.Config
 	TaintEviction      tainteviction.Config
 	NodeIPAM           nodeipam.Config
@@ -34,6 +39,7 @@ type Config struct {
 	Drain              drain.Config
 	Scheduler          scheduler.Config
 	OutOfService       outofservice.Config
+	ReadinessRestore   readinessrestore.Config
 }
 
 // registry lists every controller once, in start order: its descriptor and
@@ -50,6 +56,7 @@ var registry = []entry{
 		c.OutOfService.Cloud = c.CloudNodeLifecycle.Cloud
 		return &c.OutOfService
 	}),
+	bind(readinessrestore.Descriptor, func(c *Config) *readinessrestore.Config { return &c.ReadinessRestore }),
 }
 
 // Names lists the controllers in start order.
@@ -80,14 +87,17 @@ func Default() Config {
 }
 
 // Sections are the configuration file's sections of the controllers, bound
-// to c: the shared settings first, then each controller's, in start order.
+// to c: the shared settings first, then each controller's, in start order,
+// then companion mode's.
 func (c *Config) Sections() []config.Section {
 	out := []config.Section{{Name: descriptor.SharedSection,
 		Help: "Settings more than one controller reads (kube-controller-manager's and Draino's flag names).", Register: c.Shared.AddFlags}}
 	for _, e := range registry {
 		out = append(out, e.sections(c)...)
 	}
-	return out
+	return append(out, config.Section{Name: companion.SectionName,
+		Help:     "Running next to a managed cluster's own kube-controller-manager (docs/companion.md).",
+		Register: c.Companion.AddFlags})
 }
 
 // AddFlags registers every controller's settings under kube-controller-manager's
@@ -100,7 +110,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 // Validate checks the shared settings and those of the selected controllers.
 func (c *Config) Validate(selected []string) error {
-	errs := []error{c.Shared.Validate()}
+	errs := []error{c.Shared.Validate(), c.Companion.Validate(Names)}
 	for _, e := range registry {
 		if slices.Contains(selected, e.info().Name) {
 			errs = append(errs, e.validate(c))
@@ -143,11 +153,30 @@ func (c *Config) Select(resolved, explicit []string) []string {
 }
 
 // Constructors builds every controller from a copy of cfg; dry run comes
-// from the manager.
+// from the manager. A controller that is not a companion is guarded: it is
+// refused, or stopped, while another writer writes what it owns.
 func Constructors(cfg Config) map[string]manager.Constructor {
 	out := map[string]manager.Constructor{}
 	for _, e := range registry {
-		out[e.info().Name] = func(ctx manager.Context) (manager.Controller, error) { return e.build(&cfg, ctx) }
+		info := e.info()
+		build := func(ctx manager.Context) (manager.Controller, error) { return e.build(&cfg, ctx) }
+		if !info.Companion {
+			build = companion.Guard(companion.Guarded{Name: info.Name, Replaces: info.Replaces, Claims: info.Conflicts,
+				Allowed: cfg.Companion.Allowed(info.Name)}, build)
+		}
+		out[info.Name] = build
+	}
+	return out
+}
+
+// Companions lists the controllers that can run next to a managed control
+// plane's own, in start order.
+func Companions() []string {
+	var out []string
+	for _, e := range registry {
+		if e.info().Companion {
+			out = append(out, e.info().Name)
+		}
 	}
 	return out
 }

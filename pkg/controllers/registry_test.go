@@ -51,7 +51,7 @@ func TestRegistryListsEveryControllerOnce(t *testing.T) {
 			t.Errorf("pkg/controller/%s is not in the registry (pkg/controllers/controllers.go)", dir)
 		}
 	}
-	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice"}) {
+	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice", "readinessrestore"}) {
 		t.Errorf("start order changed: %v", Names)
 	}
 	if got, want := KubeControllerManagerFlag(), "*,-nodelifecycle,-taint-eviction-controller,-nodeipam"; got != want {
@@ -139,5 +139,24 @@ func TestRegistryRolesAreInDeploy(t *testing.T) {
 		if !roles[d.ClusterRole] || !bound[d.ClusterRole] {
 			t.Errorf("%s needs ClusterRole %s: in deploy/components/%s %v, bound %v", d.Name, d.ClusterRole, d.Name, roles[d.ClusterRole], bound[d.ClusterRole])
 		}
+	}
+}
+
+// Companion mode: the controllers a managed cluster lets run next to its own
+// kube-controller-manager, and those that write what it writes, with the
+// evidence nodeshepherd looks for.
+func TestCompanionsAndConflicts(t *testing.T) {
+	if got, want := Companions(), []string{"drain", "scheduler", "outofservice", "readinessrestore"}; !slices.Equal(got, want) {
+		t.Errorf("companions %v, want %v", got, want)
+	}
+	for _, d := range Registry() {
+		if d.Companion == (len(d.Conflicts) > 0) {
+			t.Errorf("%s: a companion names no conflicts, and every other controller names what it conflicts on (companion %v, %d conflicts)", d.Name, d.Companion, len(d.Conflicts))
+		}
+	}
+	c := Default()
+	c.Companion.AllowConflictingWriters = []string{"nodelifecycle", "nodelifecycel"}
+	if err := c.Validate([]string{"drain"}); err == nil || !strings.Contains(err.Error(), `unknown controller "nodelifecycel" in --allow-conflicting-writers`) {
+		t.Errorf("error %v", err)
 	}
 }

@@ -6,6 +6,14 @@
 // once, and `run`, `simulate`, `config default` and the RBAC tests read that
 // list. The package lives outside pkg/controller so that controllers can
 // import it without importing each other.
+//
+// Which controllers can run next to a managed control plane's own
+// (Info.Companion): drain, outofservice, readinessrestore, and the scheduler
+// under its own --scheduler-name (a second scheduler) write nothing those
+// write; nodelifecycle, tainteviction and nodeipam write the same taints,
+// conditions, evictions and pod CIDRs as kube-controller-manager's, and
+// cloudnodelifecycle deletes and taints the same nodes as the provider's
+// cloud-controller-manager.
 package descriptor
 
 import (
@@ -15,6 +23,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
@@ -32,6 +41,16 @@ type Info struct {
 	// ("" for none): nodeshepherd runs next to kube-controller-manager when
 	// that one is turned off there (--controllers=*,-NAME).
 	Replaces string
+	// Companion says whether the controller can run next to the controllers
+	// a managed control plane runs and cannot turn off
+	// (kube-controller-manager's, the provider's cloud-controller-manager):
+	// true when none of them writes what it writes (docs/companion.md).
+	Companion bool
+	// Conflicts are what a controller that is not a companion writes that
+	// one of those writers writes too: while their managedFields show that
+	// writer active, nodeshepherd refuses to run the controller, unless
+	// --allow-conflicting-writers names it (pkg/companion).
+	Conflicts []companion.Claim
 }
 
 // Section is one section of the configuration file, bound to settings C.

@@ -14,6 +14,8 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/cloudnodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/readinessrestore"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
@@ -24,7 +26,8 @@ import (
 // divided by the time scale: in upstream mode kube-controller-manager runs
 // every controller and kube-scheduler schedules; in nodeshepherd mode
 // nodeshepherd's manager runs in-process next to kube-controller-manager's
-// other controllers. Both runs' clients have the same limits, and
+// other controllers, or, for a companion scenario, next to all of them and
+// kube-scheduler. Both runs' clients have the same limits, and
 // kube-scheduler the time-scaled settings of nodeshepherd's scheduler. It
 // names the components and their settings in res.
 func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
@@ -48,15 +51,28 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 		FakeNodes:       &nodes,
 		RegisterTimeout: r.opts.SetupTimeout,
 	}
-	switch r.opts.Mode {
-	case ModeUpstream:
+	// kube-controller-manager with every controller, and kube-scheduler: the
+	// upstream run, and a managed cluster that nodeshepherd runs next to.
+	upstream := func() {
 		lc.ControlPlane.Controllers = "*"
 		lc.ControlPlane.ControllerManagerArgs = append(append(lc.ControlPlane.ControllerManagerArgs, kcmArgs...), "--allocate-node-cidrs=true",
 			"--cluster-cidr="+podCIDR, "--service-cluster-ip-range="+controlplane.ServiceClusterIPRange)
 		lc.ControlPlane.Scheduler = true
 		lc.ControlPlane.SchedulerConfig = &sched
+	}
+	switch {
+	case r.opts.Mode == ModeUpstream:
+		upstream()
 		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
-	case ModeNodeShepherd:
+	case r.opts.Mode == ModeNodeShepherd && r.sc.Companion:
+		upstream()
+		var names []string
+		if lc.Controllers, names, err = companionControllers(cfg); err != nil {
+			return localcluster.Config{}, err
+		}
+		res.Components = "nodeshepherd in companion mode (" + strings.Join(names, ", ") +
+			") next to kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
+	case r.opts.Mode == ModeNodeShepherd:
 		var names []string
 		if lc.Controllers, names, err = nodeShepherdControllers(cfg, r.sc.runsOutOfService()); err != nil {
 			return localcluster.Config{}, err
@@ -80,6 +96,27 @@ func nodeShepherdControllers(cfg *controllers.Config, outOfService bool) (func(c
 	if outOfService {
 		cfg.CloudNodeLifecycle.Cloud.Name = fakecloud.ProviderName
 		names = append(names, outofservice.Name)
+	}
+	if err := cfg.Validate(names); err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context, rc *rest.Config) error {
+		rc.QPS, rc.Burst = clientQPS, clientBurst
+		return manager.Run(ctx, rc, manager.Options{Controllers: names, Constructors: controllers.Constructors(*cfg), MetricsBindAddress: "0"})
+	}, names, nil
+}
+
+// companionControllers runs what nodeshepherd runs on a managed cluster: the
+// companions `run` would select (drain with drain conditions), without the
+// scheduler (kube-scheduler schedules; a second scheduler would have no pods),
+// and readinessrestore, which is why one runs it there.
+func companionControllers(cfg *controllers.Config) (func(context.Context, *rest.Config) error, []string, error) {
+	selected := cfg.Select(controllers.Names, []string{readinessrestore.Name})
+	var names []string
+	for _, n := range controllers.Companions() {
+		if slices.Contains(selected, n) && n != scheduler.Name {
+			names = append(names, n)
+		}
 	}
 	if err := cfg.Validate(names); err != nil {
 		return nil, nil, err

@@ -47,6 +47,11 @@ type Scenario struct {
 	Workloads   []Workload    `yaml:"workloads"`
 	Timeline    []Step        `yaml:"timeline"`
 	Expect      []Expectation `yaml:"expect"`
+	// Companion runs nodeshepherd as on a managed cluster: next to
+	// kube-controller-manager's own node lifecycle, taint eviction and node
+	// IPAM, and kube-scheduler, with only the controllers that can run there
+	// (readinessrestore, and drain with drain conditions); docs/companion.md.
+	Companion bool `yaml:"companion"`
 
 	path string
 }

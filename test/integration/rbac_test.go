@@ -42,6 +42,7 @@ var serviceAccountScenarios = map[string][]string{
 	"TestDrainBlockedByPDBExplainedThenForced":     {"drain"},              // PDB reads, blocked-since annotation, force-after pod deletion
 	"TestSchedulerPreemption":                      {"scheduler"},          // binding, status, preemption, PDBs
 	"TestOutOfServiceAnnotationForceDeletesPods":   {"outofservice"},       // taint and annotations added, then removed
+	"TestCompanionReadinessRestore":                {"readinessrestore"},   // pods/status next to kube-controller-manager
 }
 
 const leaderElection = "leader election"

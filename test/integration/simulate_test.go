@@ -41,6 +41,8 @@ var scenarioRuns = map[string][]string{
 	"control-plane-partition.yaml": {"--time-scale=10", "--compare=upstream"},
 	// Issue #20, at 2: kube-controller-manager's pod GC looks every 20 s of real time, unscaled.
 	"dead-node-statefulset.yaml": {"--time-scale=2", "--compare=upstream"},
+	// Companion mode: readinessrestore next to kube-controller-manager's node lifecycle.
+	"companion-readiness-restore.yaml": {"--time-scale=10"},
 }
 
 // TestExampleScenarios runs every scenario of examples/scenarios with its

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
@@ -25,6 +26,9 @@ var Descriptor = descriptor.Descriptor[Settings]{
 			"machine is gone, taints those whose machine is shut down (runs only with\n" +
 			"--cloud-provider). Like the cloud controller manager's.",
 		ClusterRole: "nodeshepherd:cloudnodelifecycle",
+		// A managed cluster's cloud-controller-manager deletes and taints the same
+		// nodes at once, which voids the confirmations and rate limits here.
+		Conflicts: companion.CloudNodeLifecycle,
 	},
 	Sections: []descriptor.Section[Settings]{
 		{Name: "cloudNodeLifecycle", Help: "The cloudnodelifecycle controller.", AddFlags: func(s *Settings, fs *pflag.FlagSet) { s.Config.AddFlags(fs) }},

@@ -17,6 +17,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"(--max-unhealthy-nodes, zone disruption); uncordons only what it cordoned.\n" +
 			"Like Draino (runs only with --drain-condition or --drain-rules).",
 		ClusterRole: "nodeshepherd:drain",
+		Companion:   true,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "drain",
 		Help: "The drain controller (Draino's flag names where Draino has the setting).", AddFlags: (*Config).AddFlags}},

@@ -1,6 +1,7 @@
 package nodeipam
 
 import (
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
@@ -13,6 +14,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"--allocate-node-cidrs). Replaces nodeipam.",
 		ClusterRole: "nodeshepherd:nodeipam",
 		Replaces:    "nodeipam",
+		Conflicts:   companion.NodeIPAM,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "nodeIPAM", Help: "The nodeipam controller: pod CIDRs for nodes.", AddFlags: (*Config).AddFlags}},
 	Default:  func() Config { return Config{} },

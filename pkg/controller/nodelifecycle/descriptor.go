@@ -3,6 +3,7 @@ package nodelifecycle
 import (
 	"errors"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
@@ -16,6 +17,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"restored after a flap. Replaces kube-controller-manager's nodelifecycle.",
 		ClusterRole: "nodeshepherd:nodelifecycle",
 		Replaces:    "nodelifecycle",
+		Conflicts:   companion.NodeLifecycle,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "nodeLifecycle",
 		Help: "The nodelifecycle controller (kube-controller-manager's flag names and defaults).", AddFlags: (*Config).AddFlags}},

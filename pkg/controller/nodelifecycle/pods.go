@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
+	"github.com/nodeshepherd/nodeshepherd/pkg/podreadiness"
 )
 
 // processMark marks every pod of a node NotReady; failures are retried with
@@ -307,67 +307,17 @@ func (c *Controller) requeueRestore(ctx context.Context, key string, err error) 
 	}
 }
 
-type verdict int
+// The verdicts of a restore check, podreadiness's, under this package's names.
+type verdict = podreadiness.Verdict
 
 const (
-	keepMark   verdict = iota // not now
-	restore                   // set Ready=True and settle the mark
-	settleMark                // readiness is no longer ours to give: settle the mark only
+	keepMark   = podreadiness.Keep    // not now
+	restore    = podreadiness.Restore // set Ready=True and settle the mark
+	settleMark = podreadiness.Settle  // readiness is no longer ours to give: settle the mark only
 )
 
-// restoreVerdict decides what to do with a marked pod on a Ready node.
+// restoreVerdict decides what to do with a marked pod on a Ready node; the
+// rules are shared with the readinessrestore controller (pkg/podreadiness).
 func restoreVerdict(pod *v1.Pod, node *v1.Node, mark *v1.PodCondition) (verdict, string) {
-	ready := kube.PodCondition(pod, v1.PodReady)
-	switch {
-	case pod.DeletionTimestamp != nil:
-		return settleMark, "Pod is being deleted; readiness not restored"
-	case ready == nil || ready.Status == v1.ConditionTrue:
-		return settleMark, "The kubelet reported the pod's readiness again"
-	case ready.LastTransitionTime.Time.After(mark.LastTransitionTime.Time.Add(time.Second)):
-		return settleMark, "Pod readiness changed since the mark; left to the kubelet"
-	}
-	if node == nil {
-		return keepMark, "node unknown"
-	}
-	// The kubelet posted Ready after the mark (a kubelet keeps its own
-	// transition time when it never saw itself fail, so the heartbeat
-	// counts too).
-	nr := kube.NodeCondition(node, v1.NodeReady)
-	if nr == nil || (nr.LastHeartbeatTime.Time.Before(mark.LastTransitionTime.Time) && nr.LastTransitionTime.Time.Before(mark.LastTransitionTime.Time)) {
-		return keepMark, "node has not reported Ready since the mark"
-	}
-	if !containersAllReady(pod) || !gatesReady(pod) {
-		return keepMark, "containers or readiness gates not ready"
-	}
-	return restore, ""
-}
-
-// gatesReady says whether every readiness gate's condition is True.
-func gatesReady(pod *v1.Pod) bool {
-	for _, g := range pod.Spec.ReadinessGates {
-		if c := kube.PodCondition(pod, g.ConditionType); c == nil || c.Status != v1.ConditionTrue {
-			return false
-		}
-	}
-	return true
-}
-
-// containersAllReady is the kubelet's own view: ContainersReady=True and every
-// container ready.
-func containersAllReady(pod *v1.Pod) bool {
-	cr := false
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.ContainersReady && c.Status == v1.ConditionTrue {
-			cr = true
-		}
-	}
-	if !cr || len(pod.Status.ContainerStatuses) == 0 {
-		return false
-	}
-	for _, s := range pod.Status.ContainerStatuses {
-		if !s.Ready {
-			return false
-		}
-	}
-	return true
+	return podreadiness.Decide(pod, node, mark.LastTransitionTime.Time)
 }

@@ -23,6 +23,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"within --max-out-of-service-nodes/-percent; removes it after a reboot or when\n" +
 			"the confirmation is withdrawn (runs only when named: --controllers=*,outofservice).",
 		ClusterRole: "nodeshepherd:outofservice",
+		Companion:   true,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "outOfService",
 		Help: "The outofservice controller (it asks the cloudProvider section's provider, if any).", AddFlags: (*Config).AddFlags}},

@@ -19,6 +19,8 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"ReadWriteOncePod, CSI limits) included. Pods using in-tree disks, DRA\n" +
 			"claims or scheduling groups are refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
+		// A second scheduler next to kube-scheduler under its own --scheduler-name.
+		Companion: true,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "scheduler",
 		Help: "The scheduler (kube-scheduler's names for its settings).", AddFlags: (*Config).AddFlags}},

@@ -1,6 +1,7 @@
 package tainteviction
 
 import (
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
@@ -13,6 +14,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"tolerationSeconds. Replaces taint-eviction-controller.",
 		ClusterRole: "nodeshepherd:tainteviction",
 		Replaces:    "taint-eviction-controller",
+		Conflicts:   companion.TaintEviction,
 	},
 	Default: func() Config { return Config{} },
 	New: func(_ *Config, ctx manager.Context) (manager.Controller, error) {

@@ -1,0 +1,323 @@
+// Package companion is what lets nodeshepherd run next to controllers it does
+// not manage (companion mode, docs/companion.md): on a managed cluster
+// kube-controller-manager's node lifecycle, taint eviction and node IPAM, and
+// the provider's cloud-controller-manager, cannot be turned off, and two
+// writers of the same taints, conditions or pod CIDRs fight. A controller that
+// is not a companion (descriptor.Info.Companion) names what it writes that
+// another writer writes too (its Claims); before it starts and while it runs,
+// nodeshepherd looks for that writer's last writes in the objects'
+// managedFields and refuses to run the controller while they show it active,
+// unless --allow-conflicting-writers names it.
+package companion
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Writers: the field managers (managedFields[].manager, the API server's
+// name for a client: its user agent up to the first "/") of the controllers
+// a managed control plane runs. kube-controller-manager v1.37 writes as
+// "kube-controller-manager" for every controller, also with
+// --use-service-account-credentials; providers' cloud controller managers
+// as "cloud-controller-manager" or "<provider>-cloud-controller-manager".
+const (
+	KubeControllerManager  = "kube-controller-manager"
+	CloudControllerManager = "cloud-controller-manager"
+)
+
+// Path is a field in managedFields' FieldsV1 notation, one key per level:
+// {"f:spec", "f:taints"}.
+type Path []string
+
+func (p Path) String() string {
+	var parts []string
+	for _, k := range p {
+		k = strings.TrimPrefix(k, "f:")
+		if strings.HasPrefix(k, "k:") {
+			parts[len(parts)-1] += "[" + strings.TrimPrefix(k, "k:") + "]"
+			continue
+		}
+		parts = append(parts, k)
+	}
+	return strings.Join(parts, ".")
+}
+
+// Claim is something a controller writes that a writer of a managed control
+// plane writes too. Node and Pod return, for an object, the fields that hold
+// the claim's values now and what they hold (nil when the object holds none:
+// most objects, which are then not decoded further).
+type Claim struct {
+	// Writer is the field manager that writes the same thing: a manager
+	// named Writer or ending in "-"+Writer.
+	Writer string
+	Node   func(*v1.Node) map[string]Path
+	Pod    func(*v1.Pod) map[string]Path
+}
+
+// writtenBy says whether a field manager's name is writer's.
+func writtenBy(manager, writer string) bool {
+	return manager == writer || strings.HasSuffix(manager, "-"+writer)
+}
+
+// Node lifecycle's taints: the NoExecute ones of not-ready and unreachable
+// nodes, and the NoSchedule ones it sets by condition.
+var nodeLifecycleTaints = []string{v1.TaintNodeNotReady, v1.TaintNodeUnreachable, v1.TaintNodeUnschedulable, v1.TaintNodeMemoryPressure,
+	v1.TaintNodeDiskPressure, v1.TaintNodePIDPressure, v1.TaintNodeNetworkUnavailable}
+
+var taintsPath = Path{"f:spec", "f:taints"}
+
+// taintClaim holds the node's taint list (atomic in managedFields: its last
+// writer owns all of it) when the list has one of keys.
+func taintClaim(writer string, keys ...string) Claim {
+	return Claim{Writer: writer, Node: func(n *v1.Node) map[string]Path {
+		var held []string
+		for _, t := range n.Spec.Taints {
+			if slices.Contains(keys, t.Key) {
+				held = append(held, t.Key+":"+string(t.Effect))
+			}
+		}
+		if len(held) == 0 {
+			return nil
+		}
+		return map[string]Path{"taints " + strings.Join(held, ", "): taintsPath}
+	}}
+}
+
+func conditionPath(typ, field string) Path {
+	return Path{"f:status", "f:conditions", `k:{"type":"` + typ + `"}`, "f:" + field}
+}
+
+// NodeLifecycle is what kube-controller-manager's nodelifecycle controller
+// writes: the taints above, and nodes' Ready condition (Unknown when a node
+// falls silent).
+var NodeLifecycle = []Claim{
+	taintClaim(KubeControllerManager, nodeLifecycleTaints...),
+	{Writer: KubeControllerManager, Node: func(n *v1.Node) map[string]Path {
+		for _, c := range n.Status.Conditions {
+			if c.Type == v1.NodeReady && c.Status != v1.ConditionTrue {
+				return map[string]Path{"condition Ready=" + string(c.Status): conditionPath(string(v1.NodeReady), "status")}
+			}
+		}
+		return nil
+	}},
+}
+
+// TaintEviction is what kube-controller-manager's taint-eviction-controller
+// writes before it deletes a pod: DisruptionTarget, reason DeletionByTaintManager.
+var TaintEviction = []Claim{{Writer: KubeControllerManager, Pod: func(p *v1.Pod) map[string]Path {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Reason == "DeletionByTaintManager" {
+			return map[string]Path{"condition DisruptionTarget (DeletionByTaintManager)": conditionPath(string(v1.DisruptionTarget), "reason")}
+		}
+	}
+	return nil
+}}}
+
+// NodeIPAM is what kube-controller-manager's nodeipam controller writes:
+// nodes' pod CIDRs.
+var NodeIPAM = []Claim{{Writer: KubeControllerManager, Node: func(n *v1.Node) map[string]Path {
+	if n.Spec.PodCIDR == "" {
+		return nil
+	}
+	return map[string]Path{"podCIDR " + n.Spec.PodCIDR: {"f:spec", "f:podCIDR"}}
+}}}
+
+// CloudNodeLifecycle is what a cloud-controller-manager's
+// cloud-node-lifecycle controller writes that leaves a trace (node deletions
+// leave none): the shutdown taint.
+var CloudNodeLifecycle = []Claim{taintClaim(CloudControllerManager, "node.cloudprovider.kubernetes.io/shutdown")}
+
+// Evidence is one field a conflicting writer wrote last.
+type Evidence struct {
+	Controller string
+	Object     runtime.Object // the Node or Pod, for events
+	Kind, Name string         // "node", "fake-node-0000"; pods as namespace/name
+	What       string         // what the field holds: "taints node.kubernetes.io/unreachable:NoExecute"
+	Field      Path
+	Writer     string    // the field manager
+	At         time.Time // when that manager last wrote the object
+	Writes     string    // the writer's liveness, from its leader Lease
+}
+
+func (e Evidence) String() string {
+	s := fmt.Sprintf("%s %s: %s (%s) last written by %s", e.Kind, e.Name, e.What, e.Field, e.Writer)
+	if !e.At.IsZero() {
+		s += " at " + e.At.UTC().Format(time.RFC3339)
+	}
+	if e.Writes != "" {
+		s += "; " + e.Writes
+	}
+	return s
+}
+
+// owner returns the managedFields entry that owns the field, if any.
+func owner(obj metav1.Object, field Path) (metav1.ManagedFieldsEntry, bool) {
+	for _, e := range obj.GetManagedFields() {
+		if e.FieldsV1 == nil {
+			continue
+		}
+		var set map[string]any
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &set) != nil {
+			continue
+		}
+		found := true
+		for _, k := range field {
+			next, ok := set[k].(map[string]any)
+			if !ok {
+				found = false
+				break
+			}
+			set = next
+		}
+		if found {
+			return e, true
+		}
+	}
+	return metav1.ManagedFieldsEntry{}, false
+}
+
+// check returns the evidence an object holds for the claims.
+func check(controller string, claims []Claim, obj runtime.Object) []Evidence {
+	var out []Evidence
+	for _, c := range claims {
+		var held map[string]Path
+		var meta metav1.Object
+		var kind, name string
+		switch o := obj.(type) {
+		case *v1.Node:
+			if c.Node != nil {
+				held, meta, kind, name = c.Node(o), o, "node", o.Name
+			}
+		case *v1.Pod:
+			if c.Pod != nil {
+				held, meta, kind, name = c.Pod(o), o, "pod", o.Namespace+"/"+o.Name
+			}
+		}
+		for _, what := range sortedKeys(held) {
+			e, ok := owner(meta, held[what])
+			if !ok || !writtenBy(e.Manager, c.Writer) {
+				continue
+			}
+			ev := Evidence{Controller: controller, Object: obj, Kind: kind, Name: name, What: what, Field: held[what], Writer: e.Manager}
+			if e.Time != nil {
+				ev.At = e.Time.Time
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]Path) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// LeaseNamespace holds the leader Leases of kube-controller-manager and
+// cloud-controller-manager.
+const LeaseNamespace = "kube-system"
+
+// active tells whether a writer still runs, from its leader Lease
+// (kube-system/<manager name>, or cloud-controller-manager's): a Lease that
+// expired means it stopped, and what it wrote then is history. Without a
+// Lease to read (no leader election, not visible on this cluster, or not
+// readable with this identity), it is taken as running.
+func active(ctx context.Context, client kubernetes.Interface, writer string, now time.Time) (bool, string) {
+	names := []string{writer}
+	if writtenBy(writer, CloudControllerManager) && writer != CloudControllerManager {
+		names = append(names, CloudControllerManager)
+	}
+	var errs []error
+	for _, name := range names {
+		l, err := client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if l.Spec.RenewTime == nil {
+			continue
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		dur := 15 * time.Second
+		if l.Spec.LeaseDurationSeconds != nil {
+			dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		}
+		age := now.Sub(l.Spec.RenewTime.Time)
+		if holder == "" || age > 2*dur {
+			return false, fmt.Sprintf("its leader Lease %s/%s was last renewed %v ago, so it no longer runs", LeaseNamespace, name, age.Round(time.Second))
+		}
+		return true, fmt.Sprintf("its leader Lease %s/%s is held by %s, renewed %v ago", LeaseNamespace, name, holder, max(age, 0).Round(time.Second))
+	}
+	why := "no leader Lease " + LeaseNamespace + "/" + names[0] + " is visible"
+	if len(errs) > 0 {
+		why = fmt.Sprintf("its leader Lease %s/%s cannot be read (%v)", LeaseNamespace, names[0], errors.Join(errs...))
+	}
+	return true, why + ", so it is taken as running"
+}
+
+// Settings are companion mode's settings: the controllers to run although
+// another writer writes what they own.
+type Settings struct {
+	AllowConflictingWriters []string
+}
+
+// SectionName is the settings' section in the configuration file.
+const SectionName = "companion"
+
+// AddFlags registers the settings' flags.
+func (s *Settings) AddFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&s.AllowConflictingWriters, "allow-conflicting-writers", s.AllowConflictingWriters,
+		"Controllers (or *) to run even though another writer, such as a managed cluster's kube-controller-manager, writes what they own "+
+			"(seen in managedFields; see docs/companion.md). Without it such a controller is refused at start and stopped when the writer appears.")
+}
+
+// Allowed says whether the controller may run next to a conflicting writer.
+func (s *Settings) Allowed(controller string) bool {
+	return slices.Contains(s.AllowConflictingWriters, "*") || slices.Contains(s.AllowConflictingWriters, controller)
+}
+
+// Validate checks that every name is a known controller.
+func (s *Settings) Validate(known []string) error {
+	var errs []error
+	for _, n := range s.AllowConflictingWriters {
+		if n != "*" && !slices.Contains(known, n) {
+			errs = append(errs, fmt.Errorf("unknown controller %q in --allow-conflicting-writers; known controllers: %s (and * for all)", n, strings.Join(known, ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LastWriter returns the field manager that last wrote the field of obj.
+func LastWriter(obj metav1.Object, field Path) (string, bool) {
+	e, ok := owner(obj, field)
+	return e.Manager, ok
+}
+
+// WrittenBy says whether a field manager is writer (or "<prefix>-writer").
+func WrittenBy(manager, writer string) bool { return writtenBy(manager, writer) }
+
+// ConditionPath is the path of a field of a status condition of that type:
+// ConditionPath("Ready", "status").
+func ConditionPath(typ, field string) Path { return conditionPath(typ, field) }
