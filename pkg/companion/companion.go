@@ -46,7 +46,7 @@ func (p Path) String() string {
 	var parts []string
 	for _, k := range p {
 		k = strings.TrimPrefix(k, "f:")
-		if strings.HasPrefix(k, "k:") {
+		if strings.HasPrefix(k, "k:") && len(parts) > 0 {
 			parts[len(parts)-1] += "[" + strings.TrimPrefix(k, "k:") + "]"
 			continue
 		}

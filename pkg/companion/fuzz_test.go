@@ -24,6 +24,7 @@ func FuzzLastWriter(f *testing.F) {
 		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: []metav1.ManagedFieldsEntry{
 			{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(raw)}}}}
 		got, ok := LastWriter(n, field)
+		_ = field.String() // evidence names the field in events and errors
 		_ = WrittenBy(got, "kube-controller-manager")
 		if !ok {
 			return
