@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
+.PHONY: all build controlplane helm chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
 
 all: build controlplane
 
@@ -24,6 +24,13 @@ controlplane: $(CONTROLPLANE_BINS)
 # One build makes all four; make skips it while they are newer than their sources.
 $(CONTROLPLANE_BINS) &: $(CONTROLPLANE_SRC)
 	@hack/build-controlplane.sh
+
+## helm: the Helm CLI (pinned in hack/helm/go.mod) in bin/, for charts/nodeshepherd and its test (cold: a few minutes)
+helm: $(BIN)/helm
+
+$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
+	@mkdir -p $(BIN)
+	cd hack/helm && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
 
 ## chromium: Debian's headless Chromium, which checks simulate's HTML report in the tests
 chromium:
