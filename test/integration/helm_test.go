@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	runcmd "github.com/nodeshepherd/nodeshepherd/pkg/cmd/run"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -113,6 +114,32 @@ func TestHelmChartServiceMonitor(t *testing.T) {
 	t.Errorf("no ServiceMonitor with metrics.serviceMonitor.enabled")
 }
 
+// TestHelmChartAcceptedByAPIServer applies what the chart renders for deploy/
+// and for companion mode to a real kube-apiserver, server-side with strict
+// field validation, as a dry run: every object and field is one the API
+// server knows and accepts.
+func TestHelmChartAcceptedByAPIServer(t *testing.T) {
+	chart := filepath.Join(framework.RepoRoot(t), "charts", "nodeshepherd")
+	cp := framework.StartControlPlane(t, controlplane.Config{})
+	kubectl := func(stdin []byte, args ...string) {
+		t.Helper()
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", cp.KubeconfigPath()}, args...)...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// A dry run creates nothing, so the objects in the namespace need it for real.
+	kubectl(nil, "create", "namespace", framework.DeployNamespace)
+	for _, values := range []string{`createNamespace: false`, `{createNamespace: false, companion: {enabled: true}}`} {
+		out, err := runHelmTemplate(t, chart, values)
+		if err != nil {
+			t.Fatalf("helm template with values %q: %v\n%s", values, err, out)
+		}
+		kubectl(out, "apply", "--server-side", "--dry-run=server", "--validate=strict", "--field-manager=helm-test", "-f", "-")
+	}
+}
+
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(framework.RepoRoot(t), "bin", "helm")
@@ -123,15 +150,21 @@ func helmBinary(t *testing.T) string {
 }
 
 // runHelmTemplate renders the chart in deploy/'s namespace (created by the
-// chart, as deploy/ creates it) with values.
+// chart, as deploy/ creates it, unless values say createNamespace: false)
+// with values.
 func runHelmTemplate(t *testing.T, chart, values string) ([]byte, error) {
 	t.Helper()
-	vf := filepath.Join(t.TempDir(), "values.yaml")
+	dir := t.TempDir()
+	base, vf := filepath.Join(dir, "base.yaml"), filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(base, []byte("createNamespace: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(vf, []byte(values), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The later values file wins: values may turn createNamespace off.
 	cmd := exec.Command(helmBinary(t), "template", "nodeshepherd", chart,
-		"--namespace", framework.DeployNamespace, "--set", "createNamespace=true", "--values", vf)
+		"--namespace", framework.DeployNamespace, "--values", base, "--values", vf)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
