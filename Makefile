@@ -44,7 +44,7 @@ UNIT_PKGS = $$(go list ./... | grep -v /test/)
 INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
 
 ## test: lint, unit and integration tests, race detector on (builds the control plane first)
-test: vet lint controlplane chromium
+test: vet lint controlplane helm chromium
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
 	$(INTEGRATION_TEST)
 
@@ -57,7 +57,7 @@ fuzz:
 	hack/fuzz.sh
 
 ## test-integration: only the tests against the local control plane, race detector on
-test-integration: controlplane chromium
+test-integration: controlplane helm chromium
 	$(INTEGRATION_TEST)
 
 ## golden-preemption: re-record kube-scheduler's decisions on the preemption situations
