@@ -30,7 +30,8 @@ helm: $(BIN)/helm
 
 $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
 	@mkdir -p $(BIN)
-	cd hack/helm && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+	cd hack/helm && v=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4) && \
+	  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$$v" -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
 
 ## chromium: Debian's headless Chromium, which checks simulate's HTML report in the tests
 chromium:
