@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
+.PHONY: all build controlplane helm chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
 
 all: build controlplane
 
@@ -25,6 +25,14 @@ controlplane: $(CONTROLPLANE_BINS)
 $(CONTROLPLANE_BINS) &: $(CONTROLPLANE_SRC)
 	@hack/build-controlplane.sh
 
+## helm: the Helm CLI (pinned in hack/helm/go.mod) in bin/, for charts/nodeshepherd and its test (cold: a few minutes)
+helm: $(BIN)/helm
+
+$(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
+	@mkdir -p $(BIN)
+	cd hack/helm && v=$$(go list -m -f '{{.Version}}' helm.sh/helm/v4) && \
+	  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$$v" -o $(BIN)/helm helm.sh/helm/v4/cmd/helm
+
 ## chromium: Debian's headless Chromium, which checks simulate's HTML report in the tests
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
@@ -37,7 +45,7 @@ UNIT_PKGS = $$(go list ./... | grep -v /test/)
 INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
 
 ## test: lint, unit and integration tests, race detector on (builds the control plane first)
-test: vet lint controlplane chromium
+test: vet lint controlplane helm chromium
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
 	$(INTEGRATION_TEST)
 
@@ -50,7 +58,7 @@ fuzz:
 	hack/fuzz.sh
 
 ## test-integration: only the tests against the local control plane, race detector on
-test-integration: controlplane chromium
+test-integration: controlplane helm chromium
 	$(INTEGRATION_TEST)
 
 ## golden-preemption: re-record kube-scheduler's decisions on the preemption situations

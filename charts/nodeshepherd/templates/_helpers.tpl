@@ -1,0 +1,63 @@
+{{/* Namespace of the namespaced objects and of the leader-election Lease. */}}
+{{- define "nodeshepherd.namespace" -}}
+{{- .Values.namespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{/* The ServiceAccount every binding names. */}}
+{{- define "nodeshepherd.serviceAccountName" -}}
+{{- if .Values.companion.enabled -}}{{ .Values.companion.serviceAccountName }}{{- else -}}{{ .Values.serviceAccount.name }}{{- end -}}
+{{- end -}}
+
+{{/* The controllers that run, as a JSON list; fails on an unknown name or,
+in companion mode, on a controller kube-controller-manager or
+cloud-controller-manager also runs. */}}
+{{- define "nodeshepherd.controllers" -}}
+{{- $known := list "nodelifecycle" "tainteviction" "nodeipam" "cloudnodelifecycle" "drain" "scheduler" "outofservice" "readinessrestore" -}}
+{{- $companionOK := list "readinessrestore" "drain" "scheduler" "outofservice" -}}
+{{- $list := .Values.controllers -}}
+{{- if .Values.companion.enabled }}{{ $list = .Values.companion.controllers }}{{ end -}}
+{{- if not $list }}{{ fail "values: controllers is empty: name at least one controller" }}{{ end -}}
+{{- range $list -}}
+{{- if not (has . $known) -}}
+{{- fail (printf "values: controllers: unknown controller %q: use one of %s" . (join ", " $known)) -}}
+{{- end -}}
+{{- if and $.Values.companion.enabled (not (has . $companionOK)) -}}
+{{- fail (printf "values: companion.controllers: %q also runs in the cluster's kube-controller-manager or cloud-controller-manager; companion mode allows %s (docs/companion.md)" . (join ", " $companionOK)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end -}}
+
+{{/* Labels of every object: deploy/'s two, and Helm's. */}}
+{{- define "nodeshepherd.labels" -}}
+app.kubernetes.io/name: nodeshepherd
+app.kubernetes.io/part-of: nodeshepherd
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The subject of every binding: nodeshepherd's ServiceAccount. */}}
+{{- define "nodeshepherd.subject" -}}
+- kind: ServiceAccount
+  name: {{ include "nodeshepherd.serviceAccountName" . }}
+  namespace: {{ include "nodeshepherd.namespace" . }}
+{{- end -}}
+
+{{/* The NodeShepherdConfiguration file: config (with companion.config over
+it in companion mode) and what the chart sets. */}}
+{{- define "nodeshepherd.config" -}}
+{{- $cfg := deepCopy (.Values.config | default dict) -}}
+{{- if .Values.companion.enabled }}{{ $cfg = mergeOverwrite $cfg (deepCopy (.Values.companion.config | default dict)) }}{{ end -}}
+{{- $manager := get $cfg "manager" | default dict -}}
+{{- $_ := set $manager "controllers" (include "nodeshepherd.controllers" . | fromJsonArray) -}}
+{{- $_ = set $manager "securePort" (int .Values.metrics.securePort) -}}
+{{- $_ = set $cfg "manager" $manager -}}
+{{- $le := get $cfg "leaderElection" | default dict -}}
+{{- $_ = set $le "leaderElectResourceNamespace" (include "nodeshepherd.namespace" .) -}}
+{{- $_ = set $cfg "leaderElection" $le -}}
+{{- $_ = set $cfg "apiVersion" "nodeshepherd.io/v1alpha1" -}}
+{{- $_ = set $cfg "kind" "NodeShepherdConfiguration" -}}
+{{- toYaml $cfg -}}
+{{- end -}}
