@@ -13,10 +13,11 @@ export NODESHEPHERD_BIN_DIR := $(BIN)
 
 all: build controlplane
 
-## build: the nodeshepherd binary in bin/ (static; the Dockerfile and the tests build it this way)
+## build: the nodeshepherd binary in bin/ (static; the Dockerfile and the tests build it this way) and bin/kubectl-shepherd, a link to it (the kubectl plugin)
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeshepherd ./cmd/nodeshepherd
+	ln -sf nodeshepherd $(BIN)/kubectl-shepherd
 
 ## controlplane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler in bin/ (cold: ~8 min)
 controlplane: $(CONTROLPLANE_BINS)

@@ -4,6 +4,9 @@ package cmd
 
 import (
 	goflag "flag"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -11,8 +14,10 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/demo"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/explain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/fakenodes"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/run"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/scenario"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/simulate"
 )
 
@@ -31,6 +36,17 @@ failures on a real local control plane with fake nodes before they happen in pro
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(fs.Lookup(name))
 	}
-	root.AddCommand(newVersionCommand(), simulate.NewCommand(), run.NewCommand(), config.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand())
+	root.AddCommand(newVersionCommand(), simulate.NewCommand(), run.NewCommand(), config.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand(), explain.NewCommand(), scenario.NewCommand())
+	// Installed as kubectl-shepherd (a link to this binary), kubectl runs it
+	// for "kubectl shepherd ..."; help and errors then name that command.
+	if PluginName(os.Args[0]) {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl shepherd"}
+	}
 	return root
+}
+
+// PluginName reports whether argv0 is the kubectl plugin's name,
+// kubectl-shepherd (kubectl finds plugins on $PATH by that prefix).
+func PluginName(argv0 string) bool {
+	return strings.TrimSuffix(filepath.Base(argv0), ".exe") == "kubectl-shepherd"
 }
