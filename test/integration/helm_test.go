@@ -86,15 +86,21 @@ func TestHelmChartSameAsKustomize(t *testing.T) {
 	})
 }
 
-// TestHelmChartRejectsBadControllers: an unknown controller, or one that
-// kube-controller-manager also runs in companion mode, fails the render with
-// a message that names it.
-func TestHelmChartRejectsBadControllers(t *testing.T) {
+// TestHelmChartRejectsBadValues: an unknown controller, one that
+// kube-controller-manager also runs in companion mode, or a value that
+// values.schema.json refuses (misspelt or mistyped) fails the render with a
+// message that names it.
+func TestHelmChartRejectsBadValues(t *testing.T) {
 	chart := filepath.Join(framework.RepoRoot(t), "charts", "nodeshepherd")
 	for values, wantMsg := range map[string]string{
 		`controllers: [drain, nodelifecyle]`:                              `unknown controller "nodelifecyle"`,
 		`companion: {enabled: true, controllers: [drain, nodelifecycle]}`: `companion.controllers: "nodelifecycle"`,
 		`controllers: []`: `controllers is empty`,
+		// values.schema.json: a misspelt or mistyped value fails, naming it.
+		`replica: 3`:                     `additional properties 'replica' not allowed`,
+		`replicas: two`:                  `at '/replicas': got string, want integer`,
+		`metrics: {securePort: 0}`:       `at '/metrics/securePort'`,
+		`image: {pullPolicy: Sometimes}`: `at '/image/pullPolicy'`,
 	} {
 		out, err := runHelmTemplate(t, chart, values)
 		if err == nil {
