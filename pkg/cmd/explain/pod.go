@@ -11,6 +11,15 @@ func newPodCommand(o *options) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "pod NAME",
 		Short: "Why a pod is Pending: per-node reasons, nominated node, preemption attempts",
+		Long: `Why a pod is Pending, evaluated now with nodeshepherd's scheduler filters (kube-scheduler's rules):
+every node's reasons, summarised as kube-scheduler words them ("0/5 nodes are available: 2 Insufficient
+cpu, 3 node(s) had untolerated taint(s). preemption: ..."), next to the PodScheduled message the scheduler
+last wrote; the nominated node, what preemption would do now, the pods preempted for this one, and the
+scheduling events about the pod (repeats merged). A pod that is not Pending is reported as bound (exit 0).
+
+It reads the cluster with your kubeconfig (get and list only), needs no leader and writes nothing.`,
+		Example: `  nodeshepherd explain pod -n shop web-7d9c-xk2lp
+  kubectl shepherd explain pod -n shop web-7d9c-xk2lp -o yaml`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cs, err := o.client()
