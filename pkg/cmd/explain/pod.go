@@ -20,7 +20,7 @@ scheduling events about the pod (repeats merged). A pod that is not Pending is r
 It reads the cluster with your kubeconfig (get and list only), needs no leader and writes nothing.`,
 		Example: `  nodeshepherd explain pod -n shop web-7d9c-xk2lp
   kubectl shepherd explain pod -n shop web-7d9c-xk2lp -o yaml`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			cs, err := o.client()
 			if err != nil {
