@@ -204,7 +204,8 @@ func TestExplainPod(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "nodeName: "+n[2]) || !strings.Contains(out, "pending: false") {
 			t.Errorf("yaml: exit %d %s\n%s", code, stderr, out)
 		}
-		code, out, _ = explainCLI(t, kubeconfig, "-n", "default", "web")
+		// Without -n: the kubeconfig context's namespace, here none: default.
+		code, out, _ = explainCLI(t, kubeconfig, "web")
 		if code != 0 || !strings.Contains(out, fmt.Sprintf("Scheduled: bound to node %s, phase Running", n[2])) {
 			t.Errorf("table: exit %d\n%s", code, out)
 		}

@@ -1,7 +1,10 @@
 package explain
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/explain"
 )
@@ -26,6 +29,11 @@ It reads the cluster with your kubeconfig (get and list only), needs no leader a
 			if err != nil {
 				return err
 			}
+			if !c.Flags().Changed("namespace") {
+				if namespace, err = o.contextNamespace(); err != nil {
+					return err
+				}
+			}
 			e, err := explain.Pod(c.Context(), cs, namespace, args[0])
 			if err != nil {
 				return err
@@ -33,6 +41,19 @@ It reads the cluster with your kubeconfig (get and list only), needs no leader a
 			return explain.Write(c.OutOrStdout(), o.output, e)
 		},
 	}
-	c.Flags().StringVarP(&namespace, "namespace", "n", "default", "The pod's namespace.")
+	c.Flags().StringVarP(&namespace, "namespace", "n", "", "The pod's namespace; by default the kubeconfig context's, as kubectl does.")
 	return c
+}
+
+// contextNamespace is the namespace of the kubeconfig context (or of the
+// in-cluster service account), "default" when it names none.
+func (o *options) contextNamespace() (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kube.Kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: o.kube.Context}).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("reading the namespace of the kubeconfig context: %w (pass -n/--namespace)", err)
+	}
+	return ns, nil
 }
