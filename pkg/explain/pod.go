@@ -51,6 +51,11 @@ type PodExplanation struct {
 	// Victims are the pods preempted for this one, as their Preempted
 	// events say.
 	Victims []PreemptedPod `json:"victims,omitempty"`
+	// PreemptionAttempts are the scheduler's preemption outcomes for the
+	// pod, from the events: its verdicts ("not eligible due to ...",
+	// "0/N nodes are available: ...") and the victims it preempted,
+	// oldest first.
+	PreemptionAttempts []PreemptionAttempt `json:"preemptionAttempts,omitempty"`
 	// Notes say what could not be read, and so is missing.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -78,6 +83,18 @@ type PodEvent struct {
 	Count     int32       `json:"count"`
 	FirstSeen metav1.Time `json:"firstSeen"`
 	LastSeen  metav1.Time `json:"lastSeen"`
+}
+
+// PreemptionAttempt is one outcome of preemption for the pod, its repeats
+// counted: Outcome is the verdict after "preemption: " in a FailedScheduling
+// event, or "preempted NAMESPACE/NAME" with the victim's Node.
+type PreemptionAttempt struct {
+	FirstSeen metav1.Time `json:"firstSeen"`
+	LastSeen  metav1.Time `json:"lastSeen"`
+	Count     int32       `json:"count"`
+	Node      string      `json:"node,omitempty"`
+	Outcome   string      `json:"outcome"`
+	From      string      `json:"from,omitempty"`
 }
 
 // PreemptedPod is a victim of the pod's preemptions.
@@ -122,6 +139,7 @@ func Pod(ctx context.Context, cs kubernetes.Interface, namespace, name string) (
 		e.Notes = append(e.Notes, note)
 	}
 	e.Victims = victimsOf(pod, victims)
+	e.PreemptionAttempts = attempts(e.Events, e.Victims)
 	if !e.Pending {
 		return e, nil
 	}
@@ -394,6 +412,34 @@ func victimsOf(pod *v1.Pod, events []v1.Event) []PreemptedPod {
 	return out
 }
 
+// preemptionMarker starts the preemption part of a scheduler's message.
+const preemptionMarker = "preemption: "
+
+// attempts lists the preemption verdicts of the pod's FailedScheduling events
+// and its victims, oldest first.
+func attempts(events []PodEvent, victims []PreemptedPod) []PreemptionAttempt {
+	var out []PreemptionAttempt
+	for _, ev := range events {
+		i := strings.LastIndex(ev.Message, preemptionMarker)
+		if ev.Reason != "FailedScheduling" || i < 0 {
+			continue
+		}
+		out = append(out, PreemptionAttempt{FirstSeen: ev.FirstSeen, LastSeen: ev.LastSeen, Count: ev.Count,
+			Outcome: ev.Message[i+len(preemptionMarker):], From: ev.From})
+	}
+	for _, v := range victims {
+		out = append(out, PreemptionAttempt{FirstSeen: v.LastSeen, LastSeen: v.LastSeen, Count: v.Count, Node: v.Node,
+			Outcome: "preempted " + v.Namespace + "/" + v.Name, From: v.From})
+	}
+	slices.SortStableFunc(out, func(a, b PreemptionAttempt) int {
+		if c := a.FirstSeen.Compare(b.FirstSeen.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Outcome, b.Outcome)
+	})
+	return out
+}
+
 func stamp(t metav1.Time) string {
 	if t.IsZero() {
 		return "-"
@@ -464,6 +510,17 @@ func (e *PodExplanation) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
+	if len(e.PreemptionAttempts) > 0 {
+		fmt.Fprintln(w, "\nPreemption attempts:")
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		p("  FIRST SEEN\tLAST SEEN\tCOUNT\tNODE\tOUTCOME")
+		for _, a := range e.PreemptionAttempts {
+			p("  %s\t%s\t%d\t%s\t%s", stamp(a.FirstSeen), stamp(a.LastSeen), a.Count, orNone(a.Node), a.Outcome)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(w, "\nScheduling events:")
 	if len(e.Events) == 0 {
 		fmt.Fprintln(w, "  <none>")
@@ -472,17 +529,6 @@ func (e *PodExplanation) WriteTable(w io.Writer) error {
 		p("  FIRST SEEN\tLAST SEEN\tCOUNT\tTYPE\tREASON\tFROM\tMESSAGE")
 		for _, ev := range e.Events {
 			p("  %s\t%s\t%d\t%s\t%s\t%s\t%s", stamp(ev.FirstSeen), stamp(ev.LastSeen), ev.Count, ev.Type, ev.Reason, orNone(ev.From), ev.Message)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	if len(e.Victims) > 0 {
-		fmt.Fprintln(w, "\nPreempted for this pod:")
-		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		p("  LAST SEEN\tCOUNT\tPOD\tNODE\tFROM")
-		for _, v := range e.Victims {
-			p("  %s\t%d\t%s/%s\t%s\t%s", stamp(v.LastSeen), v.Count, v.Namespace, v.Name, orNone(v.Node), orNone(v.From))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -133,7 +133,7 @@ func TestPodPreemptionDryRunAndVictims(t *testing.T) {
 	if err := Write(&out, "table", e); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"Preemption now:", "would preempt on node b-full: default/low (priority 10)", "Preempted for this pod:", "default/old"} {
+	for _, s := range []string{"Preemption now:", "would preempt on node b-full: default/low (priority 10)", "Preemption attempts:", "preempted default/old"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, out.String())
 		}
@@ -209,5 +209,34 @@ func TestPodNotPendingAndNotFound(t *testing.T) {
 	_, err = Pod(context.Background(), cs, "default", "nope")
 	if err == nil || !strings.Contains(err.Error(), `pod "nope" not found in namespace "default"`) {
 		t.Errorf("missing pod: %v", err)
+	}
+}
+
+func TestPreemptionAttemptsFromEventsAndVictims(t *testing.T) {
+	pod := testPod("web", "", 100, 100)
+	evs := []v1.Event{
+		*event("e1", "FailedScheduling", "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.", pod, t0, 4),
+		*event("e2", "FailedScheduling", "0/2 nodes are available: 2 Insufficient cpu.", pod, t0.Add(10*time.Minute), 1),
+		*event("e3", "FailedScheduling", "0/2 nodes are available: 2 Insufficient cpu. preemption: not eligible due to a terminating pod on the nominated node.", pod, t0.Add(11*time.Minute), 2),
+	}
+	victim := testPod("low", "n2", 10, 100)
+	preempted := *event("v1", "Preempted", "Preempted by pod uid-web on node n2", victim, t0.Add(10*time.Minute), 1)
+	// events.k8s.io: the preemptor is the related object.
+	related := *event("v2", "Preempted", "Preempted by pod uid-web on node n2", testPod("low2", "n2", 10, 100), t0.Add(10*time.Minute), 1)
+	related.Related = &v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web", UID: pod.UID}
+	related.Message = "evicted"
+	got := attempts(podEvents(pod, evs), victimsOf(pod, []v1.Event{preempted, related}))
+	var lines []string
+	for _, a := range got {
+		lines = append(lines, fmt.Sprintf("%s x%d %s %s", a.FirstSeen.Format("15:04"), a.Count, orNone(a.Node), a.Outcome))
+	}
+	want := []string{
+		"18:00 x4 <none> 0/2 nodes are available: 2 No preemption victims found for incoming pod.",
+		"18:10 x1 n2 preempted default/low",
+		"18:10 x1 <none> preempted default/low2",
+		"18:11 x2 <none> not eligible due to a terminating pod on the nominated node.",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("attempts\n  %s\nwant\n  %s", strings.Join(lines, "\n  "), strings.Join(want, "\n  "))
 	}
 }

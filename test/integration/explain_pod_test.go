@@ -128,6 +128,9 @@ func TestExplainPod(t *testing.T) {
 		if e.Preemption != nil || e.PreemptionPolicy != string(v1.PreemptNever) {
 			t.Errorf("preemption %+v, policy %s", e.Preemption, e.PreemptionPolicy)
 		}
+		if len(e.PreemptionAttempts) != 1 || e.PreemptionAttempts[0].Outcome != "not eligible due to preemptionPolicy=Never." {
+			t.Errorf("preemption attempts %+v", e.PreemptionAttempts)
+		}
 		if !hasEvent(e, "FailedScheduling", msg) {
 			t.Errorf("no FailedScheduling event with the message: %+v", e.Events)
 		}
@@ -185,7 +188,7 @@ func TestExplainPod(t *testing.T) {
 			t.Fatalf("table: exit %d: %s", code, stderr)
 		}
 		t.Logf("explain pod:\n%s", table)
-		for _, s := range []string{"Nominated node:  " + nominated, "Preempted for this pod:", "default/" + victim} {
+		for _, s := range []string{"Nominated node:  " + nominated, "Preemption attempts:", "preempted default/" + victim} {
 			if !strings.Contains(table, s) {
 				t.Errorf("table lacks %q:\n%s", s, table)
 			}
