@@ -167,6 +167,9 @@ func describePod(pod *v1.Pod) *PodExplanation {
 	if pod.Spec.PreemptionPolicy != nil {
 		e.PreemptionPolicy = string(*pod.Spec.PreemptionPolicy)
 	}
+	if d := pod.DeletionTimestamp; d != nil {
+		e.Notes = append(e.Notes, "the pod is being deleted (since "+stamp(*d)+"): no scheduler places it any more")
+	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == v1.PodScheduled {
 			e.PodScheduled = &PodCondition{Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime}

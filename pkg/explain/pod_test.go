@@ -240,3 +240,17 @@ func TestPreemptionAttemptsFromEventsAndVictims(t *testing.T) {
 		t.Errorf("attempts\n  %s\nwant\n  %s", strings.Join(lines, "\n  "), strings.Join(want, "\n  "))
 	}
 }
+
+func TestPodBeingDeletedIsNoted(t *testing.T) {
+	p := testPod("web", "", 0, 100)
+	now := metav1.NewTime(t0)
+	p.DeletionTimestamp = &now
+	e := describePod(p)
+	var out bytes.Buffer
+	if err := e.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "Note: the pod is being deleted (since 2026-11-24T18:00:00Z)") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
