@@ -145,7 +145,7 @@ func TestRuntimeErrorsExitWithCode1(t *testing.T) {
 
 func TestHelpIsAvailableForEveryCommand(t *testing.T) {
 	bin := framework.Binary(t)
-	for _, args := range [][]string{{}, {"version"}, {"controlplane"}, {"controlplane", "up"}, {"fakenodes"}, {"fakenodes", "fault"}, {"fakenodes", "status"}, {"demo"}, {"run"}} {
+	for _, args := range [][]string{{}, {"version"}, {"controlplane"}, {"controlplane", "up"}, {"fakenodes"}, {"fakenodes", "fault"}, {"fakenodes", "status"}, {"demo"}, {"run"}, {"explain"}, {"explain", "node"}, {"explain", "pod"}, {"scenario"}, {"scenario", "snapshot"}} {
 		code, stderr := run(t, bin, append(args, "--help")...)
 		if code != 0 {
 			t.Errorf("%v --help: exit %d: %s", args, code, stderr)
