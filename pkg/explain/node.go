@@ -262,7 +262,12 @@ func Node(ctx context.Context, cs kubernetes.Interface, name string, o NodeOptio
 	if err != nil {
 		return nil, fmt.Errorf("listing the pods of node %q: %w", name, err)
 	}
-	pods := podList.Items
+	var pods []v1.Pod
+	for _, p := range podList.Items {
+		if p.Spec.NodeName == name { // the field selector, also where it is not applied (fakes)
+			pods = append(pods, p)
+		}
+	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name })
 	var lease *time.Time
 	if l, err := cs.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {

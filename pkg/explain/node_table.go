@@ -35,6 +35,8 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 		p("  Lease (renewTime):\tnone")
 	}
 	p("  Grace:\t%s (%s); deadline %s", h.Grace, h.GraceSetting, at(h.Deadline))
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	p("Health:\t%s: %s", e.Health.Judgment, e.Health.Message)
 	if e.Health.MarkedBy != "" {
 		p("  Ready status last written by:\t%s", e.Health.MarkedBy)
