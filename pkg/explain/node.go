@@ -695,10 +695,12 @@ func outOfService(n *v1.Node) OutOfServiceSet {
 			continue
 		}
 		o.State, o.Taint = "out-of-service", t.Value+":"+string(t.Effect)
+		var written time.Time
+		o.SetBy, written, _ = companion.LastWrite(n, taintsPath)
+		o.Since = ptrTime(written) // when the taint list was last written, without timeAdded
 		if t.TimeAdded != nil {
 			o.Since = ptrTime(t.TimeAdded.Time)
 		}
-		o.SetBy, _ = companion.LastWriter(n, taintsPath)
 	}
 	switch {
 	case o.State == "out-of-service" && o.BootID != "":
