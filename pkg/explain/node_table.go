@@ -66,9 +66,12 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 	}
 
 	fmt.Fprintln(w, "\nEvictions (NoExecute taints):")
-	if len(e.Evictions) == 0 {
+	switch {
+	case len(e.Evictions) == 0:
 		fmt.Fprintln(w, "  no pods on the node")
-	} else {
+	case e.Evictions[0].Eviction == EvictNoTaint:
+		fmt.Fprintf(w, "  no NoExecute taint: none of the %d pods on the node is evicted\n", len(e.Evictions))
+	default:
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "  POD\tEVICTED\tTAINT\tNOTE")
 		for _, v := range e.Evictions {

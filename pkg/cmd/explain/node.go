@@ -67,6 +67,9 @@ func nodeOptions(file string) (explain.NodeOptions, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return o, &cli.UsageError{Err: err}
 	}
+	if err := o.NodeLifecycle.Validate(); err != nil {
+		return o, &cli.UsageError{Err: err}
+	}
 	if o.Drain.Configured() {
 		if err := o.Drain.Validate(); err != nil {
 			return o, &cli.UsageError{Err: err}
