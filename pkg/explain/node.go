@@ -70,6 +70,8 @@ type NodeExplanation struct {
 	Evictions    []PodEviction   `json:"evictions"`
 	Drain        DrainState      `json:"drain"`
 	OutOfService OutOfServiceSet `json:"outOfService"`
+	// Warnings say what could not be read, and what is missing for it.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Settings are the settings used, as the configuration file names them.
@@ -269,21 +271,34 @@ func Node(ctx context.Context, cs kubernetes.Interface, name string, o NodeOptio
 		}
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Namespace+"/"+pods[i].Name < pods[j].Namespace+"/"+pods[j].Name })
+	// The Lease and the budgets complete the picture; without the right to
+	// read them (a narrow role), the rest is still worth printing.
+	var warnings []string
 	var lease *time.Time
 	if l, err := cs.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {
 		lease = &l.Spec.RenewTime.Time
+	} else if apierrors.IsForbidden(err) {
+		warnings = append(warnings, fmt.Sprintf("cannot read Lease %s/%s (%v): heartbeats from NodeStatus only", v1.NamespaceNodeLease, name, err))
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading the Lease of node %q: %w", name, err)
 	}
 	var pdbs []policyv1.PodDisruptionBudget
 	if o.Drain.Configured() {
 		l, err := cs.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
-		if err != nil {
+		switch {
+		case apierrors.IsForbidden(err):
+			warnings = append(warnings, fmt.Sprintf("cannot list PodDisruptionBudgets (%v): pods they keep are not shown", err))
+		case err != nil:
 			return nil, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
+		default:
+			pdbs = l.Items
 		}
-		pdbs = l.Items
 	}
-	return explainNode(node, nodes, pods, lease, pdbs, o, now)
+	e, err := explainNode(node, nodes, pods, lease, pdbs, o, now)
+	if e != nil {
+		e.Warnings = warnings
+	}
+	return e, err
 }
 
 // explainNode judges what was read; it is pure.

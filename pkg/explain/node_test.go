@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +12,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -332,5 +336,79 @@ func TestExplainNodeOutputFormats(t *testing.T) {
 	var fromYAML NodeExplanation
 	if err := yaml.Unmarshal(y.Bytes(), &fromYAML); err != nil || fromYAML.Drain.State != "left-to-human" {
 		t.Errorf("yaml %v %+v", err, fromYAML.Drain)
+	}
+}
+
+func TestExplainNodeMirrorPodsAndTerminatingPods(t *testing.T) {
+	n := node("a", "z1", v1.ConditionFalse, time.Second)
+	n.Spec.Taints = []v1.Taint{{Key: v1.TaintNodeNotReady, Effect: v1.TaintEffectNoExecute}}
+	mirror := pod("etcd-a", "a")
+	mirror.OwnerReferences = nil
+	mirror.Annotations = map[string]string{v1.MirrorPodAnnotationKey: "x"}
+	going := pod("going", "a")
+	going.DeletionTimestamp = ptr.To(ago(time.Second))
+	e := explainFor(t, "a", options(), n, mirror, going)
+	if e.Health.Judgment != JudgmentNotReady {
+		t.Errorf("health %+v", e.Health)
+	}
+	got := map[string]PodEviction{}
+	for _, p := range e.Evictions {
+		got[p.Name] = p
+	}
+	// A taint without timeAdded counts from now: evicted at once, untolerated.
+	if p := got["etcd-a"]; p.Eviction != EvictNow || !strings.Contains(p.Note, "mirror pod") || p.Taint != v1.TaintNodeNotReady+":NoExecute" {
+		t.Errorf("mirror %+v", p)
+	}
+	if p := got["going"]; p.Eviction != EvictGoing {
+		t.Errorf("terminating %+v", p)
+	}
+	if e.Taints[0].SinceFrom != "" || !strings.Contains(e.Taints[0].Why, "Ready=False") {
+		t.Errorf("taint %+v", e.Taints[0])
+	}
+}
+
+func TestExplainNodeStartupGraceOverdue(t *testing.T) {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: ago(2 * time.Minute)}}
+	if e := explainFor(t, "a", options(), n); e.Health.Judgment != JudgmentOverdue || !strings.Contains(e.Health.Message, nodelifecycle.ReasonStatusNeverUpdated) {
+		t.Errorf("health %+v", e.Health)
+	}
+}
+
+func TestExplainNodeFailedDrainRetryAndSelection(t *testing.T) {
+	n := node("a", "z1", v1.ConditionTrue, time.Second)
+	n.Labels["pool"] = "batch"
+	kernelDeadlock(n, time.Hour)
+	n.Spec.Unschedulable = true
+	n.Annotations = map[string]string{drain.AnnotationConditions: "KernelDeadlock=True,0s", drain.AnnotationAttempts: "2"}
+	n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: drain.ConditionDrainScheduled, Status: v1.ConditionFalse,
+		Message:            "Drain activity scheduled 2026-11-24T11:50:00.000000000Z | Failed: 2026-11-24T11:58:00.000000000Z | default/web-0 (PodDisruptionBudget web refuses)",
+		LastTransitionTime: ago(2 * time.Minute)})
+	e := explainFor(t, "a", options("KernelDeadlock=True"), n)
+	// Backoff 2m doubled once after the second failure.
+	if d := e.Drain; d.State != "failed" || d.Attempts != 2 || d.RetryAt == nil || !d.RetryAt.Equal(now.Add(-2*time.Minute+4*time.Minute)) || !strings.Contains(d.Message, "Failed") {
+		t.Errorf("drain %+v", d)
+	}
+
+	o := options("KernelDeadlock=True")
+	o.Drain.NodeSelector = "pool=web"
+	n2 := node("b", "z1", v1.ConditionTrue, time.Second)
+	kernelDeadlock(n2, time.Hour)
+	n2.Labels["pool"] = "batch"
+	if d := explainFor(t, "b", o, n2).Drain; d.State != "not-selected" || d.Selected {
+		t.Errorf("drain %+v", d)
+	}
+}
+
+func TestExplainNodeWithoutTheRightToReadLeasesWarns(t *testing.T) {
+	cs := fake.NewClientset(node("a", "z1", v1.ConditionTrue, time.Second))
+	cs.PrependReactor("get", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "a", errors.New("no"))
+	})
+	e, err := Node(context.Background(), cs, "a", options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Warnings) != 1 || !strings.Contains(e.Warnings[0], "Lease") || e.Heartbeats.Lease != nil || e.Health.Judgment != JudgmentHealthy {
+		t.Errorf("warnings %v heartbeats %+v", e.Warnings, e.Heartbeats)
 	}
 }
