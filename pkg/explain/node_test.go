@@ -44,7 +44,7 @@ func options(drainConditions ...string) NodeOptions {
 func managed(manager string, t time.Duration, fields string) metav1.ManagedFieldsEntry {
 	at := ago(t)
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &at,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 }
 
 func node(name, zone string, ready v1.ConditionStatus, heartbeat time.Duration) *v1.Node {
