@@ -408,8 +408,9 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 func zoneOf(n *v1.Node, nodes []*v1.Node, threshold float32) Zone {
 	key := topology.GetZoneKey(n)
 	z := Zone{Name: n.Labels[v1.LabelTopologyZone], Excluded: nodetopology.ExcludedFromDisruption(n)}
-	if z.Name == "" {
-		z.Name = key
+	if z.Name == "" && key != "" {
+		// No zone label: the region alone, as the key holds it.
+		z.Name = strings.Trim(strings.ReplaceAll(key, ":\x00:", "/"), "/")
 	}
 	var conds []*v1.NodeCondition
 	for _, m := range nodes {
