@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -433,13 +432,7 @@ func (c *Controller) cluster() budget.Cluster {
 			Cordoned: st.owned && st.cordoned, Draining: st.owned && (st.phase == phaseInFlight || running),
 		})
 	}
-	disrupted := nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)
-	zones := make([]string, 0, len(disrupted))
-	for z, s := range disrupted {
-		zones = append(zones, fmt.Sprintf("zone %q in %s", z, s))
-	}
-	sort.Strings(zones)
-	cl.ZoneDisruption = strings.Join(zones, ", ")
+	cl.ZoneDisruption = zoneDisruption(nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold))
 	c.metrics.breakerOpen.Set(map[bool]float64{true: 1}[c.cfg.Budget.Breaker(cl)])
 	return cl
 }

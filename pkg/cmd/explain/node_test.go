@@ -1,0 +1,58 @@
+package explain
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+)
+
+func TestNodeOptionsFromTheConfigFileWithTheSharedSettings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: nodeshepherd.io/v1alpha1
+kind: NodeShepherdConfiguration
+manager:
+  controllers: ["*", "outofservice"]
+shared:
+  unhealthyZoneThreshold: 0.7
+  maxUnhealthyNodes: "3"
+nodeLifecycle:
+  nodeMonitorGracePeriod: 40s
+drain:
+  drainCondition: ["KernelDeadlock=True,10m"]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := nodeOptions(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Source != "file "+file || o.NodeLifecycle.NodeMonitorGracePeriod != 40*time.Second || o.NodeLifecycle.UnhealthyZoneThreshold != 0.7 ||
+		o.Drain.UnhealthyZoneThreshold != 0.7 || o.Drain.Budget.MaxUnhealthyNodes != "3" || len(o.Drain.Conditions) != 1 {
+		t.Errorf("options %+v", o)
+	}
+
+	def, err := nodeOptions("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Source != "defaults" || def.NodeLifecycle.NodeMonitorGracePeriod != 50*time.Second || def.NodeLifecycle.NodeMonitorPeriod != 5*time.Second ||
+		def.Drain.Configured() || def.Drain.Budget.MaxUnhealthyNodes != "45%" {
+		t.Errorf("defaults %+v", def)
+	}
+}
+
+func TestNodeOptionsBadFileIsAUsageError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: NodeShepherdConfiguration\nnodeLifecycle:\n  nodeMonitorGracePeriod: -1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := nodeOptions(file)
+	var usage *cli.UsageError
+	if !errors.As(err, &usage) {
+		t.Fatalf("err %v, want a usage error", err)
+	}
+}

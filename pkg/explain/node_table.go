@@ -1,0 +1,168 @@
+package explain
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints the explanation for people, in sections like kubectl
+// describe: times in UTC with their age or delay from now.
+func (e *NodeExplanation) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	at := func(t time.Time) string { return relative(t, e.Now) }
+	s := e.Settings
+	p("Node:\t%s", e.Name)
+	p("Settings:\t%s (nodeMonitorGracePeriod %s, nodeStartupGracePeriod %s, unhealthyZoneThreshold %g)", s.Source, s.NodeMonitorGracePeriod, s.NodeStartupGracePeriod, s.UnhealthyZoneThreshold)
+	if len(s.DrainConditions) > 0 {
+		p("\tdrain: %s; maxConcurrentDrains %d, maxCordonedNodes %q, drainBuffer %s, maxUnhealthyNodes %q%s", strings.Join(s.DrainConditions, ", "),
+			s.MaxConcurrentDrains, s.MaxCordonedNodes, s.DrainBuffer, s.MaxUnhealthyNodes, optional(", groupByLabel ", s.GroupByLabel))
+	}
+	p("")
+	h := e.Heartbeats
+	p("Heartbeats:")
+	if h.NodeStatus != nil {
+		p("  NodeStatus (Ready lastHeartbeatTime):\t%s", at(h.NodeStatus.Time))
+	} else {
+		p("  NodeStatus (Ready lastHeartbeatTime):\tnone")
+	}
+	if h.Lease != nil {
+		p("  Lease (renewTime):\t%s", at(h.Lease.Time))
+	} else {
+		p("  Lease (renewTime):\tnone")
+	}
+	p("  Grace:\t%s (%s); deadline %s", h.Grace, h.GraceSetting, at(h.Deadline))
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	p("Health:\t%s: %s", e.Health.Judgment, e.Health.Message)
+	if e.Health.MarkedBy != "" {
+		p("  Ready status last written by:\t%s", e.Health.MarkedBy)
+	}
+	z := e.Zone
+	p("Zone:\t%q: %s (%d of %d nodes not ready)%s", z.Name, z.State, z.NotReady, z.Nodes, map[bool]string{true: "; this node is excluded (node.kubernetes.io/exclude-disruption)"}[z.Excluded])
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nTaints:")
+	if len(e.Taints) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KEY\tEFFECT\tSET BY\tSINCE\tWHY")
+		for _, t := range e.Taints {
+			key := t.Key
+			if t.Value != "" {
+				key += "=" + t.Value
+			}
+			since := "-"
+			if t.Since != nil {
+				since = at(*t.Since)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", key, t.Effect, dash(t.SetBy), since, dash(t.Why))
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(w, "\nEvictions (NoExecute taints):")
+	switch {
+	case len(e.Evictions) == 0:
+		fmt.Fprintln(w, "  no pods on the node")
+	case e.Evictions[0].Eviction == EvictNoTaint:
+		fmt.Fprintf(w, "  no NoExecute taint: none of the %d pods on the node is evicted\n", len(e.Evictions))
+	default:
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "  POD\tEVICTED\tTAINT\tNOTE")
+		for _, v := range e.Evictions {
+			when := map[string]string{EvictNow: "now", EvictNever: "never (tolerates for ever)", EvictNoTaint: "no (no NoExecute taint)", EvictGoing: "already terminating"}[v.Eviction]
+			if v.Eviction == EvictAt && v.At != nil {
+				when = at(*v.At)
+				if v.TolerationSeconds != nil {
+					when += fmt.Sprintf(" (tolerationSeconds %d)", *v.TolerationSeconds)
+				}
+			}
+			fmt.Fprintf(tw, "  %s/%s\t%s\t%s\t%s\n", v.Namespace, v.Name, when, dash(v.Taint), v.Note)
+		}
+		tw.Flush()
+	}
+
+	d := e.Drain
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	p("")
+	p("Drain:\t%s: %s", d.State, d.Summary)
+	if d.Cordoned {
+		owner := "someone else (nodeshepherd leaves it)"
+		if d.CordonedByDrain {
+			owner = "nodeshepherd's drain controller"
+		}
+		p("  Cordoned by:\t%s; spec.unschedulable last written by %s", owner, dash(d.CordonedBy))
+	}
+	if d.MatchedSince != nil {
+		p("  Matched:\t%s, since %s", strings.Join(d.Matched, ", "), at(*d.MatchedSince))
+	}
+	if d.Conditions != "" {
+		p("  Cordon conditions:\t%s", d.Conditions)
+	}
+	if d.ScheduledAt != nil {
+		p("  Drain scheduled:\t%s", at(*d.ScheduledAt))
+	}
+	if d.Attempts > 0 || d.RetryRequested {
+		p("  Failed attempts:\t%d%s", d.Attempts, map[bool]string{true: " (retry requested: draino/drain-retry=true)"}[d.RetryRequested])
+	}
+	if d.BlockedSince != nil {
+		p("  Blocked by a PDB since:\t%s", at(*d.BlockedSince))
+	}
+	if d.Budget != nil {
+		if d.Budget.Allowed {
+			p("  Budget:\tthe budgets let the %s run now", d.Budget.Action)
+		} else {
+			p("  Budget:\t%s blocks the %s: %s", d.Budget.Budget, d.Budget.Action, d.Budget.Reason)
+		}
+	}
+	if d.Message != "" {
+		p("  DrainScheduled:\t%s", d.Message)
+	}
+	tw.Flush()
+	if len(d.Blockers) > 0 {
+		fmt.Fprintln(w, "  Pods a PodDisruptionBudget keeps:")
+		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "    POD\tPDB\tALLOWED\tHEALTHY/DESIRED\tWHY")
+		for _, b := range d.Blockers {
+			fmt.Fprintf(tw, "    %s\t%s\t%d\t%d/%d\t%s\n", b.Pod, b.PodDisruptionBudget, b.DisruptionsAllowed, b.CurrentHealthy, b.DesiredHealthy, b.Why)
+		}
+		tw.Flush()
+	}
+	o := e.OutOfService
+	fmt.Fprintf(w, "\nOut of service:  %s: %s\n", o.State, o.Summary)
+	for _, warning := range e.Warnings {
+		fmt.Fprintf(w, "\nWarning: %s\n", warning)
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func optional(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
+}
+
+// relative prints t in UTC with its distance from now.
+func relative(t, now time.Time) string {
+	d := now.Sub(t).Truncate(time.Second)
+	switch {
+	case d > 0:
+		return fmt.Sprintf("%s (%s ago)", stamp(t), d)
+	case d < 0:
+		return fmt.Sprintf("%s (in %s)", stamp(t), -d)
+	}
+	return stamp(t) + " (now)"
+}
