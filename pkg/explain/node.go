@@ -403,8 +403,6 @@ func health(n *v1.Node, lease *time.Time, cfg nodelifecycle.Config, now time.Tim
 	return hb, h
 }
 
-func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
 func zoneOf(n *v1.Node, nodes []*v1.Node, threshold float32) Zone {
 	key := topology.GetZoneKey(n)
 	z := Zone{Name: n.Labels[v1.LabelTopologyZone], Excluded: nodetopology.ExcludedFromDisruption(n)}

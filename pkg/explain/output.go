@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -52,4 +53,13 @@ func Write(w io.Writer, format string, v Tabler) error {
 		return err
 	}
 	return fmt.Errorf("unknown output format %q (want one of table, json, yaml)", format)
+}
+
+// stamp prints a time for the tables: RFC 3339 in UTC, as kubectl prints
+// them, and "-" for none.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -168,7 +167,7 @@ func describePod(pod *v1.Pod) *PodExplanation {
 		e.PreemptionPolicy = string(*pod.Spec.PreemptionPolicy)
 	}
 	if d := pod.DeletionTimestamp; d != nil {
-		e.Notes = append(e.Notes, "the pod is being deleted (since "+stamp(*d)+"): no scheduler places it any more")
+		e.Notes = append(e.Notes, "the pod is being deleted (since "+stamp(d.Time)+"): no scheduler places it any more")
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == v1.PodScheduled {
@@ -443,13 +442,6 @@ func attempts(events []PodEvent, victims []PreemptedPod) []PreemptionAttempt {
 	return out
 }
 
-func stamp(t metav1.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
 // WriteTable prints the explanation for people, laid out like kubectl
 // describe.
 func (e *PodExplanation) WriteTable(w io.Writer) error {
@@ -470,7 +462,7 @@ func (e *PodExplanation) WriteTable(w io.Writer) error {
 		p("Nominated node:\t%s", orNone(e.NominatedNodeName))
 	}
 	if c := e.PodScheduled; c != nil {
-		p("PodScheduled:\t%s %s (since %s)", c.Status, c.Reason, stamp(c.LastTransitionTime))
+		p("PodScheduled:\t%s %s (since %s)", c.Status, c.Reason, stamp(c.LastTransitionTime.Time))
 		if c.Message != "" {
 			p("  Message:\t%s", c.Message)
 		}
@@ -518,7 +510,7 @@ func (e *PodExplanation) WriteTable(w io.Writer) error {
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		p("  FIRST SEEN\tLAST SEEN\tCOUNT\tNODE\tOUTCOME")
 		for _, a := range e.PreemptionAttempts {
-			p("  %s\t%s\t%d\t%s\t%s", stamp(a.FirstSeen), stamp(a.LastSeen), a.Count, orNone(a.Node), a.Outcome)
+			p("  %s\t%s\t%d\t%s\t%s", stamp(a.FirstSeen.Time), stamp(a.LastSeen.Time), a.Count, orNone(a.Node), a.Outcome)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -531,7 +523,7 @@ func (e *PodExplanation) WriteTable(w io.Writer) error {
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 		p("  FIRST SEEN\tLAST SEEN\tCOUNT\tTYPE\tREASON\tFROM\tMESSAGE")
 		for _, ev := range e.Events {
-			p("  %s\t%s\t%d\t%s\t%s\t%s\t%s", stamp(ev.FirstSeen), stamp(ev.LastSeen), ev.Count, ev.Type, ev.Reason, orNone(ev.From), ev.Message)
+			p("  %s\t%s\t%d\t%s\t%s\t%s\t%s", stamp(ev.FirstSeen.Time), stamp(ev.LastSeen.Time), ev.Count, ev.Type, ev.Reason, orNone(ev.From), ev.Message)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
