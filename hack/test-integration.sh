@@ -18,9 +18,9 @@ for a in "$@"; do
   esac
 done
 
-# Shard 1: simulate, the scheduler and the CLI; shard 2: everything else.
+# Shard 1: simulate (and scenario snapshot), the scheduler (and explain pod) and the CLI; shard 2: everything else.
 # A test belongs to exactly one shard (shard 2 skips what shard 1 runs).
-shard1='^(TestExampleScenarios|TestSimulate.*|TestPreemptionSameAsKubeScheduler|TestScheduler.*|TestDemo|TestLocalCluster|TestBadInputExitsWithCode2|TestRuntimeErrorsExitWithCode1|TestHelpIsAvailableForEveryCommand)$'
+shard1='^(TestExampleScenarios|TestSimulate.*|TestPreemptionSameAsKubeScheduler|TestScheduler.*|TestDemo|TestLocalCluster|TestBadInputExitsWithCode2|TestRuntimeErrorsExitWithCode1|TestHelpIsAvailableForEveryCommand|TestExplainPod|TestScenarioSnapshot.*)$'
 
 mkdir -p bin
 testbin="$root/bin/integration.test"
