@@ -5,7 +5,9 @@
 package framework
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -205,6 +207,25 @@ func Binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// RunBinary runs bin (Binary's, or a link to it whose name matters, such as
+// kubectl-shepherd) with args to its end and returns what a user sees: the
+// exit code, stdout and stderr.
+func RunBinary(t testing.TB, bin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return exit.ExitCode(), out.String(), errOut.String()
+	case err != nil:
+		t.Fatalf("%s %v: %v", bin, args, err)
+	}
+	return 0, out.String(), errOut.String()
 }
 
 // StartBinary starts the built binary with args, its output in a log file,

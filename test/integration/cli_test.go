@@ -1,10 +1,7 @@
 package integration
 
 import (
-	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -155,16 +152,6 @@ func TestHelpIsAvailableForEveryCommand(t *testing.T) {
 
 func run(t *testing.T, bin string, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), stderr.String()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return 0, stderr.String()
+	code, _, stderr := framework.RunBinary(t, bin, args...)
+	return code, stderr
 }

@@ -3,11 +3,9 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,19 +42,11 @@ drain:
 `
 
 // runExplain runs the binary (under the name argv0 links to) and returns
-// its output and exit code.
+// its output (stdout and stderr) and exit code.
 func runExplain(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		return string(out), exit.ExitCode()
-	case err != nil:
-		t.Fatalf("%s %v: %v", bin, args, err)
-	}
-	return string(out), 0
+	code, stdout, stderr := framework.RunBinary(t, bin, args...)
+	return stdout + stderr, code
 }
 
 // TestExplainNodeStates: `explain node` on the local control plane, with

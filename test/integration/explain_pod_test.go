@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -24,17 +22,7 @@ import (
 // exit code, stdout and stderr.
 func explainCLI(t *testing.T, kubeconfig string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(framework.Binary(t), append([]string{"explain", "pod", "--kubeconfig", kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return 0, stdout.String(), stderr.String()
+	return framework.RunBinary(t, framework.Binary(t), append([]string{"explain", "pod", "--kubeconfig", kubeconfig}, args...)...)
 }
 
 func explainJSON(t *testing.T, kubeconfig, name string) *explain.PodExplanation {
