@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -66,4 +67,19 @@ func (s *Scenario) checkNodeGroups(groupsNode *yaml.Node, zones map[string]bool)
 		}
 	}
 	return errs
+}
+
+// ZoneNames returns the cluster's zones in the order written: cluster.zones,
+// or the node groups' zones.
+func (s *Scenario) ZoneNames() []string {
+	var out []string
+	for _, z := range s.Cluster.Zones {
+		out = append(out, z.Name)
+	}
+	for _, g := range s.Cluster.NodeGroups {
+		if !slices.Contains(out, g.Zone) {
+			out = append(out, g.Zone)
+		}
+	}
+	return out
 }
