@@ -444,7 +444,7 @@ func (s *Snapshot) cleanTemplate(where string, t *v1.PodTemplateSpec) {
 // values are where credentials get written by hand.
 func (s *Snapshot) cleanContainer(where string, c *v1.Container) {
 	if len(c.EnvFrom) > 0 {
-		s.note("%s: container %s: envFrom (%d sources) removed (Secrets, ConfigMaps)", where, c.Name, len(c.EnvFrom))
+		s.note("%s: container %s: envFrom removed (%d Secret or ConfigMap sources)", where, c.Name, len(c.EnvFrom))
 		c.EnvFrom = nil
 	}
 	refs, literals := 0, 0

@@ -200,7 +200,7 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 	}
 	fmt.Fprintf(&b, "#\n# Edit the timeline (and duration, expect) below, then:\n#   nodeshepherd simulate %s --compare upstream\n", scenarioFile)
 	fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nname: %s\n", configfile.APIVersion, Kind, name)
-	fmt.Fprintf(&b, "description: Snapshot of %s at %s.\n", yamlScalar(source), s.Taken.Format(time.RFC3339))
+	fmt.Fprintf(&b, "description: %s\n", yamlScalar(fmt.Sprintf("Snapshot of %s at %s.", source, s.Taken.Format(time.RFC3339))))
 	b.WriteString("# How long the timeline runs, from the moment every workload is ready.\nduration: 5m\n")
 	if s.Controllers != nil {
 		data, err := marshalYAML(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Value: "controllers"}, s.Controllers}})
