@@ -362,7 +362,9 @@ func (s *Snapshot) readWorkloads(ctx context.Context, c kubernetes.Interface, o 
 
 func (s *Snapshot) add(ns string, obj any) { s.Namespaces[ns] = append(s.Namespaces[ns], obj) }
 
-func (s *Snapshot) note(format string, args ...any) { s.Notes = append(s.Notes, fmt.Sprintf(format, args...)) }
+func (s *Snapshot) note(format string, args ...any) {
+	s.Notes = append(s.Notes, fmt.Sprintf(format, args...))
+}
 
 func (s *Snapshot) scaleReplicas(r *int32) *int32 {
 	if r == nil {

@@ -58,7 +58,7 @@ func snapshotCluster() []runtime.Object {
 				Env: []v1.EnvVar{{Name: "DB_PASSWORD", ValueFrom: secretRef}, {Name: "API_KEY", Value: secretValue},
 					{Name: "MODE", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "web-config"}, Key: "mode"}}},
 					{Name: "POD", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-				EnvFrom: []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "db-creds"}}}},
+				EnvFrom:      []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "db-creds"}}}},
 				VolumeMounts: []v1.VolumeMount{{Name: "creds", MountPath: "/creds"}, {Name: "cfg", MountPath: "/cfg"}, {Name: "tmp", MountPath: "/tmp"}}}},
 			Volumes: []v1.Volume{
 				{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "db-creds"}}},
