@@ -469,6 +469,13 @@ func (s *Snapshot) cleanContainer(where string, c *v1.Container) {
 	}
 }
 
+// SettingsError is nodeshepherd's configuration that cannot be read: the
+// --config file's fault, or the ConfigMap's.
+type SettingsError struct{ Err error }
+
+func (e *SettingsError) Error() string { return e.Err.Error() }
+func (e *SettingsError) Unwrap() error { return e.Err }
+
 // readSettings reads nodeshepherd's configuration (the file given, or the
 // ConfigMap deploy/ installs) and keeps its controller sections, but the
 // settings the simulation decides.
@@ -497,10 +504,10 @@ func (s *Snapshot) readSettings(ctx context.Context, c kubernetes.Interface, o S
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("%s: %w", from, err)
+		return &SettingsError{fmt.Errorf("%s: %w", from, err)}
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return fmt.Errorf("%s: expected a %s document", from, config.Kind)
+		return &SettingsError{fmt.Errorf("%s: expected a %s document", from, config.Kind)}
 	}
 	root := doc.Content[0]
 	def := controllers.Default()
@@ -519,7 +526,7 @@ func (s *Snapshot) readSettings(ctx context.Context, c kubernetes.Interface, o S
 			continue
 		}
 		if v.Kind != yaml.MappingNode {
-			return fmt.Errorf("%s:%d: %s: expected a mapping of settings", from, v.Line, k.Value)
+			return &SettingsError{fmt.Errorf("%s:%d: %s: expected a mapping of settings", from, v.Line, k.Value)}
 		}
 		sec := &yaml.Node{Kind: yaml.MappingNode}
 		for j := 0; j+1 < len(v.Content); j += 2 {

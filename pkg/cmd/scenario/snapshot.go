@@ -135,6 +135,9 @@ func (o *snapshotOptions) run(cmd *cobra.Command) error {
 		}
 	}()
 	snap, err := simulate.TakeSnapshot(cmd.Context(), client, opts)
+	if sErr := (*simulate.SettingsError)(nil); errors.As(err, &sErr) && o.config != "" {
+		return cli.Usagef("--config: %v", sErr)
+	}
 	if err != nil {
 		return fmt.Errorf("reading the cluster at %s: %w (check --kubeconfig and --context, and that the cluster is reachable)", cfg.Host, err)
 	}
