@@ -409,6 +409,16 @@ func (s *Snapshot) cleanTemplate(where string, t *v1.PodTemplateSpec) {
 		s.note("%s: serviceAccountName %q removed (the scenario has no ServiceAccounts; pods run as default)", where, spec.ServiceAccountName)
 	}
 	spec.ServiceAccountName, spec.DeprecatedServiceAccount = "", ""
+	// The simulation's one scheduler is default-scheduler (nodeshepherd's or
+	// kube-scheduler): pods waiting for another would stay Pending.
+	if spec.SchedulerName != "" && spec.SchedulerName != v1.DefaultSchedulerName {
+		s.note("%s: schedulerName %q removed (the simulation schedules with %s)", where, spec.SchedulerName, v1.DefaultSchedulerName)
+		spec.SchedulerName = ""
+	}
+	if spec.RuntimeClassName != nil {
+		s.note("%s: runtimeClassName %q removed (the scenario has no RuntimeClasses)", where, *spec.RuntimeClassName)
+		spec.RuntimeClassName = nil
+	}
 	for i := range spec.Volumes {
 		vol := &spec.Volumes[i]
 		var why string

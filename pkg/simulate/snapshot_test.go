@@ -47,6 +47,8 @@ func snapshotCluster() []runtime.Object {
 			PriorityClassName:  "high",
 			NodeSelector:       map[string]string{"pool": "web"},
 			ServiceAccountName: "web-sa",
+			SchedulerName:      "nodeshepherd-scheduler",
+			RuntimeClassName:   ptr.To("gvisor"),
 			ImagePullSecrets:   []v1.LocalObjectReference{{Name: "registry"}},
 			Tolerations:        []v1.Toleration{{Key: "dedicated", Operator: v1.TolerationOpEqual, Value: "db", Effect: v1.TaintEffectNoSchedule}},
 			Affinity: &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.WeightedPodAffinityTerm{{
@@ -246,7 +248,7 @@ func TestSnapshotStripsSecretsAndLoads(t *testing.T) {
 			yamlOnly.WriteString(line + "\n")
 		}
 	}
-	for _, bad := range []string{"envFrom", "imagePullSecrets", "web-sa", "gp3", "schedulerName", "serviceAccount"} {
+	for _, bad := range []string{"envFrom", "imagePullSecrets", "web-sa", "gp3", "schedulerName", "serviceAccount", "gvisor", "runtimeClassName"} {
 		if strings.Contains(yamlOnly.String(), bad) {
 			t.Errorf("manifests or settings contain %q", bad)
 		}
@@ -269,7 +271,8 @@ func TestSnapshotStripsSecretsAndLoads(t *testing.T) {
 	s.PrintSummary(&summary)
 	for _, want := range []string{"Nodes: 7 in 2 zones, 4 node groups", "zone-a", "1 Deployments and 1 StatefulSets (13 replicas in all), 1 DaemonSets, 2 PodDisruptionBudgets, 1 PriorityClasses in 2 namespaces",
 		"ConfigMap nodeshepherd-system/nodeshepherd-config-abc123", "volume creds (Secret db-creds) replaced by an emptyDir",
-		"2 env values from Secrets or ConfigMaps removed", "scheduler.schedulerName left out"} {
+		"2 env values from Secrets or ConfigMaps removed", "scheduler.schedulerName left out",
+		`Deployment shop/web: schedulerName "nodeshepherd-scheduler" removed`, `runtimeClassName "gvisor" removed`} {
 		if !strings.Contains(summary.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, summary.String())
 		}

@@ -349,6 +349,10 @@ func (s *Snapshot) PrintSummary(w io.Writer) {
 	}
 }
 
+// ValidScenarioName says whether name can be a scenario's name (its report
+// directory's).
+func ValidScenarioName(name string) bool { return validName.MatchString(name) }
+
 // PrepareOutput checks that -o can be written before the cluster is read:
 // without force, nothing is there to overwrite; workloads/ is created. The
 // returned function removes what it created, for when the snapshot fails.

@@ -77,8 +77,6 @@ nodeshepherd namespace.`,
 	return c
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
-
 func (o *snapshotOptions) run(cmd *cobra.Command) error {
 	switch {
 	case o.output == "":
@@ -92,16 +90,9 @@ func (o *snapshotOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	if o.name == "" {
-		base := strings.TrimSuffix(filepath.Base(filepath.Clean(o.output)), filepath.Ext(o.output))
-		if base == "scenario" {
-			base = filepath.Base(filepath.Dir(filepath.Clean(o.output)))
-		}
-		o.name = strings.Trim(regexp.MustCompile(`[^a-z0-9._-]+`).ReplaceAllString(strings.ToLower(base), "-"), "-._")
-		if !validName.MatchString(o.name) {
-			o.name = "cluster-snapshot"
-		}
+		o.name = defaultName(o.output)
 	}
-	if !validName.MatchString(o.name) {
+	if !simulate.ValidScenarioName(o.name) {
 		return cli.Usagef("--name %q: lowercase letters, digits, '-', '.' or '_', starting and ending with a letter or digit, at most 63 characters", o.name)
 	}
 	opts := simulate.SnapshotOptions{Scale: o.scale, MaxNodes: o.maxNodes, Namespaces: o.namespaces,
@@ -165,6 +156,29 @@ func (o *snapshotOptions) run(cmd *cobra.Command) error {
 	fmt.Fprintf(out, "Wrote %s and %d workload files in %s.\nEdit its timeline, then: nodeshepherd simulate %s --compare upstream\n",
 		path, len(files), filepath.Dir(path)+string(filepath.Separator)+"workloads", path)
 	return nil
+}
+
+var notInName = regexp.MustCompile(`[^a-z0-9._-]+`)
+
+// defaultName names the scenario after -o: prod/ and prod.yaml are "prod",
+// prod/scenario.yaml too.
+func defaultName(output string) string {
+	clean := filepath.Clean(output)
+	base := filepath.Base(clean)
+	if ext := strings.ToLower(filepath.Ext(base)); ext == ".yaml" || ext == ".yml" {
+		base = strings.TrimSuffix(base, filepath.Ext(base))
+	}
+	if base == "scenario" {
+		base = filepath.Base(filepath.Dir(clean))
+	}
+	name := strings.Trim(notInName.ReplaceAllString(strings.ToLower(base), "-"), "-._")
+	if len(name) > 63 {
+		name = strings.Trim(name[:63], "-._")
+	}
+	if !simulate.ValidScenarioName(name) {
+		return "cluster-snapshot"
+	}
+	return name
 }
 
 // source names the cluster in the file: the kubeconfig context and server.
