@@ -116,15 +116,21 @@ func TestScenarioSnapshot(t *testing.T) {
 		t.Errorf("unknown flag: exit %d, want 2\n%s", exitCode(err), text)
 	}
 
-	// The scenario runs as written, but shorter.
+	// The scenario runs as written, but shorter, next to upstream: both runs
+	// get the same node groups.
 	short := strings.Replace(strings.Replace(string(data), "duration: 5m", "duration: 1m", 1), "{at: 1m, action: network-blip", "{at: 10s, action: network-blip", 1)
 	if err := os.WriteFile(scenarioFile, []byte(short), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := exec.CommandContext(ctx, bin, "simulate", scenarioFile, "--time-scale", "10", "-o", filepath.Join(t.TempDir(), "report")).CombinedOutput()
+	b, err := exec.CommandContext(ctx, bin, "simulate", scenarioFile, "--time-scale", "10", "--compare", "upstream", "-o", filepath.Join(t.TempDir(), "report")).CombinedOutput()
 	t.Logf("simulate:\n%s", b)
 	if err != nil {
 		t.Fatalf("simulate of the snapshot: %v", err)
+	}
+	for _, want := range []string{"[nodeshepherd] 6/6 nodes Ready", "[upstream] 6/6 nodes Ready", "[nodeshepherd] 10/10 pods Ready", "[upstream] 10/10 pods Ready"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("simulate's output lacks %q", want)
+		}
 	}
 }
 
