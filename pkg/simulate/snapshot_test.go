@@ -313,6 +313,18 @@ func TestSnapshotNamespacesAndConfigFile(t *testing.T) {
 	if s.Controllers != nil || !strings.Contains(strings.Join(s.Notes, "\n"), "the scenario runs nodeshepherd's defaults") {
 		t.Errorf("no ConfigMap: controllers %v, notes %v", s.Controllers, s.Notes)
 	}
+	// A cluster with nothing but a node, without zone labels, still makes a
+	// scenario that loads.
+	path := filepath.Join(t.TempDir(), "bare.yaml")
+	if _, err := PrepareOutput(path, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Write(path, "bare", "test", false); err != nil {
+		t.Fatal(err)
+	}
+	if sc, err := Load(path); err != nil || len(sc.Cluster.NodeGroups) != 1 || sc.Cluster.NodeGroups[0].Zone != "no-zone" {
+		t.Errorf("bare cluster's scenario: %v", err)
+	}
 	if _, err := TakeSnapshot(context.Background(), fake.NewClientset(), SnapshotOptions{}); err == nil || !strings.Contains(err.Error(), "no nodes") {
 		t.Errorf("no nodes: %v", err)
 	}

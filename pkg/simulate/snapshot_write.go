@@ -227,9 +227,10 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 	}
 	b.WriteString("# Nodes are named fake-node-0000, fake-node-0001, ... group by group.\n")
 	b.Write(data)
-	b.WriteString("workloads:\n")
 	if len(files) == 0 {
-		b.WriteString("[]\n")
+		b.WriteString("workloads: []\n")
+	} else {
+		b.WriteString("workloads:\n")
 	}
 	for _, f := range files {
 		rel, err := filepath.Rel(filepath.Dir(scenarioFile), f)
