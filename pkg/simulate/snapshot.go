@@ -452,9 +452,14 @@ func (s *Snapshot) cleanTemplate(where string, t *v1.PodTemplateSpec) {
 }
 
 // cleanContainer drops env references to Secrets and ConfigMaps, envFrom,
-// and literal env values: the fake kubelet runs no containers, and literal
-// values are where credentials get written by hand.
+// literal env values, command lines, probes and hooks: the fake kubelet
+// runs no containers, and literal values are where credentials get written
+// by hand.
 func (s *Snapshot) cleanContainer(where string, c *v1.Container) {
+	// Command lines, probes and hooks matter to no fake kubelet and can
+	// carry a password as well as an env value can.
+	c.Command, c.Args, c.Lifecycle = nil, nil, nil
+	c.LivenessProbe, c.ReadinessProbe, c.StartupProbe = nil, nil, nil
 	if len(c.EnvFrom) > 0 {
 		s.note("%s: container %s: envFrom removed (%d Secret or ConfigMap sources)", where, c.Name, len(c.EnvFrom))
 		c.EnvFrom = nil

@@ -191,7 +191,7 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 	fmt.Fprintf(&b, "# Written by `nodeshepherd scenario snapshot` from %s at %s.\n", source, s.Taken.Format(time.RFC3339))
 	fmt.Fprintf(&b, "# %d nodes in %d zones, in %d node groups (the cluster has %d; scale %.4g: %s).\n", nodes, len(zones), len(s.Groups), real, s.Scale, s.NodeRounding)
 	fmt.Fprintf(&b, "# nodeshepherd's settings: %s.\n", orDefault(s.SettingsFrom, "none found, nodeshepherd's defaults"))
-	b.WriteString("# Never in here: Secrets, ConfigMap data, env values, annotations, status.\n")
+	b.WriteString("# Never in here: Secrets, ConfigMap data, env values, command lines, probes, annotations, status.\n")
 	if len(s.Notes) > 0 {
 		b.WriteString("# Left out or changed:\n")
 		for _, n := range s.Notes {

@@ -47,9 +47,10 @@ func newSnapshotCommand() *cobra.Command {
   - nodeshepherd's settings (--config, or the nodeshepherd-config ConfigMap of
     --nodeshepherd-namespace) as the scenario's controllers: block.
 
-Never Secrets or ConfigMap data: env values and references, envFrom, imagePullSecrets, and
-Secret, ConfigMap, projected and claim volumes (replaced by emptyDir) are removed; annotations
-and status too. The file's header and the summary list every such change.
+Never Secrets or ConfigMap data: env values and references, envFrom, command lines, probes,
+imagePullSecrets, and Secret, ConfigMap, projected and claim volumes (replaced by emptyDir) are
+removed; annotations and status too. The file's header and the summary list the changes that
+name a Secret, a ConfigMap or a claim.
 
 -o DIR writes DIR/scenario.yaml and DIR/workloads/*.yaml; -o FILE.yaml writes the scenario there
 and workloads/ next to it. The timeline is a placeholder that runs as is (one node's network
