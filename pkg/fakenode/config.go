@@ -7,6 +7,8 @@ package fakenode
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +30,18 @@ type Zone struct {
 	Count int
 }
 
+// NodeGroup is a set of identical nodes in one zone: a node pool.
+type NodeGroup struct {
+	Name    string
+	Zone    string
+	Count   int
+	Labels  map[string]string
+	Taints  []v1.Taint
+	CPU     resource.Quantity
+	Memory  resource.Quantity
+	MaxPods int
+}
+
 // Config describes the simulated nodes. Zero durations take kubelet defaults.
 type Config struct {
 	Client kubernetes.Interface
@@ -42,6 +56,11 @@ type Config struct {
 	CPU        resource.Quantity
 	Memory     resource.Quantity
 	MaxPods    int
+	// Groups, when set, are the nodes instead of Nodes and Zones: each group
+	// is Count nodes of one zone with a shape, labels and taints of its own
+	// (added to Labels and Taints; zero shape fields take CPU, Memory and
+	// MaxPods). Nodes are numbered group by group, in order.
+	Groups []NodeGroup
 
 	// LeaseDuration and LeaseRenewInterval match the kubelet's 40s and 10s.
 	LeaseDuration      time.Duration
@@ -95,6 +114,18 @@ func (c *Config) Complete() {
 	}
 	if c.Region == "" {
 		c.Region = DefaultRegion
+	}
+	if len(c.Groups) > 0 {
+		// The zones, for targeting faults, are the groups' zones.
+		c.Zones, c.Nodes = nil, 0
+		for _, g := range c.Groups {
+			i := slices.IndexFunc(c.Zones, func(z Zone) bool { return z.Name == g.Zone })
+			if i < 0 {
+				c.Zones = append(c.Zones, Zone{Name: g.Zone})
+				i = len(c.Zones) - 1
+			}
+			c.Zones[i].Count += g.Count
+		}
 	}
 	if len(c.Zones) == 0 {
 		c.Zones, _ = ParseZones(DefaultZones)
@@ -159,6 +190,7 @@ func (c *Config) ValidateSettings() error {
 	} else if explicit > 0 && sum != c.Nodes {
 		errs = append(errs, fmt.Errorf("zones: the counts add up to %d but %d nodes were asked for", sum, c.Nodes))
 	}
+	errs = append(errs, c.validateGroups()...)
 	if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(c.NamePrefix, "-") + "-0"); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("name prefix %q does not make valid node names: %s", c.NamePrefix, strings.Join(msgs, "; ")))
 	}
@@ -191,6 +223,77 @@ func (c *Config) ValidateSettings() error {
 		errs = append(errs, fmt.Errorf("max pods must be at least 1, got %d", c.MaxPods))
 	}
 	return errors.Join(errs...)
+}
+
+// validateGroups checks the node groups' counts, zones, labels, taints and
+// shapes.
+func (c *Config) validateGroups() []error {
+	var errs []error
+	names := map[string]bool{}
+	for i, g := range c.Groups {
+		where := fmt.Sprintf("node group %d (%s)", i, g.Name)
+		if g.Name == "" || names[g.Name] {
+			errs = append(errs, fmt.Errorf("%s: every group needs a name of its own", where))
+		}
+		names[g.Name] = true
+		if g.Count < 1 {
+			errs = append(errs, fmt.Errorf("%s: count must be at least 1, got %d", where, g.Count))
+		}
+		if msgs := validation.IsValidLabelValue(g.Zone); len(msgs) > 0 || g.Zone == "" {
+			errs = append(errs, fmt.Errorf("%s: zone %q is not a valid zone label value (%s)", where, g.Zone, strings.Join(msgs, "; ")))
+		}
+		errs = append(errs, ValidateLabels(g.Labels, where)...)
+		for _, t := range g.Taints {
+			if err := ValidateTaint(t); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			}
+		}
+		if g.CPU.Sign() < 0 || g.Memory.Sign() < 0 || g.MaxPods < 0 {
+			errs = append(errs, fmt.Errorf("%s: cpu, memory and maxPods must not be negative", where))
+		}
+	}
+	return errs
+}
+
+// ValidateLabels checks label keys and values as the API server would.
+func ValidateLabels(labels map[string]string, where string) []error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: label key %q: %s", where, k, strings.Join(msgs, "; ")))
+		}
+		if msgs := validation.IsValidLabelValue(labels[k]); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("%s: label %s value %q: %s", where, k, labels[k], strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+// ValidateTaint checks a taint's key, value and effect as the API server would.
+func ValidateTaint(t v1.Taint) error {
+	if msgs := validation.IsQualifiedName(t.Key); len(msgs) > 0 {
+		return fmt.Errorf("taint key %q: %s", t.Key, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsValidLabelValue(t.Value); len(msgs) > 0 {
+		return fmt.Errorf("taint %s value %q: %s", t.Key, t.Value, strings.Join(msgs, "; "))
+	}
+	switch t.Effect {
+	case v1.TaintEffectNoSchedule, v1.TaintEffectPreferNoSchedule, v1.TaintEffectNoExecute:
+		return nil
+	}
+	return fmt.Errorf("taint %s: effect %q must be NoSchedule, PreferNoSchedule or NoExecute", t.Key, t.Effect)
+}
+
+// groupOf returns the group of the i-th node (nil without groups): groups
+// are consecutive blocks of node indexes, in order.
+func (c *Config) groupOf(i int) *NodeGroup {
+	for g := range c.Groups {
+		if i < c.Groups[g].Count {
+			return &c.Groups[g]
+		}
+		i -= c.Groups[g].Count
+	}
+	return nil
 }
 
 // ParseZones parses "zone-a,zone-b" (nodes spread evenly) or

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -98,5 +101,57 @@ func TestValidate(t *testing.T) {
 	}
 	if c := base(); c.Validate() != nil {
 		t.Errorf("defaults invalid: %v", c.Validate())
+	}
+}
+
+// Node groups lay nodes out group by group, each with its zone, labels,
+// taints and shape on top of every node's.
+func TestNodeGroups(t *testing.T) {
+	c := Config{Client: &kubernetes.Clientset{}, Labels: map[string]string{"all": "x"}, MaxPods: 50,
+		Taints: []v1.Taint{{Key: "every", Effect: v1.TaintEffectNoSchedule}},
+		Groups: []NodeGroup{
+			{Name: "a-big", Zone: "a", Count: 2, CPU: resource.MustParse("64"), Labels: map[string]string{"pool": "big"},
+				Taints: []v1.Taint{{Key: "dedicated", Value: "big", Effect: v1.TaintEffectNoExecute}}},
+			{Name: "b-small", Zone: "b", Count: 1},
+			{Name: "a-small", Zone: "a", Count: 1, Memory: resource.MustParse("8Gi"), MaxPods: 20},
+		}}
+	m, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(m.NodeNames()); got != 4 {
+		t.Fatalf("%d nodes, want 4", got)
+	}
+	if z := m.cfg.Zones; len(z) != 2 || z[0] != (Zone{Name: "a", Count: 3}) || z[1] != (Zone{Name: "b", Count: 1}) {
+		t.Errorf("zones %v, want a=3, b=1", z)
+	}
+	now := metav1.Now()
+	want := []struct {
+		zone, pool, cpu, mem string
+		pods                 int64
+		taints               int
+	}{{"a", "big", "64", "256Gi", 50, 2}, {"a", "big", "64", "256Gi", 50, 2}, {"b", "", "32", "256Gi", 50, 1}, {"a", "", "32", "8Gi", 20, 1}}
+	for i, name := range m.NodeNames() {
+		obj := m.object(m.nodes[name], now)
+		w := want[i]
+		cap := obj.Status.Capacity
+		if obj.Labels["topology.kubernetes.io/zone"] != w.zone || m.Zone(name) != w.zone || obj.Labels["pool"] != w.pool || obj.Labels["all"] != "x" ||
+			cap.Cpu().String() != w.cpu || cap.Memory().String() != w.mem || cap.Pods().Value() != w.pods || len(obj.Spec.Taints) != w.taints {
+			t.Errorf("node %s: labels %v, capacity %v, taints %v; want %+v", name, obj.Labels, cap, obj.Spec.Taints, w)
+		}
+	}
+}
+
+func TestNodeGroupsValidation(t *testing.T) {
+	c := Config{Client: &kubernetes.Clientset{}, Groups: []NodeGroup{
+		{Name: "x", Zone: "bad zone", Count: 0, Labels: map[string]string{"bad key!": "v"},
+			Taints: []v1.Taint{{Key: "k", Effect: "Sometimes"}}},
+		{Name: "x", Zone: "a", Count: 1},
+	}}
+	_, err := New(c)
+	for _, want := range []string{"count must be at least 1", "not a valid zone label value", `label key "bad key!"`, `effect "Sometimes"`, "a name of its own"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want %q", err, want)
+		}
 	}
 }

@@ -68,17 +68,24 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, nodes: make(map[string]*node, cfg.Nodes), pods: map[types.UID]*podState{}, ready: make(chan struct{})}
 	for i := 0; i < cfg.Nodes; i++ {
 		name := cfg.nodeName(i)
+		zone, group := cfg.zoneOf(i), cfg.groupOf(i)
+		if group != nil {
+			zone = group.Zone
+		}
 		lbls := map[string]string{
 			"kubernetes.io/hostname":           name,
 			"kubernetes.io/os":                 "linux",
 			"kubernetes.io/arch":               "amd64",
 			"topology.kubernetes.io/region":    cfg.Region,
-			"topology.kubernetes.io/zone":      cfg.zoneOf(i),
+			"topology.kubernetes.io/zone":      zone,
 			"node.kubernetes.io/instance-type": "fake",
 			ManagedLabel:                       "true",
 		}
 		maps.Copy(lbls, cfg.Labels)
-		m.nodes[name] = &node{name: name, zone: cfg.zoneOf(i), index: i, labels: lbls, ip: nodeIP(i), fullStatus: true}
+		if group != nil {
+			maps.Copy(lbls, group.Labels)
+		}
+		m.nodes[name] = &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group}
 		m.names = append(m.names, name)
 	}
 	sort.Strings(m.names)

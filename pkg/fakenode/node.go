@@ -3,6 +3,7 @@ package fakenode
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ type node struct {
 	index      int
 	labels     map[string]string
 	ip         string
+	group      *NodeGroup // nil without node groups
 
 	mu             sync.Mutex
 	uid            types.UID
@@ -172,15 +174,36 @@ func (n *node) nextPodIP() string {
 	return fmt.Sprintf("10.%d.%d.%d", 128+(n.index>>8)&0x7f, n.index&0xff, n.ipCounter%253+1)
 }
 
-// capacity is what every fake node offers; allocatable is the same.
-func (m *Manager) capacity() v1.ResourceList {
+// capacity is what the node offers (its group's shape, else every node's);
+// allocatable is the same.
+func (m *Manager) capacity(n *node) v1.ResourceList {
 	c := &m.cfg
+	cpu, mem, pods := c.CPU, c.Memory, c.MaxPods
+	if g := n.group; g != nil {
+		if !g.CPU.IsZero() {
+			cpu = g.CPU
+		}
+		if !g.Memory.IsZero() {
+			mem = g.Memory
+		}
+		if g.MaxPods > 0 {
+			pods = g.MaxPods
+		}
+	}
 	return v1.ResourceList{
-		v1.ResourceCPU:              c.CPU,
-		v1.ResourceMemory:           c.Memory,
-		v1.ResourcePods:             *resource.NewQuantity(int64(c.MaxPods), resource.DecimalSI),
+		v1.ResourceCPU:              cpu,
+		v1.ResourceMemory:           mem,
+		v1.ResourcePods:             *resource.NewQuantity(int64(pods), resource.DecimalSI),
 		v1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
 	}
+}
+
+// taints are the taints the node registers with: every node's, then its group's.
+func (m *Manager) taints(n *node) []v1.Taint {
+	if n.group == nil || len(n.group.Taints) == 0 {
+		return m.cfg.Taints
+	}
+	return append(slices.Clone(m.cfg.Taints), n.group.Taints...)
 }
 
 // object is the Node a kubelet registers.
@@ -188,14 +211,14 @@ func (m *Manager) object(n *node, now metav1.Time) *v1.Node {
 	return &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels,
 			Annotations: map[string]string{AnnotationControllerManagedAttach: "true"}},
-		Spec:   v1.NodeSpec{ProviderID: "fake://" + n.name, Taints: m.cfg.Taints},
+		Spec:   v1.NodeSpec{ProviderID: "fake://" + n.name, Taints: m.taints(n)},
 		Status: m.fullStatus(n, now),
 	}
 }
 
 // fullStatus is the status a kubelet posts when it registers or restarts.
 func (m *Manager) fullStatus(n *node, now metav1.Time) v1.NodeStatus {
-	capacity := m.capacity()
+	capacity := m.capacity(n)
 	return v1.NodeStatus{
 		Capacity:    capacity,
 		Allocatable: capacity,

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
 // FuzzLoad: any scenario file either loads into a scenario that can run
@@ -19,6 +21,8 @@ func FuzzLoad(f *testing.F) {
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: -1m\ncluster: {zones: [{name: a, nodes: 100000000}]}\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncontrollers: {node-monitor-grace-period: 1s}\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\ntimeline: [{at: 1s, action: partition, zone: b}]\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {nodeGroups: [{name: g, zone: a, nodes: 2, shape: {cpu: '4'}, labels: {pool: x}, taints: [{key: k, effect: NoSchedule}]}]}\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {nodeGroups: [{name: g, zone: a, nodes: 1, taints: [{key: k, effect: Never}]}], zones: [{name: a, nodes: 1}]}\n",
 		"{{{",
 	} {
 		f.Add(seed)
@@ -35,8 +39,11 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
-		if sc.Duration.Duration <= 0 || len(sc.Cluster.Zones) == 0 {
-			t.Fatalf("loaded a scenario that cannot run: duration %v, %d zones", sc.Duration.Duration, len(sc.Cluster.Zones))
+		if sc.Duration.Duration <= 0 || len(sc.Cluster.Zones)+len(sc.Cluster.NodeGroups) == 0 {
+			t.Fatalf("loaded a scenario that cannot run: duration %v, %d zones, %d node groups", sc.Duration.Duration, len(sc.Cluster.Zones), len(sc.Cluster.NodeGroups))
+		}
+		if _, err := fakenode.New(sc.fakeNodeConfig(1)); err != nil && !strings.Contains(err.Error(), "client is required") {
+			t.Fatalf("loaded a scenario whose nodes are invalid: %v", err)
 		}
 	})
 }

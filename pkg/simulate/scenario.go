@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -56,12 +57,40 @@ type Scenario struct {
 	path string
 }
 
-// Cluster is the fake nodes: zones with node counts, node capacity and the
-// fake kubelet's timing.
+// Cluster is the fake nodes: zones with node counts, or node groups (zones
+// are then the groups' zones), node capacity and the fake kubelet's timing.
 type Cluster struct {
-	Zones   []Zone      `yaml:"zones"`
-	Node    NodeShape   `yaml:"node"`
-	Kubelet KubeletSpec `yaml:"kubelet"`
+	Zones []Zone `yaml:"zones"`
+	// NodeGroups are node pools, each in one zone with a shape, labels and
+	// taints of its own, as `nodeshepherd scenario snapshot` writes a live
+	// cluster's nodes; Node then holds what every group's nodes share.
+	NodeGroups []NodeGroup `yaml:"nodeGroups"`
+	Node       NodeShape   `yaml:"node"`
+	Kubelet    KubeletSpec `yaml:"kubelet"`
+}
+
+// NodeGroup is Nodes identical nodes of one zone.
+type NodeGroup struct {
+	Name   string            `yaml:"name"`
+	Zone   string            `yaml:"zone"`
+	Nodes  int               `yaml:"nodes"`
+	Shape  GroupShape        `yaml:"shape"`
+	Labels map[string]string `yaml:"labels"`
+	Taints []Taint           `yaml:"taints"`
+}
+
+// GroupShape is a group's node capacity; omitted fields take cluster.node's.
+type GroupShape struct {
+	CPU     Quantity `yaml:"cpu"`
+	Memory  Quantity `yaml:"memory"`
+	MaxPods int      `yaml:"maxPods"`
+}
+
+// Taint is a node taint, as in a Node's spec.taints.
+type Taint struct {
+	Key    string         `yaml:"key"`
+	Value  string         `yaml:"value"`
+	Effect v1.TaintEffect `yaml:"effect"`
 }
 
 // Zone is a topology zone with its number of nodes.
@@ -284,8 +313,12 @@ func (s *Scenario) validate() error {
 	}
 	clusterNode := field(root, "cluster")
 	zonesNode := field(clusterNode, "zones")
-	if len(s.Cluster.Zones) == 0 {
-		at(clusterNode, "cluster.zones: list at least one zone, e.g. - {name: zone-a, nodes: 3}")
+	groupsNode := field(clusterNode, "nodeGroups")
+	switch {
+	case len(s.Cluster.Zones) > 0 && len(s.Cluster.NodeGroups) > 0:
+		at(groupsNode, "cluster: give zones or nodeGroups, not both (node groups name their zones)")
+	case len(s.Cluster.Zones) == 0 && len(s.Cluster.NodeGroups) == 0:
+		at(clusterNode, "cluster.zones: list at least one zone, e.g. - {name: zone-a, nodes: 3}, or cluster.nodeGroups")
 	}
 	zones := map[string]bool{}
 	for i, z := range s.Cluster.Zones {
@@ -301,12 +334,21 @@ func (s *Scenario) validate() error {
 		}
 		zones[z.Name] = true
 	}
-	total := 0
+	for _, e := range s.checkNodeGroups(groupsNode, zones) {
+		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, e.line, e.msg))
+	}
+	total, totalNode := 0, zonesNode
 	for _, z := range s.Cluster.Zones {
 		total += max(z.Nodes, 0)
 	}
+	if len(s.Cluster.NodeGroups) > 0 {
+		totalNode = groupsNode
+		for _, g := range s.Cluster.NodeGroups {
+			total += max(g.Nodes, 0)
+		}
+	}
 	if total > MaxNodes {
-		at(zonesNode, "cluster.zones: %d nodes in all, more than the limit of %d (what the fake nodes are measured at; docs/benchmarks.md)", total, MaxNodes)
+		at(totalNode, "cluster: %d nodes in all, more than the limit of %d (what the fake nodes are measured at; docs/benchmarks.md)", total, MaxNodes)
 	}
 	if len(s.Timeline) > MaxSteps {
 		at(field(root, "timeline"), "timeline: %d steps, more than the limit of %d", len(s.Timeline), MaxSteps)
@@ -494,6 +536,14 @@ func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
 	}
 	for _, z := range s.Cluster.Zones {
 		c.Zones = append(c.Zones, fakenode.Zone{Name: z.Name, Count: z.Nodes})
+	}
+	for _, g := range s.Cluster.NodeGroups {
+		fg := fakenode.NodeGroup{Name: g.Name, Zone: g.Zone, Count: g.Nodes, Labels: g.Labels,
+			CPU: g.Shape.CPU.Quantity, Memory: g.Shape.Memory.Quantity, MaxPods: g.Shape.MaxPods}
+		for _, t := range g.Taints {
+			fg.Taints = append(fg.Taints, v1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+		}
+		c.Groups = append(c.Groups, fg)
 	}
 	return c
 }

@@ -167,6 +167,64 @@ func TestBadScenariosNameFileAndLine(t *testing.T) {
 	}
 }
 
+const groupsCluster = `cluster:
+  nodeGroups:
+  - name: a-big
+    zone: zone-a
+    nodes: 2
+    shape: {cpu: "16", memory: 64Gi, maxPods: 50}
+    labels: {pool: big}
+    taints: [{key: dedicated, value: big, effect: NoSchedule}]
+  - {name: b-general, zone: zone-b, nodes: 1}
+  node: {cpu: "4", memory: 8Gi}
+`
+
+// Node groups give each group's nodes their zone, shape, labels and taints;
+// the timeline targets the groups' zones.
+func TestNodeGroupsScenario(t *testing.T) {
+	text := strings.Replace(validScenario, "cluster:\n  zones:\n  - {name: zone-a, nodes: 2}\n  - {name: zone-b, nodes: 1}\n  node: {cpu: \"4\", memory: 8Gi}\n", groupsCluster, 1)
+	if text == validScenario {
+		t.Fatal("test bug: cluster block not replaced")
+	}
+	sc, err := Load(writeScenario(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := sc.fakeNodeConfig(1)
+	if len(f.Groups) != 2 || f.Groups[0].Count != 2 || f.Groups[0].CPU.String() != "16" || f.Groups[0].MaxPods != 50 ||
+		f.Groups[0].Labels["pool"] != "big" || len(f.Groups[0].Taints) != 1 || f.Groups[0].Taints[0].Effect != v1.TaintEffectNoSchedule ||
+		f.Groups[1].Zone != "zone-b" || !f.Groups[1].CPU.IsZero() || f.CPU.String() != "4" {
+		t.Errorf("fake node config %+v", f)
+	}
+
+	bad := func(old, new string) string {
+		if !strings.Contains(text, old) {
+			t.Fatalf("test bug: %q not in the scenario", old)
+		}
+		return strings.Replace(text, old, new, 1)
+	}
+	for _, c := range []struct{ name, text, want string }{
+		{"zones and groups", bad("  nodeGroups:", "  zones: [{name: zone-a, nodes: 1}]\n  nodeGroups:"), ":13: cluster: give zones or nodeGroups, not both"},
+		{"no name", bad("- name: a-big\n    zone", "- zone"), ":12: cluster.nodeGroups[0]: name is missing"},
+		{"twice", bad("name: b-general", "name: a-big"), `:18: cluster.nodeGroups[1]: node group "a-big" is listed twice`},
+		{"no zone", bad("{name: b-general, zone: zone-b,", "{name: b-general,"), ":18: cluster.nodeGroups[1]: zone is missing"},
+		{"no nodes", bad("nodes: 1}", "nodes: 0}"), ":18: cluster.nodeGroups[1]: nodes must be at least 1, got 0"},
+		{"bad label", bad("pool: big", "pool: big big"), `:16: cluster.nodeGroups[0].labels: label pool value "big big"`},
+		{"bad taint", bad("effect: NoSchedule", "effect: Never"), `:17: cluster.nodeGroups[0].taints[0]: taint dedicated: effect "Never"`},
+		{"bad shape", bad(`cpu: "16"`, "cpu: sixteen"), `:15: invalid quantity "sixteen"`},
+		{"unknown field", bad("nodes: 2\n", "nodes: 2\n    size: 3\n"), ":15: field size not found"},
+		{"unknown zone in timeline", bad("zone: zone-a, count: 1", "zone: zone-c"), `unknown zone "zone-c"; the cluster's zones: zone-a, zone-b`},
+		{"too many nodes", bad("nodes: 2\n", "nodes: 5000\n"), "5001 nodes in all, more than the limit of 5000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load(writeScenario(t, c.text))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v\nwant %q", err, c.want)
+			}
+		})
+	}
+}
+
 func TestExpectationHolds(t *testing.T) {
 	e := Expectation{Metric: "timeToFirstEviction", AtLeast: &Bound{raw: "5m"}, AtMost: &Bound{raw: "6m"}}
 	if msg := e.check(); msg != "" {

@@ -118,7 +118,7 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 	}
 	if o.validateOnly {
 		fmt.Fprintf(out, "%s: scenario %q is valid: %d zones, %d workload entries, %d timeline steps, %d expectations\n",
-			path, sc.Name, len(sc.Cluster.Zones), len(sc.Workloads), len(sc.Timeline), len(sc.Expect))
+			path, sc.Name, len(sc.ZoneNames()), len(sc.Workloads), len(sc.Timeline), len(sc.Expect))
 		return nil
 	}
 	dir := o.output
