@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -188,7 +189,7 @@ func (e *PodExplanation) apply(r *scheduler.FitReport) {
 
 // snapshot lists what the scheduler's informers would hold.
 func snapshot(ctx context.Context, cs kubernetes.Interface, pod *v1.Pod) (*scheduler.Snapshot, error) {
-	s := &scheduler.Snapshot{}
+	s := &scheduler.Snapshot{Taken: time.Now()}
 	list := func(what string, f func() error) error {
 		if err := f(); err != nil {
 			return fmt.Errorf("listing %s to evaluate pod %s/%s: %w", what, pod.Namespace, pod.Name, err)

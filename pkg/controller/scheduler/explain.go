@@ -27,6 +27,9 @@ type Snapshot struct {
 	Namespaces []v1.Namespace
 	// Volumes is nil when the pod uses no claims (see UsesClaims).
 	Volumes *VolumeSnapshot
+	// Taken is when the objects were listed: preemption counts pods not
+	// started yet as started then.
+	Taken time.Time
 }
 
 // VolumeSnapshot holds the storage objects the volume filters read.
@@ -180,7 +183,7 @@ func Explain(ctx context.Context, pod *v1.Pod, snap Snapshot) (*FitReport, error
 	// where the scheduler would start its dry run at a random node.
 	pr := &preemptor{cfg: preemptionConfig{MinCandidateNodesPercentage: cfg.MinCandidateNodesPercentage,
 		MinCandidateNodesAbsolute: cfg.MinCandidateNodesAbsolute, Parallelism: cfg.Parallelism},
-		c: c, pdbs: pdbs, rand: rand.New(rand.NewSource(1)), now: time.Now()}
+		c: c, pdbs: pdbs, rand: rand.New(rand.NewSource(1)), now: snap.Taken}
 	out := pr.preempt(ctx, q, statuses, numNodes)
 	if out.msg != "" {
 		report.Message += " " + preemptionTag + out.msg
