@@ -103,6 +103,15 @@ func (m *Manager) Zone(name string) string {
 	return ""
 }
 
+// Group returns the name of node name's group ("" without node groups, or
+// for an unknown node).
+func (m *Manager) Group(name string) string {
+	if n := m.nodes[name]; n != nil && n.group != nil {
+		return n.group.Name
+	}
+	return ""
+}
+
 // Ready is closed once every node is registered and the workers run.
 func (m *Manager) Ready() <-chan struct{} { return m.ready }
 

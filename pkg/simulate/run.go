@@ -439,6 +439,9 @@ func (r *runner) resolve(t Target) []string {
 	if t.Zone != "" {
 		names = slices.DeleteFunc(names, func(n string) bool { return r.nodes.Zone(n) != t.Zone })
 	}
+	if t.Group != "" {
+		names = slices.DeleteFunc(names, func(n string) bool { return r.nodes.Group(n) != t.Group })
+	}
 	if t.Count > 0 && t.Count < len(names) {
 		names = names[:t.Count]
 	}

@@ -161,11 +161,13 @@ func (q *Quantity) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Target selects nodes: by name, by zone, or all; Count keeps the first N
-// (by name) of the selection, so that part of a zone can fail.
+// Target selects nodes: by name, by zone, by node group, or all (zone and
+// group together: the group's nodes in that zone); Count keeps the first N
+// (by name) of the selection, so that part of a zone or pool can fail.
 type Target struct {
 	Nodes []string `yaml:"nodes"`
 	Zone  string   `yaml:"zone"`
+	Group string   `yaml:"group"`
 	All   bool     `yaml:"all"`
 	Count int      `yaml:"count"`
 }
@@ -243,6 +245,10 @@ func (t Target) String() string {
 	switch {
 	case t.All:
 		s = "all nodes"
+	case t.Group != "" && t.Zone != "":
+		s = "group " + t.Group + " in zone " + t.Zone
+	case t.Group != "":
+		s = "group " + t.Group
 	case t.Zone != "":
 		s = "zone " + t.Zone
 	case len(t.Nodes) > 0:
@@ -254,7 +260,7 @@ func (t Target) String() string {
 	return s
 }
 
-func (t Target) empty() bool { return !t.All && t.Zone == "" && len(t.Nodes) == 0 }
+func (t Target) empty() bool { return !t.All && t.Zone == "" && t.Group == "" && len(t.Nodes) == 0 }
 
 // Limits on a scenario's size: a scenario runs on this machine, and a typo
 // (nodes: 50000) must be an error naming the limit, not an hour of setup.
@@ -419,7 +425,7 @@ func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []
 			errs = append(errs, fmt.Sprintf("burst: %d replicas, more than the limit of %d pods", b.Replicas, MaxPods))
 		}
 		if !st.Target.empty() || st.For.Duration > 0 || st.Condition != "" {
-			errs = append(errs, "burst takes no nodes, zone, for or condition")
+			errs = append(errs, "burst takes no nodes, zone, group, for or condition")
 		}
 		return errs
 	}
@@ -427,7 +433,21 @@ func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []
 		errs = append(errs, "burst: only the burst action takes it")
 	}
 	if st.Target.empty() {
-		errs = append(errs, "no target: give nodes: [NAME...], zone: NAME or all: true")
+		errs = append(errs, "no target: give nodes: [NAME...], zone: NAME, group: NAME (a node group) or all: true")
+	}
+	if st.Group != "" {
+		var names []string
+		for _, g := range s.Cluster.NodeGroups {
+			names = append(names, g.Name)
+		}
+		switch {
+		case len(names) == 0:
+			errs = append(errs, fmt.Sprintf("group %q: the cluster has no nodeGroups (group: targets a node group of cluster.nodeGroups)", st.Group))
+		case !slices.Contains(names, st.Group):
+			errs = append(errs, fmt.Sprintf("unknown node group %q; the cluster's node groups: %s", st.Group, strings.Join(names, ", ")))
+		case st.Zone != "" && !slices.ContainsFunc(s.Cluster.NodeGroups, func(g NodeGroup) bool { return g.Name == st.Group && g.Zone == st.Zone }):
+			errs = append(errs, fmt.Sprintf("node group %q is not in zone %q", st.Group, st.Zone))
+		}
 	}
 	if st.Zone != "" && !zones[st.Zone] {
 		errs = append(errs, fmt.Sprintf("unknown zone %q; the cluster's zones: %s", st.Zone, strings.Join(sortedKeys(zones), ", ")))

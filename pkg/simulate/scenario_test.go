@@ -122,6 +122,7 @@ func TestBadScenariosNameFileAndLine(t *testing.T) {
 		{"too many replicas", replace("replicas: 3", "replicas: 60000"), "60000 replicas in all, more than the limit of 50000 pods"},
 		{"too long", replace("duration: 5m", "duration: 48h"), "duration 48h0m0s is longer than the limit of 24h0m0s"},
 		{"unknown zone", replace("zone: zone-a, count: 1", "zone: zone-x"), `:30: timeline[1] (partition): unknown zone "zone-x"; the cluster's zones: zone-a, zone-b`},
+		{"group without node groups", replace("zone: zone-a, count: 1", "group: db"), `:30: timeline[1] (partition): group "db": the cluster has no nodeGroups`},
 		{"unknown node", replace("nodes: [fake-node-0000]", "nodes: [node-7]"), `:29: timeline[0] (network-blip): unknown node "node-7"; nodes are named fake-node-0000 to fake-node-0002`},
 		{"unknown action", replace("action: partition", "action: explode"), `:30: timeline[1] (explode): unknown action "explode"`},
 		{"blip without for", replace(", for: 45s}", "}"), "network-blip needs for:"},
@@ -197,6 +198,13 @@ func TestNodeGroupsScenario(t *testing.T) {
 		t.Errorf("fake node config %+v", f)
 	}
 
+	// A step may target a node group (with its zone, or alone).
+	for _, target := range []string{"group: a-big, count: 1", "zone: zone-a, group: a-big"} {
+		if _, err := Load(writeScenario(t, strings.Replace(text, "zone: zone-a, count: 1", target, 1))); err != nil {
+			t.Errorf("timeline target %q: %v", target, err)
+		}
+	}
+
 	bad := func(old, new string) string {
 		if !strings.Contains(text, old) {
 			t.Fatalf("test bug: %q not in the scenario", old)
@@ -215,6 +223,8 @@ func TestNodeGroupsScenario(t *testing.T) {
 		{"unknown field", bad("nodes: 2\n", "nodes: 2\n    size: 3\n"), ":15: field size not found"},
 		{"unknown zone in timeline", bad("zone: zone-a, count: 1", "zone: zone-c"), `unknown zone "zone-c"; the cluster's zones: zone-a, zone-b`},
 		{"too many nodes", bad("nodes: 2\n", "nodes: 5000\n"), "5001 nodes in all, more than the limit of 5000"},
+		{"unknown group in timeline", bad("zone: zone-a, count: 1", "group: a-small"), `unknown node group "a-small"; the cluster's node groups: a-big, b-general`},
+		{"group not in zone", bad("zone: zone-a, count: 1", "zone: zone-a, group: b-general"), `node group "b-general" is not in zone "zone-a"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Load(writeScenario(t, c.text))

@@ -239,22 +239,23 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 		}
 		fmt.Fprintf(&b, "- file: %s\n", filepath.ToSlash(rel))
 	}
-	zone := zones[0]
+	group := s.Groups[0]
 	fmt.Fprintf(&b, `# The timeline: what goes wrong when (cluster time). A placeholder that runs as is:
-# one node of %[1]s loses its network for 45s. Replace it with your incident, e.g.
+# one node of group %[2]s (zone %[1]s) loses its network for 45s. Replace it with your incident, e.g.
 #   - {at: 1m, action: partition, zone: %[1]s, for: 5m}                # a zone falls silent
+#   - {at: 1m, action: partition, group: %[2]s, for: 5m}               # a node pool falls silent
 #   - {at: 1m, action: kubelet-restart, zone: %[1]s, count: 2, for: 30s}
 #   - {at: 2m, action: set-condition, condition: KernelDeadlock=True, nodes: [fake-node-0000]}
 #   - {at: 2m, action: machine-shutdown, nodes: [fake-node-0001]}     # powered off for good
 #   - {at: 3m, action: burst, burst: {name: urgent, replicas: 10, priorityClassName: high, cpu: "1"}}
 # (docs/simulate.md lists every action.)
 timeline:
-- {at: 1m, action: network-blip, zone: %[1]s, count: 1, for: 45s}
+- {at: 1m, action: network-blip, group: %[2]s, count: 1, for: 45s}
 # Bounds that must hold, e.g.
 #   - {metric: podNotReadyAfterRecovery, atMost: 30s}
 #   - {metric: podsEvicted, atMost: 0}
 expect: []
-`, zone)
+`, group.Zone, group.Name)
 	return b.Bytes(), nil
 }
 

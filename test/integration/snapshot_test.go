@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -126,6 +127,11 @@ func TestScenarioSnapshot(t *testing.T) {
 	t.Logf("simulate:\n%s", b)
 	if err != nil {
 		t.Fatalf("simulate of the snapshot: %v", err)
+	}
+	// The placeholder step targets the first node group, whose nodes are
+	// numbered first.
+	if !regexp.MustCompile(`▶ network-blip on 1 nodes of group ` + regexp.QuoteMeta(sc.Cluster.NodeGroups[0].Name) + ` .*fake-node-0000`).Match(b) {
+		t.Errorf("simulate's output lacks the blip of the first node group %s's first node", sc.Cluster.NodeGroups[0].Name)
 	}
 	for _, want := range []string{"[nodeshepherd] 6/6 nodes Ready", "[upstream] 6/6 nodes Ready", "[nodeshepherd] 10/10 pods Ready", "[upstream] 10/10 pods Ready"} {
 		if !strings.Contains(string(b), want) {
