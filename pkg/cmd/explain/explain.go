@@ -22,6 +22,14 @@ func NewCommand() *cobra.Command {
 	c := cli.Group(&cobra.Command{
 		Use:   "explain",
 		Short: "Say what nodeshepherd sees about a node or a Pending pod, and why (reads only)",
+		Long: `Answer "why is this node tainted, cordoned, not drained?" and "why is this pod Pending?"
+from the cluster's objects, with your own kubeconfig: no leader needed, nothing written
+(get and list requests only).
+
+As a kubectl plugin: put bin/kubectl-shepherd ('make build' links it to this binary) on
+$PATH and run 'kubectl shepherd explain ...'.`,
+		Example: `  nodeshepherd explain node worker-3
+  kubectl shepherd explain pod -n shop web-7d9c-xk2lp -o yaml`,
 	})
 	o.kube.AddFlags(c.PersistentFlags(), 20, 40)
 	c.PersistentFlags().StringVarP(&o.output, "output", "o", "table", "Output format: table, json or yaml.")
