@@ -49,6 +49,21 @@ func runExplain(t *testing.T, bin string, args ...string) (string, int) {
 	return stdout + stderr, code
 }
 
+// explainJSON runs `nodeshepherd explain ARGS -o json` and decodes its
+// answer.
+func explainJSON[T any](t *testing.T, args ...string) *T {
+	t.Helper()
+	code, out, stderr := framework.RunBinary(t, framework.Binary(t), append(append([]string{"explain"}, args...), "-o", "json")...)
+	if code != 0 {
+		t.Fatalf("explain %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+	}
+	v := new(T)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("explain %s -o json: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return v
+}
+
 // TestExplainNodeStates: `explain node` on the local control plane, with
 // nodeshepherd's controllers running, in each state a node can be in: healthy,
 // silent and tainted with its pods' eviction times, cordoned by a human,
@@ -114,15 +129,7 @@ func TestExplainNodeStates(t *testing.T) {
 	bin := framework.Binary(t)
 	explainNode := func(name string) *explain.NodeExplanation {
 		t.Helper()
-		out, code := runExplain(t, bin, "explain", "node", name, "--kubeconfig", kubeconfig, "--config", configFile, "-o", "json")
-		if code != 0 {
-			t.Fatalf("explain node %s: exit %d: %s", name, code, out)
-		}
-		var e explain.NodeExplanation
-		if err := json.Unmarshal([]byte(out), &e); err != nil {
-			t.Fatalf("explain node %s -o json: %v\n%s", name, err, out)
-		}
-		return &e
+		return explainJSON[explain.NodeExplanation](t, "node", name, "--kubeconfig", kubeconfig, "--config", configFile)
 	}
 
 	t.Run("healthy", func(t *testing.T) {

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -25,17 +24,9 @@ func explainCLI(t *testing.T, kubeconfig string, args ...string) (int, string, s
 	return framework.RunBinary(t, framework.Binary(t), append([]string{"explain", "pod", "--kubeconfig", kubeconfig}, args...)...)
 }
 
-func explainJSON(t *testing.T, kubeconfig, name string) *explain.PodExplanation {
+func explainPodJSON(t *testing.T, kubeconfig, name string) *explain.PodExplanation {
 	t.Helper()
-	code, out, stderr := explainCLI(t, kubeconfig, "-n", "default", name, "-o", "json")
-	if code != 0 {
-		t.Fatalf("explain pod %s: exit %d: %s", name, code, stderr)
-	}
-	var e explain.PodExplanation
-	if err := json.Unmarshal([]byte(out), &e); err != nil {
-		t.Fatalf("explain pod %s -o json: %v\n%s", name, err, out)
-	}
-	return &e
+	return explainJSON[explain.PodExplanation](t, "pod", "--kubeconfig", kubeconfig, "-n", "default", name)
 }
 
 // TestExplainPod: on one control plane with five 1-CPU fake nodes (two
@@ -97,7 +88,7 @@ func TestExplainPod(t *testing.T) {
 		if msg != want {
 			t.Errorf("scheduler wrote %q, want %q", msg, want)
 		}
-		e := explainJSON(t, kubeconfig, "stuck")
+		e := explainPodJSON(t, kubeconfig, "stuck")
 		if !e.Pending || e.Summary != msg || e.PodScheduled == nil || e.PodScheduled.Message != msg {
 			t.Errorf("pending %v, summary %q, condition %+v; want the scheduler's %q", e.Pending, e.Summary, e.PodScheduled, msg)
 		}
@@ -154,7 +145,7 @@ func TestExplainPod(t *testing.T) {
 		// The scheduler holds the preemptor while its victim terminates;
 		// evaluated now, the victim still takes the room and blocks a
 		// second preemption.
-		e := explainJSON(t, kubeconfig, "high")
+		e := explainPodJSON(t, kubeconfig, "high")
 		if !e.Pending || e.NominatedNodeName != nominated {
 			t.Errorf("pending %v nominated %q, want %s", e.Pending, e.NominatedNodeName, nominated)
 		}
@@ -184,7 +175,7 @@ func TestExplainPod(t *testing.T) {
 	})
 
 	t.Run("scheduled", func(t *testing.T) {
-		e := explainJSON(t, kubeconfig, "web")
+		e := explainPodJSON(t, kubeconfig, "web")
 		if e.Pending || e.NodeName != n[2] || e.Phase != v1.PodRunning || len(e.Nodes) != 0 || e.Summary != "" {
 			t.Errorf("scheduled pod explained as %+v", e)
 		}
