@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -108,6 +109,9 @@ func TakeSnapshot(ctx context.Context, c kubernetes.Interface, o SnapshotOptions
 	}
 	s.groupNodes(nodes.Items)
 	s.scaleNodes(o.Scale, o.MaxNodes)
+	if err := s.checkNamespaces(ctx, c, o.Namespaces); err != nil {
+		return nil, err
+	}
 	if err := s.readWorkloads(ctx, c, o); err != nil {
 		return nil, err
 	}
@@ -482,6 +486,35 @@ func (s *Snapshot) cleanContainer(where string, c *v1.Container) {
 	if literals > 0 {
 		s.note("%s: container %s: %d literal env values blanked (names kept)", where, c.Name, literals)
 	}
+}
+
+// NamespaceError names namespaces asked for that the cluster does not have:
+// a typo must not give a scenario without workloads.
+type NamespaceError struct{ Missing []string }
+
+func (e *NamespaceError) Error() string {
+	return fmt.Sprintf("namespace(s) %s not found in the cluster", strings.Join(e.Missing, ", "))
+}
+
+// checkNamespaces refuses namespaces that do not exist; without the right
+// to read one it says so in the notes and goes on.
+func (s *Snapshot) checkNamespaces(ctx context.Context, c kubernetes.Interface, names []string) error {
+	var missing []string
+	for _, ns := range names {
+		_, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, ns)
+		case apierrors.IsForbidden(err):
+			s.note("namespace %s: not checked (these credentials may not get namespaces)", ns)
+		case err != nil:
+			return fmt.Errorf("reading namespace %s: %w", ns, err)
+		}
+	}
+	if len(missing) > 0 {
+		return &NamespaceError{Missing: missing}
+	}
+	return nil
 }
 
 // SettingsError is nodeshepherd's configuration that cannot be read: the

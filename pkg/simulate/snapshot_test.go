@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -293,13 +294,19 @@ func TestSnapshotStripsSecretsAndLoads(t *testing.T) {
 
 func TestSnapshotNamespacesAndConfigFile(t *testing.T) {
 	cfg := []byte("apiVersion: nodeshepherd.io/v1alpha1\nkind: NodeShepherdConfiguration\nnodeLifecycle: {nodeEvictionRate: 0.5}\nnodeIPAM: {allocateNodeCidrs: true}\n")
-	s, err := TakeSnapshot(context.Background(), fake.NewClientset(snapshotCluster()...),
+	kubeSystem := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}}
+	s, err := TakeSnapshot(context.Background(), fake.NewClientset(append(snapshotCluster(), kubeSystem)...),
 		SnapshotOptions{Namespaces: []string{"kube-system"}, Config: cfg, ConfigPath: "my.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(s.Namespaces) != 1 || len(s.Namespaces["kube-system"]) != 1 {
 		t.Errorf("namespaces %v: want kube-system's DaemonSet only", s.Namespaces)
+	}
+	// A namespace that does not exist is refused, not read as "no workloads".
+	_, err = TakeSnapshot(context.Background(), fake.NewClientset(append(snapshotCluster(), kubeSystem)...), SnapshotOptions{Namespaces: []string{"kube-system", "shpo"}})
+	if nsErr := (*NamespaceError)(nil); !errors.As(err, &nsErr) || !slices.Equal(nsErr.Missing, []string{"shpo"}) {
+		t.Errorf("unknown namespace: %v, want a NamespaceError naming shpo", err)
 	}
 	if s.SettingsFrom != "my.yaml" || s.Controllers == nil || len(s.Controllers.Content) != 2 || s.Controllers.Content[0].Value != "nodeLifecycle" {
 		t.Errorf("settings from %s: %+v", s.SettingsFrom, s.Controllers)

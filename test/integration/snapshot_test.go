@@ -117,6 +117,15 @@ func TestScenarioSnapshot(t *testing.T) {
 		t.Errorf("unknown flag: exit %d, want 2\n%s", exitCode(err), text)
 	}
 
+	// A namespace the cluster does not have is a usage error, with nothing written.
+	typo := filepath.Join(t.TempDir(), "typo")
+	if text, err := snapshot("-o", typo, "--namespace", "shop,shpo"); exitCode(err) != 2 || !strings.Contains(text, `--namespace: namespace(s) shpo not found`) {
+		t.Errorf("--namespace shop,shpo: exit %d, want 2 naming shpo:\n%s", exitCode(err), text)
+	}
+	if _, err := os.Stat(typo); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused snapshot left %s behind", typo)
+	}
+
 	// The scenario runs as written, but shorter, next to upstream: both runs
 	// get the same node groups.
 	short := strings.Replace(strings.Replace(string(data), "duration: 5m", "duration: 1m", 1), "{at: 1m, action: network-blip", "{at: 10s, action: network-blip", 1)

@@ -130,6 +130,9 @@ func (o *snapshotOptions) run(cmd *cobra.Command) error {
 	if sErr := (*simulate.SettingsError)(nil); errors.As(err, &sErr) && o.config != "" {
 		return cli.Usagef("--config: %v", sErr)
 	}
+	if nsErr := (*simulate.NamespaceError)(nil); errors.As(err, &nsErr) {
+		return cli.Usagef("--namespace: %v (kubectl get namespaces lists them)", nsErr)
+	}
 	if err != nil {
 		return fmt.Errorf("reading the cluster at %s: %w (check --kubeconfig and --context, and that the cluster is reachable)", cfg.Host, err)
 	}
