@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -28,6 +30,24 @@ func runScheduler(t *testing.T, objs ...runtime.Object) (*fake.Clientset, *testi
 	// NewSimpleClientset: NewClientset's type converter costs ~1 s per race
 	// test binary, and nothing here uses server-side apply.
 	client := fake.NewSimpleClientset(objs...)
+	// The fake records a binding but leaves the pod unbound; the API server
+	// sets spec.nodeName. Without it the bound pod would come back Pending
+	// with its next update (the nomination, written in the background) and
+	// be scheduled again, which no real cluster does.
+	client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := a.(clienttesting.CreateAction).GetObject().(*v1.Binding)
+		gvr := v1.SchemeGroupVersion.WithResource("pods")
+		obj, err := client.Tracker().Get(gvr, a.GetNamespace(), b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		p := obj.(*v1.Pod).DeepCopy()
+		p.Spec.NodeName = b.Target.Name
+		return true, b, client.Tracker().Update(gvr, p, a.GetNamespace())
+	})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	clk := testingclock.NewFakeClock(epoch)
 	rec := record.NewFakeRecorder(100)
