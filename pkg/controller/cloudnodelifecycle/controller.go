@@ -323,7 +323,11 @@ func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, not
 		return nil
 	}
 	c.event(n, v1.EventTypeNormal, EventDeletingNode, msg)
-	err := c.client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(n.UID))})
+	// Bounded; a delete whose answer is lost is sent again on the retry,
+	// where NotFound (it landed) or a UID conflict ends it.
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	err := c.client.CoreV1().Nodes().Delete(wctx, n.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(n.UID))})
+	cancel()
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
@@ -344,7 +348,11 @@ func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) 
 		c.dryRun.Report(ctx, n, "shutdown-taint-"+action, fmt.Sprintf("node %s: shutdown taint %s", n.Name, action))
 		return nil
 	}
-	written, err := controllerutil.PatchTaints(ctx, c.client, n.Name, func() (*v1.Node, error) { return n, nil },
+	// Bounded; the patch carries the taint list it was computed from, so a
+	// retry after a lost answer re-reads the node and finds what landed.
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	written, err := controllerutil.PatchTaints(wctx, c.client, n.Name, func() (*v1.Node, error) { return n, nil },
 		func(*v1.Node) ([]v1.Taint, []v1.Taint) { return add, remove }, c.clock.Now())
 	if err != nil {
 		return err

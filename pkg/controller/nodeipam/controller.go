@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -68,6 +69,10 @@ type Controller struct {
 	ownedMu  sync.Mutex
 	owned    map[string][]string
 	rejected map[string]bool // nodes with unusable CIDRs, reported once
+	// unconfirmed are nodes whose podCIDRs write got no answer (a timeout,
+	// a lost connection): it may have landed, so their CIDRs stay theirs
+	// and the same write is sent again until it is answered.
+	unconfirmed map[string]bool
 
 	metrics *metrics
 }
@@ -88,7 +93,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
-		waiting: map[string]bool{}, owned: map[string][]string{}, rejected: map[string]bool{},
+		waiting: map[string]bool{}, owned: map[string][]string{}, rejected: map[string]bool{}, unconfirmed: map[string]bool{},
 		metrics: newMetrics(d.Registry),
 	}
 	_, err = d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
@@ -137,9 +142,22 @@ func (c *Controller) Run(ctx context.Context) error {
 // event and the node is left unchanged.
 func (c *Controller) occupy(ctx context.Context, n *v1.Node) bool {
 	c.ownedMu.Lock()
-	_, known := c.owned[n.Name]
+	owned, known := c.owned[n.Name]
+	var stale []string
+	if known && c.unconfirmed[n.Name] {
+		// The unanswered write is settled: ours landed, or another writer's
+		// CIDRs did and ours are free again.
+		delete(c.unconfirmed, n.Name)
+		if !slices.Equal(owned, n.Spec.PodCIDRs) {
+			delete(c.owned, n.Name)
+			known, stale = false, owned
+		}
+	}
 	rejected := c.rejected[n.Name]
 	c.ownedMu.Unlock()
+	if stale != nil {
+		c.alloc.Release(stale)
+	}
 	if known || rejected {
 		return known
 	}
@@ -175,8 +193,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	c.ownedMu.Lock()
-	pending := c.owned[name]
+	pending, unconfirmed := c.owned[name], c.unconfirmed[name]
 	c.ownedMu.Unlock()
+	if pending != nil && unconfirmed {
+		// The last write of these CIDRs went unanswered: send it again
+		// (the same CIDRs, so it is harmless if the first one landed).
+		return c.writeCIDRs(ctx, node, pending)
+	}
 	if pending != nil {
 		// Allocated and written; the informer has not caught up yet.
 		return nil
@@ -206,9 +229,41 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.alloc.Release(strs)
 		return nil
 	}
+	c.ownedMu.Lock()
+	c.owned[name] = strs
+	c.ownedMu.Unlock()
+	return c.writeCIDRs(ctx, node, strs)
+}
+
+// writeCIDRs writes the node's podCIDRs, bounded by kube.WriteTimeout. A
+// rejection frees the CIDRs; an unanswered write keeps them reserved for the
+// node (it may have landed: giving them to another node could hand one block
+// to two) and is sent again on the retry.
+func (c *Controller) writeCIDRs(ctx context.Context, node *v1.Node, strs []string) error {
+	name := node.Name
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": strs[0], "podCIDRs": strs}})
-	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		c.alloc.Release(strs)
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	_, err := c.client.CoreV1().Nodes().Patch(wctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	cancel()
+	if err != nil && !answered(err) {
+		c.ownedMu.Lock()
+		c.unconfirmed[name] = true
+		c.ownedMu.Unlock()
+		c.metrics.failures.Inc()
+		return fmt.Errorf("writing podCIDRs %v of node %s got no answer; the CIDRs stay reserved for it and the write is retried: %w", strs, name, err)
+	}
+	c.ownedMu.Lock()
+	delete(c.unconfirmed, name)
+	// Still ours to free (a deleted node's CIDRs are freed by release).
+	mine := err != nil && slices.Equal(c.owned[name], strs)
+	if mine {
+		delete(c.owned, name)
+	}
+	c.ownedMu.Unlock()
+	if err != nil {
+		if mine {
+			c.alloc.Release(strs)
+		}
 		c.metrics.failures.Inc()
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -216,9 +271,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.event(node, v1.EventTypeWarning, EventCIDRAssignmentFailed, fmt.Sprintf("Node %s: writing podCIDRs %v failed: %v", name, strs, err))
 		return err
 	}
-	c.ownedMu.Lock()
-	c.owned[name] = strs
-	c.ownedMu.Unlock()
+
 	c.waitingMu.Lock()
 	delete(c.waiting, name)
 	c.waitingMu.Unlock()
@@ -234,6 +287,7 @@ func (c *Controller) release(name string) {
 	cidrs, ok := c.owned[name]
 	delete(c.owned, name)
 	delete(c.rejected, name)
+	delete(c.unconfirmed, name)
 	c.ownedMu.Unlock()
 	c.waitingMu.Lock()
 	delete(c.waiting, name)
@@ -264,4 +318,17 @@ func (c *Controller) updateGauge() {
 
 func (c *Controller) event(n *v1.Node, typ, reason, msg string) {
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
+}
+
+// answered says whether an error is the API server's answer to the write,
+// so that the write did not take effect: a status it returned, other than
+// a timeout of its own (504, or 500 with reason Timeout), after which the
+// write may still land. A transport error or the client's deadline is no
+// answer.
+func answered(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	return !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) && !apierrors.IsInternalError(err) && !apierrors.IsUnexpectedServerError(err)
 }

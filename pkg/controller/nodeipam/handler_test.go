@@ -2,6 +2,7 @@ package nodeipam
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -207,12 +210,12 @@ func TestSyncReleaseWakesWaitingNode(t *testing.T) {
 	}
 }
 
-// A failed write gives the block back, says CIDRAssignmentFailed and returns
-// the error so the key is retried.
+// A write the API server refused gives the block back, says
+// CIDRAssignmentFailed and returns the error so the key is retried.
 func TestSyncWriteFailure(t *testing.T) {
 	h := newHarness(t, Config{ClusterCIDR: "10.0.0.0/24", NodeCIDRMaskSize: 25}, ipamNode("a"))
 	h.client.PrependReactor("patch", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		return true, nil, errors.New("injected write failure")
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "a", errors.New("injected refusal"))
 	})
 	if err := h.sync("a"); err == nil {
 		t.Fatal("sync succeeded despite the failed write")
@@ -235,5 +238,88 @@ func TestSyncDryRunWritesNothing(t *testing.T) {
 	}
 	if w := h.writes(); len(w) > 0 {
 		t.Errorf("dry-run wrote %v", w)
+	}
+}
+
+// A podCIDRs write that lands but whose answer is lost (the client's
+// deadline) keeps its CIDRs reserved for the node: the next node gets
+// another block, and the retry sends the same CIDRs again. A rejected write
+// frees them.
+func TestSyncUnansweredWriteKeepsItsCIDRs(t *testing.T) {
+	h := newHarness(t, Config{ClusterCIDR: "10.244.0.0/16"}, ipamNode("a"), ipamNode("b"))
+	lose := true
+	h.client.PrependReactor("patch", "nodes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if !lose || a.GetSubresource() != "" {
+			return false, nil, nil
+		}
+		lose = false
+		// Apply it, then answer as a client whose deadline passed.
+		p := a.(clienttesting.PatchAction)
+		var body struct {
+			Spec v1.NodeSpec `json:"spec"`
+		}
+		if err := json.Unmarshal(p.GetPatch(), &body); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := h.client.Tracker().Get(a.GetResource(), "", p.GetName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := obj.(*v1.Node).DeepCopy()
+		n.Spec.PodCIDR, n.Spec.PodCIDRs = body.Spec.PodCIDR, body.Spec.PodCIDRs
+		if err := h.client.Tracker().Update(a.GetResource(), n, ""); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, context.DeadlineExceeded
+	})
+	if err := h.c.sync(context.Background(), "a"); err == nil || !strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("sync of a after a lost answer: %v, want an error saying the write got no answer", err)
+	}
+	h.client.ClearActions()
+	// The informer has not seen a's CIDRs yet: b must still not get them.
+	if err := h.sync("b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.podCIDRs("b"); !slices.Equal(got, []string{"10.244.1.0/24"}) {
+		t.Fatalf("b got %v, want 10.244.1.0/24 (10.244.0.0/24 may be a's)", got)
+	}
+	// The retry sends a's CIDRs again, and the informer's copy settles it.
+	if err := h.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.podCIDRs("a"); !slices.Equal(got, []string{"10.244.0.0/24"}) {
+		t.Fatalf("a has %v, want 10.244.0.0/24", got)
+	}
+	if err := h.sync("a"); err != nil {
+		t.Fatal(err)
+	}
+	h.c.ownedMu.Lock()
+	defer h.c.ownedMu.Unlock()
+	if len(h.c.unconfirmed) != 0 || !slices.Equal(h.c.owned["a"], []string{"10.244.0.0/24"}) {
+		t.Errorf("after the retry: unconfirmed %v, a owns %v", h.c.unconfirmed, h.c.owned["a"])
+	}
+}
+
+// answered tells the API server's refusals (the write did not happen) from
+// errors after which it may have (no answer, or the server's own timeout).
+func TestAnswered(t *testing.T) {
+	gr := schema.GroupResource{Resource: "nodes"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, false},
+		{errors.New("connection reset by peer"), false},
+		{apierrors.NewTimeoutError("timeout", 1), false},
+		{apierrors.NewServerTimeout(gr, "patch", 1), false},
+		{apierrors.NewInternalError(errors.New("etcd")), false},
+		{apierrors.NewNotFound(gr, "a"), true},
+		{apierrors.NewTooManyRequests("slow down", 1), true},
+		{apierrors.NewInvalid(schema.GroupKind{Kind: "Node"}, "a", nil), true},
+		{apierrors.NewForbidden(gr, "a", errors.New("rbac")), true},
+	} {
+		if got := answered(tc.err); got != tc.want {
+			t.Errorf("answered(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

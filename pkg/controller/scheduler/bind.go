@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // messageLimit is the API's limit on an event's note.
@@ -52,7 +54,12 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 		Target: v1.ObjectReference{Kind: "Node", Name: node}}
 	s.metrics.bindingsInFlight.Inc()
 	start := s.clock.Now()
-	err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	// Bounded: a binding whose answer never comes is an error; the pod goes
+	// back to the queue, and the retry finds it bound (the informer drops
+	// it, or the API server answers Conflict) if the first call landed.
+	bctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	err := s.client.CoreV1().Pods(pod.Namespace).Bind(bctx, b, metav1.CreateOptions{})
+	cancel()
 	s.metrics.bindingsInFlight.Dec()
 	if err != nil && s.cache.isBound(pod.UID) {
 		// The binding landed although the call failed (a timeout under
@@ -138,7 +145,9 @@ func (s *Scheduler) patchStatus(ctx context.Context, pod *v1.Pod, status map[str
 		return
 	}
 	s.wg.Go(func() {
-		_, err := s.client.CoreV1().Pods(pod.Namespace).Patch(context.WithoutCancel(ctx), pod.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kube.WriteTimeout)
+		defer cancel()
+		_, err := s.client.CoreV1().Pods(pod.Namespace).Patch(pctx, pod.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
 		if err != nil && !apierrors.IsNotFound(err) {
 			klog.FromContext(ctx).Error(err, "Could not "+why, "pod", klog.KObj(pod))
 		}
@@ -259,6 +268,8 @@ func (s *Scheduler) deleteVictim(ctx context.Context, preemptor, victim *v1.Pod,
 	cond := map[string]any{"type": v1.DisruptionTarget, "status": v1.ConditionTrue, "reason": v1.PodReasonPreemptionByScheduler,
 		"message": preemptor.Spec.SchedulerName + ": preempting to accommodate a higher priority pod", "lastTransitionTime": metav1.NewTime(s.clock.Now())}
 	body, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{cond}}})
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
 	if _, err := s.client.CoreV1().Pods(victim.Namespace).Patch(ctx, victim.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
