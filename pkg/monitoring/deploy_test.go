@@ -347,6 +347,47 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	t.Logf("%d queries use %d of the %d exported metrics", len(queries), len(used), len(metrics))
 }
 
+// Every selector of the dashboard and of the rules names nodeshepherd's job:
+// kube-scheduler and kube-controller-manager export the same upstream names
+// (scheduler_pending_pods, node_collector_*), and without a job matcher a
+// panel or an alert would mix in their series. The rules select
+// job="nodeshepherd" (the Helm chart's ServiceMonitor and the documented
+// scrape job); the dashboard its $job variable, which defaults to it.
+func TestDashboardAndAlertsSelectNodeShepherdsJob(t *testing.T) {
+	check := func(where, expr, want string) {
+		t.Helper()
+		sels, err := monitoring.Selectors(expr)
+		if err != nil {
+			t.Errorf("%s: %q: %v", where, expr, err)
+			return
+		}
+		for _, s := range sels {
+			if !s.Has("job") {
+				t.Errorf("%s: %s has no job matcher (want %s): %q", where, s.Name, want, expr)
+			}
+		}
+		if !strings.Contains(expr, want) {
+			t.Errorf("%s: %q does not select %s", where, expr, want)
+		}
+	}
+	for _, q := range dashboardQueries(t, filepath.Join(deployDir, "dashboard.json")) {
+		check(q.where, q.expr, `job=~"$job"`)
+	}
+	rules := readRules(t, filepath.Join(deployDir, "prometheusrule.yaml"))
+	for _, g := range rules.Spec.Groups {
+		for _, r := range g.Rules {
+			check(fmt.Sprintf("prometheusrule.yaml > %s > %s%s", g.Name, r.Alert, r.Record), r.Expr, `job="nodeshepherd"`)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(deployDir, "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"name": "job"`) || !strings.Contains(string(b), `"query": "nodeshepherd"`) {
+		t.Errorf("dashboard.json: no job variable defaulting to nodeshepherd")
+	}
+}
+
 // Every alert says what happened and points to what to do: summary,
 // description, a severity, and a runbook_url whose anchor is a heading of
 // docs/monitoring.md.

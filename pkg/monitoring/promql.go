@@ -37,7 +37,7 @@ var groupings = map[string]bool{"by": true, "without": true, "on": true, "ignori
 // string, unbalanced brackets, a regular expression on __name__) is an error
 // that gives the offset.
 func MetricNames(expr string) ([]string, error) {
-	l := lexer{s: expr, seen: map[string]bool{}}
+	l := lexer{s: expr, seen: map[string]bool{}, pending: -1}
 	if err := l.run(); err != nil {
 		return nil, err
 	}
@@ -49,6 +49,38 @@ type lexer struct {
 	i     int
 	names []string
 	seen  map[string]bool
+	// sels are the selectors in order, and pending the index of the one
+	// whose {...} comes next (-1: none).
+	sels    []Selector
+	pending int
+}
+
+// Selector is one place an expression selects a metric: its name and the
+// labels its matchers constrain (a Grafana variable in the braces counts
+// as no label).
+type Selector struct {
+	Name   string
+	Labels []string
+}
+
+// Has reports whether the selector constrains label.
+func (s Selector) Has(label string) bool {
+	for _, l := range s.Labels {
+		if l == label {
+			return true
+		}
+	}
+	return false
+}
+
+// Selectors returns every metric selector of expr, in order, one per
+// occurrence: a test can then require a label (job) on each.
+func Selectors(expr string) ([]Selector, error) {
+	l := lexer{s: expr, seen: map[string]bool{}, pending: -1}
+	if err := l.run(); err != nil {
+		return nil, err
+	}
+	return l.sels, nil
 }
 
 func (l *lexer) add(name string) {
@@ -161,6 +193,14 @@ func (l *lexer) number() {
 func (l *lexer) matchers() error {
 	start := l.i
 	l.i++
+	owner := l.pending
+	l.pending = -1
+	if owner < 0 {
+		// A selector without a name outside the braces: {__name__="x"}.
+		l.sels = append(l.sels, Selector{})
+		owner = len(l.sels) - 1
+	}
+	sel := &l.sels[owner]
 	for {
 		l.skipSpace()
 		if l.i >= len(l.s) {
@@ -204,6 +244,7 @@ func (l *lexer) matchers() error {
 		if op == "" {
 			if c == '"' || c == '\'' || c == '`' {
 				l.add(label) // {"metric.name", ...}
+				sel.Name = label
 				continue
 			}
 			return l.errorf(l.i, "label %q without a matcher (=, !=, =~, !~)", label)
@@ -223,6 +264,9 @@ func (l *lexer) matchers() error {
 				return l.errorf(at, "__name__%s%q: only __name__=\"...\" names one metric", op, value)
 			}
 			l.add(value)
+			sel.Name = value
+		} else {
+			sel.Labels = append(sel.Labels, label)
 		}
 	}
 }
@@ -292,6 +336,10 @@ func (l *lexer) run() error {
 				// an operator or a function call, not a metric
 			default:
 				l.add(word)
+				l.sels = append(l.sels, Selector{Name: word})
+				if next == '{' {
+					l.pending = len(l.sels) - 1
+				}
 			}
 		case c >= '0' && c <= '9' || c == '.':
 			l.number()

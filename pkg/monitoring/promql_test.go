@@ -1,6 +1,7 @@
 package monitoring
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -93,4 +94,26 @@ func FuzzMetricNames(f *testing.F) {
 			t.Fatalf("MetricNames(%q) = %q, wrapped in sum by (...): %q", expr, names, wrapped)
 		}
 	})
+}
+
+func TestSelectors(t *testing.T) {
+	for _, tc := range []struct {
+		expr string
+		want []Selector
+	}{
+		{`sum(a)`, []Selector{{Name: "a"}}},
+		{`sum(rate(a{job="x", zone=~"$zone"}[5m])) / b{job=~"$job"}`,
+			[]Selector{{Name: "a", Labels: []string{"job", "zone"}}, {Name: "b", Labels: []string{"job"}}}},
+		{`{__name__="a", job="x"} or vector(0)`, []Selector{{Name: "a", Labels: []string{"job"}}}},
+		{`max by (zone) (a{state="x"}) == 1 and a`, []Selector{{Name: "a", Labels: []string{"state"}}, {Name: "a"}}},
+	} {
+		got, err := Selectors(tc.expr)
+		if err != nil {
+			t.Errorf("%q: %v", tc.expr, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%q: selectors %+v, want %+v", tc.expr, got, tc.want)
+		}
+	}
 }

@@ -113,25 +113,84 @@ func TestHelmChartRejectsBadValues(t *testing.T) {
 	}
 }
 
-// TestHelmChartServiceMonitor: off by default, and when on it scrapes the
-// metrics Service's HTTPS port.
+// TestHelmChartServiceMonitor: the ServiceMonitor scrapes as job
+// "nodeshepherd" (the job the dashboard and alerts select), and Prometheus
+// sends its token only to a server it verifies: the CA comes from the
+// serving certificate's Secret or is named; skipping verification is only
+// what is asked for, and without either the render fails saying what to set.
 func TestHelmChartServiceMonitor(t *testing.T) {
 	chart := filepath.Join(framework.RepoRoot(t), "charts", "nodeshepherd")
 	if objs := helmTemplate(t, chart, ``); hasKind(objs, "ServiceMonitor") {
 		t.Errorf("a ServiceMonitor by default")
 	}
-	objs := helmTemplate(t, chart, `metrics: {serviceMonitor: {enabled: true}}`)
-	for _, o := range objs {
-		if o["kind"] != "ServiceMonitor" {
-			continue
+	endpoint := func(t *testing.T, values string) (map[string]any, []map[string]any) {
+		t.Helper()
+		objs := helmTemplate(t, chart, values)
+		for _, o := range objs {
+			if o["kind"] != "ServiceMonitor" {
+				continue
+			}
+			if got := dig(o, "spec", "jobLabel"); got != "app.kubernetes.io/name" {
+				t.Errorf("jobLabel %v, want app.kubernetes.io/name (job=\"nodeshepherd\", which the dashboard and alerts select)", got)
+			}
+			ep := dig(o, "spec", "endpoints").([]any)[0].(map[string]any)
+			if ep["port"] != "https" || ep["scheme"] != "https" || ep["path"] != "/metrics" {
+				t.Errorf("ServiceMonitor endpoint %v, want port https, scheme https, path /metrics", ep)
+			}
+			return ep, objs
 		}
-		ep := dig(o, "spec", "endpoints").([]any)[0].(map[string]any)
-		if ep["port"] != "https" || ep["scheme"] != "https" || ep["path"] != "/metrics" {
-			t.Errorf("ServiceMonitor endpoint %v, want port https, scheme https, path /metrics", ep)
-		}
-		return
+		t.Fatalf("no ServiceMonitor with values %s", values)
+		return nil, nil
 	}
-	t.Errorf("no ServiceMonitor with metrics.serviceMonitor.enabled")
+	// The Service's label becomes the job: it must be "nodeshepherd".
+	for _, o := range helmTemplate(t, chart, ``) {
+		if o["kind"] == "Service" && dig(o, "metadata", "labels", "app.kubernetes.io/name") != "nodeshepherd" {
+			t.Errorf("Service %v lacks app.kubernetes.io/name: nodeshepherd (the ServiceMonitor's job)", dig(o, "metadata", "name"))
+		}
+	}
+
+	t.Run("no CA and no skip: refused", func(t *testing.T) {
+		out, err := runHelmTemplate(t, chart, `metrics: {serviceMonitor: {enabled: true}}`)
+		if err == nil || !strings.Contains(string(out), "metrics.tls.secretName") || !strings.Contains(string(out), "insecureSkipVerify") {
+			t.Errorf("render without a CA: err %v, output %s; want a failure naming metrics.tls.secretName and insecureSkipVerify", err, out)
+		}
+	})
+	t.Run("serving Secret: mounted, CA from it, verified", func(t *testing.T) {
+		ep, objs := endpoint(t, `metrics: {tls: {secretName: metrics-tls}, serviceMonitor: {enabled: true}}`)
+		tls := ep["tlsConfig"].(map[string]any)
+		if tls["insecureSkipVerify"] == true || dig(tls, "ca", "secret", "name") != "metrics-tls" || dig(tls, "ca", "secret", "key") != "ca.crt" ||
+			tls["serverName"] != "nodeshepherd-metrics."+framework.DeployNamespace+".svc" {
+			t.Errorf("tlsConfig %v, want ca.crt of Secret metrics-tls, serverName nodeshepherd-metrics.%s.svc, verified", tls, framework.DeployNamespace)
+		}
+		var mounted, configured bool
+		for _, o := range objs {
+			switch o["kind"] {
+			case "Deployment":
+				for _, v := range dig(o, "spec", "template", "spec", "volumes").([]any) {
+					mounted = mounted || dig(v, "secret", "secretName") == "metrics-tls"
+				}
+			case "ConfigMap":
+				cfg, _ := dig(o, "data", "config.yaml").(string)
+				configured = strings.Contains(cfg, "tlsCertFile: /etc/nodeshepherd-tls/tls.crt") && strings.Contains(cfg, "tlsPrivateKeyFile: /etc/nodeshepherd-tls/tls.key")
+			}
+		}
+		if !mounted || !configured {
+			t.Errorf("Secret metrics-tls mounted %v, given to tlsCertFile/tlsPrivateKeyFile %v; want both", mounted, configured)
+		}
+	})
+	t.Run("named CA", func(t *testing.T) {
+		ep, _ := endpoint(t, `metrics: {serviceMonitor: {enabled: true, tlsConfig: {ca: {configMap: {name: ca, key: root.pem}}, serverName: metrics.example}}}`)
+		tls := ep["tlsConfig"].(map[string]any)
+		if dig(tls, "ca", "configMap", "name") != "ca" || tls["serverName"] != "metrics.example" || tls["insecureSkipVerify"] == true {
+			t.Errorf("tlsConfig %v, want the named CA and server name, verified", tls)
+		}
+	})
+	t.Run("skip only when asked", func(t *testing.T) {
+		ep, _ := endpoint(t, `metrics: {serviceMonitor: {enabled: true, tlsConfig: {insecureSkipVerify: true}}}`)
+		if dig(ep, "tlsConfig", "insecureSkipVerify") != true {
+			t.Errorf("tlsConfig %v, want insecureSkipVerify as asked", ep["tlsConfig"])
+		}
+	})
 }
 
 // TestHelmChartAcceptedByAPIServer applies what the chart renders for deploy/

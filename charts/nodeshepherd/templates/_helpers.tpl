@@ -53,6 +53,10 @@ it in companion mode) and what the chart sets. */}}
 {{- $manager := get $cfg "manager" | default dict -}}
 {{- $_ := set $manager "controllers" (include "nodeshepherd.controllers" . | fromJsonArray) -}}
 {{- $_ = set $manager "securePort" (int .Values.metrics.securePort) -}}
+{{- if .Values.metrics.tls.secretName -}}
+{{- $_ = set $manager "tlsCertFile" "/etc/nodeshepherd-tls/tls.crt" -}}
+{{- $_ = set $manager "tlsPrivateKeyFile" "/etc/nodeshepherd-tls/tls.key" -}}
+{{- end -}}
 {{- $_ = set $cfg "manager" $manager -}}
 {{- $le := get $cfg "leaderElection" | default dict -}}
 {{- $_ = set $le "leaderElectResourceNamespace" (include "nodeshepherd.namespace" .) -}}
@@ -60,4 +64,26 @@ it in companion mode) and what the chart sets. */}}
 {{- $_ = set $cfg "apiVersion" "nodeshepherd.io/v1alpha1" -}}
 {{- $_ = set $cfg "kind" "NodeShepherdConfiguration" -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+
+{{/* The ServiceMonitor's tlsConfig: Prometheus sends its token only to a
+server it verified, unless insecureSkipVerify is asked for. */}}
+{{- define "nodeshepherd.serviceMonitorTLS" -}}
+{{- $sm := .Values.metrics.serviceMonitor -}}
+{{- $tls := $sm.tlsConfig | default dict -}}
+{{- if $tls.insecureSkipVerify -}}
+insecureSkipVerify: true
+{{- else -}}
+{{- $ca := $tls.ca | default dict -}}
+{{- if and (not $ca) .Values.metrics.tls.secretName -}}
+{{- $ca = dict "secret" (dict "name" .Values.metrics.tls.secretName "key" "ca.crt") -}}
+{{- end -}}
+{{- if not $ca -}}
+{{- fail "values: metrics.serviceMonitor: Prometheus would send its token to an unverified server: set metrics.tls.secretName (a Secret with tls.crt, tls.key and ca.crt), or metrics.serviceMonitor.tlsConfig.ca naming the CA of the serving certificate, or, only to try things out, metrics.serviceMonitor.tlsConfig.insecureSkipVerify: true (docs/helm.md)" -}}
+{{- end -}}
+ca:
+  {{- toYaml $ca | nindent 2 }}
+serverName: {{ $tls.serverName | default (printf "nodeshepherd-metrics.%s.svc" (include "nodeshepherd.namespace" .)) }}
+{{- end -}}
 {{- end -}}

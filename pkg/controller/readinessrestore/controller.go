@@ -95,6 +95,7 @@ type Controller struct {
 	recorder   record.EventRecorder
 	dryRun     *controllerutil.DryRun
 	restored   prometheus.Counter
+	failed     prometheus.Counter
 	nodeLister corelisters.NodeLister
 	podLister  corelisters.PodLister
 	podIndexer cache.Indexer
@@ -123,14 +124,18 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		dryRun: controllerutil.NewDryRun(cfg.DryRun, Name, reg, d.Recorder),
 		restored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: Name, Name: "pod_readiness_restored_total",
 			Help: "Pods given Ready=True back after kube-controller-manager marked them NotReady and their node recovered."}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: Name, Name: "pod_readiness_restore_errors_total",
+			Help: "Failed attempts to give a pod Ready=True back (conflicts with the kubelet and deleted pods excluded); each is retried with backoff."}),
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "readiness_restore", Clock: d.Clock}),
 		queued: map[string]bool{},
 	}
-	if err := reg.Register(c.restored); err != nil {
-		return nil, err
+	for _, m := range []prometheus.Collector{c.restored, c.failed} {
+		if err := reg.Register(m); err != nil {
+			return nil, err
+		}
 	}
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
@@ -245,6 +250,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	delete(c.queued, key)
 	c.mu.Unlock()
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	// One sync's read and write are bounded: an answer that never comes is
+	// an error, retried with backoff; the retry reads the pod again, so a
+	// write that landed unanswered is seen, not assumed.
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
 	pod, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -287,6 +297,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if err != nil {
+		c.failed.Inc()
 		return errors.Join(fmt.Errorf("restoring readiness of pod %s", key), err)
 	}
 	c.restored.Inc()
