@@ -61,7 +61,7 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute): // a busy machine under -race
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
