@@ -86,6 +86,14 @@ func TestSecureServing(t *testing.T) {
 	framework.Eventually(t, 2*time.Minute, "the leader running its controllers, /readyz 200 on HTTPS without a token", func(ctx context.Context) (bool, string, error) {
 		n := *ns
 		n.Token = prometheus
+		resp, err := n.Get(ctx, "/metrics")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK { // Metric fails the test on that
+			return false, "/metrics " + resp.Status, nil
+		}
 		if v := n.Metric(t, "nodeshepherd_leader", nil); v != 1 {
 			return false, fmt.Sprintf("nodeshepherd_leader %v", v), nil
 		}
@@ -93,7 +101,7 @@ func TestSecureServing(t *testing.T) {
 			return false, "leading; controllers not running yet", nil
 		}
 		n.Token = ""
-		resp, err := n.Get(ctx, "/readyz")
+		resp, err = n.Get(ctx, "/readyz")
 		if err != nil {
 			return false, err.Error(), nil
 		}
