@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane helm chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
+.PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
 
 all: build controlplane
 
@@ -53,6 +53,11 @@ test: vet lint controlplane helm chromium
 ## test-unit: only the tests that need no control plane, race detector on
 test-unit:
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
+
+## test-loaded: make test LOADED_RUNS times (3) in a row while make test-unit runs in a loop beside it, as on a
+## busy CI box; the loop stops at the end (hack/test-loaded.sh: LOADED_CPUS=0,1 pins to 2 CPUs, LOADED_CMD, LOADED_LOAD)
+test-loaded:
+	hack/test-loaded.sh
 
 ## fuzz: every fuzz target for FUZZTIME each (default 1m; make test replays their corpora)
 fuzz:

@@ -65,7 +65,8 @@ func (m *manager) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
-	// Standbys are ready: they serve health and take over on failure.
+	// Ready from here on (see manager.ready): a standby serves health and
+	// takes over on failure; becoming the leader does not make it unready.
 	m.ready.Store(true)
 	elected := make(chan struct{})
 	go func() {
@@ -96,7 +97,6 @@ func (m *manager) lead(ctx context.Context) error {
 func (m *manager) runWhileLeading(ctx, leading context.Context) leadResult {
 	m.isLeader.Set(1)
 	defer m.isLeader.Set(0)
-	m.ready.Store(false)
 	cctx, cancel := context.WithCancel(leading)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()

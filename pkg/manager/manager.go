@@ -211,7 +211,12 @@ type manager struct {
 	reg         *prometheus.Registry
 	isLeader    prometheus.Gauge
 	broadcaster record.EventBroadcaster
-	// ready answers /readyz: standbys and synced leaders are ready.
+	// ready answers /readyz. It goes false -> true once and never back (a
+	// failure answers 500 instead): with leader election once the process
+	// serves and campaigns, so a standby is ready and a new leader stays
+	// ready while its caches sync (a Service or a rollout must not see the
+	// pod flap when it takes over; caches that do not sync fail it); without,
+	// once its caches synced. docs/operations.md says the same.
 	ready atomic.Bool
 	// running is true from the controllers' start until they have returned;
 	// the Lease is not released while it is true.

@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,7 +61,7 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute): // a busy machine under -race
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
@@ -243,5 +245,53 @@ func TestCachesThatNeverSyncLetGo(t *testing.T) {
 	}
 	if h := holder(t, client); h != "" {
 		t.Errorf("lease held by %q, want released", h)
+	}
+}
+
+// readyz answers /readyz of m.
+func readyz(m *manager) (int, string) {
+	rec := httptest.NewRecorder()
+	m.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	return rec.Code, strings.TrimSpace(rec.Body.String())
+}
+
+// /readyz goes 503 -> 200 once: with leader election a standby is ready and
+// stays ready while it takes over (here its controllers are still being
+// built when it leads); without, it is ready once its controllers start.
+func TestReadyzDoesNotFlapOnTakeover(t *testing.T) {
+	for _, le := range []bool{true, false} {
+		client := fake.NewClientset()
+		building, release, running := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		opts := testOptions(nil)
+		opts.LeaderElection.Enabled = le
+		opts.Constructors = map[string]Constructor{"test": func(Context) (Controller, error) {
+			close(building)
+			<-release
+			return ctrlFunc(func(ctx context.Context) error { close(running); <-ctx.Done(); return nil }), nil
+		}}
+		m := &manager{}
+		if code, body := readyz(m); code != http.StatusServiceUnavailable || body != "starting" {
+			t.Errorf("leader election %v: before Run: %d %q, want 503 starting", le, code, body)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- runWith(ctx, client, opts, m) }()
+		wait(t, building, "the leader to build its controllers")
+		want := http.StatusServiceUnavailable
+		if le {
+			want = http.StatusOK
+		}
+		if code, body := readyz(m); code != want {
+			t.Errorf("leader election %v: while the new leader starts: %d %q, want %d", le, code, body, want)
+		}
+		close(release)
+		wait(t, running, "the controller to run")
+		if code, body := readyz(m); code != http.StatusOK {
+			t.Errorf("leader election %v: while the controllers run: %d %q, want 200", le, code, body)
+		}
+		cancel()
+		if err := wait(t, done, "Run to return"); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
 	}
 }

@@ -139,7 +139,7 @@ func WaitEvents(t testing.TB, c kubernetes.Interface, fieldSelector string, min 
 	t.Helper()
 	var total int32
 	var msgs []string
-	Eventually(t, 30*time.Second, "events "+fieldSelector, func(ctx context.Context) (bool, string, error) {
+	Eventually(t, time.Minute, "events "+fieldSelector, func(ctx context.Context) (bool, string, error) {
 		evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: fieldSelector})
 		if err != nil {
 			return false, "", err

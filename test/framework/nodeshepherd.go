@@ -79,10 +79,10 @@ func StartNodeShepherd(t testing.TB, cfg *rest.Config, ctrl controllers.Config, 
 	case n.Addr = <-addr:
 	case err := <-n.done:
 		t.Fatalf("nodeshepherd stopped at start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("nodeshepherd did not serve within 30s")
+	case <-time.After(2 * time.Minute): // a busy machine under -race
+		t.Fatal("nodeshepherd did not serve within 2m")
 	}
-	Eventually(t, 30*time.Second, "nodeshepherd ready", func(ctx context.Context) (bool, string, error) {
+	Eventually(t, 2*time.Minute, "nodeshepherd ready", func(ctx context.Context) (bool, string, error) {
 		resp, err := n.Get(ctx, "/readyz")
 		if err != nil {
 			return false, err.Error(), nil

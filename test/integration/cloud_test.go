@@ -131,10 +131,10 @@ func TestMachineShutdownTaint(t *testing.T) {
 	names := m.NodeNames()
 	waitNodesReady(t, client, names...)
 	machine(t, m, fakenode.MachineShutdown, names[0])
-	framework.Eventually(t, 20*time.Second, "shutdown taint", nodeTainted(client, names[0], cloudnodelifecycle.ShutdownTaint, true))
+	framework.Eventually(t, time.Minute, "shutdown taint", nodeTainted(client, names[0], cloudnodelifecycle.ShutdownTaint, true))
 	machine(t, m, fakenode.MachineStart, names[0])
-	framework.Eventually(t, 20*time.Second, "node Ready again", nodeCondition(client, names[0], v1.NodeReady, v1.ConditionTrue))
-	framework.Eventually(t, 20*time.Second, "shutdown taint removed", nodeTainted(client, names[0], cloudnodelifecycle.ShutdownTaint, false))
+	framework.Eventually(t, time.Minute, "node Ready again", nodeCondition(client, names[0], v1.NodeReady, v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "shutdown taint removed", nodeTainted(client, names[0], cloudnodelifecycle.ShutdownTaint, false))
 }
 
 // TestCloudNeverDeletesOnDoubt: a Ready node reported missing, a not-ready
@@ -193,7 +193,7 @@ func TestCloudDeletionRateAndIncidentGuard(t *testing.T) {
 	// fail one by one are deleted until the threshold is crossed.)
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: names[3:8]})
 	for _, n := range names[3:8] {
-		framework.Eventually(t, 20*time.Second, n+" Unknown", nodeCondition(client, n, v1.NodeReady, v1.ConditionUnknown))
+		framework.Eventually(t, time.Minute, n+" Unknown", nodeCondition(client, n, v1.NodeReady, v1.ConditionUnknown))
 	}
 	for _, n := range names[3:8] {
 		setMachineState(t, client, n, fakecloud.Deleted)

@@ -46,7 +46,7 @@ func TestCompanionReadinessRestore(t *testing.T) {
 	node := m.NodeNames()[0]
 	waitNodesReady(t, client, m.NodeNames()...)
 	createPod(t, client, "app", node, tolerations(nil))
-	framework.Eventually(t, 20*time.Second, "pod Ready", podReadyIs(client, "app", v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "pod Ready", podReadyIs(client, "app", v1.ConditionTrue))
 
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{node}})
 	framework.Eventually(t, 30*time.Second, "pod marked NotReady by kube-controller-manager", func(ctx context.Context) (bool, string, error) {
@@ -92,7 +92,7 @@ func runUntilError(t *testing.T, cfg *rest.Config, ctrl controllers.Config, name
 // names the controller and what happened to it.
 func conflictEvent(t *testing.T, client kubernetes.Interface, node, want string) {
 	t.Helper()
-	framework.Eventually(t, 20*time.Second, "ConflictingWriter event on "+node, func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "ConflictingWriter event on "+node, func(ctx context.Context) (bool, string, error) {
 		evs, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + companion.EventConflictingWriter + ",involvedObject.name=" + node})
 		if err != nil {
 			return false, "", err

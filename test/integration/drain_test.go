@@ -440,7 +440,7 @@ func TestDrainDryRun(t *testing.T) {
 			t.Errorf("dry run wrote to %s", n)
 		}
 	}
-	framework.Eventually(t, 10*time.Second, "web untouched", deploymentReady(client, "web", 3))
+	framework.Eventually(t, time.Minute, "web untouched", deploymentReady(client, "web", 3))
 	if got := ns.Metric(t, "nodeshepherd_drain_evictions_total", nil); got != 0 {
 		t.Errorf("%v eviction requests in dry run", got)
 	}

@@ -159,7 +159,7 @@ func waitRenewals(t *testing.T, client kubernetes.Interface, node string, count 
 		t.Fatal(err)
 	}
 	for i := 0; i < count; i++ {
-		framework.Eventually(t, 10*time.Second, "lease renewal of "+node, func(ctx context.Context) (bool, string, error) {
+		framework.Eventually(t, time.Minute, "lease renewal of "+node, func(ctx context.Context) (bool, string, error) {
 			rt, err := framework.LeaseRenewTime(ctx, client, node)
 			if err != nil {
 				return false, "", err
@@ -239,20 +239,20 @@ func TestInjectedConditionShowsAndClears(t *testing.T) {
 			Condition: &fakenode.Condition{Type: typ, Status: v1.ConditionTrue}}); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 10*time.Second, string(typ)+" set", conditionCount(typ, v1.ConditionTrue))
+		framework.Eventually(t, time.Minute, string(typ)+" set", conditionCount(typ, v1.ConditionTrue))
 		if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.ClearCondition, Target: target,
 			Condition: &fakenode.Condition{Type: typ}}); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 10*time.Second, string(typ)+" cleared", conditionCount(typ, v1.ConditionFalse))
+		framework.Eventually(t, time.Minute, string(typ)+" cleared", conditionCount(typ, v1.ConditionFalse))
 	}
 	// With a duration the condition clears by itself.
 	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.SetCondition, Target: target, Duration: 2 * time.Second,
 		Condition: &fakenode.Condition{Type: v1.NodeDiskPressure, Status: v1.ConditionTrue}}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, 10*time.Second, "DiskPressure set", conditionCount(v1.NodeDiskPressure, v1.ConditionTrue))
-	framework.Eventually(t, 10*time.Second, "DiskPressure cleared after 2s", conditionCount(v1.NodeDiskPressure, v1.ConditionFalse))
+	framework.Eventually(t, time.Minute, "DiskPressure set", conditionCount(v1.NodeDiskPressure, v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "DiskPressure cleared after 2s", conditionCount(v1.NodeDiskPressure, v1.ConditionFalse))
 }
 
 // TestPodStatusAfterPartition is the seed 002 incident: while a node is away,
@@ -288,7 +288,7 @@ func TestPodStatusAfterPartition(t *testing.T) {
 					return c != nil && c.Status == want, fmt.Sprintf("phase %s, Ready %+v", p.Status.Phase, c), nil
 				}
 			}
-			framework.Eventually(t, 20*time.Second, "pod Ready", podReady(v1.ConditionTrue))
+			framework.Eventually(t, time.Minute, "pod Ready", podReady(v1.ConditionTrue))
 
 			target := fakenode.Target{Nodes: []string{node}}
 			if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.Partition, Target: target}); err != nil {
@@ -299,7 +299,7 @@ func TestPodStatusAfterPartition(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !stale {
-				framework.Eventually(t, 20*time.Second, "pod re-posted Ready=True after the partition", podReady(v1.ConditionTrue))
+				framework.Eventually(t, time.Minute, "pod re-posted Ready=True after the partition", podReady(v1.ConditionTrue))
 				return
 			}
 			// The node is back (its lease renews) yet the pod stays NotReady.
@@ -313,7 +313,7 @@ func TestPodStatusAfterPartition(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			framework.Eventually(t, 20*time.Second, "pod Ready after a kubelet restart", podReady(v1.ConditionTrue))
+			framework.Eventually(t, time.Minute, "pod Ready after a kubelet restart", podReady(v1.ConditionTrue))
 		})
 	}
 }

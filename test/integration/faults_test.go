@@ -291,7 +291,10 @@ func TestAPIServerRestartMidEvictionAndDrain(t *testing.T) {
 	kubeconfig := proxyKubeconfig(t, proxy, cp.RESTConfig())
 	var cmds []*exec.Cmd
 	for range 2 {
-		cmds = append(cmds, framework.StartBinary(t, "run", "--kubeconfig", kubeconfig, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t))))
+		cmd, _ := startListening(t, func(port int) []string {
+			return []string{"run", "--kubeconfig", kubeconfig, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port)}
+		})
+		cmds = append(cmds, cmd)
 	}
 	waitNodesReady(t, client, names...)
 	holder := func(ctx context.Context) (string, int32, time.Time, error) {

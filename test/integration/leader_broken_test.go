@@ -83,7 +83,7 @@ func TestBrokenLeaderLetsGo(t *testing.T) {
 				t.Fatalf("the broken leader exited with %v, want a non-zero exit code", err)
 			}
 			t.Logf("broken leader exited %v after it began leading: %v", exitedAt.Sub(leading).Round(time.Millisecond), err)
-			waitHolder(t, client, standby.Process.Pid, 4*time.Second+time.Second) // lease duration, plus a retry period of slack
+			waitHolder(t, client, standby.Process.Pid, 4*time.Second+10*time.Second) // lease duration, plus slack for a busy machine (the log says how long it took)
 			t.Logf("standby leads %v after the broken leader exited", time.Since(exitedAt).Round(time.Millisecond))
 			if log := binaryLog(t, leader); !strings.Contains(log, tc.wantLog) {
 				t.Errorf("the broken leader's log does not say %q:\n%s", tc.wantLog, tail(log, 30))
@@ -91,7 +91,7 @@ func TestBrokenLeaderLetsGo(t *testing.T) {
 			_ = standby.Process.Kill()
 			_, _ = standby.Process.Wait()
 			// The next case starts with a free Lease.
-			waitHolder(t, client, 0, 10*time.Second)
+			waitHolder(t, client, 0, time.Minute)
 		})
 	}
 }

@@ -104,7 +104,9 @@ func TestNodeIPAMFailoverNeverGivesACIDRTwice(t *testing.T) {
 	for range 3 {
 		p := framework.StartProxy(t, server.Host)
 		path := framework.WriteKubeconfig(t, "https://"+p.Addr(), cp.CAData(), cp.RESTConfig().BearerToken)
-		cmd := framework.StartBinary(t, "run", "--kubeconfig", path, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		cmd, _ := startListening(t, func(port int) []string {
+			return []string{"run", "--kubeconfig", path, "--config", confPath, "--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", port)}
+		})
 		replicas = append(replicas, &ipamReplica{pid: cmd.Process.Pid, proxy: p})
 	}
 	waitLeader := func(not *ipamReplica) *ipamReplica {

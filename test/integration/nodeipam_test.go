@@ -120,7 +120,7 @@ func TestNodeIPAMReuseExhaustionAndRestart(t *testing.T) {
 			t.Errorf("%s changed from %v to %v across a restart", n, cs, after[n])
 		}
 	}
-	framework.Eventually(t, 20*time.Second, "CIDRNotAvailable event for n4", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "CIDRNotAvailable event for n4", func(ctx context.Context) (bool, string, error) {
 		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=CIDRNotAvailable,involvedObject.name=n4"})
 		if err != nil || len(evs.Items) == 0 {
 			return false, fmt.Sprint(err), nil
@@ -131,7 +131,7 @@ func TestNodeIPAMReuseExhaustionAndRestart(t *testing.T) {
 	if err := client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, 20*time.Second, "n4 gets the freed block", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "n4 gets the freed block", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, "n4", metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
@@ -151,7 +151,7 @@ func TestNodeIPAMLeavesForeignCIDRsAlone(t *testing.T) {
 		}
 	}
 	framework.StartNodeShepherd(t, cp.RESTConfig(), ipamConfig("10.10.0.0/24", 26), onlyIPAM)
-	framework.Eventually(t, 20*time.Second, "events for the unusable CIDRs", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "events for the unusable CIDRs", func(ctx context.Context) (bool, string, error) {
 		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + nodeipam.EventCIDRAssignmentFailed})
 		if err != nil {
 			return false, "", err

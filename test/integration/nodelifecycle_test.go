@@ -217,13 +217,13 @@ func TestNodeFailureEvictionAndRecovery(t *testing.T) {
 	})
 
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{victim}})
-	framework.Eventually(t, 15*time.Second, "victim Unknown", nodeCondition(client, victim, v1.NodeReady, v1.ConditionUnknown))
-	framework.Eventually(t, 5*time.Second, "unreachable NoExecute taint", nodeTainted(client, victim, nodelifecycle.UnreachableTaint, true))
+	framework.Eventually(t, time.Minute, "victim Unknown", nodeCondition(client, victim, v1.NodeReady, v1.ConditionUnknown))
+	framework.Eventually(t, time.Minute, "unreachable NoExecute taint", nodeTainted(client, victim, nodelifecycle.UnreachableTaint, true))
 	tainted := kube.FindTaint(getNode(t, client, victim), nodelifecycle.UnreachableTaint).TimeAdded.Time
-	framework.Eventually(t, 5*time.Second, "unreachable NoSchedule taint", nodeTainted(client, victim, v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoSchedule}, true))
-	framework.Eventually(t, 5*time.Second, "pods NotReady", podReadyIs(client, "toleration-forever", v1.ConditionFalse))
-	framework.Eventually(t, 5*time.Second, "tolerationSeconds 0 evicted at once", podEvicted(client, "toleration-0"))
-	framework.Eventually(t, 10*time.Second, "tolerationSeconds 3 evicted", podEvicted(client, "toleration-3"))
+	framework.Eventually(t, time.Minute, "unreachable NoSchedule taint", nodeTainted(client, victim, v1.Taint{Key: v1.TaintNodeUnreachable, Effect: v1.TaintEffectNoSchedule}, true))
+	framework.Eventually(t, time.Minute, "pods NotReady", podReadyIs(client, "toleration-forever", v1.ConditionFalse))
+	framework.Eventually(t, time.Minute, "tolerationSeconds 0 evicted at once", podEvicted(client, "toleration-0"))
+	framework.Eventually(t, time.Minute, "tolerationSeconds 3 evicted", podEvicted(client, "toleration-3"))
 	if d := time.Since(tainted); d < 2*time.Second {
 		t.Errorf("pod with tolerationSeconds=3 gone %v after the taint", d)
 	}
@@ -248,15 +248,15 @@ func TestNodeFailureEvictionAndRecovery(t *testing.T) {
 	framework.WaitEvents(t, client, "reason=TaintManagerEviction", 1)
 
 	partition(t, m, fakenode.Heal, fakenode.Target{Nodes: []string{victim}})
-	framework.Eventually(t, 15*time.Second, "victim Ready again", nodeCondition(client, victim, v1.NodeReady, v1.ConditionTrue))
-	framework.Eventually(t, 10*time.Second, "taints lifted", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "victim Ready again", nodeCondition(client, victim, v1.NodeReady, v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "taints lifted", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
 		return len(n.Spec.Taints) == 0, fmt.Sprint(n.Spec.Taints), nil
 	})
-	framework.Eventually(t, 10*time.Second, "kubelet re-posted readiness", podReadyIs(client, "toleration-forever", v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "kubelet re-posted readiness", podReadyIs(client, "toleration-forever", v1.ConditionTrue))
 }
 
 func TestEvictionRateLimitPerZone(t *testing.T) {
@@ -290,7 +290,7 @@ func TestPartialDisruptionStopsTainting(t *testing.T) {
 	waitNodesReady(t, client, names...)
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: names[:3]}) // 3 of 4 in zone-a
 	var since time.Time
-	framework.Eventually(t, 20*time.Second, "zone-a partially disrupted for 12s", func(context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "zone-a partially disrupted for 12s", func(context.Context) (bool, string, error) {
 		partial := ns.Metric(t, "nodeshepherd_nodelifecycle_zone_state", map[string]string{"zone": "zone-a", "state": "PartialDisruption"}) == 1
 		if !partial {
 			since = time.Time{}
@@ -332,7 +332,7 @@ func TestAllZonesDownStopsEvictions(t *testing.T) {
 		createPod(t, client, "p-"+n, n, tolerations(ptr.To[int64](5)))
 	}
 	for _, n := range names {
-		framework.Eventually(t, 20*time.Second, "pod ready", podReadyIs(client, "p-"+n, v1.ConditionTrue))
+		framework.Eventually(t, time.Minute, "pod ready", podReadyIs(client, "p-"+n, v1.ConditionTrue))
 	}
 	partition(t, m, fakenode.Partition, fakenode.Target{All: true})
 	full := func(zone string) func(context.Context) (bool, string, error) {
@@ -341,10 +341,10 @@ func TestAllZonesDownStopsEvictions(t *testing.T) {
 			return v == 1, fmt.Sprintf("%s full=%v", zone, v), nil
 		}
 	}
-	framework.Eventually(t, 20*time.Second, "zone-a fully disrupted", full("zone-a"))
-	framework.Eventually(t, 20*time.Second, "zone-b fully disrupted", full("zone-b"))
+	framework.Eventually(t, time.Minute, "zone-a fully disrupted", full("zone-a"))
+	framework.Eventually(t, time.Minute, "zone-b fully disrupted", full("zone-b"))
 	for _, n := range names {
-		framework.Eventually(t, 5*time.Second, "no NoExecute taint in master disruption mode", nodeTainted(client, n, nodelifecycle.UnreachableTaint, false))
+		framework.Eventually(t, time.Minute, "no NoExecute taint in master disruption mode", nodeTainted(client, n, nodelifecycle.UnreachableTaint, false))
 	}
 	// Longer than the pods' 5s tolerations: nothing is evicted.
 	entered := time.Now()
@@ -374,7 +374,7 @@ func TestAllZonesDownStopsEvictions(t *testing.T) {
 	// another zone is healthy) is tainted at the normal rate again and its pods
 	// are evicted after their tolerations; zone-a's pods stay.
 	partition(t, m, fakenode.Heal, fakenode.Target{Zone: "zone-a"})
-	framework.Eventually(t, 20*time.Second, "zone-a Normal again", func(context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "zone-a Normal again", func(context.Context) (bool, string, error) {
 		v := ns.Metric(t, "nodeshepherd_nodelifecycle_zone_state", map[string]string{"zone": "zone-a", "state": "Normal"})
 		return v == 1, fmt.Sprintf("normal=%v", v), nil
 	})
@@ -384,8 +384,8 @@ func TestAllZonesDownStopsEvictions(t *testing.T) {
 	}
 	for _, n := range names {
 		if m.Zone(n) == "zone-b" {
-			framework.Eventually(t, 20*time.Second, "zone-b node tainted after the mode ends", nodeTainted(client, n, nodelifecycle.UnreachableTaint, true))
-			framework.Eventually(t, 20*time.Second, "zone-b pod evicted", podEvicted(client, "p-"+n))
+			framework.Eventually(t, time.Minute, "zone-b node tainted after the mode ends", nodeTainted(client, n, nodelifecycle.UnreachableTaint, true))
+			framework.Eventually(t, time.Minute, "zone-b pod evicted", podEvicted(client, "p-"+n))
 		}
 	}
 	for _, n := range names {
@@ -409,12 +409,12 @@ func TestExcludedNodeIsTaintedButNotCounted(t *testing.T) {
 	}
 	ns := framework.StartNodeShepherd(t, cfg, fastLifecycle(100), nil)
 	waitNodesReady(t, client, names...)
-	framework.Eventually(t, 10*time.Second, "zone-a counts 2 nodes", func(context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "zone-a counts 2 nodes", func(context.Context) (bool, string, error) {
 		v := ns.Metric(t, "node_collector_zone_size", map[string]string{"zone": "zone-a"})
 		return v == 2, fmt.Sprintf("zone_size %v", v), nil
 	})
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{excluded}})
-	framework.Eventually(t, 15*time.Second, "excluded node still tainted", nodeTainted(client, excluded, nodelifecycle.UnreachableTaint, true))
+	framework.Eventually(t, time.Minute, "excluded node still tainted", nodeTainted(client, excluded, nodelifecycle.UnreachableTaint, true))
 	if v := ns.Metric(t, "node_collector_unhealthy_nodes_in_zone", map[string]string{"zone": "zone-a"}); v != 0 {
 		t.Errorf("excluded node counted as unhealthy: %v", v)
 	}
@@ -461,7 +461,7 @@ func TestStartupGraceForNodeWithoutReady(t *testing.T) {
 	if c := kube.NodeCondition(getNode(t, client, "silent"), v1.NodeReady); c != nil && c.Status == v1.ConditionUnknown {
 		t.Errorf("marked Unknown before --node-startup-grace-period (%v) passed since its creation", testStartupGrace)
 	}
-	framework.Eventually(t, 20*time.Second, "conditions NeverUpdated", nodeCondition(client, "silent", v1.NodeReady, v1.ConditionUnknown))
+	framework.Eventually(t, time.Minute, "conditions NeverUpdated", nodeCondition(client, "silent", v1.NodeReady, v1.ConditionUnknown))
 	n := getNode(t, client, "silent")
 	for _, typ := range []v1.NodeConditionType{v1.NodeReady, v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure} {
 		c := kube.NodeCondition(n, typ)
@@ -494,13 +494,13 @@ func TestConditionAndUnschedulableNoScheduleTaints(t *testing.T) {
 		Condition: &fakenode.Condition{Type: v1.NodeMemoryPressure, Status: v1.ConditionTrue}}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, 10*time.Second, "memory-pressure taint", nodeTainted(client, node, memory, true))
+	framework.Eventually(t, time.Minute, "memory-pressure taint", nodeTainted(client, node, memory, true))
 	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := client.CoreV1().Nodes().Patch(ctx, node, "application/merge-patch+json", cordon, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	unschedulable := v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
-	framework.Eventually(t, 10*time.Second, "unschedulable taint", nodeTainted(client, node, unschedulable, true))
+	framework.Eventually(t, time.Minute, "unschedulable taint", nodeTainted(client, node, unschedulable, true))
 
 	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.ClearCondition, Target: fakenode.Target{Nodes: []string{node}},
 		Condition: &fakenode.Condition{Type: v1.NodeMemoryPressure}}); err != nil {
@@ -510,7 +510,7 @@ func TestConditionAndUnschedulableNoScheduleTaints(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Patch(ctx, node, "application/merge-patch+json", uncordon, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, 10*time.Second, "owned taints lifted, foreign kept", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "owned taints lifted, foreign kept", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
@@ -534,18 +534,18 @@ func TestTaintSwapAndCancelledEviction(t *testing.T) {
 	node := names[0]
 	waitNodesReady(t, client, names...)
 	createPod(t, client, "patient", node, tolerations(ptr.To[int64](600)))
-	framework.Eventually(t, 20*time.Second, "pod Ready", podReadyIs(client, "patient", v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "pod Ready", podReadyIs(client, "patient", v1.ConditionTrue))
 
 	target := fakenode.Target{Nodes: []string{node}}
 	partition(t, m, fakenode.Partition, target)
-	framework.Eventually(t, 20*time.Second, "unreachable taint", nodeTainted(client, node, nodelifecycle.UnreachableTaint, true))
+	framework.Eventually(t, time.Minute, "unreachable taint", nodeTainted(client, node, nodelifecycle.UnreachableTaint, true))
 	// The kubelet comes back but reports Ready=False.
 	if _, err := m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.SetCondition, Target: target,
 		Condition: &fakenode.Condition{Type: v1.NodeReady, Status: v1.ConditionFalse}}); err != nil {
 		t.Fatal(err)
 	}
 	partition(t, m, fakenode.Heal, target)
-	framework.Eventually(t, 10*time.Second, "not-ready taint in place of unreachable", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "not-ready taint in place of unreachable", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
@@ -556,8 +556,8 @@ func TestTaintSwapAndCancelledEviction(t *testing.T) {
 		Condition: &fakenode.Condition{Type: v1.NodeReady}}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, 10*time.Second, "not-ready taint lifted", nodeTainted(client, node, nodelifecycle.NotReadyTaint, false))
-	framework.Eventually(t, 10*time.Second, "pending eviction cancelled", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "not-ready taint lifted", nodeTainted(client, node, nodelifecycle.NotReadyTaint, false))
+	framework.Eventually(t, time.Minute, "pending eviction cancelled", func(ctx context.Context) (bool, string, error) {
 		evs, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=TaintManagerEviction,involvedObject.name=patient"})
 		if err != nil {
 			return false, "", err
@@ -588,11 +588,11 @@ func TestAllZonesDownWithoutStaticStability(t *testing.T) {
 		createPod(t, client, "p-"+n, n, tolerations(nil))
 	}
 	for _, n := range names {
-		framework.Eventually(t, 20*time.Second, "pod ready", podReadyIs(client, "p-"+n, v1.ConditionTrue))
+		framework.Eventually(t, time.Minute, "pod ready", podReadyIs(client, "p-"+n, v1.ConditionTrue))
 	}
 	partition(t, m, fakenode.Partition, fakenode.Target{All: true})
 	for _, n := range names {
-		framework.Eventually(t, 20*time.Second, "pod marked NotReady", podReadyIs(client, "p-"+n, v1.ConditionFalse))
+		framework.Eventually(t, time.Minute, "pod marked NotReady", podReadyIs(client, "p-"+n, v1.ConditionFalse))
 	}
 	if v := ns.Metric(t, "nodeshepherd_nodelifecycle_static_stability_active", nil); v != 0 {
 		t.Errorf("static_stability_active = %v with --static-stability=false", v)

@@ -48,10 +48,10 @@ func TestReadinessRestoredAfterFailover(t *testing.T) {
 	rs := startReplicas(t, cp, restoreConfig, 2)
 	waitNodesReady(t, client, m.NodeNames()...)
 	createPod(t, client, "app", node, tolerations(nil))
-	framework.Eventually(t, 20*time.Second, "pod Ready", podReadyIs(client, "app", v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "pod Ready", podReadyIs(client, "app", v1.ConditionTrue))
 
 	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{node}})
-	framework.Eventually(t, 20*time.Second, "pod marked NotReady, with the mark on the pod", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "pod marked NotReady, with the mark on the pod", func(ctx context.Context) (bool, string, error) {
 		p, err := client.CoreV1().Pods("default").Get(ctx, "app", metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
@@ -62,7 +62,7 @@ func TestReadinessRestoredAfterFailover(t *testing.T) {
 	killed, standby := rs.killLeader(3 * failoverLease)
 	t.Logf("killed %s after the mark; %s leads", killed.name, standby.name)
 	partition(t, m, fakenode.Heal, fakenode.Target{Nodes: []string{node}})
-	framework.Eventually(t, 20*time.Second, "node Ready again", nodeCondition(client, node, v1.NodeReady, v1.ConditionTrue))
+	framework.Eventually(t, time.Minute, "node Ready again", nodeCondition(client, node, v1.NodeReady, v1.ConditionTrue))
 	framework.Eventually(t, 30*time.Second, "readiness restored by the standby", podReadyIs(client, "app", v1.ConditionTrue))
 	p, err := client.CoreV1().Pods("default").Get(framework.Context(t), "app", metav1.GetOptions{})
 	if err != nil {

@@ -59,9 +59,10 @@ func TestSecureServing(t *testing.T) {
 	}
 	prometheus, other := token("prometheus-k8s"), token("not-a-reader")
 
-	port := freePort(t)
-	cmd := framework.StartBinary(t, "run", "--kubeconfig", kubeconfig, "--controllers=nodelifecycle",
-		"--leader-elect-resource-namespace="+framework.DeployNamespace, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port))
+	cmd, port := startListening(t, func(port int) []string {
+		return []string{"run", "--kubeconfig", kubeconfig, "--controllers=nodelifecycle",
+			"--leader-elect-resource-namespace=" + framework.DeployNamespace, "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port)}
+	})
 	ns := &framework.NodeShepherd{Addr: fmt.Sprintf("127.0.0.1:%d", port), Secure: true}
 
 	get := func(path, token string) (int, string) {
@@ -79,14 +80,33 @@ func TestSecureServing(t *testing.T) {
 		}
 		return resp.StatusCode, string(body)
 	}
-	framework.Eventually(t, 60*time.Second, "/readyz 200 on HTTPS without a token", func(ctx context.Context) (bool, string, error) {
+	// The state asserted below is the steady one: this process leads, its
+	// controllers run, and /readyz says ready (docs/operations.md: a standby
+	// is ready too, and stays ready while it takes over).
+	framework.Eventually(t, 2*time.Minute, "the leader running its controllers, /readyz 200 on HTTPS without a token", func(ctx context.Context) (bool, string, error) {
 		n := *ns
-		resp, err := n.Get(ctx, "/readyz")
+		n.Token = prometheus
+		resp, err := n.Get(ctx, "/metrics")
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
+		if resp.StatusCode != http.StatusOK { // Metric fails the test on that
+			return false, "/metrics " + resp.Status, nil
+		}
+		if v := n.Metric(t, "nodeshepherd_leader", nil); v != 1 {
+			return false, fmt.Sprintf("nodeshepherd_leader %v", v), nil
+		}
+		if !strings.Contains(logOf(cmd), "Controllers running") {
+			return false, "leading; controllers not running yet", nil
+		}
+		n.Token = ""
+		resp, err = n.Get(ctx, "/readyz")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, "/readyz " + resp.Status, nil
 	})
 
 	for _, tc := range []struct {
@@ -158,9 +178,10 @@ func TestPlainHTTPOnlyOnLoopback(t *testing.T) {
 	}
 
 	cp := framework.StartControlPlane(t, controlplane.Config{})
-	port := freePort(t)
-	framework.StartBinary(t, "run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle", "--leader-elect=false",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port))
+	_, port := startListening(t, func(port int) []string {
+		return []string{"run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=nodelifecycle", "--leader-elect=false",
+			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port)}
+	})
 	ns := &framework.NodeShepherd{Addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	framework.Eventually(t, 60*time.Second, "plain-HTTP /readyz 200 on loopback", func(ctx context.Context) (bool, string, error) {
 		resp, err := ns.Get(ctx, "/readyz")
@@ -179,9 +200,18 @@ func TestPlainHTTPOnlyOnLoopback(t *testing.T) {
 // inodes (/proc/PID/fd) found in LISTEN state in /proc/net/tcp and tcp6.
 func listeningPorts(t *testing.T, pid int) []int {
 	t.Helper()
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	ports, err := listening(pid)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return ports
+}
+
+// listening is listeningPorts, with an error once the process is gone.
+func listening(pid int) ([]int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
 	}
 	inodes := map[string]bool{}
 	for _, fd := range fds {
@@ -194,7 +224,7 @@ func listeningPorts(t *testing.T, pid int) []int {
 	for _, table := range []string{"tcp", "tcp6"} {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		for _, line := range strings.Split(string(data), "\n")[1:] {
 			f := strings.Fields(line)
@@ -204,13 +234,13 @@ func listeningPorts(t *testing.T, pid int) []int {
 			_, portHex, _ := strings.Cut(f[1], ":")
 			port, err := strconv.ParseInt(portHex, 16, 32)
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			ports = append(ports, int(port))
 		}
 	}
 	slices.Sort(ports)
-	return ports
+	return ports, nil
 }
 
 // writeKubeconfig writes cfg (a bearer token and the cluster's CA) to a

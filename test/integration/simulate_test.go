@@ -178,7 +178,14 @@ func checkHTMLInChromium(t *testing.T, page string, runs int) {
 	if bytes.Contains(dom, []byte("http://")) || bytes.Contains(dom, []byte("https://")) {
 		t.Error("the report refers to the network; it must be self-contained")
 	}
-	shot := filepath.Join(os.TempDir(), "nodeshepherd-simulate-report.png")
+	// Kept after the test for a look, under a name of its own: two runs at
+	// once must not write one file.
+	f, err := os.CreateTemp("", "nodeshepherd-simulate-report-*.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	shot := f.Name()
 	if out, err := exec.CommandContext(ctx, chromium, append(chromiumArgs, "--user-data-dir="+t.TempDir(), "--window-size=1000,2600",
 		"--screenshot="+shot, url)...).CombinedOutput(); err != nil {
 		t.Fatalf("chromium --screenshot: %v: %s", err, out)

@@ -147,7 +147,7 @@ func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
 		t.Fatal("failoverConfig no longer lists its controllers as expected")
 	}
 	rs := startReplicas(t, cp, conf, 2)
-	leader := rs.waitLeader(10 * time.Second)
+	leader := rs.waitLeader(time.Minute)
 
 	const key = "nodeshepherd.io/failover-test"
 	createTEPod(t, client, "patient", node, nil, []string{holdFinalizer}, teToleration(key, ptr.To[int64](20)))
@@ -224,7 +224,7 @@ func TestTaintEvictionRetriesDeniedDeletes(t *testing.T) {
 
 	setNoExecuteTaints(t, client, node, teTaint("nodeshepherd.io/deny-test")) // not tolerated: at once
 	const errorsMetric = "nodeshepherd_tainteviction_pod_deletion_errors_total"
-	framework.Eventually(t, 20*time.Second, "five failed attempts", func(context.Context) (bool, string, error) {
+	framework.Eventually(t, time.Minute, "five failed attempts", func(context.Context) (bool, string, error) {
 		n := ns.Metric(t, errorsMetric, nil)
 		return n >= 5, fmt.Sprintf("%v errors", n), nil
 	})
@@ -298,7 +298,7 @@ func TestTaintEvictionCancelledAndRecreatedPods(t *testing.T) {
 		if err := client.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
 		}
-		framework.Eventually(t, 10*time.Second, name+" gone", func(ctx context.Context) (bool, string, error) {
+		framework.Eventually(t, time.Minute, name+" gone", func(ctx context.Context) (bool, string, error) {
 			_, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 		})

@@ -97,7 +97,7 @@ func TestHandlerEvictionWhoseAnswerWasLost(t *testing.T) {
 	h.sync("n")
 	// The informer sees the pod go (in a cluster, milliseconds after the
 	// eviction) before the fake clock lets the drain look again.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		_, present, _ := h.c.pods.GetByKey("ns/web")
 		if lost.Load() && !present {

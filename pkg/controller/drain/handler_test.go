@@ -128,10 +128,10 @@ func (h *handler) event(reason string) string {
 }
 
 // until steps the fake clock by the drain's poll interval until cond holds,
-// for at most 10s of real time.
+// for at most a minute of real time (a busy machine under -race).
 func (h *handler) until(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("timed out waiting for %s; events %q, writes %q", what, h.events, h.writes())

@@ -16,7 +16,7 @@ func newTestQueue() (*schedulingQueue, *clocktesting.FakeClock) {
 
 func pop(t *testing.T, q *schedulingQueue) (*queuedPod, int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // what is queued pops at once
 	defer cancel()
 	p, cycle, ok := q.Pop(ctx)
 	if !ok {

@@ -31,7 +31,7 @@ func waitRuns(t *testing.T, r *recorder, n int) {
 	for i := 0; i < n; i++ {
 		select {
 		case <-r.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute):
 			t.Fatalf("only %d of %d works ran", i, n)
 		}
 	}
@@ -62,7 +62,7 @@ func TestTimedWorkersImmediateAndDelayed(t *testing.T) {
 	noRun(t, r)
 	clk.Step(5 * time.Second)
 	waitRuns(t, r, 1)
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		_, ok := q.Get("later")
 		return !ok, nil
 	}); err != nil {
@@ -107,7 +107,7 @@ func TestTimedWorkersRetry(t *testing.T) {
 	// armed waits until the retry after the n-th run waits on the clock.
 	armed := func(n int) {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			w, ok := q.Get("k")
 			return ok && w.attempts == n && !w.running, nil
 		}); err != nil {
@@ -116,7 +116,7 @@ func TestTimedWorkersRetry(t *testing.T) {
 	}
 	gone := func() {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			_, ok := q.Get("k")
 			return !ok, nil
 		}); err != nil {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs `make test` several times in a row while a CPU-heavy job (by default
+# `make test-unit`, in a loop) runs beside it: the busy CI box that a test
+# with a deadline for a fast machine, a race with the harness or a shared
+# port fails on (issue 31). Every run goes on even if one fails; the exit
+# status is non-zero if any did. The load loop is stopped at the end, also
+# on failure or Ctrl-C.
+#
+#   make test-loaded                          (3 runs of make test, make test-unit beside)
+#   LOADED_RUNS=5 make test-loaded
+#   LOADED_CPUS=0,1 make test-loaded          (pin both to 2 CPUs, taskset, on a bigger machine)
+#   LOADED_CMD='make test-unit' LOADED_LOAD='make test-unit' make test-loaded
+#
+# Logs: one file per run and the load's in LOADED_LOG_DIR (default a new
+# directory under /tmp, printed).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+runs=${LOADED_RUNS:-3}
+cmd=${LOADED_CMD:-make --no-print-directory test}
+load=${LOADED_LOAD:-make --no-print-directory test-unit}
+cpus=${LOADED_CPUS:-}
+logdir=${LOADED_LOG_DIR:-$(mktemp -d /tmp/nodeshepherd-loaded.XXXXXX)}
+if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "test-loaded: LOADED_RUNS=$runs is not a positive number of runs" >&2
+  exit 2
+fi
+mkdir -p "$logdir" || exit 1
+pin=()
+if [ -n "$cpus" ]; then
+  command -v taskset >/dev/null || { echo "test-loaded: LOADED_CPUS needs taskset (util-linux)" >&2; exit 2; }
+  pin=(taskset -c "$cpus")
+fi
+
+# The load runs in a session of its own so that stopping it stops all its
+# processes (make, go test, the test binaries), and nothing else.
+setsid "${pin[@]}" bash -c "while :; do $load; done" >"$logdir/load.log" 2>&1 &
+loadpid=$!
+stop_load() {
+  if kill -0 "$loadpid" 2>/dev/null; then
+    kill -TERM -- "-$loadpid" 2>/dev/null
+    wait "$loadpid" 2>/dev/null
+    echo "test-loaded: load stopped"
+  fi
+}
+trap stop_load EXIT
+trap 'exit 130' INT TERM
+
+echo "test-loaded: $runs x '$cmd' beside '$load' in a loop (pid $loadpid)${cpus:+, on CPUs $cpus}; $(nproc) CPUs; logs in $logdir"
+failed=0
+for i in $(seq 1 "$runs"); do
+  start=$(date +%s)
+  "${pin[@]}" bash -c "$cmd" >"$logdir/run-$i.log" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then
+    echo "test-loaded: run $i/$runs passed in ${took}s"
+  else
+    failed=$((failed + 1))
+    echo "test-loaded: run $i/$runs FAILED (exit $rc) in ${took}s; failures:"
+    grep -E -- '^(--- FAIL|FAIL|panic:)|_test\.go:[0-9]+:' "$logdir/run-$i.log" | head -40 | sed 's/^/  /'
+  fi
+done
+echo "test-loaded: $((runs - failed)) passed, $failed failed"
+[ $failed -eq 0 ]
