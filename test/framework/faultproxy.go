@@ -65,6 +65,9 @@ const (
 	// FaultGone answers 410 Gone, reason Expired ("too old resource
 	// version"), as after an etcd compaction.
 	FaultGone FaultKind = "gone"
+	// FaultBefore runs Before (the test changes the cluster meanwhile) and
+	// then forwards the request unchanged: a race lost at a chosen moment.
+	FaultBefore FaultKind = "before"
 )
 
 // FaultRule injects Kind into the requests it matches: every Every-th match
@@ -84,6 +87,7 @@ type FaultRule struct {
 	Status      int
 	RetryAfter  int           // seconds, for FaultStatus
 	After       time.Duration // for FaultDropWatch
+	Before      func()        // for FaultBefore
 	Every       int
 	Times       int
 
@@ -420,6 +424,12 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	case FaultHangUnsent:
 		p.record(e)
 		p.hang(r)
+	case FaultBefore:
+		fr.Before()
+		rec := &statusRecorder{ResponseWriter: w}
+		e.Reached = true
+		defer func() { e.Status = rec.status; p.record(e) }()
+		p.rp.ServeHTTP(rec, r)
 	case FaultDropWatch:
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()

@@ -100,9 +100,6 @@ type Controller struct {
 
 	mu      sync.Mutex
 	tainted map[string]*nodeTaints // node -> its NoExecute taints
-	// tolChanged is when this process saw a pod's tolerations change: a
-	// countdown that starts then is not older than the change.
-	tolChanged map[string]tolChange
 
 	// Work for one node always lands on the same shard, so a node update
 	// and a pod update of that node are never handled at the same time.
@@ -120,11 +117,6 @@ type nodeTaints struct {
 }
 
 type taintID struct{ key, value string }
-
-type tolChange struct {
-	uid types.UID
-	at  time.Time
-}
 
 // item is queued work: a node (pod empty) or a pod on a node.
 type item struct {
@@ -150,7 +142,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced:  []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
-		tainted: map[string]*nodeTaints{}, tolChanged: map[string]tolChange{},
+		tainted: map[string]*nodeTaints{},
 		metrics: newMetrics(d.Registry),
 	}
 	c.workers = newTimedWorkers(d.Clock, c.evict, retryBackoff)
@@ -186,9 +178,6 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		},
 		DeleteFunc: func(obj any) {
 			if p, ok := kube.Untombstone(obj).(*v1.Pod); ok {
-				c.mu.Lock()
-				delete(c.tolChanged, podKey(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}))
-				c.mu.Unlock()
 				c.onPod(nil, p)
 			}
 		},
@@ -201,9 +190,6 @@ func (c *Controller) onPod(old, pod *v1.Pod) {
 		if apiequality.Semantic.DeepEqual(old.Spec.Tolerations, pod.Spec.Tolerations) {
 			return
 		}
-		c.mu.Lock()
-		c.tolChanged[podKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})] = tolChange{uid: pod.UID, at: c.clock.Now()}
-		c.mu.Unlock()
 	}
 	node := pod.Spec.NodeName
 	if node == "" && old != nil {
@@ -332,9 +318,6 @@ func (c *Controller) handlePod(ctx context.Context, it item) {
 	key := podKey(it.pod)
 	pod, err := c.podLister.Pods(it.pod.Namespace).Get(it.pod.Name)
 	if err != nil {
-		c.mu.Lock()
-		delete(c.tolChanged, key)
-		c.mu.Unlock()
 		c.cancel(it.pod)
 		return
 	}
@@ -367,7 +350,7 @@ type decision struct {
 // means at once.
 func (c *Controller) decide(logger klog.Logger, pod *v1.Pod, nt *nodeTaints, now time.Time) decision {
 	var d decision
-	arrived := c.podSince(pod)
+	arrived := podSince(pod)
 	for i := range nt.taints {
 		taint := &nt.taints[i]
 		tol := usedToleration(logger, taint, pod.Spec.Tolerations)
@@ -394,7 +377,8 @@ func (c *Controller) decide(logger klog.Logger, pod *v1.Pod, nt *nodeTaints, now
 
 // since is when a taint was put on the node: its timeAdded rounded up to the
 // next second (timeAdded has one-second precision, so the wait is never
-// shorter than tolerationSeconds), or when this process first saw it.
+// shorter than tolerationSeconds), or when this process first saw it (the
+// only start kept in memory: a new leader starts such a countdown again).
 func (nt *nodeTaints) since(t *v1.Taint) time.Time {
 	if t.TimeAdded != nil && !t.TimeAdded.IsZero() {
 		return kube.NotBefore(t.TimeAdded.Time)
@@ -404,21 +388,50 @@ func (nt *nodeTaints) since(t *v1.Taint) time.Time {
 
 // podSince is when the pod came to be where its tolerations count: created
 // or bound (a pod scheduled onto a node tainted long ago gets its whole
-// tolerationSeconds), or its tolerations changed while this process watched.
-func (c *Controller) podSince(pod *v1.Pod) time.Time {
+// tolerationSeconds), or its tolerations last changed. All three are read
+// from the pod, never from this process's memory, so a new leader computes
+// the deadline the old one had.
+func podSince(pod *v1.Pod) time.Time {
 	at := kube.NotBefore(pod.CreationTimestamp.Time)
 	if s := kube.PodCondition(pod, v1.PodScheduled); s != nil && s.Status == v1.ConditionTrue {
 		if t := kube.NotBefore(s.LastTransitionTime.Time); t.After(at) {
 			at = t
 		}
 	}
-	c.mu.Lock()
-	ch, ok := c.tolChanged[podKey(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})]
-	c.mu.Unlock()
-	if ok && ch.uid == pod.UID && ch.at.After(at) {
-		at = ch.at
+	if t := tolerationsChanged(pod); t.After(at) {
+		at = t
 	}
 	return at
+}
+
+// tolerationsChanged is no earlier than the last change to the pod's
+// tolerations after its creation, from the API's own record: a pod's spec
+// changes bump metadata.generation past 1, and the managedFields entry that
+// owns spec.tolerations (an atomic list: whoever last changed it owns all
+// of it) carries the time of that manager's last write, to the second. Its
+// later writes (a label, say) move that time on, so the bound may be late,
+// never early. Zero when the spec never changed or nothing owns the list
+// (managedFields cleared by a client): the pod counts from its arrival.
+func tolerationsChanged(pod *v1.Pod) time.Time {
+	if pod.Generation == 1 {
+		return time.Time{} // the spec is as created
+	}
+	var last time.Time
+	for _, e := range pod.ManagedFields {
+		if e.Subresource != "" || e.Time == nil || e.FieldsV1 == nil || !e.Time.After(last) {
+			continue
+		}
+		var set struct {
+			Spec map[string]json.RawMessage `json:"f:spec"`
+		}
+		if json.Unmarshal(e.FieldsV1.Raw, &set) != nil {
+			continue
+		}
+		if _, ok := set.Spec["f:tolerations"]; ok {
+			last = e.Time.Time
+		}
+	}
+	return kube.NotBefore(last)
 }
 
 // processPod schedules, keeps, moves or cancels one pod's deletion.

@@ -64,7 +64,7 @@ func testPod(name, node string, uid types.UID, created time.Time, tols ...v1.Tol
 // shorter than tolerationSeconds.
 func TestDecide(t *testing.T) {
 	now := base.Add(time.Minute)
-	c := &Controller{tolChanged: map[string]tolChange{}}
+	c := &Controller{}
 	seen := base.Add(3*time.Second + 250*time.Millisecond)
 	nt := func(taints ...v1.Taint) *nodeTaints {
 		n := &nodeTaints{taints: taints, seen: map[taintID]time.Time{}}
@@ -109,15 +109,52 @@ func TestDecide(t *testing.T) {
 			t.Errorf("%s: got must=%v due=%v cause=%q, want %v %v %q", tc.name, d.must, d.due.Sub(base), cause, tc.must, tc.due.Sub(base), tc.cause)
 		}
 	}
-	// A toleration change seen by this process starts the countdown no earlier.
-	pod := testPod("p", "n", "u", old, tolFor("a", ptr.To[int64](10)))
-	c.tolChanged["default/p"] = tolChange{uid: "u", at: base.Add(time.Hour)}
-	if d := c.decide(klog.Background(), pod, nt(noExec("a", at(0))), now); !d.due.Equal(base.Add(time.Hour + 10*time.Second)) {
-		t.Errorf("after a toleration change: due %v", d.due.Sub(base))
+}
+
+// A toleration changed on a running pod counts from the change as the API
+// server recorded it (managedFields, to the second: +1s), so that every
+// leader computes the same deadline; an unchanged spec (generation 1) and
+// writes that own no tolerations do not count.
+func TestDecideTolerationChanged(t *testing.T) {
+	now := base.Add(time.Minute)
+	entry := func(manager, sub string, at time.Duration, fields string) metav1.ManagedFieldsEntry {
+		tm := metav1.NewTime(base.Add(at))
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: sub,
+			Time: &tm, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
 	}
-	c.tolChanged["default/p"] = tolChange{uid: "other", at: base.Add(time.Hour)}
-	if d := c.decide(klog.Background(), pod, nt(noExec("a", at(0))), now); !d.due.Equal(base.Add(11 * time.Second)) {
-		t.Errorf("a change of another pod of that name counted: due %v", d.due.Sub(base))
+	const tols = `{"f:spec":{"f:tolerations":{},"f:containers":{}}}`
+	const labels = `{"f:metadata":{"f:labels":{}}}`
+	const status = `{"f:status":{"f:conditions":{}}}`
+	created := base.Add(-time.Hour)
+	nt := &nodeTaints{taints: []v1.Taint{noExec("a", at(0))}}
+	cases := []struct {
+		name    string
+		gen     int64
+		entries []metav1.ManagedFieldsEntry
+		due     time.Duration
+	}{
+		{"never changed", 1, []metav1.ManagedFieldsEntry{entry("creator", "", -time.Hour, tols)}, 11 * time.Second},
+		{"changed after the taint: from the change, +1s", 2,
+			[]metav1.ManagedFieldsEntry{entry("creator", "", -time.Hour, labels), entry("kubectl-patch", "", 20*time.Second, tols)}, 31 * time.Second},
+		{"changed before the taint: from the taint", 2,
+			[]metav1.ManagedFieldsEntry{entry("kubectl-patch", "", -time.Minute, tols)}, 11 * time.Second},
+		{"other writes after the change do not count", 2,
+			[]metav1.ManagedFieldsEntry{entry("kubectl-patch", "", 20*time.Second, tols), entry("labeller", "", 40*time.Second, labels),
+				entry("kubelet", "status", 50*time.Second, status)}, 31 * time.Second},
+		{"server without pod generations", 0, []metav1.ManagedFieldsEntry{entry("kubectl-patch", "", 20*time.Second, tols)}, 31 * time.Second},
+		{"managedFields cleared", 2, nil, 11 * time.Second},
+	}
+	for _, tc := range cases {
+		pod := testPod("p", "n", "u", created, tolFor("a", ptr.To[int64](10)))
+		pod.Generation, pod.ManagedFields = tc.gen, tc.entries
+		d := (&Controller{}).decide(klog.Background(), pod, nt, now)
+		if !d.must || !d.due.Equal(base.Add(tc.due)) {
+			t.Errorf("%s: got must=%v due=%v, want due %v", tc.name, d.must, d.due.Sub(base), tc.due)
+		}
+		// explain says what the controller does.
+		if must, due, _ := Deadline(pod, nt.taints, now); !must || !due.Equal(d.due) {
+			t.Errorf("%s: explain's deadline %v, the controller's %v", tc.name, due.Sub(base), d.due.Sub(base))
+		}
 	}
 }
 
@@ -127,7 +164,7 @@ func TestDecide(t *testing.T) {
 func TestScheduleRules(t *testing.T) {
 	clk := testingclock.NewFakeClock(base)
 	fired := make(chan string, 10)
-	c := &Controller{clock: clk, tolChanged: map[string]tolChange{}}
+	c := &Controller{clock: clk}
 	c.workers = newTimedWorkers(clk, func(key string, _ timedWork) bool { fired <- key; return false }, retryBackoff)
 	ctx := context.Background()
 	old := base.Add(-time.Hour)
