@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
@@ -145,8 +144,7 @@ func registerSilentNode(t *testing.T, client kubernetes.Interface, name, zone st
 // every one of those zones is PartialDisruption (3 of 5: rate 0); no node
 // ever gets a NoExecute taint and no pod is deleted.
 func TestNewLeaderJudgesCorrelatedSilence(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.Config{})
-	client := framework.Client(t, cp)
+	cp, client := teCluster(t) // no kube-controller-manager; the default ServiceAccount for the pods
 	ctx := framework.Context(t)
 	nodes := fastNodes(client, 0, false)
 	nodes.Zones, _ = fakenode.ParseZones("zone-a=5,zone-b=5,zone-c=5,zone-d=5,zone-e=5,zone-f=4,zone-h=3")
