@@ -91,9 +91,11 @@ func watchNoExecute(t *testing.T, client kubernetes.Interface) *noExecuteWatch {
 				w.add("pod %s deleted", p.Name)
 			}
 		}})
-	ctx := framework.Context(t)
+	// Its own context: Shutdown waits for the informers to stop, and the
+	// test's context ends only after this cleanup.
+	ctx, cancel := context.WithCancel(framework.Context(t))
 	factory.Start(ctx.Done())
-	t.Cleanup(factory.Shutdown)
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			t.Fatalf("watch of %v did not sync", typ)
