@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -59,19 +60,11 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	// type converter costing ~1 s per test binary under -race, and nothing here
 	// uses server-side apply.
 	client := fake.NewSimpleClientset()
-	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(cfg, Deps{Client: client, Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
-		Leases: factory.Coordination().V1().Leases(), Registry: prometheus.NewRegistry(), Clock: clk,
-		Ping: func(context.Context) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &cluster{t: t, c: c, clk: clk, leases: factory.Coordination().V1().Leases().Informer().GetStore(),
-		pods: factory.Core().V1().Pods().Informer().GetIndexer(), zone: map[string]string{},
+	cl := &cluster{t: t, clk: clk, zone: map[string]string{},
 		silentAt: map[string]time.Time{}, phase: map[string]time.Duration{}, lastRnw: map[string]time.Time{},
-		renew: 2 * time.Second, step: 100 * time.Millisecond, nextPass: clk.Now(), tainted: map[string]time.Time{}, marked: map[string]bool{}}
-	nodeStore := factory.Core().V1().Nodes().Informer().GetStore()
-	cl.nodeSt = nodeStore
+		renew: 2 * time.Second, step: 100 * time.Millisecond, tainted: map[string]time.Time{}, marked: map[string]bool{}}
+	cl.startController(cfg, client)
+	nodeStore := cl.nodeSt
 	now := metav1.NewTime(clk.Now())
 	i := 0
 	for _, z := range slices.Sorted(maps.Keys(zones)) {
@@ -97,6 +90,96 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	return cl
 }
 
+// startController builds a controller whose informers' stores the cluster
+// fills by hand, as the informers would; it starts with what the previous
+// controller's stores held (the API server's state), and no memory.
+func (cl *cluster) startController(cfg Config, client kubernetes.Interface) {
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(cfg, Deps{Client: client, Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
+		Leases: factory.Coordination().V1().Leases(), Registry: prometheus.NewRegistry(), Clock: cl.clk,
+		Ping: func(context.Context) error { return nil }})
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	nodes, leases, pods := factory.Core().V1().Nodes().Informer().GetStore(), factory.Coordination().V1().Leases().Informer().GetStore(),
+		factory.Core().V1().Pods().Informer().GetIndexer()
+	if cl.c != nil {
+		list, err := client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			cl.t.Fatal(err)
+		}
+		for i := range list.Items {
+			if err := nodes.Add(&list.Items[i]); err != nil {
+				cl.t.Fatal(err)
+			}
+		}
+		for _, from := range []struct{ src, dst cache.Store }{{cl.leases, leases}, {cl.pods, pods}} {
+			for _, o := range from.src.List() {
+				if err := from.dst.Add(o); err != nil {
+					cl.t.Fatal(err)
+				}
+			}
+		}
+	}
+	cl.c, cl.nodeSt, cl.leases, cl.pods, cl.nextPass = c, nodes, leases, pods, cl.clk.Now()
+}
+
+// leaderless advances the clock for d with no controller running: the
+// leader died and its Lease has not expired yet. Nodes go on renewing.
+func (cl *cluster) leaderless(d time.Duration) {
+	dead := cl.c
+	cl.c = nil
+	for end := cl.clk.Now().Add(d); cl.clk.Now().Before(end); cl.clk.Step(cl.step) {
+		cl.renewLeases()
+	}
+	cl.c = dead
+}
+
+// takeover replaces the controller by a standby that just won the leader
+// election: it starts its informers now and remembers no heartbeat.
+func (cl *cluster) takeover() {
+	cl.startController(cl.c.cfg, cl.c.client)
+}
+
+// register adds a node the way a kubelet joins: its Lease first (renewed
+// now), then the Node, Ready unless ready is false (it reports later, see
+// postReady). A node silent from now on never renews after that.
+func (cl *cluster) register(name, zone string, ready bool) {
+	now := cl.clk.Now()
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1", UID: types.UID("uid-" + name),
+		CreationTimestamp: metav1.NewTime(now.Truncate(time.Second)),
+		Labels:            map[string]string{v1.LabelTopologyRegion: "r", v1.LabelTopologyZone: zone}}}
+	if ready {
+		hb := metav1.NewTime(now)
+		n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: hb, LastTransitionTime: hb}}
+	}
+	cl.nodes = append(cl.nodes, name)
+	cl.zone[name] = zone
+	cl.renewLease(name)
+	if _, err := cl.c.client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		cl.t.Fatal(err)
+	}
+	if err := cl.nodeSt.Add(n); err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.c.onNode(n)
+}
+
+// postReady is a registered node's first Ready status.
+func (cl *cluster) postReady(name string) {
+	n, err := cl.c.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	hb := metav1.NewTime(cl.clk.Now())
+	n.ResourceVersion = "2"
+	n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: hb, LastTransitionTime: hb}}
+	if _, err := cl.c.client.CoreV1().Nodes().UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.updateNode(n)
+}
+
 // updateNode stores a node as the informer would deliver it.
 func (cl *cluster) updateNode(n *v1.Node) {
 	if err := cl.nodeSt.Update(n); err != nil {
@@ -120,12 +203,22 @@ func (cl *cluster) renewLeases() {
 		if now.Before(due) {
 			continue
 		}
-		cl.lastRnw[n] = now
-		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: v1.NamespaceNodeLease},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), RenewTime: ptr.To(metav1.NewMicroTime(now))}}
-		if err := cl.leases.Update(l); err != nil {
-			cl.t.Fatal(err)
-		}
+		cl.renewLease(n)
+	}
+}
+
+// renewLease renews a node's Lease now. Its duration is four renewals, as
+// a kubelet's (40 s, renewed every 10 s).
+func (cl *cluster) renewLease(n string) {
+	now := cl.clk.Now()
+	cl.lastRnw[n] = now
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: v1.NamespaceNodeLease},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), RenewTime: ptr.To(metav1.NewMicroTime(now)),
+			LeaseDurationSeconds: ptr.To(int32(max(4*cl.renew/time.Second, 1)))}}
+	if err := cl.leases.Update(l); err != nil {
+		cl.t.Fatal(err)
+	}
+	if cl.c != nil {
 		cl.c.onLease(l)
 	}
 }
@@ -287,13 +380,19 @@ func TestSingleSilentNodeTaintedAtGraceExpiry(t *testing.T) {
 	}
 }
 
-// TestOverdueNeedsTwoHeartbeatsAndSlack covers the overdue rule itself.
-func TestOverdueNeedsTwoHeartbeatsAndSlack(t *testing.T) {
+// TestOverdueRule covers the overdue rule itself: the measured interval
+// once two heartbeats were seen, the assumed one before.
+func TestOverdueRule(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := &nodeHealth{hasReady: true}
 	h.heard(t0)
-	if h.overdue(t0.Add(time.Hour), time.Hour*2, 2*time.Second) {
-		t.Error("overdue without a known interval")
+	// No interval measured: a quarter of the 2 h grace period (no Lease),
+	// plus the slack.
+	if h.overdue(t0.Add(30*time.Minute+2*time.Second), 2*time.Hour, 2*time.Second) {
+		t.Error("overdue before the assumed interval plus slack")
+	}
+	if !h.overdue(t0.Add(30*time.Minute+2100*time.Millisecond), 2*time.Hour, 2*time.Second) {
+		t.Error("not overdue after the assumed interval plus slack")
 	}
 	h.heard(t0.Add(2 * time.Second))
 	h.heard(t0.Add(2500 * time.Millisecond)) // a status update between two renewals
@@ -308,6 +407,96 @@ func TestOverdueNeedsTwoHeartbeatsAndSlack(t *testing.T) {
 	}
 	if h.overdue(t0.Add(time.Hour), 40*time.Second, 0) {
 		t.Error("slack 0 turns the rule off")
+	}
+}
+
+// takeoverGap is how long the cluster runs without a leader: the dead
+// leader's Lease has yet to expire.
+const takeoverGap = 4 * time.Second
+
+// TestNewLeaderJudgesCorrelatedSilence: the leader dies, a standby takes
+// over 4 s later with no memory of any heartbeat, and 3 of the 5 nodes of
+// zone a fall silent 0.3 s apart at a moment around the takeover: long
+// before it (while the old leader still ran), while no one leads, across
+// the standby's first pass, and during the first renewals it sees (renewals
+// every 2 s: before it has measured any node's interval). Whatever the
+// moment, the zone is PartialDisruption when the first silent node's grace
+// ends, and nothing is tainted (a zone of 5 nodes: rate 0).
+func TestNewLeaderJudgesCorrelatedSilence(t *testing.T) {
+	for _, at := range []time.Duration{-12 * time.Second, -2 * time.Second, -300 * time.Millisecond, 0,
+		500 * time.Millisecond, time.Second, 1700 * time.Millisecond, 2500 * time.Millisecond, 4 * time.Second, 7 * time.Second} {
+		t.Run(fmt.Sprintf("silent%v", at), func(t *testing.T) {
+			cfg := correlatedConfig()
+			cl := newCluster(t, cfg, map[string]int{"a": 5, "b": 4})
+			cl.run(10 * time.Second)
+			takeover := cl.clk.Now().Add(12*time.Second + takeoverGap)
+			for i, n := range cl.inZone("a")[:3] {
+				cl.silentAt[n] = takeover.Add(at + time.Duration(i)*300*time.Millisecond)
+			}
+			cl.run(12 * time.Second) // the old leader
+			cl.leaderless(takeoverGap)
+			cl.takeover()
+			cl.run(max(at, 0) + cfg.NodeMonitorGracePeriod + 15*time.Second)
+			checkNoTaint(t, cl, "a", 3)
+		})
+	}
+}
+
+// TestNewLeaderJudgesNodesFirstSeenLater: after the takeover a node joins
+// zone a (4 nodes, now 5) and falls silent at once, never renewing after
+// its registration; two old nodes of the zone fell silent 0.6 and 0.3 s
+// before. The new node is first seen at a later pass than the others, so
+// it expires seconds after them: when they expire it must be counted
+// already, with the interval assumed from its Lease. Also a node that was
+// registered before the takeover and reports Ready only after it.
+func TestNewLeaderJudgesNodesFirstSeenLater(t *testing.T) {
+	for _, after := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 4900 * time.Millisecond, 8 * time.Second} {
+		for _, readyLater := range []bool{false, true} {
+			t.Run(fmt.Sprintf("after%v/readyLater=%v", after, readyLater), func(t *testing.T) {
+				cfg := correlatedConfig()
+				cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 4})
+				cl.run(10 * time.Second)
+				if readyLater {
+					cl.register("a-new", "a", false)
+					cl.silentAt["a-new"] = cl.clk.Now().Add(time.Hour) // renews until it reports
+				}
+				cl.leaderless(takeoverGap)
+				cl.takeover()
+				joins := cl.clk.Now().Add(after)
+				old := cl.inZone("a")[:2]
+				cl.silentAt[old[0]], cl.silentAt[old[1]] = joins.Add(-600*time.Millisecond), joins.Add(-300*time.Millisecond)
+				cl.run(after)
+				if readyLater {
+					cl.postReady("a-new")
+				} else {
+					cl.register("a-new", "a", true)
+				}
+				cl.silentAt["a-new"] = cl.clk.Now()
+				cl.run(cfg.NodeMonitorGracePeriod + cfg.NodeMonitorPeriod + 15*time.Second)
+				checkNoTaint(t, cl, "a", 3)
+			})
+		}
+	}
+}
+
+// checkNoTaint checks that no node was tainted, that the silent nodes of
+// zone z are Unknown and that z is PartialDisruption.
+func checkNoTaint(t *testing.T, cl *cluster, z string, silent int) {
+	t.Helper()
+	if len(cl.tainted) > 0 {
+		t.Errorf("%d nodes tainted NoExecute, the zone rules allow none: %v", len(cl.tainted), cl.tainted)
+	}
+	unknown := 0
+	for _, n := range cl.inZone(z) {
+		if node, err := cl.c.latestNode(n); err == nil && !kube.NodeReady(node) {
+			unknown++
+		}
+	}
+	if unknown != silent {
+		t.Errorf("%d nodes of zone %s not Ready, want the %d silent ones", unknown, z, silent)
+	}
+	if got := cl.c.ZoneStates()[testZoneKey+z]; got != nodetopology.StatePartialDisruption {
+		t.Errorf("zone %s is %s, want PartialDisruption", z, got)
 	}
 }
 

@@ -18,6 +18,6 @@ const (
 // grace while it has never reported Ready, counted from its creation
 // (rounded up, so never shorter), else the monitor grace period.
 func (c *Config) GracePeriod(n *v1.Node, now time.Time) (grace time.Duration, startup bool, from time.Time) {
-	rec, grace, _ := c.observe(nil, n, now)
+	rec, grace, _ := c.observe(nil, n, nil, now)
 	return grace, !rec.hasReady, rec.probe
 }

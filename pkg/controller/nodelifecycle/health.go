@@ -3,6 +3,7 @@ package nodelifecycle
 import (
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -20,6 +21,12 @@ type nodeHealth struct {
 	heartbeat       metav1.Time // last seen Ready.lastHeartbeatTime
 	transition      metav1.Time // last seen Ready.lastTransitionTime
 	leaseRenew      time.Time   // last seen Lease renewTime
+	leaseDuration   time.Duration
+	// probeHeard: probe is a heartbeat this process saw arrive, not a first
+	// sight, so the next heartbeat measures a whole interval. The gap from a
+	// first sight (a new leader, a node just registered) to the first
+	// heartbeat is only part of one: it is not an interval.
+	probeHeard bool
 	// gaps are the last two intervals between heartbeats: how often this
 	// node usually reports, to tell an overdue node before its grace ends.
 	gaps [2]time.Duration
@@ -27,23 +34,47 @@ type nodeHealth struct {
 
 // heard records a heartbeat seen at now.
 func (h *nodeHealth) heard(now time.Time) {
-	if !h.probe.IsZero() && now.After(h.probe) {
+	if h.probeHeard && now.After(h.probe) {
 		h.gaps[1], h.gaps[0] = h.gaps[0], now.Sub(h.probe)
 	}
-	h.probe = now
+	h.probe, h.probeHeard = now, true
+}
+
+// interval is how often the node usually heartbeats: the larger of the last
+// two intervals measured, or, until this process has measured one, the
+// interval assumed for it.
+func (h *nodeHealth) interval(grace time.Duration) time.Duration {
+	if measured := max(h.gaps[0], h.gaps[1]); measured > 0 {
+		return measured
+	}
+	return assumedInterval(h.leaseDuration, grace)
+}
+
+// assumedInterval is the heartbeat interval of a node whose interval this
+// process has not measured yet: a quarter of its Lease's duration (the
+// kubelet renews every 10 s of 40 s), and never more than a quarter of the
+// grace period (upstream sizes the grace for four missed heartbeats). Every
+// node then has an interval from its first sight on, so a node first seen
+// later than its zone's peers (it registered after a takeover) is counted
+// with them when they expire. A node that heartbeats slower is counted
+// early for its first interval, which only holds back taints in its zone.
+func assumedInterval(leaseDuration, grace time.Duration) time.Duration {
+	d := grace / 4
+	if leaseDuration > 0 {
+		d = min(d, leaseDuration/4)
+	}
+	return d
 }
 
 // overdue says whether the node has been silent for longer than its usual
 // heartbeat interval plus slack. Such a node counts as failing in its zone's
 // state before its own grace period ends, so that nodes that fall silent
-// together are judged together. Without two heartbeats seen, or with slack
-// 0, nothing is overdue.
+// together are judged together. With slack 0 nothing is overdue.
 func (h *nodeHealth) overdue(now time.Time, grace, slack time.Duration) bool {
-	interval := max(h.gaps[0], h.gaps[1])
-	if slack <= 0 || interval <= 0 || !h.hasReady {
+	if slack <= 0 || !h.hasReady {
 		return false
 	}
-	return now.Sub(h.probe) > overdueAfter(interval, grace, slack)
+	return now.Sub(h.probe) > overdueAfter(h.interval(grace), grace, slack)
 }
 
 // overdueAfter is the silence after which a node heartbeating every
@@ -73,38 +104,54 @@ const (
 // NetworkUnavailable is never touched.
 var monitoredConditions = []v1.NodeConditionType{v1.NodeReady, v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure}
 
-// observe refreshes a health record from the node object and returns the
-// grace period that applies and the "observed" Ready condition (before any
-// change by this controller). rec may be nil (first sight); the returned
-// record is the one to keep.
-func (c *Config) observe(rec *nodeHealth, node *v1.Node, now time.Time) (*nodeHealth, time.Duration, *v1.NodeCondition) {
+// observe refreshes a health record from the node object and its Lease
+// (nil if it has none) and returns the grace period that applies and the
+// "observed" Ready condition (before any change by this controller). rec
+// may be nil (first sight); the returned record is the one to keep.
+func (c *Config) observe(rec *nodeHealth, node *v1.Node, lease *coordinationv1.Lease, now time.Time) (*nodeHealth, time.Duration, *v1.NodeCondition) {
 	ready := kube.NodeCondition(node, v1.NodeReady)
+	var grace time.Duration
+	var observed *v1.NodeCondition
+	fresh := false // rec is new: what it sees now is the state found, not a heartbeat
 	if ready == nil {
 		// Never reported: timed from creation, with the startup grace period.
 		// creationTimestamp is truncated to the second: the grace runs from
 		// the latest instant it may stand for, so it is never shorter.
-		observed := &v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown,
+		observed = &v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown,
 			LastHeartbeatTime: node.CreationTimestamp, LastTransitionTime: node.CreationTimestamp}
 		if rec == nil {
 			created := kube.NotBefore(node.CreationTimestamp.Time)
-			rec = &nodeHealth{probe: created, readyTransition: created}
+			rec, fresh = &nodeHealth{probe: created, readyTransition: created}, true
 		}
-		rec.hasReady = false
-		return rec, c.NodeStartupGracePeriod, observed
+		rec.hasReady, grace = false, c.NodeStartupGracePeriod
+	} else {
+		observed, grace = ready.DeepCopy(), c.NodeMonitorGracePeriod
+		switch {
+		case rec == nil || !rec.hasReady:
+			// First sight (also after a restart): a fresh grace period.
+			rec, fresh = &nodeHealth{probe: now, readyTransition: now, leaseRenew: leaseRenewOf(rec)}, true
+		case !rec.heartbeat.Equal(&ready.LastHeartbeatTime):
+			rec.heard(now)
+			if !rec.transition.Equal(&ready.LastTransitionTime) {
+				rec.readyTransition = now
+			}
+		}
+		rec.hasReady, rec.heartbeat, rec.transition = true, ready.LastHeartbeatTime, ready.LastTransitionTime
 	}
-	observed := ready.DeepCopy()
-	switch {
-	case rec == nil || !rec.hasReady:
-		// First sight (also after a restart): a fresh grace period.
-		rec = &nodeHealth{probe: now, readyTransition: now, leaseRenew: leaseRenewOf(rec)}
-	case !rec.heartbeat.Equal(&ready.LastHeartbeatTime):
-		rec.heard(now)
-		if !rec.transition.Equal(&ready.LastTransitionTime) {
-			rec.readyTransition = now
+	if lease != nil {
+		if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+			rec.leaseDuration = time.Duration(*d) * time.Second
+		}
+		if rt := lease.Spec.RenewTime; rt != nil && rt.Time.After(rec.leaseRenew) {
+			rec.leaseRenew = rt.Time
+			if fresh {
+				rec.probe = now // a renewed Lease: the grace runs from now (upstream)
+			} else {
+				rec.heard(now)
+			}
 		}
 	}
-	rec.hasReady, rec.heartbeat, rec.transition = true, ready.LastHeartbeatTime, ready.LastTransitionTime
-	return rec, c.NodeMonitorGracePeriod, observed
+	return rec, grace, observed
 }
 
 func leaseRenewOf(rec *nodeHealth) time.Time {

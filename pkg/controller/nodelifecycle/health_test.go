@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
@@ -27,7 +29,7 @@ func TestObserveWithoutReadyUsesStartupGrace(t *testing.T) {
 	c := DefaultConfig()
 	now := t0
 	n := readyNode("", metav1.Time{})
-	rec, grace, observed := c.observe(nil, n, now)
+	rec, grace, observed := c.observe(nil, n, nil, now)
 	if grace != c.NodeStartupGracePeriod || observed.Status != v1.ConditionUnknown || !rec.probe.Equal(longAgo.Time.Add(time.Second)) {
 		t.Fatalf("grace %v observed %+v probe %v", grace, observed, rec.probe)
 	}
@@ -54,7 +56,7 @@ func TestStartupGraceNeverShorterThanConfigured(t *testing.T) {
 	realCreation := created.Add(999 * time.Millisecond)
 	n := readyNode("", metav1.Time{})
 	n.CreationTimestamp = metav1.NewTime(created)
-	rec, grace, _ := c.observe(nil, n, realCreation)
+	rec, grace, _ := c.observe(nil, n, nil, realCreation)
 	if expiry := rec.probe.Add(grace); expiry.Before(realCreation.Add(c.NodeStartupGracePeriod)) {
 		t.Fatalf("expires %v after the real creation, shorter than --node-startup-grace-period %v", expiry.Sub(realCreation), c.NodeStartupGracePeriod)
 	}
@@ -64,19 +66,128 @@ func TestStartupGraceNeverShorterThanConfigured(t *testing.T) {
 // its heartbeat time says (after a controller restart too).
 func TestObserveFirstSightIsFresh(t *testing.T) {
 	c := DefaultConfig()
-	rec, grace, _ := c.observe(nil, readyNode(v1.ConditionTrue, longAgo), t0)
+	rec, grace, _ := c.observe(nil, readyNode(v1.ConditionTrue, longAgo), nil, t0)
 	if grace != c.NodeMonitorGracePeriod || !rec.probe.Equal(t0) {
 		t.Fatalf("probe %v, want now", rec.probe)
 	}
 	// The same heartbeat later is not a probe; a new one is.
-	rec, _, _ = c.observe(rec, readyNode(v1.ConditionTrue, longAgo), t0.Add(time.Minute))
+	rec, _, _ = c.observe(rec, readyNode(v1.ConditionTrue, longAgo), nil, t0.Add(time.Minute))
 	if !rec.probe.Equal(t0) {
 		t.Errorf("unchanged heartbeat moved the probe to %v", rec.probe)
 	}
 	hb := metav1.NewTime(t0.Add(time.Minute))
-	rec, _, _ = c.observe(rec, readyNode(v1.ConditionTrue, hb), t0.Add(2*time.Minute))
+	rec, _, _ = c.observe(rec, readyNode(v1.ConditionTrue, hb), nil, t0.Add(2*time.Minute))
 	if !rec.probe.Equal(t0.Add(2 * time.Minute)) {
 		t.Errorf("new heartbeat: probe %v, want the controller's now", rec.probe)
+	}
+}
+
+func nodeLease(renew time.Time, duration int32) *coordinationv1.Lease {
+	return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renew)), LeaseDurationSeconds: ptr.To(duration)}}
+}
+
+// The Lease found at first sight (a new leader's first pass, a node just
+// registered) is the state found, not a heartbeat; and the time from first
+// sight to the first renewal is only part of an interval. A kubelet renewing
+// every 10 s, first seen 10 ms before a renewal, is not taken to heartbeat
+// every 10 ms (that made it overdue, counted as failing in its zone, for
+// most of its first interval); its interval is the assumed 10 s (a quarter
+// of its 40 s Lease) until two renewals have been seen.
+func TestFirstSightIsNotAHeartbeat(t *testing.T) {
+	c := DefaultConfig()
+	node := readyNode(v1.ConditionTrue, longAgo)
+	rec, _, _ := c.observe(nil, node, nodeLease(t0.Add(-9990*time.Millisecond), 40), t0)
+	if rec.probeHeard || rec.gaps != [2]time.Duration{} || !rec.probe.Equal(t0) || rec.leaseDuration != 40*time.Second {
+		t.Fatalf("first sight: %+v", rec)
+	}
+	// The renewal 10 ms later: a heartbeat, but no interval yet.
+	at := t0.Add(10 * time.Millisecond)
+	rec, _, _ = c.observe(rec, node, nodeLease(at, 40), at)
+	if !rec.probe.Equal(at) || rec.gaps != [2]time.Duration{} || rec.interval(c.NodeMonitorGracePeriod) != 10*time.Second {
+		t.Fatalf("after the first renewal: probe %v gaps %v interval %v", rec.probe, rec.gaps, rec.interval(c.NodeMonitorGracePeriod))
+	}
+	// Healthy: 9.9 s later it is not overdue (with a 10 ms interval it was).
+	if rec.overdue(at.Add(9900*time.Millisecond), c.NodeMonitorGracePeriod, c.HeartbeatOverdueSlack) {
+		t.Error("a node renewing every 10 s is overdue 9.9 s after its first renewal seen")
+	}
+	// The next renewal measures the first interval.
+	next := at.Add(10 * time.Second)
+	rec, _, _ = c.observe(rec, node, nodeLease(next, 40), next)
+	if rec.gaps[0] != 10*time.Second || rec.interval(c.NodeMonitorGracePeriod) != 10*time.Second {
+		t.Errorf("gaps %v, want the measured 10s", rec.gaps)
+	}
+	// The same renewal again is no heartbeat.
+	rec, _, _ = c.observe(rec, node, nodeLease(next, 40), next.Add(time.Second))
+	if !rec.probe.Equal(next) {
+		t.Errorf("an unchanged Lease moved the probe to %v", rec.probe)
+	}
+}
+
+// A node without a Ready condition yet whose Lease is renewed is timed from
+// now (upstream), and that is not a heartbeat either.
+func TestFirstSightWithoutReadyAndALease(t *testing.T) {
+	c := DefaultConfig()
+	rec, grace, _ := c.observe(nil, readyNode("", metav1.Time{}), nodeLease(t0, 40), t0.Add(time.Second))
+	if grace != c.NodeStartupGracePeriod || !rec.probe.Equal(t0.Add(time.Second)) || rec.probeHeard {
+		t.Fatalf("grace %v probe %v heard %v", grace, rec.probe, rec.probeHeard)
+	}
+}
+
+func TestAssumedInterval(t *testing.T) {
+	for _, c := range []struct{ lease, grace, want time.Duration }{
+		{40 * time.Second, 50 * time.Second, 10 * time.Second},       // the kubelet's Lease, upstream's grace
+		{0, 50 * time.Second, 12500 * time.Millisecond},              // no Lease: a quarter of the grace
+		{4 * time.Second, 6 * time.Second, time.Second},              // the integration tests' fake nodes
+		{40 * time.Second, 6 * time.Second, 1500 * time.Millisecond}, // a Lease long next to the grace
+		{4 * time.Second, 3 * time.Second, 750 * time.Millisecond},   // grace shorter than the Lease
+		{10 * time.Minute, 40 * time.Second, 10 * time.Second},       // never above a quarter of the grace
+	} {
+		if got := assumedInterval(c.lease, c.grace); got != c.want {
+			t.Errorf("assumedInterval(%v, %v) = %v, want %v", c.lease, c.grace, got, c.want)
+		}
+	}
+}
+
+// TestNodesFirstSeenApartAreOverdueTogether: a new leader sees every node
+// for the first time, each at its own instant of its first pass (the pass's
+// workers read the clock apart, by more than the 1 ms by which a pass at an
+// expiry follows it on a busy machine), and a node that registers after the
+// takeover is first seen a pass later. None of them is heard again (they
+// were silent already, or fell silent before their first renewal). When the
+// first one's grace ends, every other one seen within the grace period less
+// its overdue delay is counted as failing: before the interval was assumed,
+// a node with no heartbeat seen since its first sight was never overdue, so
+// it was counted only at its own expiry, and the first one was judged alone.
+func TestNodesFirstSeenApartAreOverdueTogether(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		grace, lease time.Duration
+	}{
+		{"kubelet defaults", 50 * time.Second, 40 * time.Second},
+		{"integration test timings", 6 * time.Second, 4 * time.Second},
+		{"grace shorter than the Lease", 3 * time.Second, 4 * time.Second},
+		{"no Lease", 6 * time.Second, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.NodeMonitorGracePeriod = c.grace
+			var lease *coordinationv1.Lease
+			if c.lease > 0 {
+				lease = nodeLease(t0.Add(-time.Second), int32(c.lease/time.Second))
+			}
+			first, _, _ := cfg.observe(nil, readyNode(v1.ConditionTrue, longAgo), lease, t0)
+			expiry := first.probe.Add(c.grace).Add(time.Millisecond) // the pass at its deadline
+			within := c.grace - overdueAfter(assumedInterval(c.lease, c.grace), c.grace, cfg.HeartbeatOverdueSlack)
+			if within < time.Second {
+				t.Fatalf("nodes first seen up to %v apart are counted together, want at least 1s", within)
+			}
+			for _, apart := range []time.Duration{time.Microsecond, 2 * time.Millisecond, 50 * time.Millisecond, 500 * time.Millisecond, time.Second, within - time.Millisecond} {
+				other, _, _ := cfg.observe(nil, readyNode(v1.ConditionTrue, longAgo), lease, t0.Add(apart))
+				if !other.overdue(expiry, c.grace, cfg.HeartbeatOverdueSlack) {
+					t.Errorf("first seen %v later, silent since: not counted when the first one expires", apart)
+				}
+			}
+		})
 	}
 }
 

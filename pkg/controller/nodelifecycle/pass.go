@@ -198,14 +198,13 @@ type healthUpdate struct {
 // only when it must change, which keeps a healthy pass free of copies.
 func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (healthUpdate, error) {
 	now := c.clock.Now()
-	c.mu.Lock()
-	rec, grace, observed := c.cfg.observe(c.health[node.Name], node, now)
-	c.health[node.Name] = rec
-	if lease, lerr := c.leaseLister.Leases(v1.NamespaceNodeLease).Get(node.Name); lerr == nil && lease.Spec.RenewTime != nil &&
-		lease.Spec.RenewTime.Time.After(rec.leaseRenew) {
-		rec.leaseRenew = lease.Spec.RenewTime.Time
-		rec.heard(now)
+	lease, lerr := c.leaseLister.Leases(v1.NamespaceNodeLease).Get(node.Name)
+	if lerr != nil {
+		lease = nil
 	}
+	c.mu.Lock()
+	rec, grace, observed := c.cfg.observe(c.health[node.Name], node, lease, now)
+	c.health[node.Name] = rec
 	probe := rec.probe
 	overdue := rec.overdue(now, grace, c.cfg.HeartbeatOverdueSlack)
 	c.mu.Unlock()
