@@ -48,6 +48,11 @@ type cluster struct {
 	nextPass time.Time
 	tainted  map[string]time.Time // first NoExecute taint seen
 	marked   map[string]bool      // nodes whose pods were queued for marking
+	client   *fake.Clientset
+	// stalled: renewals reach the API (the fake client, which fresh reads
+	// list) but not the informer, as with a stalled Lease watch.
+	stalled bool
+	reg     *prometheus.Registry
 }
 
 const testZoneKey = "r:\x00:"
@@ -59,9 +64,10 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	// type converter costing ~1 s per test binary under -race, and nothing here
 	// uses server-side apply.
 	client := fake.NewSimpleClientset()
+	reg := prometheus.NewRegistry()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	c, err := New(cfg, Deps{Client: client, Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
-		Leases: factory.Coordination().V1().Leases(), Registry: prometheus.NewRegistry(), Clock: clk,
+		Leases: factory.Coordination().V1().Leases(), Registry: reg, Clock: clk,
 		Ping: func(context.Context) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +75,8 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	cl := &cluster{t: t, c: c, clk: clk, leases: factory.Coordination().V1().Leases().Informer().GetStore(),
 		pods: factory.Core().V1().Pods().Informer().GetIndexer(), zone: map[string]string{},
 		silentAt: map[string]time.Time{}, phase: map[string]time.Duration{}, lastRnw: map[string]time.Time{},
-		renew: 2 * time.Second, step: 100 * time.Millisecond, nextPass: clk.Now(), tainted: map[string]time.Time{}, marked: map[string]bool{}}
+		renew: 2 * time.Second, step: 100 * time.Millisecond, nextPass: clk.Now(), tainted: map[string]time.Time{}, marked: map[string]bool{},
+		client: client, reg: reg}
 	nodeStore := factory.Core().V1().Nodes().Informer().GetStore()
 	cl.nodeSt = nodeStore
 	now := metav1.NewTime(clk.Now())
@@ -123,6 +130,15 @@ func (cl *cluster) renewLeases() {
 		cl.lastRnw[n] = now
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: v1.NamespaceNodeLease},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), RenewTime: ptr.To(metav1.NewMicroTime(now))}}
+		leases := cl.client.CoordinationV1().Leases(v1.NamespaceNodeLease)
+		if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+			if _, err := leases.Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+				cl.t.Fatal(err)
+			}
+		}
+		if cl.stalled {
+			continue
+		}
 		if err := cl.leases.Update(l); err != nil {
 			cl.t.Fatal(err)
 		}
