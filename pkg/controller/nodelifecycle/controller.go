@@ -117,6 +117,7 @@ type Controller struct {
 	freshTried time.Time
 	freshBeats map[string]metav1.Time
 	viewStale  bool
+	unsettled  map[string]bool // zones with unconfirmed suspects: no NoExecute taint
 
 	// judged are the nodes that carried a NoExecute taint, already judged
 	// dead, when every zone went down (allzones.go), guarded by mu.

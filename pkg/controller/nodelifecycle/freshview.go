@@ -29,7 +29,9 @@ import (
 // node is judged on silence until a read succeeds (as while blind, see
 // contact). Suspects without a Lease are confirmed by a LIST of Nodes (their
 // Ready heartbeat). Reads are sent only by a pass that has suspects, at most
-// one every freshReadEvery, each bounded by freshReadTimeout.
+// one every freshReadEvery, each bounded by freshReadTimeout. While a zone has
+// suspects no read has settled, it applies no NoExecute taint: counting them
+// healthy could let a taint out that counting them overdue would forbid.
 
 // freshReadTimeout bounds one fresh read (both lists).
 const freshReadTimeout = 5 * time.Second

@@ -124,8 +124,17 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 	if !retryAt.IsZero() && (next.IsZero() || retryAt.Before(next)) {
 		next = retryAt
 	}
+	// A zone with unconfirmed suspects taints nothing until a fresh read
+	// settles them: its state may be about to change either way.
+	unsettled := map[string]bool{}
+	for _, r := range results {
+		if r.suspect {
+			unsettled[r.zone] = true
+		}
+	}
 	c.mu.Lock()
 	c.nextDeadline = next
+	c.unsettled = unsettled
 	c.mu.Unlock()
 	c.handleDisruption(ctx, zoneConditions, nodes)
 	c.queueMarks(ctx, toMark)
