@@ -31,9 +31,10 @@ func sameTaint(a, b *v1.Taint) bool {
 	return a.Key == b.Key && a.Value == b.Value && a.Effect == b.Effect
 }
 
-// ChangeTaints computes the node's taints with add (stamped with now, replacing
-// a taint of the same key and effect that differs) and without remove (by key
-// and effect). It reports whether anything changed.
+// ChangeTaints computes the node's taints with add (stamped with now unless
+// it carries a timeAdded, replacing a taint of the same key and effect that
+// differs) and without remove (by key and effect). It reports whether
+// anything changed.
 func ChangeTaints(taints []v1.Taint, add, remove []v1.Taint, now time.Time) ([]v1.Taint, bool) {
 	out := make([]v1.Taint, 0, len(taints)+len(add))
 	changed := false
@@ -61,7 +62,9 @@ outer:
 			}
 		}
 		if !found {
-			a.TimeAdded = &metav1.Time{Time: now}
+			if a.TimeAdded == nil { // a taint restored as it was keeps its own
+				a.TimeAdded = &metav1.Time{Time: now}
+			}
 			out = append(out, a)
 			changed = true
 		}

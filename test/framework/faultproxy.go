@@ -68,6 +68,11 @@ const (
 	// FaultBefore runs Before (the test changes the cluster meanwhile) and
 	// then forwards the request unchanged: a race lost at a chosen moment.
 	FaultBefore FaultKind = "before"
+	// FaultStall forwards a watch and passes its status and headers but
+	// none of its events (bookmarks included): the watch stays open and
+	// silent while the API server answers everything else, until the API
+	// server ends it or DropWatches cuts it.
+	FaultStall FaultKind = "stall"
 )
 
 // FaultRule injects Kind into the requests it matches: every Every-th match
@@ -350,6 +355,17 @@ func (s *statusRecorder) Flush() {
 // Unwrap lets http.ResponseController reach the connection.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// stallWriter passes a watch's status and headers to the client (flushed,
+// so the client sees its watch open) and drops its body: the events.
+type stallWriter struct{ statusRecorder }
+
+func (s *stallWriter) WriteHeader(code int) {
+	s.statusRecorder.WriteHeader(code)
+	s.Flush()
+}
+
+func (s *stallWriter) Write(b []byte) (int, error) { return len(b), nil }
+
 // discard is a ResponseWriter for a forwarded request whose answer the
 // client never gets.
 type discard struct {
@@ -441,6 +457,11 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		// Cancelling mid-stream makes ReverseProxy abort the response: the
 		// client sees its watch cut, as when a connection breaks.
 		p.rp.ServeHTTP(rec, r.WithContext(ctx))
+	case FaultStall:
+		sw := &stallWriter{statusRecorder{ResponseWriter: w}}
+		e.Reached = true
+		defer func() { e.Status = sw.status; p.record(e) }()
+		p.rp.ServeHTTP(sw, r)
 	default:
 		p.t.Errorf("fault proxy: unknown fault kind %q", fr.Kind)
 		w.WriteHeader(http.StatusInternalServerError)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coordinformers "k8s.io/client-go/informers/coordination/v1"
@@ -107,6 +108,21 @@ type Controller struct {
 	held     map[string]bool
 	released time.Time
 
+	// Fresh reads that confirm silence (freshview.go), guarded by mu:
+	// freshRead is when the last successful one was sent, freshTried the
+	// last attempt; freshBeats are Ready heartbeats of nodes without a
+	// Lease seen only by a fresh read; viewStale: the last read found
+	// heartbeats the informers had missed.
+	freshRead  time.Time
+	freshTried time.Time
+	freshBeats map[string]metav1.Time
+	viewStale  bool
+	unsettled  map[string]bool // zones with unconfirmed suspects: no NoExecute taint
+
+	// judged are the nodes that carried a NoExecute taint, already judged
+	// dead, when every zone went down (allzones.go), guarded by mu.
+	judged map[string]judgedTaint
+
 	markedMu sync.Mutex
 	marked   map[types.UID]markedPod
 
@@ -141,6 +157,8 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		zoneQueues:  map[string]*zoneQueue{},
 		zoneOfNode:  map[string]string{},
 		held:        map[string]bool{},
+		freshBeats:  map[string]metav1.Time{},
+		judged:      map[string]judgedTaint{},
 		overlay:     controllerutil.NewOverlay[*v1.Node](),
 		marked:      map[types.UID]markedPod{},
 		ping:        d.Ping,
@@ -341,7 +359,7 @@ func (c *Controller) monitorStep(ctx context.Context, nextPass *time.Time) time.
 		judge, reset := c.contact.check(now)
 		if reset {
 			logger.Info("Heartbeats visible again; giving every node a fresh grace period")
-			c.resetAllProbes(now)
+			c.resetAllProbes(now, nil)
 		}
 		if judge {
 			start := c.clock.Now()
@@ -389,11 +407,15 @@ func (c *Controller) watchContact(ctx context.Context) {
 // controller stop judging nodes.
 const contactGap = 3 * time.Second
 
-// resetAllProbes gives every node a fresh grace period from now.
-func (c *Controller) resetAllProbes(now time.Time) {
+// resetAllProbes gives every node a fresh grace period from now, but for
+// the nodes in keep.
+func (c *Controller) resetAllProbes(now time.Time, keep map[string]judgedTaint) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, rec := range c.health {
+	for name, rec := range c.health {
+		if _, ok := keep[name]; ok {
+			continue
+		}
 		rec.probe, rec.readyTransition = now, now
 	}
 }

@@ -49,6 +49,11 @@ type cluster struct {
 	nextPass time.Time
 	tainted  map[string]time.Time // first NoExecute taint seen
 	marked   map[string]bool      // nodes whose pods were queued for marking
+	client   *fake.Clientset
+	// stalled: renewals reach the API (the fake client, which fresh reads
+	// list) but not the informer, as with a stalled Lease watch.
+	stalled bool
+	reg     *prometheus.Registry
 }
 
 const testZoneKey = "r:\x00:"
@@ -62,7 +67,8 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 	client := fake.NewSimpleClientset()
 	cl := &cluster{t: t, clk: clk, zone: map[string]string{},
 		silentAt: map[string]time.Time{}, phase: map[string]time.Duration{}, lastRnw: map[string]time.Time{},
-		renew: 2 * time.Second, step: 100 * time.Millisecond, tainted: map[string]time.Time{}, marked: map[string]bool{}}
+		renew: 2 * time.Second, step: 100 * time.Millisecond, tainted: map[string]time.Time{}, marked: map[string]bool{},
+		client: client}
 	cl.startController(cfg, client)
 	nodeStore := cl.nodeSt
 	now := metav1.NewTime(clk.Now())
@@ -95,8 +101,9 @@ func newCluster(t *testing.T, cfg Config, zones map[string]int) *cluster {
 // controller's stores held (the API server's state), and no memory.
 func (cl *cluster) startController(cfg Config, client kubernetes.Interface) {
 	factory := informers.NewSharedInformerFactory(client, 0)
+	cl.reg = prometheus.NewRegistry()
 	c, err := New(cfg, Deps{Client: client, Nodes: factory.Core().V1().Nodes(), Pods: factory.Core().V1().Pods(),
-		Leases: factory.Coordination().V1().Leases(), Registry: prometheus.NewRegistry(), Clock: cl.clk,
+		Leases: factory.Coordination().V1().Leases(), Registry: cl.reg, Clock: cl.clk,
 		Ping: func(context.Context) error { return nil }})
 	if err != nil {
 		cl.t.Fatal(err)
@@ -208,13 +215,24 @@ func (cl *cluster) renewLeases() {
 }
 
 // renewLease renews a node's Lease now. Its duration is four renewals, as
-// a kubelet's (40 s, renewed every 10 s).
+// a kubelet's (40 s, renewed every 10 s). The renewal reaches the API (the
+// fake client, which fresh reads list) and, unless the watch is stalled,
+// the informer.
 func (cl *cluster) renewLease(n string) {
 	now := cl.clk.Now()
 	cl.lastRnw[n] = now
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: v1.NamespaceNodeLease},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(n), RenewTime: ptr.To(metav1.NewMicroTime(now)),
 			LeaseDurationSeconds: ptr.To(int32(max(4*cl.renew/time.Second, 1)))}}
+	leases := cl.client.CoordinationV1().Leases(v1.NamespaceNodeLease)
+	if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		if _, err := leases.Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+			cl.t.Fatal(err)
+		}
+	}
+	if cl.stalled {
+		return
+	}
 	if err := cl.leases.Update(l); err != nil {
 		cl.t.Fatal(err)
 	}

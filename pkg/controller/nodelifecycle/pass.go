@@ -32,6 +32,7 @@ type nodeResult struct {
 	current  *v1.NodeCondition
 	counted  bool // false: excluded or skipped
 	overdue  bool // Ready, but silent for longer than its heartbeats are apart
+	suspect  bool // silent on the informers' view, not yet confirmed by a fresh read
 	markPods bool // just stopped being Ready: its pods are to be marked NotReady
 	deadline time.Time
 }
@@ -99,6 +100,7 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 	workqueue.ParallelizeUntil(ctx, nodeUpdateWorkers, len(nodes), func(i int) {
 		results[i] = c.processNodeHealth(ctx, nodes[i].Name)
 	})
+	retryAt := c.confirmSuspects(ctx, results)
 
 	// The zone states are decided from every node of this pass, overdue ones
 	// included, before any NoExecute taint queued in it is applied (the
@@ -119,8 +121,20 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 		}
 		zoneConditions[r.zone] = append(zoneConditions[r.zone], r.zoneCondition())
 	}
+	if !retryAt.IsZero() && (next.IsZero() || retryAt.Before(next)) {
+		next = retryAt
+	}
+	// A zone with unconfirmed suspects taints nothing until a fresh read
+	// settles them: its state may be about to change either way.
+	unsettled := map[string]bool{}
+	for _, r := range results {
+		if r.suspect {
+			unsettled[r.zone] = true
+		}
+	}
 	c.mu.Lock()
 	c.nextDeadline = next
+	c.unsettled = unsettled
 	c.mu.Unlock()
 	c.handleDisruption(ctx, zoneConditions, nodes)
 	c.queueMarks(ctx, toMark)
@@ -167,7 +181,7 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 	}
 	observed, current := u.observed, u.current
 	r := nodeResult{name: name, zone: topology.GetZoneKey(node), current: current, counted: !nodetopology.ExcludedFromDisruption(node),
-		overdue: u.overdue, deadline: u.deadline}
+		overdue: u.overdue, suspect: u.suspect, deadline: u.deadline}
 	if current == nil {
 		return r
 	}
@@ -191,6 +205,10 @@ type healthUpdate struct {
 	observed, current *v1.NodeCondition // Ready before and after the check
 	deadline          time.Time         // within its grace period: when it expires
 	overdue           bool              // within its grace period but silent for longer than usual
+	// suspect: overdue or past its grace period on the informers' view,
+	// with no fresh read since to confirm it; judged as if within its
+	// grace period and not overdue until one does (see freshview.go).
+	suspect bool
 }
 
 // tryUpdateNodeHealth applies the grace-period rules to one node and writes
@@ -206,13 +224,30 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 	rec, grace, observed := c.cfg.observe(c.health[node.Name], node, lease, now)
 	c.health[node.Name] = rec
 	probe := rec.probe
+	expiry := probe.Add(grace)
 	overdue := rec.overdue(now, grace, c.cfg.HeartbeatOverdueSlack)
+	// Silence on the informers' view counts only once a fresh read sent
+	// after the node became overdue (or passed its grace period) confirms
+	// it; nodes that would not change (already Unknown, or not Ready
+	// anyway for the overdue rule) need no confirmation.
+	ready := kube.NodeCondition(node, v1.NodeReady)
+	suspect := false
+	if overdue && !rec.overdue(c.freshRead, grace, c.cfg.HeartbeatOverdueSlack) {
+		overdue = false
+		suspect = ready != nil && ready.Status == v1.ConditionTrue
+	}
+	expired := now.After(expiry)
+	if expired && !c.confirmedAfterLocked(expiry) && (ready == nil || ready.Status != v1.ConditionUnknown) {
+		expired, suspect = false, true
+	}
 	c.mu.Unlock()
 
-	expiry := probe.Add(grace)
-	if !now.After(expiry) {
-		return healthUpdate{observed: observed, current: kube.NodeCondition(node, v1.NodeReady),
-			deadline: expiry.Add(time.Millisecond), overdue: overdue}, nil
+	if !expired {
+		deadline := expiry.Add(time.Millisecond)
+		if !deadline.After(now) {
+			deadline = time.Time{} // expired but unconfirmed: the next fresh read decides
+		}
+		return healthUpdate{observed: observed, current: ready, deadline: deadline, overdue: overdue, suspect: suspect}, nil
 	}
 	nowMeta := metav1.NewTime(now)
 	node = node.DeepCopy()
@@ -302,7 +337,9 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 	case allNowFull && !allWereFull:
 		logger.Info("Controller detected that all Nodes are not-Ready. Entering master disruption mode")
 		c.holdMarks(ctx, len(nodes) > 0)
+		c.takeJudged()
 		for _, n := range nodes {
+			c.rememberJudged(n.Name)
 			if err := c.markReachable(ctx, n.Name); err != nil {
 				logger.Error(err, "Failed to remove NoExecute taints", "node", klog.KObj(n))
 			}
@@ -316,7 +353,10 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		c.mu.Unlock()
 	case !allNowFull && allWereFull:
 		logger.Info("Controller detected that some Nodes are Ready. Exiting master disruption mode")
-		c.resetAllProbes(now)
+		// Nodes judged dead before the mode keep their countdown (allzones.go).
+		judged := c.takeJudged()
+		c.resetAllProbes(now, judged)
+		c.restoreJudged(ctx, judged)
 		c.releaseMarks(ctx, now)
 		c.mu.Lock()
 		for zone, state := range newStates {

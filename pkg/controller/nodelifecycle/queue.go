@@ -91,6 +91,20 @@ func (q *zoneQueue) Remove(name string) bool {
 	return true
 }
 
+// Done records a node as tainted without tainting it (its taint was
+// restored as it was): it leaves the heap and stays in the set.
+func (q *zoneQueue) Done(name string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.set[name] = true
+	for i, v := range q.heap {
+		if v.value == name {
+			heap.Remove(&q.heap, i)
+			break
+		}
+	}
+}
+
 // Clear empties the queue.
 func (q *zoneQueue) Clear() {
 	q.mu.Lock()

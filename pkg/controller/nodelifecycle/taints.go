@@ -192,7 +192,9 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 	c.mu.Lock()
 	zones := make(map[string]*zoneQueue, len(c.zoneQueues))
 	for z, q := range c.zoneQueues {
-		zones[z] = q
+		if !c.unsettled[z] { // see monitorNodeHealth
+			zones[z] = q
+		}
 	}
 	c.mu.Unlock()
 	for zone, q := range zones {

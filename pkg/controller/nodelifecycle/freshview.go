@@ -1,0 +1,204 @@
+package nodelifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+)
+
+// Confirming silence with a fresh read.
+//
+// The informers are the controller's only view of heartbeats. A Lease watch
+// can stall while the API server still answers (a watch left open without
+// events, a slow re-list after an API server restart or upgrade): every node
+// then looks silent at once, every zone would read FullDisruption, and the
+// all-zones mode would strip the taints of nodes that were really dead. So
+// the informer's view alone never makes a node count as overdue, nor marks it
+// Unknown: a node silent on that view is a suspect until a fresh read of the
+// Leases from the API server (a quorum LIST of kube-node-lease, one for all
+// nodes, sent after the node became overdue or passed its grace period)
+// shows no renewal the watch missed. A renewal it shows is a heartbeat,
+// heard when the read answered; a read that fails confirms nothing, so no
+// node is judged on silence until a read succeeds (as while blind, see
+// contact). Suspects without a Lease are confirmed by a LIST of Nodes (their
+// Ready heartbeat). Reads are sent only by a pass that has suspects, at most
+// one every freshReadEvery, each bounded by freshReadTimeout. While a zone has
+// suspects no read has settled, it applies no NoExecute taint: counting them
+// healthy could let a taint out that counting them overdue would forbid.
+
+// freshReadTimeout bounds one fresh read (both lists).
+const freshReadTimeout = 5 * time.Second
+
+// freshReadEvery is the shortest time between two fresh reads: the monitor
+// period, or one second if that is shorter. Not the monitor period alone: a
+// pass also runs at each grace-period expiry, whose read must not wait a
+// whole period (detection at expiry is the point of those passes).
+func (c *Controller) freshReadEvery() time.Duration {
+	return min(c.cfg.NodeMonitorPeriod, time.Second)
+}
+
+// confirmedAfterLocked reports whether a fresh read was sent after t (and so
+// covers any heartbeat sent before t), under mu.
+func (c *Controller) confirmedAfterLocked(t time.Time) bool {
+	return !c.freshRead.IsZero() && c.freshRead.After(t)
+}
+
+// freshReadAllowed says whether a fresh read may be sent now, and if not,
+// when it may.
+func (c *Controller) freshReadAllowed(now time.Time) (bool, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.freshTried.Add(c.freshReadEvery())
+	return c.freshTried.IsZero() || !now.Before(at), at
+}
+
+// readFresh lists the Leases (and, for suspects without one, the Nodes)
+// from the API server and records as heartbeats the renewals the informers
+// have not delivered. suspects are the nodes the pass could not judge.
+func (c *Controller) readFresh(ctx context.Context, suspects []string) error {
+	logger := klog.FromContext(ctx)
+	sent := c.clock.Now()
+	c.mu.Lock()
+	c.freshTried = sent
+	c.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, freshReadTimeout)
+	defer cancel()
+	// resourceVersion "" is a quorum read: served from etcd, not from the
+	// API server's watch cache, which may be what stalled.
+	leases, err := c.client.CoordinationV1().Leases(v1.NamespaceNodeLease).List(rctx, metav1.ListOptions{ResourceVersion: ""})
+	if err != nil {
+		c.metrics.freshReads.WithLabelValues("error").Inc()
+		return fmt.Errorf("listing Leases in %s to confirm that %d node(s) are silent: %w", v1.NamespaceNodeLease, len(suspects), err)
+	}
+	renewed := make(map[string]time.Time, len(leases.Items))
+	for i := range leases.Items {
+		if rt := leases.Items[i].Spec.RenewTime; rt != nil {
+			renewed[leases.Items[i].Name] = rt.Time
+		}
+	}
+	var leaseless []string
+	for _, n := range suspects {
+		if _, ok := renewed[n]; !ok {
+			leaseless = append(leaseless, n)
+		}
+	}
+	beats := map[string]metav1.Time{}
+	if len(leaseless) > 0 {
+		nodes, err := c.client.CoreV1().Nodes().List(rctx, metav1.ListOptions{ResourceVersion: ""})
+		if err != nil {
+			c.metrics.freshReads.WithLabelValues("error").Inc()
+			return fmt.Errorf("listing Nodes to confirm that %d node(s) without a Lease are silent: %w", len(leaseless), err)
+		}
+		for i := range nodes.Items {
+			if ready := kube.NodeCondition(&nodes.Items[i], v1.NodeReady); ready != nil {
+				beats[nodes.Items[i].Name] = ready.LastHeartbeatTime
+			}
+		}
+	}
+	c.metrics.freshReads.WithLabelValues("ok").Inc()
+
+	now := c.clock.Now()
+	var missed []string
+	c.mu.Lock()
+	// Every node's renewal is taken (it is a heartbeat, whoever delivers
+	// it), but only a suspect's counts as missed by the watch: for the
+	// others the watch may simply not have delivered it yet.
+	credited := map[string]bool{}
+	for name, rt := range renewed {
+		rec := c.health[name]
+		if rec == nil || !rt.After(rec.leaseRenew) {
+			continue
+		}
+		rec.leaseRenew = rt
+		freshHeartbeat(rec, now)
+		credited[name] = true
+	}
+	for _, name := range suspects {
+		rec := c.health[name]
+		if rec == nil {
+			continue
+		}
+		if _, ok := renewed[name]; ok {
+			if credited[name] {
+				missed = append(missed, name)
+			}
+			continue
+		}
+		// Without a Lease: the Ready heartbeat, if newer than any seen. It
+		// is credited once; the informer delivering it later is then heard
+		// again, which only lengthens the grace.
+		hb, ok := beats[name]
+		seen := rec.heartbeat
+		if fb := c.freshBeats[name]; fb.After(seen.Time) {
+			seen = fb
+		}
+		if ok && hb.After(seen.Time) {
+			c.freshBeats[name] = hb
+			freshHeartbeat(rec, now)
+			missed = append(missed, name)
+		}
+	}
+	c.freshRead = sent
+	wasStale := c.viewStale
+	c.viewStale = len(missed) > 0
+	c.mu.Unlock()
+
+	if len(missed) > 0 {
+		c.metrics.staleView.Inc()
+		if !wasStale {
+			logger.Info("The informers' view of heartbeats is stale: a fresh read of the Leases shows renewals the watch did not deliver; judging nodes on fresh reads until it catches up",
+				"renewedNodes", len(missed), "suspects", len(suspects), "example", missed[0])
+		}
+	} else if wasStale {
+		logger.Info("A fresh read found no heartbeat the informers missed: their view looks current again", "suspects", len(suspects))
+	}
+	return nil
+}
+
+// freshHeartbeat records a heartbeat seen by a fresh read, at now. The gaps
+// between heartbeats (the usual interval of the overdue rule) are left
+// alone: read times measure the reads, not the node.
+func freshHeartbeat(rec *nodeHealth, now time.Time) {
+	if now.After(rec.probe) {
+		rec.probe = now
+	}
+}
+
+// confirmSuspects sends a fresh read if the pass left suspects and one is
+// allowed, and judges those nodes again on it. It returns when the pass
+// must run again for the suspects still unconfirmed (zero: none left).
+func (c *Controller) confirmSuspects(ctx context.Context, results []nodeResult) time.Time {
+	var suspects []int
+	for i := range results {
+		if results[i].suspect {
+			suspects = append(suspects, i)
+		}
+	}
+	if len(suspects) == 0 {
+		return time.Time{}
+	}
+	allowed, at := c.freshReadAllowed(c.clock.Now())
+	if !allowed {
+		return at
+	}
+	names := make([]string, len(suspects))
+	for j, i := range suspects {
+		names[j] = results[i].name
+	}
+	if err := c.readFresh(ctx, names); err != nil {
+		klog.FromContext(ctx).Error(err, "Not judging silent nodes until a fresh read confirms their silence", "retryIn", c.freshReadEvery())
+		_, at = c.freshReadAllowed(c.clock.Now())
+		return at
+	}
+	workqueue.ParallelizeUntil(ctx, nodeUpdateWorkers, len(suspects), func(j int) {
+		results[suspects[j]] = c.processNodeHealth(ctx, names[j])
+	})
+	return time.Time{}
+}
