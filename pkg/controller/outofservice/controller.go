@@ -6,9 +6,10 @@
 // once (KEP-2268, non-graceful node shutdown). It takes the taint back when
 // the node is Ready again after a reboot or its confirmation is withdrawn,
 // never while the node is still silent. A person's confirmation applies to
-// the boot of the machine it was given for only. It writes only this taint and its
-// own annotations, so it can run next to kube-controller-manager's node
-// lifecycle controller.
+// the boot of the machine it was given for only. It writes only this taint
+// and its own annotations (and removes a person's confirmation whose boot
+// ended), so it can run next to kube-controller-manager's node lifecycle
+// controller.
 package outofservice
 
 import (
