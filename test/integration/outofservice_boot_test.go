@@ -65,7 +65,6 @@ func deleteUnconfirmed(t *testing.T, client kubernetes.Interface, name string) {
 // --out-of-service-after, taints nothing and force-deletes nothing, while a
 // node confirmed at the same time is tainted (the controller did look).
 func TestOutOfServiceConfirmationEndsWithTheBoot(t *testing.T) {
-	asServiceAccount(t)
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 4, false))
 	framework.StartNodeShepherd(t, cfg, oosConfig(fastLifecycle(100), 2), withOutOfService)
