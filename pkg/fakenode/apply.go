@@ -95,7 +95,7 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		restarted = n.machine != "" && n.machine != fakecloud.Running
 		n.machine = fakecloud.Running
 		if restarted {
-			n.boots.Add(1)
+			n.newBoot()
 		}
 		n.fullStatus = n.fullStatus || restarted
 	}

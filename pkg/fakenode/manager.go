@@ -85,7 +85,11 @@ func New(cfg Config) (*Manager, error) {
 		if group != nil {
 			maps.Copy(lbls, group.Labels)
 		}
-		m.nodes[name] = &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group}
+		n := &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group}
+		// Starting this process starts the machines: a Node that exists
+		// already gets a new boot ID with the first full status.
+		n.newBoot()
+		m.nodes[name] = n
 		m.names = append(m.names, name)
 	}
 	sort.Strings(m.names)

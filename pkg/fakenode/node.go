@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
@@ -31,10 +32,13 @@ type node struct {
 	kubeletStopped bool
 	// machine is the fake cloud's view: running, shutdown or deleted.
 	machine string
-	// boots counts the machine's restarts (machine-start after a shutdown
-	// or deletion): each one is a new status.nodeInfo.bootID, as after a
-	// real reboot. Atomic: registration reads it without mu.
-	boots atomic.Int32
+	// boot is status.nodeInfo.bootID: a random UUID per machine start, like
+	// /proc/sys/kernel/random/boot_id. A new process (the machine starts as
+	// far as the API server can tell) and each machine-start after a
+	// shutdown or deletion draw a new one, so that whatever was confirmed
+	// about the previous boot can tell it ended. Atomic: registration
+	// reads it without mu.
+	boot atomic.Pointer[string]
 	// conditions is what the kubelet believes; posted when the API differs.
 	conditions []v1.NodeCondition
 	// fullStatus asks the next post to include capacity, addresses and node
@@ -50,12 +54,18 @@ type node struct {
 	volumesInUse []v1.UniqueVolumeName
 }
 
-// bootID is "fake" until the machine first restarts, then "fake-N".
+// bootID is the current boot's ID.
 func (n *node) bootID() string {
-	if b := n.boots.Load(); b > 0 {
-		return fmt.Sprintf("fake-%d", b)
+	if b := n.boot.Load(); b != nil {
+		return *b
 	}
-	return "fake"
+	return ""
+}
+
+// newBoot draws the boot ID of a machine that starts.
+func (n *node) newBoot() {
+	id := string(uuid.NewUUID())
+	n.boot.Store(&id)
 }
 
 // healthy says whether the node's kubelet reaches the API server. Callers hold mu.

@@ -105,6 +105,7 @@ func TestOutOfServiceAnnotationForceDeletesPods(t *testing.T) {
 		t.Fatalf("pod not Terminating on the silent node: %v", err)
 	}
 
+	boot := getNode(t, client, victim).Status.NodeInfo.BootID
 	annotateOutOfService(t, client, victim, ptr.To("power supply failed"))
 	framework.Eventually(t, 30*time.Second, "out-of-service taint", nodeTainted(client, victim, outofservice.Taint, true))
 	seen := time.Now()
@@ -112,7 +113,8 @@ func TestOutOfServiceAnnotationForceDeletesPods(t *testing.T) {
 		t.Errorf("tainted by %v, before NotReady since %v + %v", seen, readySince(t, client, victim), oosAfter)
 	}
 	n := getNode(t, client, victim)
-	if n.Annotations[outofservice.AnnotationBootID] != "fake" || !strings.Contains(n.Annotations[outofservice.AnnotationConfirmedBy], "power supply failed") {
+	if n.Annotations[outofservice.AnnotationBootID] != boot || n.Annotations[outofservice.AnnotationConfirmationBootID] != boot ||
+		!strings.Contains(n.Annotations[outofservice.AnnotationConfirmedBy], "power supply failed") {
 		t.Errorf("annotations after the taint: %v", n.Annotations)
 	}
 	if cnt, msgs := framework.WaitEvents(t, client, oosEvents(outofservice.EventTaintAdded, victim), 1); cnt != 1 || !strings.Contains(msgs[0], `"power supply failed"`) {
@@ -152,6 +154,7 @@ func TestOutOfServiceCloudProviderAndReboot(t *testing.T) {
 	names := m.NodeNames()
 	waitNodesReady(t, client, names...)
 	victim := names[1]
+	boot := getNode(t, client, victim).Status.NodeInfo.BootID
 
 	machine(t, m, fakenode.MachineShutdown, victim)
 	framework.Eventually(t, 30*time.Second, "out-of-service taint", nodeTainted(client, victim, outofservice.Taint, true))
@@ -159,13 +162,13 @@ func TestOutOfServiceCloudProviderAndReboot(t *testing.T) {
 		t.Errorf("tainted before NotReady + %v", oosAfter)
 	}
 	n := getNode(t, client, victim)
-	if n.Annotations[outofservice.AnnotationBootID] != "fake" || !strings.Contains(n.Annotations[outofservice.AnnotationConfirmedBy], outofservice.SourceCloudProvider) {
+	if n.Annotations[outofservice.AnnotationBootID] != boot || !strings.Contains(n.Annotations[outofservice.AnnotationConfirmedBy], outofservice.SourceCloudProvider) {
 		t.Errorf("annotations after the taint: %v", n.Annotations)
 	}
 	machine(t, m, fakenode.MachineStart, victim)
 	framework.Eventually(t, 30*time.Second, "taint removed after the reboot", nodeTainted(client, victim, outofservice.Taint, false))
 	n = getNode(t, client, victim)
-	if !kube.NodeReady(n) || n.Status.NodeInfo.BootID == "fake" {
+	if !kube.NodeReady(n) || n.Status.NodeInfo.BootID == boot {
 		t.Errorf("taint removed with Ready %v, boot ID %q", kube.NodeReady(n), n.Status.NodeInfo.BootID)
 	}
 	if _, msgs := framework.WaitEvents(t, client, oosEvents(outofservice.EventTaintRemoved, victim), 1); !strings.Contains(msgs[0], "after a reboot") {

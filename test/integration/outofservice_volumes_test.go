@@ -237,6 +237,7 @@ func TestOutOfServiceStatefulSetVolumeMoves(t *testing.T) {
 	pv, _ := claimVolume(ctx, client, "data-db-0")
 	volName := fakecsi.UniqueVolumeName(fakecsi.DefaultDriverName, pv.Spec.CSI.VolumeHandle)
 
+	deadBoot := getNode(t, client, dead).Status.NodeInfo.BootID
 	partition(t, m, fakenode.MachineShutdown, fakenode.Target{Nodes: []string{dead}})
 	framework.Eventually(t, 30*time.Second, "dead node not Ready", nodeCondition(client, dead, v1.NodeReady, v1.ConditionUnknown))
 	framework.Eventually(t, 30*time.Second, "pod evicted, Terminating", func(ctx context.Context) (bool, string, error) {
@@ -271,8 +272,8 @@ func TestOutOfServiceStatefulSetVolumeMoves(t *testing.T) {
 		if !slices.Contains(n.Status.VolumesInUse, volName) {
 			return true, fmt.Sprintf("dead node's volumesInUse %v", n.Status.VolumesInUse), nil
 		}
-		if n.Status.NodeInfo.BootID != "fake" {
-			return true, "boot ID " + n.Status.NodeInfo.BootID, nil
+		if n.Status.NodeInfo.BootID != deadBoot {
+			return true, "boot ID " + n.Status.NodeInfo.BootID + ", was " + deadBoot, nil
 		}
 		return false, "", nil
 	})
@@ -303,7 +304,7 @@ func TestOutOfServiceStatefulSetVolumeMoves(t *testing.T) {
 			return false, "", err
 		}
 		tainted := slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == outofservice.Taint.Key })
-		return n.Status.NodeInfo.BootID == "fake-1" && len(n.Status.VolumesInUse) == 0 && !tainted,
+		return n.Status.NodeInfo.BootID != deadBoot && len(n.Status.VolumesInUse) == 0 && !tainted,
 			fmt.Sprintf("boot %s inUse %v out-of-service %v", n.Status.NodeInfo.BootID, n.Status.VolumesInUse, tainted), nil
 	})
 }

@@ -5,9 +5,11 @@
 // terminating pods and the attach-detach controller detaches their volumes at
 // once (KEP-2268, non-graceful node shutdown). It takes the taint back when
 // the node is Ready again after a reboot or its confirmation is withdrawn,
-// never while the node is still silent. It writes only this taint and its
-// own annotations, so it can run next to kube-controller-manager's node
-// lifecycle controller.
+// never while the node is still silent. A person's confirmation applies to
+// the boot of the machine it was given for only. It writes only this taint
+// and its own annotations (and removes a person's confirmation whose boot
+// ended), so it can run next to kube-controller-manager's node lifecycle
+// controller.
 package outofservice
 
 import (
@@ -60,6 +62,11 @@ const (
 	// AnnotationConfirm is a person's confirmation that the node's machine
 	// is dead; its value is the reason, quoted in events.
 	AnnotationConfirm = "nodeshepherd.io/out-of-service"
+	// AnnotationConfirmationBootID is the node's boot ID the confirmation
+	// was given for: recorded by the controller when it first sees the
+	// confirmation (or set by the person in the same command). Once the node
+	// reports another boot ID, the confirmation is removed.
+	AnnotationConfirmationBootID = "nodeshepherd.io/out-of-service-confirmation-boot-id"
 	// AnnotationBootID records the node's boot ID when it was tainted: the
 	// taint is this controller's, and a new boot ID means a reboot.
 	AnnotationBootID = "nodeshepherd.io/out-of-service-boot-id"
@@ -73,6 +80,10 @@ const (
 	EventTaintRemoved = "OutOfServiceTaintRemoved"
 	EventPending      = "OutOfServicePending"
 	EventBlocked      = "OutOfServiceBlocked"
+	// A person's confirmation recorded for the current boot, and removed
+	// because the node has booted again.
+	EventConfirmationRecorded = "OutOfServiceConfirmationRecorded"
+	EventConfirmationExpired  = "OutOfServiceConfirmationExpired"
 )
 
 // providerTimeout bounds one question to the cloud provider.
@@ -202,6 +213,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if err := c.write(ctx, n, v, in); err != nil {
 			return err
 		}
+	case actRecord, actExpire, actForget:
+		if err := c.write(ctx, n, v, in); err != nil {
+			return err
+		}
+		// The decision about the node follows, on the annotations written.
+		c.queue.Add(name)
+		return nil
 	case actWait:
 		c.queue.AddAfter(name, v.retryAt.Sub(c.clock.Now()))
 	}
@@ -230,6 +248,7 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	if reason, ok := n.Annotations[AnnotationConfirm]; ok {
 		in.confirmations = append(in.confirmations, confirmation{source: SourcePerson, detail: fmt.Sprintf("annotation %s=%q", AnnotationConfirm, reason)})
 	}
+	in.confirmationBootID, in.confirmationStamped = n.Annotations[AnnotationConfirmationBootID]
 	// The provider is asked only about silent nodes and nodes this
 	// controller tainted: a Ready node needs no confirmation.
 	if c.instances != nil && (!in.ready || in.owned) {
@@ -359,38 +378,56 @@ func (c *Controller) forget(name string) {
 	c.dryWrites.Forget(name)
 }
 
-// change applies the taint and annotations (on) or removes them (off).
-func change(n *v1.Node, on bool, in input, now time.Time) {
-	if on {
+// change applies the verdict's taint and annotations to n.
+func change(n *v1.Node, v verdict, in input, now time.Time) {
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	switch v.action {
+	case actTaint:
 		n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, []v1.Taint{Taint}, nil, now)
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
 		n.Annotations[AnnotationBootID] = in.bootID
 		n.Annotations[AnnotationConfirmedBy] = describe(in.confirmations)
-		return
+	case actUntaint:
+		n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, nil, []v1.Taint{Taint}, now)
+		delete(n.Annotations, AnnotationBootID)
+		delete(n.Annotations, AnnotationConfirmedBy)
+		if v.dropConfirmation {
+			delete(n.Annotations, AnnotationConfirm)
+			delete(n.Annotations, AnnotationConfirmationBootID)
+		}
+	case actRecord:
+		n.Annotations[AnnotationConfirmationBootID] = v.confirmationBootID
+	case actExpire:
+		delete(n.Annotations, AnnotationConfirm)
+		delete(n.Annotations, AnnotationConfirmationBootID)
+	case actForget:
+		delete(n.Annotations, AnnotationConfirmationBootID)
 	}
-	n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, nil, []v1.Taint{Taint}, now)
-	delete(n.Annotations, AnnotationBootID)
-	delete(n.Annotations, AnnotationConfirmedBy)
 }
 
-// write adds or removes the taint with its annotations in one update, with
-// the node's resourceVersion as precondition (a conflict is retried from
-// the informer's newer copy).
+// events are the reason and type of each written action's event; an
+// action without one is only logged.
+var events = map[string]struct{ reason, typ string }{
+	actTaint:   {EventTaintAdded, v1.EventTypeNormal},
+	actUntaint: {EventTaintRemoved, v1.EventTypeNormal},
+	actRecord:  {EventConfirmationRecorded, v1.EventTypeNormal},
+	actExpire:  {EventConfirmationExpired, v1.EventTypeWarning},
+}
+
+// write adds or removes the taint with its annotations, or changes a
+// person's confirmation, in one update, with the node's resourceVersion as
+// precondition (a conflict is retried from the informer's newer copy).
 func (c *Controller) write(ctx context.Context, n *v1.Node, v verdict, in input) error {
 	logger := klog.FromContext(ctx)
 	now := c.clock.Now()
-	on, action, reason, msg := v.action == actTaint, v.action, EventTaintAdded, v.message
-	if !on {
-		reason = EventTaintRemoved
-	}
+	on, action, msg := v.action == actTaint, v.action, v.message
 	if c.dryRun.Enabled() {
-		c.dryWrites.Add(n.Name, func(obj *v1.Node) { change(obj, on, in, now) })
+		c.dryWrites.Add(n.Name, func(obj *v1.Node) { change(obj, v, in, now) })
 		c.dryRun.Report(ctx, n, "out-of-service-"+action, msg)
 	} else {
 		updated := n.DeepCopy()
-		change(updated, on, in, now)
+		change(updated, v, in, now)
 		written, err := c.client.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{FieldManager: Name})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -400,10 +437,12 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, v verdict, in input)
 			return fmt.Errorf("%s node %s: %w", action, n.Name, err)
 		}
 		c.overlay.Put(n.Name, n.ResourceVersion, written)
-		controllerutil.NodeEvent(c.recorder, n, v1.EventTypeNormal, reason, msg)
+		if e, ok := events[action]; ok {
+			controllerutil.NodeEvent(c.recorder, n, e.typ, e.reason, msg)
+		}
 	}
 	logger.Info(msg, "node", n.Name)
-	label := v.code // why a removal; what confirmed a taint
+	label := v.code // why a removal or a confirmation's change; what confirmed a taint
 	if on && len(in.confirmations) > 0 {
 		label = in.confirmations[0].source
 	}

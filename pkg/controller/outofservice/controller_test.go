@@ -3,6 +3,8 @@ package outofservice
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -60,6 +62,7 @@ type fixture struct {
 	clock    *testingclock.FakeClock
 	recorder *record.FakeRecorder
 	cloud    *testCloud
+	rv       int // last resourceVersion set by set
 }
 
 // node is Ready (or not, since the given time) with a boot ID, in zone z1.
@@ -80,7 +83,7 @@ func node(name string, ready bool, since time.Time, bootID string, annotations m
 
 func newFixture(t *testing.T, cfg Config, withCloud bool, nodes ...*v1.Node) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: testingclock.NewFakeClock(t0), recorder: record.NewFakeRecorder(100)}
+	f := &fixture{t: t, clock: testingclock.NewFakeClock(t0), recorder: record.NewFakeRecorder(100), rv: 100}
 	f.client = fake.NewClientset()
 	for _, n := range nodes {
 		if _, err := f.client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
@@ -131,6 +134,11 @@ func (f *fixture) sync(name string) {
 
 func (f *fixture) events() []string { return controllertest.Events(f.recorder) }
 
+// confirmedFor is a person's confirmation, recorded for boot.
+func confirmedFor(reason, boot string) map[string]string {
+	return map[string]string{AnnotationConfirm: reason, AnnotationConfirmationBootID: boot}
+}
+
 func testConfig() Config {
 	c := DefaultConfig()
 	c.MaxNodes, c.MaxPercent = 1, 100
@@ -149,7 +157,7 @@ func hasEvent(events []string, reason string) bool {
 // often it is re-checked), then tainted with the boot ID recorded.
 func TestAnnotationTaintsAfterSilenceOnce(t *testing.T) {
 	silent := t0.Add(-time.Minute) // a whole second: waits until 4m01s from now
-	f := newFixture(t, testConfig(), false, node("n1", false, silent, "b1", map[string]string{AnnotationConfirm: "psu dead"}),
+	f := newFixture(t, testConfig(), false, node("n1", false, silent, "b1", confirmedFor("psu dead", "b1")),
 		node("n2", true, t0.Add(-time.Hour), "x", nil))
 	for range 3 {
 		f.sync("n1")
@@ -217,8 +225,8 @@ func TestProviderConfirms(t *testing.T) {
 // refusal is counted once.
 func TestBudgetRefusesOnce(t *testing.T) {
 	old := t0.Add(-time.Hour)
-	ann := map[string]string{AnnotationConfirm: "dead"}
-	f := newFixture(t, testConfig(), false, node("a", false, old, "b", ann), node("b", false, old, "b", ann),
+	ann := confirmedFor("dead", "b")
+	f := newFixture(t, testConfig(), false, node("a", false, old, "b", ann), node("b", false, old, "b", maps.Clone(ann)),
 		node("c", true, old, "b", nil), node("d", true, old, "b", nil), node("e", true, old, "b", nil))
 	f.sync("a")
 	f.events()
@@ -244,7 +252,7 @@ func TestBudgetRefusesOnce(t *testing.T) {
 // removed once Ready with a new boot ID, with its annotations.
 func TestTakeBack(t *testing.T) {
 	old := t0.Add(-time.Hour)
-	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", map[string]string{AnnotationConfirm: "dead"}))
+	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", confirmedFor("dead", "b1")))
 	f.sync("n1")
 	n := f.apiNode("n1")
 	f.put(n)
@@ -253,6 +261,7 @@ func TestTakeBack(t *testing.T) {
 	// Confirmation withdrawn while still silent: kept, said once.
 	n = n.DeepCopy()
 	delete(n.Annotations, AnnotationConfirm)
+	delete(n.Annotations, AnnotationConfirmationBootID)
 	n.ResourceVersion = "10"
 	f.put(n)
 	f.sync("n1")
@@ -285,7 +294,7 @@ func TestTakeBack(t *testing.T) {
 // taint; a taint someone else added is never removed.
 func TestKeepsWithoutRebootAndLeavesOthersTaints(t *testing.T) {
 	old := t0.Add(-time.Hour)
-	mine := node("mine", true, old, "b1", map[string]string{AnnotationConfirm: "dead", AnnotationBootID: "b1"})
+	mine := node("mine", true, old, "b1", map[string]string{AnnotationConfirm: "dead", AnnotationConfirmationBootID: "b1", AnnotationBootID: "b1"})
 	mine.Spec.Taints = []v1.Taint{Taint}
 	theirs := node("theirs", true, old, "b1", nil)
 	theirs.Spec.Taints = []v1.Taint{Taint}
@@ -303,10 +312,10 @@ func TestKeepsWithoutRebootAndLeavesOthersTaints(t *testing.T) {
 // Dry run writes nothing, but the would-be taint counts against the budget.
 func TestDryRun(t *testing.T) {
 	old := t0.Add(-time.Hour)
-	ann := map[string]string{AnnotationConfirm: "dead"}
+	ann := confirmedFor("dead", "b")
 	cfg := testConfig()
 	cfg.DryRun = true
-	f := newFixture(t, cfg, false, node("a", false, old, "b", ann), node("b", false, old, "b", ann))
+	f := newFixture(t, cfg, false, node("a", false, old, "b", ann), node("b", false, old, "b", maps.Clone(ann)))
 	f.sync("a")
 	f.sync("b")
 	if w := controllertest.TakeWrites(f.client); len(w) != 0 {
@@ -323,7 +332,7 @@ func TestDryRun(t *testing.T) {
 func TestRunWaitsOnTheClock(t *testing.T) {
 	silent := t0.Add(-4 * time.Minute)
 	cfg := testConfig()
-	f := newFixture(t, cfg, false, node("n1", false, silent, "b1", map[string]string{AnnotationConfirm: "dead"}))
+	f := newFixture(t, cfg, false, node("n1", false, silent, "b1", confirmedFor("dead", "b1")))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f.factory.Start(ctx.Done())
@@ -365,4 +374,130 @@ func value(m prometheus.Metric) float64 {
 		return out.Counter.GetValue()
 	}
 	return out.Gauge.GetValue()
+}
+
+// set stores n in the API server and the informer, as a kubelet's or a
+// person's write and its watch event would.
+func (f *fixture) set(n *v1.Node) {
+	f.t.Helper()
+	// The fake clientset keeps resourceVersions as given: a newer one
+	// tells the controller's overlay that this is not its own write.
+	f.rv++
+	n = n.DeepCopy()
+	n.ResourceVersion = fmt.Sprint(f.rv)
+	written, err := f.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.put(written)
+	f.client.ClearActions()
+}
+
+// boot makes the node report boot ID and readiness (since the given time).
+func boot(n *v1.Node, bootID string, ready bool, since time.Time) *v1.Node {
+	n = n.DeepCopy()
+	n.Status.NodeInfo.BootID = bootID
+	n.Status.Conditions[0].Status, n.Status.Conditions[0].LastTransitionTime = v1.ConditionUnknown, metav1.NewTime(since)
+	if ready {
+		n.Status.Conditions[0].Status = v1.ConditionTrue
+	}
+	return n
+}
+
+// Issue 30: a person's confirmation is recorded for the boot it is given
+// for, goes with the taint when the machine comes back with another boot,
+// and a later silence of that boot (a partition) taints nothing.
+func TestConfirmationEndsWithTheBoot(t *testing.T) {
+	old := t0.Add(-time.Hour)
+	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", map[string]string{AnnotationConfirm: "psu dead"}))
+	f.sync("n1")
+	if w := controllertest.TakeWrites(f.client); !slices.Equal(w, []string{"update nodes n1"}) {
+		t.Fatalf("writes %v, want the confirmation's boot recorded", w)
+	}
+	n := f.apiNode("n1")
+	if n.Annotations[AnnotationConfirmationBootID] != "b1" || tainted(n) {
+		t.Fatalf("after the first look: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+	if ev := f.events(); len(ev) != 1 || !hasEvent(ev, EventConfirmationRecorded) || !strings.Contains(ev[0], `boot ID "b1"`) {
+		t.Fatalf("events %v, want one %s naming the boot", ev, EventConfirmationRecorded)
+	}
+	f.put(n)
+	f.sync("n1")
+	if n = f.apiNode("n1"); !tainted(n) {
+		t.Fatal("not tainted on the recorded confirmation")
+	}
+	f.put(n)
+	f.events()
+
+	// The machine boots again and is Ready: the taint and the confirmation go.
+	f.set(boot(n, "b2", true, t0))
+	f.sync("n1")
+	n = f.apiNode("n1")
+	for _, a := range []string{AnnotationConfirm, AnnotationConfirmationBootID, AnnotationBootID, AnnotationConfirmedBy} {
+		if _, ok := n.Annotations[a]; ok || tainted(n) {
+			t.Fatalf("after the reboot: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+		}
+	}
+	if ev := f.events(); len(ev) != 1 || !hasEvent(ev, EventTaintRemoved) || !strings.Contains(ev[0], `was given for boot ID "b1" and is removed with the taint`) {
+		t.Fatalf("events %v", ev)
+	}
+	f.put(n)
+
+	// A partition of the machine that runs: silent long enough, same boot.
+	f.clock.Step(time.Hour)
+	f.set(boot(n, "b2", false, t0))
+	for range 3 {
+		f.sync("n1")
+	}
+	if w := controllertest.TakeWrites(f.client); len(w) != 0 || tainted(f.apiNode("n1")) {
+		t.Fatalf("writes %v during a partition after the reboot", w)
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Fatalf("events %v", ev)
+	}
+}
+
+// A confirmation whose boot ended before any taint (the machine came back
+// while the controller waited) is ignored and removed, with one warning;
+// the next silence of the new boot taints nothing. A recorded boot whose
+// confirmation was withdrawn is removed quietly.
+func TestConfirmationOfAnEndedBootExpires(t *testing.T) {
+	f := newFixture(t, testConfig(), false, node("n1", false, t0.Add(-time.Minute), "b1", confirmedFor("psu dead", "b1")),
+		node("n2", true, t0.Add(-time.Hour), "c1", map[string]string{AnnotationConfirmationBootID: "c1"}))
+	f.sync("n1")
+	if ev := f.events(); len(ev) != 1 || !hasEvent(ev, EventPending) {
+		t.Fatalf("events %v", ev)
+	}
+	f.set(boot(f.apiNode("n1"), "b2", true, t0))
+	f.sync("n1")
+	f.sync("n1")
+	n := f.apiNode("n1")
+	if _, ok := n.Annotations[AnnotationConfirm]; ok || n.Annotations[AnnotationConfirmationBootID] != "" {
+		t.Fatalf("confirmation of boot b1 kept on boot b2: %v", n.Annotations)
+	}
+	ev := f.events()
+	if len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventConfirmationExpired) || !strings.Contains(ev[0], `given for boot ID "b1", the node now reports boot ID "b2"`) {
+		t.Fatalf("events %v, want one warning naming both boots", ev)
+	}
+	if got := value(f.c.metrics.decisions.WithLabelValues(actExpire, codeBootChanged)); got != 1 {
+		t.Errorf("decisions{%s,%s} = %v", actExpire, codeBootChanged, got)
+	}
+	f.put(n)
+	f.clock.Step(time.Hour)
+	f.set(boot(n, "b2", false, t0))
+	f.sync("n1")
+	if tainted(f.apiNode("n1")) {
+		t.Fatal("tainted on the confirmation of the previous boot")
+	}
+
+	f.sync("n2")
+	if w := controllertest.TakeWrites(f.client); !slices.Equal(w, []string{"update nodes n2"}) {
+		t.Fatalf("writes %v, want the withdrawn confirmation's boot removed", w)
+	}
+	if _, ok := f.apiNode("n2").Annotations[AnnotationConfirmationBootID]; ok {
+		t.Fatal("recorded boot of a withdrawn confirmation kept")
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Fatalf("events %v", ev)
+	}
 }

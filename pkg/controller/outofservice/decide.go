@@ -52,9 +52,14 @@ type input struct {
 	owned, taintedByOther bool
 	recordedBootID        string
 	bootID                string
-	zone                  string
-	zoneState             nodetopology.ZoneState
-	clusterState          nodetopology.ZoneState
+	// confirmationBootID is the boot a person's confirmation was given for
+	// (AnnotationConfirmationBootID); confirmationStamped says whether it is
+	// recorded at all.
+	confirmationBootID  string
+	confirmationStamped bool
+	zone                string
+	zoneState           nodetopology.ZoneState
+	clusterState        nodetopology.ZoneState
 	// outOfService nodes carry the taint now; limit is the budget.
 	outOfService, limit int
 	after               time.Duration
@@ -67,19 +72,25 @@ const (
 	actUntaint = "untaint"
 	actWait    = "wait"   // confirmed, not silent long enough yet
 	actRefuse  = "refuse" // would act, but a rule forbids it
+	// A person's confirmation applies to one boot of the machine.
+	actRecord = "record-confirmation" // record the boot it is given for
+	actExpire = "expire-confirmation" // remove it: that boot ended
+	actForget = "forget-confirmation" // remove the boot of a withdrawn one
 )
 
 // Codes: why, in metrics and in the event de-duplication key.
 const (
-	codeConfirmed      = "confirmed"              // taint
-	codeRebooted       = "rebooted"               // untaint: a new boot ID
-	codeWithdrawn      = "confirmation-withdrawn" // untaint: no confirmation left
-	codeSilentTooShort = "silent-too-short"       // wait
-	codeBudget         = "budget"                 // refuse
-	codeNodeReady      = "node-ready"             // refuse: confirmed, yet Ready
-	codeNotRebooted    = "not-rebooted"           // refuse to untaint: Ready, same boot, confirmed
-	codeStillSilent    = "still-silent"           // refuse to untaint: withdrawn, still silent
-	codeDisruption     = "disruption"             // refuse: only fencing confirms, zone or cluster disrupted
+	codeConfirmed       = "confirmed"              // taint
+	codeRebooted        = "rebooted"               // untaint: a new boot ID
+	codeWithdrawn       = "confirmation-withdrawn" // untaint: no confirmation left; forget
+	codeSilentTooShort  = "silent-too-short"       // wait
+	codeBudget          = "budget"                 // refuse
+	codeNodeReady       = "node-ready"             // refuse: confirmed, yet Ready
+	codeNotRebooted     = "not-rebooted"           // refuse to untaint: Ready, same boot, confirmed
+	codeStillSilent     = "still-silent"           // refuse to untaint: withdrawn, still silent
+	codeDisruption      = "disruption"             // refuse: only fencing confirms, zone or cluster disrupted
+	codeNewConfirmation = "new-confirmation"       // record
+	codeBootChanged     = "boot-changed"           // expire
 )
 
 // verdict is what to do with one node, and what to say about it.
@@ -89,6 +100,11 @@ type verdict struct {
 	message string
 	// retryAt is when to look again for a wait (zero: no timer needed).
 	retryAt time.Time
+	// confirmationBootID is the boot to record (actRecord).
+	confirmationBootID string
+	// dropConfirmation: an untaint also removes a person's confirmation,
+	// given for the boot that ended.
+	dropConfirmation bool
 }
 
 func disrupted(s nodetopology.ZoneState) bool {
@@ -104,9 +120,13 @@ func describe(cs []confirmation) string {
 }
 
 // decide is the decision table. It never taints without a confirmation and
-// a long enough silence, never beyond the budget, and never takes its own
-// taint back from a node that is still silent.
+// a long enough silence, never beyond the budget, never on a person's
+// confirmation given for another boot, and never takes its own taint back
+// from a node that is still silent.
 func decide(in input) verdict {
+	if v, ok := decideConfirmation(in); ok {
+		return v
+	}
 	if in.owned {
 		return decideTakeBack(in)
 	}
@@ -156,6 +176,48 @@ func decide(in input) verdict {
 		in.node, taintString(), confirmed, in.silentSince.UTC().Format(time.RFC3339), during)}
 }
 
+// personConfirmation is a person's confirmation among cs, if any.
+func personConfirmation(cs []confirmation) (confirmation, bool) {
+	for _, c := range cs {
+		if c.source == SourcePerson {
+			return c, true
+		}
+	}
+	return confirmation{}, false
+}
+
+// decideConfirmation binds a person's confirmation to the boot of the
+// machine it was given for: the machine was confirmed dead, not the node's
+// name. It is recorded when first seen (the boot the taint was recorded
+// for, on a node this controller tainted: that is the boot acted upon) and
+// removed once the node reports another boot ID, so that a later silence of
+// the machine that came back (say, a partition) is not taken for the death
+// already confirmed. ok is false when it has nothing to do.
+func decideConfirmation(in input) (verdict, bool) {
+	c, confirmed := personConfirmation(in.confirmations)
+	switch {
+	case confirmed && !in.confirmationStamped:
+		boot := in.bootID
+		if in.owned {
+			boot = in.recordedBootID
+		}
+		return verdict{action: actRecord, code: codeNewConfirmation, confirmationBootID: boot, message: fmt.Sprintf(
+			"Recorded the confirmation by %s of node %s for its boot ID %q (annotation %s): it applies to this boot of the machine only",
+			c, in.node, boot, AnnotationConfirmationBootID)}, true
+	case !confirmed && in.confirmationStamped:
+		return verdict{action: actForget, code: codeWithdrawn, message: fmt.Sprintf(
+			"Removing annotation %s from node %s: the confirmation it belonged to was withdrawn", AnnotationConfirmationBootID, in.node)}, true
+	case confirmed && in.confirmationBootID != in.bootID:
+		if in.owned && in.ready && in.recordedBootID != in.bootID {
+			return verdict{}, false // taken back with the taint: decideTakeBack
+		}
+		return verdict{action: actExpire, code: codeBootChanged, message: fmt.Sprintf(
+			"Ignoring and removing the confirmation by %s of node %s: it was given for boot ID %q, the node now reports boot ID %q, so the machine has booted again since; annotate the node again if this boot is dead too",
+			c, in.node, in.confirmationBootID, in.bootID)}, true
+	}
+	return verdict{}, false
+}
+
 // decideTakeBack handles a node that carries this controller's taint.
 func decideTakeBack(in input) verdict {
 	unsure := in.provider == providerUnknown || in.fencing == providerUnknown // a source may still confirm
@@ -167,8 +229,14 @@ func decideTakeBack(in input) verdict {
 		return verdict{}
 	}
 	if in.bootID != in.recordedBootID {
-		return verdict{action: actUntaint, code: codeRebooted, message: fmt.Sprintf(
+		v := verdict{action: actUntaint, code: codeRebooted, message: fmt.Sprintf(
 			"Removing the out-of-service taint from node %s: Ready again after a reboot (boot ID %q, was %q)", in.node, in.bootID, in.recordedBootID)}
+		// A person's confirmation of the boot that ended goes with it.
+		if c, ok := personConfirmation(in.confirmations); ok && in.confirmationBootID != in.bootID {
+			v.dropConfirmation = true
+			v.message += fmt.Sprintf("; the confirmation by %s was given for boot ID %q and is removed with the taint", c, in.confirmationBootID)
+		}
+		return v
 	}
 	if len(in.confirmations) == 0 {
 		if unsure {

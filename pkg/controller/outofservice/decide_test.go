@@ -20,7 +20,7 @@ var (
 // a person, in a normal zone, with room in the budget.
 func base() input {
 	return input{now: t0, node: "n1", silentSince: t0.Add(-5 * time.Minute), confirmations: []confirmation{person},
-		bootID: "b1", zone: "z1", zoneState: nodetopology.StateNormal, clusterState: nodetopology.StateNormal,
+		bootID: "b1", confirmationBootID: "b1", confirmationStamped: true, zone: "z1", zoneState: nodetopology.StateNormal, clusterState: nodetopology.StateNormal,
 		outOfService: 0, limit: 1, after: 5 * time.Minute}
 }
 
@@ -74,7 +74,7 @@ func TestDecide(t *testing.T) {
 		{"owned, still silent, confirmation withdrawn", func(in *input) { owned(in); in.confirmations = nil }, actRefuse, codeStillSilent, time.Time{}, "still silent"},
 		{"owned, still silent, provider running again", func(in *input) { owned(in); in.confirmations = nil; in.provider = providerRunning }, actRefuse, codeStillSilent, time.Time{}, ""},
 		{"owned, silent, provider error", func(in *input) { owned(in); in.confirmations = nil; in.provider = providerUnknown }, actNothing, "", time.Time{}, ""},
-		{"owned, Ready after a reboot, still confirmed", func(in *input) { owned(in); in.ready = true; in.bootID = "b2" }, actUntaint, codeRebooted, time.Time{}, `boot ID "b2", was "b1"`},
+		{"owned, Ready after a reboot, still confirmed", func(in *input) { owned(in); in.ready = true; in.bootID = "b2" }, actUntaint, codeRebooted, time.Time{}, `boot ID "b2", was "b1"); the confirmation by person`},
 		{"owned, Ready, same boot, withdrawn", func(in *input) { owned(in); in.ready = true; in.confirmations = nil }, actUntaint, codeWithdrawn, time.Time{}, "no longer confirmed"},
 		{"owned, Ready, same boot, provider running", func(in *input) {
 			owned(in)
@@ -89,9 +89,69 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base()
 			tc.change(&in)
+			if _, ok := personConfirmation(in.confirmations); !ok {
+				// No person's confirmation: none recorded either
+				// (TestDecideConfirmationBoot covers that).
+				in.confirmationBootID, in.confirmationStamped = "", false
+			}
 			v := decide(in)
 			if v.action != tc.action || v.code != tc.code || !v.retryAt.Equal(tc.retryAt) {
 				t.Errorf("got %q/%q retry %v, want %q/%q retry %v (%s)", v.action, v.code, v.retryAt, tc.action, tc.code, tc.retryAt, v.message)
+			}
+			if !strings.Contains(v.message, tc.msgHas) {
+				t.Errorf("message %q lacks %q", v.message, tc.msgHas)
+			}
+		})
+	}
+}
+
+// A person's confirmation applies to the boot it was given for (issue 30).
+func TestDecideConfirmationBoot(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*input)
+		action string
+		record string // the boot to record
+		drop   bool
+		msgHas string
+	}{
+		{"new confirmation: recorded for the current boot", func(in *input) { in.confirmationBootID, in.confirmationStamped = "", false },
+			actRecord, "b1", false, `for its boot ID "b1"`},
+		{"new confirmation on a Ready node: recorded too", func(in *input) { in.ready, in.confirmationBootID, in.confirmationStamped = true, "", false },
+			actRecord, "b1", false, ""},
+		{"new confirmation of a node tainted for boot b1, now b2: for b1", func(in *input) {
+			owned(in)
+			in.bootID, in.confirmationBootID, in.confirmationStamped = "b2", "", false
+		}, actRecord, "b1", false, `boot ID "b1"`},
+		{"recorded for this boot: the table decides", func(*input) {}, actTaint, "", false, ""},
+		{"recorded for another boot, silent long enough: expired, not tainted", func(in *input) { in.bootID = "b2" },
+			actExpire, "", false, `given for boot ID "b1", the node now reports boot ID "b2"`},
+		{"recorded for another boot, Ready", func(in *input) { in.bootID, in.ready = "b2", true }, actExpire, "", false, ""},
+		{"recorded for another boot, a provider confirms too: expired first", func(in *input) {
+			in.bootID = "b2"
+			in.confirmations, in.provider = []confirmation{person, provider}, providerDead
+		}, actExpire, "", false, ""},
+		{"owned, rebooted and Ready: removed with the taint", func(in *input) { owned(in); in.ready, in.bootID = true, "b2" },
+			actUntaint, "", true, `was given for boot ID "b1" and is removed with the taint`},
+		{"owned, rebooted, not Ready yet: expired, taint kept", func(in *input) { owned(in); in.bootID = "b2" }, actExpire, "", false, ""},
+		{"owned, rebooted and Ready, confirmed for the new boot: kept", func(in *input) {
+			owned(in)
+			in.ready, in.bootID, in.confirmationBootID = true, "b2", "b2"
+		}, actUntaint, "", false, ""},
+		{"recorded boot of a withdrawn confirmation: forgotten", func(in *input) { in.confirmations = nil }, actForget, "", false, AnnotationConfirmationBootID},
+		{"no confirmation, nothing recorded", func(in *input) { in.confirmations, in.confirmationStamped = nil, false }, actNothing, "", false, ""},
+		// The issue's sequence after a fix that only removed the taint:
+		// boot b2 partitioned long enough, b1's confirmation still there.
+		{"partition of the next boot with the old confirmation", func(in *input) { in.bootID, in.silentSince = "b2", t0.Add(-time.Hour) },
+			actExpire, "", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.change(&in)
+			v := decide(in)
+			if v.action != tc.action || v.confirmationBootID != tc.record || v.dropConfirmation != tc.drop {
+				t.Errorf("got %q record %q drop %v, want %q record %q drop %v (%s)", v.action, v.confirmationBootID, v.dropConfirmation,
+					tc.action, tc.record, tc.drop, v.message)
 			}
 			if !strings.Contains(v.message, tc.msgHas) {
 				t.Errorf("message %q lacks %q", v.message, tc.msgHas)
