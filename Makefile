@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane helm chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
+.PHONY: all build controlplane helm chromium test test-unit test-integration golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler chaos fuzz vet lint fmt clean
 
 all: build controlplane
 
@@ -53,6 +53,14 @@ test: vet lint controlplane helm chromium
 ## test-unit: only the tests that need no control plane, race detector on
 test-unit:
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
+
+## chaos: random fault schedules against 2-3 leader-elected replicas, checked by an independent
+## watcher (docs/chaos.md): SEEDS=N random seeds, or SEED=1234 (or 1,2,3) to replay; DURATION of faults per seed
+SEEDS ?= 1
+SEED ?=
+DURATION ?= 60s
+chaos: controlplane
+	go test -count=1 -v -timeout 0 -run '^TestChaos$$' ./test/chaos/ -args -seeds=$(SEEDS) -seed=$(SEED) -duration=$(DURATION)
 
 ## fuzz: every fuzz target for FUZZTIME each (default 1m; make test replays their corpora)
 fuzz:
