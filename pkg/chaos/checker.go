@@ -584,7 +584,19 @@ func (c *Checker) checkPodGone(at time.Time, p *v1.Pod) {
 		return
 	}
 	cutOff := func(m Machine) bool { return m.Running() && (m.Partitioned || m.KubeletStopped) }
-	if c.truth.Always(p.Spec.NodeName, at.Add(-c.limits.Slack), at, cutOff) {
+	// The same boot since the pod was created: a reboot killed it.
+	boot := -1
+	sameBoot := func(m Machine) bool {
+		if boot < 0 {
+			boot = m.Boot
+		}
+		return m.Running() && m.Boot == boot
+	}
+	created := p.CreationTimestamp.Time
+	if created.IsZero() || created.After(at) {
+		created = at.Add(-c.limits.Slack)
+	}
+	if c.truth.Always(p.Spec.NodeName, created, at, sameBoot) && c.truth.Always(p.Spec.NodeName, at.Add(-c.limits.Slack), at, cutOff) {
 		reason, _ := disruption(p)
 		c.violate(at, InvRunningForced, "pod/"+p.Namespace+"/"+p.Name, "deleted from the API while its machine %s ran it with the kubelet cut off (no kubelet confirmed it; disruption reason %q)",
 			p.Spec.NodeName, reason)
@@ -605,14 +617,12 @@ func (c *Checker) checkEviction(at time.Time, p *v1.Pod) {
 	}
 	// Condition times are whole seconds, rounded down.
 	latest := when.Add(time.Second)
+	if states := c.zoneStates(when.Add(-c.countMargin()-c.limits.Slack), at); allFull(states) {
+		c.violate(at, InvZoneRules, "pod/"+p.Namespace+"/"+p.Name, "taint eviction at %s on %s while every zone was certainly silent (master disruption mode: no eviction)",
+			when.Format("15:04:05"), p.Spec.NodeName)
+	}
 	var considered []string
-	for _, s := range c.taints[p.Spec.NodeName] {
-		if !s.to.IsZero() && s.to.Before(when.Add(-c.limits.Slack)) {
-			continue
-		}
-		if s.from.After(at) {
-			continue
-		}
+	for _, s := range c.taintChain(p.Spec.NodeName, when, at) {
 		due, ok := dueTime(p, s.taint)
 		if !ok {
 			considered = append(considered, s.taint.Key+" tolerated forever")
@@ -630,6 +640,33 @@ func (c *Checker) checkEviction(at time.Time, p *v1.Pod) {
 	}
 	c.violate(at, InvToleration, "pod/"+p.Namespace+"/"+p.Name, "taint eviction at %s on %s before its toleration ended (%s)",
 		when.Format("15:04:05"), p.Spec.NodeName, strings.Join(considered, "; "))
+}
+
+// taintChain is the NoExecute taints of a node that may have led to an
+// eviction at when (seen by at): those present around it, and those before
+// them without a gap longer than the slack (a not-ready taint swapped for
+// an unreachable one keeps the eviction's clock running).
+func (c *Checker) taintChain(node string, when, at time.Time) []*taintSeen {
+	var chain []*taintSeen
+	in := map[*taintSeen]bool{}
+	start := time.Time{}
+	for _, s := range c.taints[node] {
+		if (s.to.IsZero() || !s.to.Before(when.Add(-c.limits.Slack))) && !s.from.After(at) {
+			chain, in[s] = append(chain, s), true
+			if start.IsZero() || s.from.Before(start) {
+				start = s.from
+			}
+		}
+	}
+	for grew := len(chain) > 0; grew; {
+		grew = false
+		for _, s := range c.taints[node] {
+			if !in[s] && !s.to.IsZero() && !s.to.Before(start.Add(-c.limits.Slack)) && s.from.Before(start) {
+				chain, in[s], start, grew = append(chain, s), true, s.from, true
+			}
+		}
+	}
+	return chain
 }
 
 // dueTime is when a taint may evict the pod: its timeAdded when not
@@ -668,6 +705,9 @@ func (c *Checker) checkPDB(at time.Time, p *v1.Pod) {
 	switch reason {
 	case reasonEvictionAPI, reasonTaintEvict, reasonPodGC:
 		return
+	}
+	if len(c.taintChain(p.Spec.NodeName, at, at)) > 0 {
+		return // NoExecute taints evict regardless of budgets
 	}
 	var covering []string
 	for k, b := range c.pdbs {
@@ -739,6 +779,21 @@ func (c *Checker) settle(at time.Time) {
 			pr.node, pr.mark.Format("15:04:05.000"), state, c.limits.Slack)
 	}
 	c.pendingReady = keep
+}
+
+// StuckDrains lists the nodes whose drain is in flight with no event
+// explaining why, for the runner's wait before CheckProgress.
+func (c *Checker) StuckDrains() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for name, n := range c.nodes {
+		if drainInFlight(n) && c.explained[name] == "" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Deployment is what the progress check needs of a workload.

@@ -119,7 +119,7 @@ func TestOutOfServiceTaintOnRunningMachine(t *testing.T) {
 
 func pod(name, nodeName string, tolSeconds *int64) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "web"}},
-		Spec: v1.PodSpec{NodeName: nodeName},
+		Spec:   v1.PodSpec{NodeName: nodeName},
 		Status: v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}}}
 	if tolSeconds != nil {
 		p.Spec.Tolerations = []v1.Toleration{
@@ -306,4 +306,49 @@ func TestProgress(t *testing.T) {
 	c.ObserveEvent(at(2), &v1.Event{Reason: "DrainWaiting", Message: "budget", InvolvedObject: v1.ObjectReference{Kind: "Node", Name: "n6"}})
 	c.CheckProgress(at(100), nil, 30*time.Second)
 	wantViolations(t, c, InvProgress, 0, "")
+}
+
+func TestEvictionAfterTaintSwap(t *testing.T) {
+	// not-ready at 5, swapped for unreachable at 8: the clock runs from 5.
+	c := history(t, 1.0, partition("n1"))
+	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(5)}
+	c.ObserveNode(at(5), node("n1", notReady), false)
+	c.ObserveNode(at(8), node("n1", unreachable(8)), false)
+	p := pod("web-1", "n1", ptr.To(int64(6)))
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(11.5), evicted(p, reasonTaintEvict, 11), false)
+	wantViolations(t, c, InvToleration, 0, "")
+}
+
+func TestEvictionWhileEverySilent(t *testing.T) {
+	all := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"}
+	c := history(t, 1.0, partition(all...))
+	p := pod("web-1", "n1", nil)
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(20), evicted(p, reasonTaintEvict, 20), false)
+	wantViolations(t, c, InvZoneRules, 1, "while every zone was certainly silent")
+}
+
+func TestPodGoneAfterReboot(t *testing.T) {
+	// Rebooted (its pods died with the boot), then partitioned: deleting
+	// the old pod is no force deletion of a running pod.
+	c := history(t, 2.0, Step{Op: OpMachineShutdown, Nodes: []string{"n2"}}, 4.0, Step{Op: OpMachineStart, Nodes: []string{"n2"}}, 5.0, partition("n2"))
+	p := pod("web-1", "n2", nil)
+	p.CreationTimestamp = metav1.NewTime(at(1))
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(20), p, true)
+	wantViolations(t, c, InvRunningForced, 0, "")
+}
+
+func TestPDBTaintEvictionWithoutCondition(t *testing.T) {
+	// A taint eviction whose condition write failed still bypasses budgets.
+	c := history(t, 1.0, partition("n1"))
+	c.ObservePDB(at(1), pdb(0), false)
+	c.ObserveNode(at(5), node("n1", unreachable(5)), false)
+	p := pod("web-1", "n1", nil)
+	c.ObservePod(at(1), p, false)
+	q := p.DeepCopy()
+	q.DeletionTimestamp = mtime(6)
+	c.ObservePod(at(6), q, false)
+	wantViolations(t, c, InvPDB, 0, "")
 }
