@@ -359,6 +359,14 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	if s.taint.Key != taintNotReady && s.taint.Key != taintUnreachable {
 		return
 	}
+	// Upstream swaps not-ready for unreachable (and back) at once, outside
+	// the zone's rate: a swap is not a new taint.
+	for _, o := range c.taints[n.Name] {
+		if o != s && (o.taint.Key == taintNotReady || o.taint.Key == taintUnreachable) && o.taint.Key != s.taint.Key &&
+			(o.to.IsZero() || !o.to.Before(at.Add(-c.limits.Slack))) {
+			return
+		}
+	}
 	// The decision was made between timeAdded (whole seconds, rounded
 	// down) and now.
 	decided := at

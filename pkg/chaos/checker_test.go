@@ -352,3 +352,17 @@ func TestPDBTaintEvictionWithoutCondition(t *testing.T) {
 	c.ObservePod(at(6), q, false)
 	wantViolations(t, c, InvPDB, 0, "")
 }
+
+func TestZoneRulesSwapIsNoNewTaint(t *testing.T) {
+	// n0 reported NotReady (tainted not-ready at 2), then its zone went
+	// Partial (3 of 4) and n0 silent: the swap to unreachable is immediate
+	// upstream.
+	c := history(t, 1.0, Step{Op: OpCondition, Nodes: []string{"n0"}, Condition: "Ready=False"}, 1.0, partition("n1", "n2"), 8.0, partition("n0"))
+	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(2)}
+	c.ObserveNode(at(2), node("n0", notReady), false)
+	c.ObserveNode(at(15), node("n0", unreachable(15)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
+	// The same unreachable taint on a node that had none is a new one.
+	c.ObserveNode(at(15), node("n1", unreachable(15)), false)
+	wantViolations(t, c, InvZoneRules, 1, "PartialDisruption")
+}

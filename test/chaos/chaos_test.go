@@ -242,7 +242,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 }
 
 func (c *cluster) startReplica() *replica {
-	cmd := framework.StartBinary(c.t, "run", "--kubeconfig", c.kc, "--config", c.conf, "--metrics-bind-address", "127.0.0.1:0")
+	cmd := framework.StartBinary(c.t, "run", "--kubeconfig", c.kc, "--config", c.conf, "--metrics-bind-address", "0")
 	return &replica{cmd: cmd}
 }
 
