@@ -319,7 +319,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 			slot = c.killed
 		}
 		if slot < 0 || c.slots[slot] != nil {
-			return " (slot in use)"
+			return " (nothing to restart: no slot is empty)"
 		}
 		c.slots[slot] = c.startReplica()
 		return fmt.Sprintf(" (slot %d, pid %d)", slot, c.slots[slot].cmd.Process.Pid)
