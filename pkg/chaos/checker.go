@@ -117,7 +117,8 @@ type Checker struct {
 	leases map[string]time.Time // node -> last renewTime
 	// forced are pods a DrainForceDeleted event named.
 	forced map[string]bool
-	leader string
+	// leaders are the holders of the leader-election Leases, by ns/name.
+	leaders map[string]string
 	// pendingReady are readiness restores whose node had not yet been seen
 	// reporting; Settle decides them.
 	pendingReady []pendingReady
@@ -141,7 +142,7 @@ func NewChecker(l Limits, truth *Truth) *Checker {
 	}
 	return &Checker{limits: l, truth: truth, nodes: map[string]*v1.Node{}, taints: map[string][]*taintSeen{},
 		pods: map[string]*podSeen{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, leases: map[string]time.Time{},
-		forced: map[string]bool{}, explained: map[string]string{}}
+		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{}}
 }
 
 // Violations returns what was found so far.
@@ -475,9 +476,10 @@ func (c *Checker) ObserveLease(at time.Time, l *coordinationv1.Lease) {
 		c.settle(at)
 		return
 	}
-	if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != c.leader {
-		c.leader = *l.Spec.HolderIdentity
-		c.note(at, "leader lease %s/%s held by %s", l.Namespace, l.Name, c.leader)
+	k := l.Namespace + "/" + l.Name
+	if h := l.Spec.HolderIdentity; h != nil && *h != c.leaders[k] {
+		c.leaders[k] = *h
+		c.note(at, "leader lease %s held by %s", k, *h)
 	}
 }
 
