@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler fuzz vet lint fmt clean
+.PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler chaos fuzz vet lint fmt clean
 
 all: build controlplane
 
@@ -58,6 +58,14 @@ test-unit:
 ## busy CI box; the loop stops at the end (hack/test-loaded.sh: LOADED_CPUS=0,1 pins to 2 CPUs, LOADED_CMD, LOADED_LOAD)
 test-loaded:
 	hack/test-loaded.sh
+
+## chaos: random fault schedules against 2-3 leader-elected replicas, checked by an independent
+## watcher (docs/chaos.md): SEEDS=N random seeds, or SEED=1234 (or 1,2,3) to replay; DURATION of faults per seed
+SEEDS ?= 1
+SEED ?=
+DURATION ?= 60s
+chaos: controlplane
+	go test -count=1 -v -timeout 0 -run '^TestChaos$$' ./test/chaos/ -args -seeds=$(SEEDS) -seed=$(SEED) -duration=$(DURATION)
 
 ## fuzz: every fuzz target for FUZZTIME each (default 1m; make test replays their corpora)
 fuzz:

@@ -1,0 +1,870 @@
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// The keys and reasons the checker reads. They are the API's contract,
+// spelled out here so that the checker does not import the controllers it
+// judges.
+const (
+	taintNotReady     = "node.kubernetes.io/not-ready"
+	taintUnreachable  = "node.kubernetes.io/unreachable"
+	taintOutOfService = "node.kubernetes.io/out-of-service"
+	annDrainOwned     = "nodeshepherd.io/drain-conditions"
+	condDrainSched    = v1.NodeConditionType("DrainScheduled")
+	reasonTaintEvict  = "DeletionByTaintManager"
+	reasonEvictionAPI = "EvictionByEvictionAPI"
+	reasonPodGC       = "DeletionByPodGC"
+	eventForceDeleted = "DrainForceDeleted"
+	zoneLabel         = "topology.kubernetes.io/zone"
+	excludeLabel      = "node.kubernetes.io/exclude-disruption"
+)
+
+// Invariant names, as reported.
+const (
+	InvZoneRules     = "zone-rules"
+	InvRunningForced = "running-machine"
+	InvBudgets       = "budgets"
+	InvToleration    = "toleration"
+	InvPDB           = "pdb"
+	InvCIDR          = "pod-cidr"
+	InvReadiness     = "readiness-restore"
+	InvProgress      = "progress"
+)
+
+// NotChecked lists what the checker does not check yet; runs print it so
+// that nobody reads a green run as more than it is.
+var NotChecked = []string{
+	"pdb: evictions through the Eviction API are trusted to the API server's budget arithmetic (not recomputed); only deletions that bypass it are checked",
+	"progress during faults: replacement of a dead node's pods is checked only after the last fault, not within a bound of each death",
+	"readiness-restore: the Ready condition's writer is not told apart, so a kubelet's own post counts as a restore",
+	"taint-eviction cancellation: a pod whose taint went away before its toleration ended is not followed",
+	"uncordon after a drain condition clears is not checked",
+}
+
+// Limits are the configuration the invariants depend on.
+type Limits struct {
+	// Grace and MonitorPeriod are the node lifecycle controller's
+	// nodeMonitorGracePeriod and nodeMonitorPeriod: a silent node is
+	// counted once it has been silent for both plus Slack.
+	Grace, MonitorPeriod time.Duration
+	// Slack absorbs watch delays and one-second timestamps (default 3s).
+	Slack                  time.Duration
+	UnhealthyZoneThreshold float64 // 0.55
+	LargeClusterThreshold  int     // 50
+	MaxCordoned            int     // drain's --max-cordoned-nodes, as a count
+	MaxConcurrentDrains    int     // 0: no limit
+	MaxOutOfService        int
+	// ForceAllowed says drain's force-after is configured: a PDB may then
+	// be bypassed by a deletion that a DrainForceDeleted event announces.
+	ForceAllowed bool
+}
+
+// Violation is one broken invariant.
+type Violation struct {
+	At        time.Time
+	Invariant string
+	Object    string
+	Detail    string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s %s %s: %s", v.At.Format("15:04:05.000"), v.Invariant, v.Object, v.Detail)
+}
+
+// Entry is one line of the timeline: a fault step or a write the checker saw.
+type Entry struct {
+	At   time.Time
+	What string
+}
+
+// taintSeen is a NoExecute taint's life as observed.
+type taintSeen struct {
+	taint   v1.Taint
+	from    time.Time // observed added
+	to      time.Time // observed removed (zero while present)
+	flagged bool
+}
+
+type podSeen struct {
+	pod        *v1.Pod
+	readyFalse time.Time // when Ready last went False (condition time, else observed)
+}
+
+// Checker evaluates the invariants on every change it is told about. It
+// learns the cluster only from what it is given (its own watches on the
+// API server) and the ground truth; it never reads a controller's state.
+type Checker struct {
+	mu     sync.Mutex
+	limits Limits
+	truth  *Truth
+
+	nodes  map[string]*v1.Node
+	taints map[string][]*taintSeen // node -> NoExecute taints seen
+	pods   map[string]*podSeen     // ns/name
+	pdbs   map[string]*policyv1.PodDisruptionBudget
+	leases map[string]time.Time // node -> last renewTime
+	// forced are pods a DrainForceDeleted event named.
+	forced map[string]bool
+	// leaders are the holders of the leader-election Leases, by ns/name.
+	leaders map[string]string
+	// pendingReady are readiness restores whose node had not yet been seen
+	// reporting; Settle decides them.
+	pendingReady []pendingReady
+	// explained are nodes whose drain an event explains (waiting, failed).
+	explained map[string]string
+
+	violations []Violation
+	timeline   []Entry
+}
+
+// NewChecker returns a checker of a run with these limits and ground truth.
+func NewChecker(l Limits, truth *Truth) *Checker {
+	if l.Slack == 0 {
+		l.Slack = 3 * time.Second
+	}
+	if l.UnhealthyZoneThreshold == 0 {
+		l.UnhealthyZoneThreshold = 0.55
+	}
+	if l.LargeClusterThreshold == 0 {
+		l.LargeClusterThreshold = 50
+	}
+	return &Checker{limits: l, truth: truth, nodes: map[string]*v1.Node{}, taints: map[string][]*taintSeen{},
+		pods: map[string]*podSeen{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, leases: map[string]time.Time{},
+		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{}}
+}
+
+// Violations returns what was found so far.
+func (c *Checker) Violations() []Violation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Violation(nil), c.violations...)
+}
+
+// Timeline returns the writes seen so far.
+func (c *Checker) Timeline() []Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Entry(nil), c.timeline...)
+}
+
+func (c *Checker) violate(at time.Time, inv, obj, format string, args ...any) {
+	v := Violation{At: at, Invariant: inv, Object: obj, Detail: fmt.Sprintf(format, args...)}
+	c.violations = append(c.violations, v)
+	c.timeline = append(c.timeline, Entry{At: at, What: "VIOLATION " + inv + " " + obj + ": " + v.Detail})
+}
+
+func (c *Checker) note(at time.Time, format string, args ...any) {
+	c.timeline = append(c.timeline, Entry{At: at, What: fmt.Sprintf(format, args...)})
+}
+
+func noExecute(n *v1.Node) []v1.Taint {
+	var out []v1.Taint
+	if n == nil {
+		return nil
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == v1.TaintEffectNoExecute {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func sameTaint(a, b v1.Taint) bool {
+	return a.Key == b.Key && a.Effect == b.Effect && a.Value == b.Value && a.TimeAdded.Equal(b.TimeAdded)
+}
+
+func readyStatus(n *v1.Node) v1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c.Status
+		}
+	}
+	return v1.ConditionUnknown
+}
+
+func drainInFlight(n *v1.Node) bool {
+	if _, owned := n.Annotations[annDrainOwned]; !owned {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == condDrainSched {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ObserveNode takes a node as watched at `at` (deleted: it is gone).
+func (c *Checker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.nodes[n.Name]
+	if deleted {
+		delete(c.nodes, n.Name)
+		c.note(at, "node %s deleted", n.Name)
+		return
+	}
+	c.nodes[n.Name] = n
+	c.diffNode(at, old, n)
+
+	// The NoExecute taints' lives, and the checks on new ones.
+	seen := c.taints[n.Name]
+	now := noExecute(n)
+	for _, s := range seen {
+		if s.to.IsZero() && !containsTaint(now, s.taint) {
+			s.to = at
+		}
+	}
+	for _, t := range now {
+		found := false
+		for _, s := range seen {
+			if s.to.IsZero() && sameTaint(s.taint, t) {
+				found = true
+			}
+		}
+		if !found {
+			s := &taintSeen{taint: t, from: at}
+			c.taints[n.Name] = append(c.taints[n.Name], s)
+			c.checkNewTaint(at, n, s)
+		}
+	}
+	for _, s := range c.taints[n.Name] {
+		if s.to.IsZero() && s.taint.Key == taintOutOfService {
+			c.checkOutOfServiceTaint(at, n.Name, s)
+		}
+	}
+	c.checkBudgets(at)
+	c.checkCIDRs(at, n)
+	c.settle(at)
+}
+
+func containsTaint(list []v1.Taint, t v1.Taint) bool {
+	for _, x := range list {
+		if sameTaint(x, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// diffNode notes the writes that matter in the timeline.
+func (c *Checker) diffNode(at time.Time, old, n *v1.Node) {
+	if old == nil {
+		return
+	}
+	if a, b := readyStatus(old), readyStatus(n); a != b {
+		c.note(at, "node %s Ready %s -> %s", n.Name, a, b)
+	}
+	if old.Spec.Unschedulable != n.Spec.Unschedulable {
+		c.note(at, "node %s unschedulable=%v", n.Name, n.Spec.Unschedulable)
+	}
+	key := func(t v1.Taint) string { return t.Key + ":" + string(t.Effect) }
+	was := map[string]bool{}
+	for _, t := range old.Spec.Taints {
+		was[key(t)] = true
+	}
+	is := map[string]bool{}
+	for _, t := range n.Spec.Taints {
+		is[key(t)] = true
+		if !was[key(t)] {
+			c.note(at, "node %s taint + %s", n.Name, key(t))
+		}
+	}
+	for k := range was {
+		if !is[k] {
+			c.note(at, "node %s taint - %s", n.Name, k)
+		}
+	}
+	if a, b := drainInFlight(old), drainInFlight(n); a != b {
+		c.note(at, "node %s drain in flight=%v", n.Name, b)
+	}
+	_, ow := old.Annotations[annDrainOwned]
+	_, nw := n.Annotations[annDrainOwned]
+	if ow != nw {
+		c.note(at, "node %s drain-owned=%v", n.Name, nw)
+	}
+	if strings.Join(old.Spec.PodCIDRs, ",") != strings.Join(n.Spec.PodCIDRs, ",") {
+		c.note(at, "node %s podCIDRs %v", n.Name, n.Spec.PodCIDRs)
+	}
+}
+
+// countMargin is how long a node must have been silent for the node
+// lifecycle controller to count it: the grace period, a monitor period to
+// notice, and the slack.
+func (c *Checker) countMargin() time.Duration {
+	return c.limits.Grace + c.limits.MonitorPeriod + c.limits.Slack
+}
+
+// zoneStates computes each zone's state as upstream does, counting as not
+// Ready only the nodes certainly not Ready since from (silent or reporting
+// NotReady), up to to: the fewest the controller can have seen. A forbidden
+// state computed so is forbidden whatever the controller saw late.
+func (c *Checker) zoneStates(from, to time.Time) map[string]string {
+	out := map[string]string{}
+	for _, z := range c.truth.Zones() {
+		ready, notReady := 0, 0
+		for _, n := range z.Nodes {
+			if obj := c.nodes[n]; obj != nil {
+				if _, ex := obj.Labels[excludeLabel]; ex {
+					continue
+				}
+			}
+			if c.truth.Always(n, from, to, Machine.NotReady) {
+				notReady++
+			} else {
+				ready++
+			}
+		}
+		switch {
+		case ready+notReady == 0:
+			continue
+		case ready == 0:
+			out[z.Name] = "FullDisruption"
+		case notReady > 2 && float32(notReady)/float32(notReady+ready) >= float32(c.limits.UnhealthyZoneThreshold):
+			out[z.Name] = "PartialDisruption"
+		default:
+			out[z.Name] = "Normal"
+		}
+	}
+	return out
+}
+
+func allFull(states map[string]string) bool {
+	if len(states) == 0 {
+		return false
+	}
+	for _, s := range states {
+		if s != "FullDisruption" {
+			return false
+		}
+	}
+	return true
+}
+
+// checkNewTaint: a node lifecycle NoExecute taint must be allowed by the
+// zone rules, judged on the silent nodes that had long enough to be counted.
+func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
+	if s.taint.Key != taintNotReady && s.taint.Key != taintUnreachable {
+		return
+	}
+	// Upstream swaps not-ready for unreachable (and back) at once, outside
+	// the zone's rate: a swap is not a new taint.
+	for _, o := range c.taints[n.Name] {
+		if o != s && (o.taint.Key == taintNotReady || o.taint.Key == taintUnreachable) && o.taint.Key != s.taint.Key &&
+			(o.to.IsZero() || !o.to.Before(at.Add(-c.limits.Slack))) {
+			return
+		}
+	}
+	// The decision was made between timeAdded (whole seconds, rounded
+	// down) and now.
+	decided := at
+	if s.taint.TimeAdded != nil && s.taint.TimeAdded.Time.Before(at) {
+		decided = s.taint.TimeAdded.Time
+	}
+	states := c.zoneStates(decided.Add(-c.countMargin()), at)
+	zone := c.truth.Zone(n.Name)
+	switch {
+	case allFull(states):
+		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while every zone was certainly silent (master disruption mode: no taint)",
+			s.taint.Key, fmtTime(s.taint.TimeAdded))
+	case states[zone] == "PartialDisruption" && len(c.truth.Zones()) > 0 && c.zoneSize(zone) <= c.limits.LargeClusterThreshold:
+		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while zone %s was certainly in PartialDisruption (size %d <= %d: eviction rate 0)",
+			s.taint.Key, fmtTime(s.taint.TimeAdded), zone, c.zoneSize(zone), c.limits.LargeClusterThreshold)
+	}
+}
+
+func (c *Checker) zoneSize(zone string) int {
+	for _, z := range c.truth.Zones() {
+		if z.Name == zone {
+			return len(z.Nodes)
+		}
+	}
+	return 0
+}
+
+func fmtTime(t *metav1.Time) string {
+	if t == nil {
+		return "none"
+	}
+	return t.Format("15:04:05")
+}
+
+// checkOutOfServiceTaint: the taint must never sit on a machine that kept
+// running with the same boot since before it was added.
+func (c *Checker) checkOutOfServiceTaint(at time.Time, node string, s *taintSeen) {
+	if s.flagged {
+		return
+	}
+	from := s.from.Add(-c.limits.Slack)
+	if s.taint.TimeAdded != nil && s.taint.TimeAdded.Time.Before(from) {
+		from = s.taint.TimeAdded.Time
+	}
+	if c.truth.Always(node, from, at, Machine.Running) {
+		s.flagged = true
+		c.violate(at, InvRunningForced, "node/"+node, "out-of-service taint (seen since %s) on a machine that ran all along with the same boot",
+			s.from.Format("15:04:05.000"))
+	}
+}
+
+func (c *Checker) checkBudgets(at time.Time) {
+	cordoned, drains, oos := 0, 0, 0
+	var names []string
+	for _, n := range c.nodes {
+		if _, owned := n.Annotations[annDrainOwned]; owned {
+			cordoned++
+			names = append(names, n.Name)
+		}
+		if drainInFlight(n) {
+			drains++
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == taintOutOfService {
+				oos++
+				break
+			}
+		}
+	}
+	sort.Strings(names)
+	if c.limits.MaxCordoned > 0 && cordoned > c.limits.MaxCordoned {
+		c.violate(at, InvBudgets, "nodes", "%d nodes cordoned by the drain controller (%s), budget %d", cordoned, strings.Join(names, ","), c.limits.MaxCordoned)
+	}
+	if c.limits.MaxConcurrentDrains > 0 && drains > c.limits.MaxConcurrentDrains {
+		c.violate(at, InvBudgets, "nodes", "%d drains in flight, budget %d", drains, c.limits.MaxConcurrentDrains)
+	}
+	if oos > c.limits.MaxOutOfService {
+		c.violate(at, InvBudgets, "nodes", "%d nodes out of service, budget %d", oos, c.limits.MaxOutOfService)
+	}
+}
+
+func (c *Checker) checkCIDRs(at time.Time, n *v1.Node) {
+	for _, cidr := range n.Spec.PodCIDRs {
+		for _, o := range c.nodes {
+			if o.Name == n.Name {
+				continue
+			}
+			for _, oc := range o.Spec.PodCIDRs {
+				if oc == cidr {
+					c.violate(at, InvCIDR, "node/"+n.Name, "pod CIDR %s also on node %s", cidr, o.Name)
+				}
+			}
+		}
+	}
+}
+
+// ObserveLease takes a node Lease (kube-node-lease) or the controllers'
+// leader Lease as watched.
+func (c *Checker) ObserveLease(at time.Time, l *coordinationv1.Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.Namespace == "kube-node-lease" {
+		if l.Spec.RenewTime != nil {
+			c.leases[l.Name] = l.Spec.RenewTime.Time
+		}
+		c.settle(at)
+		return
+	}
+	k := l.Namespace + "/" + l.Name
+	if h := l.Spec.HolderIdentity; h != nil && *h != c.leaders[k] {
+		c.leaders[k] = *h
+		c.note(at, "leader lease %s held by %s", k, *h)
+	}
+}
+
+// ObserveEvent takes an Event as watched.
+func (c *Checker) ObserveEvent(at time.Time, e *v1.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch e.Reason {
+	case eventForceDeleted:
+		c.forced[e.InvolvedObject.Namespace+"/"+e.InvolvedObject.Name] = true
+		if e.InvolvedObject.Kind == "Node" {
+			// The event is on the node and names the pod in its message.
+			for k := range c.pods {
+				if strings.Contains(e.Message, k) || strings.Contains(e.Message, k[strings.Index(k, "/")+1:]) {
+					c.forced[k] = true
+				}
+			}
+		}
+	case "DrainFailed", "DrainWaiting", "DrainAborted", "CordonWaiting":
+		if e.InvolvedObject.Kind == "Node" {
+			c.explained[e.InvolvedObject.Name] = e.Reason + ": " + e.Message
+		}
+	case "TaintManagerEviction", "OutOfServiceTaintAdded", "OutOfServiceTaintRemoved", "DrainStarting", "DrainSucceeded":
+	default:
+		return
+	}
+	c.note(at, "event %s %s/%s: %s", e.Reason, strings.ToLower(e.InvolvedObject.Kind), e.InvolvedObject.Name, e.Message)
+}
+
+// ObservePDB takes a PodDisruptionBudget as watched.
+func (c *Checker) ObservePDB(_ time.Time, p *policyv1.PodDisruptionBudget, deleted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := p.Namespace + "/" + p.Name
+	if deleted {
+		delete(c.pdbs, k)
+		return
+	}
+	c.pdbs[k] = p
+}
+
+func podReady(p *v1.Pod) (v1.ConditionStatus, time.Time) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status, c.LastTransitionTime.Time
+		}
+	}
+	return "", time.Time{}
+}
+
+func disruption(p *v1.Pod) (string, time.Time) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue {
+			return c.Reason, c.LastTransitionTime.Time
+		}
+	}
+	return "", time.Time{}
+}
+
+// ObservePod takes a pod as watched (deleted: it is gone from the API).
+func (c *Checker) ObservePod(at time.Time, p *v1.Pod, deleted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := p.Namespace + "/" + p.Name
+	prev := c.pods[k]
+	var old *v1.Pod
+	if prev != nil {
+		old = prev.pod
+	}
+	if deleted {
+		delete(c.pods, k)
+		c.note(at, "pod %s gone (node %s)", k, p.Spec.NodeName)
+		c.checkPodGone(at, p)
+		return
+	}
+	ps := &podSeen{pod: p}
+	if prev != nil {
+		ps.readyFalse = prev.readyFalse
+	}
+	c.pods[k] = ps
+	st, since := podReady(p)
+	var oldSt v1.ConditionStatus
+	if old != nil {
+		oldSt, _ = podReady(old)
+	}
+	if st == v1.ConditionFalse && oldSt != v1.ConditionFalse {
+		ps.readyFalse = since
+		if since.IsZero() {
+			ps.readyFalse = at
+		}
+		if old != nil {
+			c.note(at, "pod %s Ready False (node %s)", k, p.Spec.NodeName)
+		}
+	}
+	if st == v1.ConditionTrue && oldSt == v1.ConditionFalse && !ps.readyFalse.IsZero() {
+		c.note(at, "pod %s Ready True again (node %s)", k, p.Spec.NodeName)
+		c.checkReadinessBack(at, p, ps.readyFalse)
+	}
+	if p.DeletionTimestamp != nil && (old == nil || old.DeletionTimestamp == nil) {
+		reason, _ := disruption(p)
+		c.note(at, "pod %s terminating (node %s, %s)", k, p.Spec.NodeName, reason)
+		c.checkEviction(at, p)
+		c.checkPDB(at, p)
+	}
+}
+
+// checkPodGone: a bound pod's object may vanish only if its kubelet could
+// confirm it or its machine is not running it: never while the machine runs
+// and its kubelet is cut off (a force deletion of a running pod).
+func (c *Checker) checkPodGone(at time.Time, p *v1.Pod) {
+	if p.Spec.NodeName == "" {
+		return
+	}
+	cutOff := func(m Machine) bool { return m.Running() && (m.Partitioned || m.KubeletStopped) }
+	// The same boot since the pod was created: a reboot killed it.
+	boot := -1
+	sameBoot := func(m Machine) bool {
+		if boot < 0 {
+			boot = m.Boot
+		}
+		return m.Running() && m.Boot == boot
+	}
+	created := p.CreationTimestamp.Time
+	if created.IsZero() || created.After(at) {
+		created = at.Add(-c.limits.Slack)
+	}
+	if c.truth.Always(p.Spec.NodeName, created, at, sameBoot) && c.truth.Always(p.Spec.NodeName, at.Add(-c.limits.Slack), at, cutOff) {
+		reason, _ := disruption(p)
+		c.violate(at, InvRunningForced, "pod/"+p.Namespace+"/"+p.Name, "deleted from the API while its machine %s ran it with the kubelet cut off (no kubelet confirmed it; disruption reason %q)",
+			p.Spec.NodeName, reason)
+	}
+}
+
+// checkEviction: a taint eviction may come only once a NoExecute taint of
+// the node either is not tolerated or has been tolerated for the
+// toleration's seconds. Every taint seen on the node around the eviction is
+// considered (the pod and node watches are not ordered with each other).
+func (c *Checker) checkEviction(at time.Time, p *v1.Pod) {
+	reason, when := disruption(p)
+	if reason != reasonTaintEvict {
+		return
+	}
+	if when.IsZero() || when.After(at) {
+		when = at
+	}
+	// Condition times are whole seconds, rounded down.
+	latest := when.Add(time.Second)
+	if states := c.zoneStates(when.Add(-c.countMargin()-c.limits.Slack), at); allFull(states) {
+		c.violate(at, InvZoneRules, "pod/"+p.Namespace+"/"+p.Name, "taint eviction at %s on %s while every zone was certainly silent (master disruption mode: no eviction)",
+			when.Format("15:04:05"), p.Spec.NodeName)
+	}
+	var considered []string
+	for _, s := range c.taintChain(p.Spec.NodeName, when, at) {
+		due, ok := dueTime(p, s.taint)
+		if !ok {
+			considered = append(considered, s.taint.Key+" tolerated forever")
+			continue
+		}
+		if !due.After(latest) {
+			return
+		}
+		considered = append(considered, fmt.Sprintf("%s due %s", s.taint.Key, due.Format("15:04:05")))
+	}
+	// Every taint in view was tolerated longer: an early eviction. With
+	// none in view the taint was lifted before the eviction: also early.
+	if len(considered) == 0 {
+		considered = []string{"no NoExecute taint on the node"}
+	}
+	c.violate(at, InvToleration, "pod/"+p.Namespace+"/"+p.Name, "taint eviction at %s on %s before its toleration ended (%s)",
+		when.Format("15:04:05"), p.Spec.NodeName, strings.Join(considered, "; "))
+}
+
+// taintChain is the NoExecute taints of a node that may have led to an
+// eviction at when (seen by at): those present around it, and those before
+// them without a gap longer than the slack (a not-ready taint swapped for
+// an unreachable one keeps the eviction's clock running).
+func (c *Checker) taintChain(node string, when, at time.Time) []*taintSeen {
+	var chain []*taintSeen
+	in := map[*taintSeen]bool{}
+	start := time.Time{}
+	for _, s := range c.taints[node] {
+		if (s.to.IsZero() || !s.to.Before(when.Add(-c.limits.Slack))) && !s.from.After(at) {
+			chain, in[s] = append(chain, s), true
+			if start.IsZero() || s.from.Before(start) {
+				start = s.from
+			}
+		}
+	}
+	for grew := len(chain) > 0; grew; {
+		grew = false
+		for _, s := range c.taints[node] {
+			if !in[s] && !s.to.IsZero() && !s.to.Before(start.Add(-c.limits.Slack)) && s.from.Before(start) {
+				chain, in[s], start, grew = append(chain, s), true, s.from, true
+			}
+		}
+	}
+	return chain
+}
+
+// dueTime is when a taint may evict the pod: its timeAdded when not
+// tolerated, plus tolerationSeconds when it is; ok false: tolerated forever.
+func dueTime(p *v1.Pod, t v1.Taint) (time.Time, bool) {
+	added := time.Time{}
+	if t.TimeAdded != nil {
+		added = t.TimeAdded.Time
+	}
+	var best *int64
+	tolerated := false
+	for _, tol := range p.Spec.Tolerations {
+		if !tolerates(tol, t) {
+			continue
+		}
+		if tol.TolerationSeconds == nil {
+			return time.Time{}, false
+		}
+		tolerated = true
+		if best == nil || *tol.TolerationSeconds < *best {
+			s := *tol.TolerationSeconds
+			best = &s
+		}
+	}
+	if !tolerated {
+		return added, true
+	}
+	return added.Add(time.Duration(max(*best, 0)) * time.Second), true
+}
+
+// checkPDB: a pod covered by a PodDisruptionBudget may be deleted outside
+// the Eviction API only by taint eviction, pod GC, or a forced drain that
+// the configuration allows and an event announces.
+func (c *Checker) checkPDB(at time.Time, p *v1.Pod) {
+	reason, _ := disruption(p)
+	switch reason {
+	case reasonEvictionAPI, reasonTaintEvict, reasonPodGC:
+		return
+	}
+	if len(c.taintChain(p.Spec.NodeName, at, at)) > 0 {
+		return // NoExecute taints evict regardless of budgets
+	}
+	var covering []string
+	for k, b := range c.pdbs {
+		if b.Namespace != p.Namespace || b.Spec.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		if b.Status.DisruptionsAllowed == 0 {
+			covering = append(covering, k)
+		}
+	}
+	if len(covering) == 0 {
+		return
+	}
+	if c.limits.ForceAllowed && c.forced[p.Namespace+"/"+p.Name] {
+		return
+	}
+	sort.Strings(covering)
+	c.violate(at, InvPDB, "pod/"+p.Namespace+"/"+p.Name, "deleted outside the Eviction API (disruption reason %q) while PodDisruptionBudget %s allowed no disruption, with no announced forced eviction",
+		reason, strings.Join(covering, ","))
+}
+
+// checkReadinessBack: a pod's Ready may come back only once its node is
+// Ready and has reported (lease or status heartbeat) since the pod was
+// marked not Ready. Node and lease watches may trail the pod's, so the
+// latest node view within the slack decides; see Settle.
+func (c *Checker) checkReadinessBack(at time.Time, p *v1.Pod, mark time.Time) {
+	n := c.nodes[p.Spec.NodeName]
+	if n != nil && c.nodeReportedSince(n, mark) {
+		return
+	}
+	c.pendingReady = append(c.pendingReady, pendingReady{at: at, pod: p.Namespace + "/" + p.Name, node: p.Spec.NodeName, mark: mark})
+}
+
+type pendingReady struct {
+	at        time.Time
+	pod, node string
+	mark      time.Time
+}
+
+// Settle decides the pending readiness restores: one whose node has been
+// seen Ready and reporting since the mark is fine; one still undecided
+// after the slack is a violation. Called on every node or lease change and
+// by the watcher once a second.
+func (c *Checker) Settle(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settle(at)
+}
+
+func (c *Checker) settle(at time.Time) {
+	var keep []pendingReady
+	for _, pr := range c.pendingReady {
+		if n := c.nodes[pr.node]; n != nil && c.nodeReportedSince(n, pr.mark) {
+			continue
+		}
+		if at.Sub(pr.at) <= c.limits.Slack {
+			keep = append(keep, pr)
+			continue
+		}
+		state := "not seen"
+		if n := c.nodes[pr.node]; n != nil {
+			state = fmt.Sprintf("Ready=%s, lease renewed %s", readyStatus(n), c.leases[pr.node].Format("15:04:05.000"))
+		}
+		c.violate(pr.at, InvReadiness, "pod/"+pr.pod, "Ready given back while node %s was not Ready or had not reported since the mark at %s (node %s within %v)",
+			pr.node, pr.mark.Format("15:04:05.000"), state, c.limits.Slack)
+	}
+	c.pendingReady = keep
+}
+
+// StuckDrains lists the nodes whose drain is in flight with no event
+// explaining why, for the runner's wait before CheckProgress.
+func (c *Checker) StuckDrains() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for name, n := range c.nodes {
+		if drainInFlight(n) && c.explained[name] == "" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Deployment is what the progress check needs of a workload.
+type Deployment struct {
+	Name                string
+	Replicas, Available int32
+}
+
+// CheckProgress is the end-of-run check, once every fault has ended and
+// the bound has passed: every workload is whole again (a dead node's pods
+// were replaced), and every drain finished or is explained by an event.
+func (c *Checker) CheckProgress(at time.Time, deps []Deployment, bound time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settle(at.Add(c.limits.Slack + time.Nanosecond))
+	for _, d := range deps {
+		if d.Available < d.Replicas {
+			c.violate(at, InvProgress, "deployment/"+d.Name, "%d of %d replicas available %v after the last fault ended", d.Available, d.Replicas, bound)
+		}
+	}
+	var names []string
+	for n := range c.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if drainInFlight(c.nodes[name]) && c.explained[name] == "" {
+			c.violate(at, InvProgress, "node/"+name, "drain still in flight %v after the last fault ended, and no event explains it", bound)
+		}
+	}
+}
+
+func (c *Checker) nodeReportedSince(n *v1.Node, mark time.Time) bool {
+	if readyStatus(n) != v1.ConditionTrue {
+		return false
+	}
+	if r, ok := c.leases[n.Name]; ok && r.After(mark) {
+		return true
+	}
+	for _, cd := range n.Status.Conditions {
+		if cd.Type == v1.NodeReady && !cd.LastHeartbeatTime.Time.Before(mark) {
+			return true
+		}
+	}
+	return false
+}
+
+// tolerates is the API's toleration rule: effect empty or equal; key empty
+// (with Exists) or equal; Exists, or Equal (the default) with the value.
+func tolerates(tol v1.Toleration, t v1.Taint) bool {
+	if tol.Effect != "" && tol.Effect != t.Effect {
+		return false
+	}
+	if tol.Key != "" && tol.Key != t.Key {
+		return false
+	}
+	switch tol.Operator {
+	case v1.TolerationOpExists:
+		return true
+	case "", v1.TolerationOpEqual:
+		return tol.Key != "" && tol.Value == t.Value
+	}
+	return false
+}

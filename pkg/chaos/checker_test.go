@@ -1,0 +1,368 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+var t0 = time.Date(2026, 11, 25, 14, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func mtime(s float64) *metav1.Time { m := metav1.NewTime(at(s).Truncate(time.Second)); return &m }
+
+var testLimits = Limits{Grace: 3 * time.Second, MonitorPeriod: time.Second, Slack: 2 * time.Second,
+	MaxCordoned: 2, MaxConcurrentDrains: 1, MaxOutOfService: 1}
+
+// history is a checker over the 3x4 test zones with the given steps
+// applied (instantly) at the given seconds.
+func history(t *testing.T, steps ...any) *Checker {
+	t.Helper()
+	truth := NewTruth(testZones())
+	for i := 0; i+1 < len(steps); i += 2 {
+		s := steps[i+1].(Step)
+		truth.Record(Applied{Step: s, Start: at(steps[i].(float64)), Done: at(steps[i].(float64))})
+	}
+	c := NewChecker(testLimits, truth)
+	for _, z := range testZones() {
+		for _, n := range z.Nodes {
+			c.ObserveNode(at(0), node(n), false)
+		}
+	}
+	return c
+}
+
+func node(name string, taints ...v1.Taint) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}},
+		Spec:   v1.NodeSpec{Taints: taints},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+}
+
+func unreachable(added float64) v1.Taint {
+	return v1.Taint{Key: taintUnreachable, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(added)}
+}
+
+func partition(nodes ...string) Step { return Step{Op: OpPartition, Nodes: nodes} }
+func heal(nodes ...string) Step      { return Step{Op: OpHeal, Nodes: nodes} }
+
+func wantViolations(t *testing.T, c *Checker, inv string, n int, contains string) {
+	t.Helper()
+	var got []Violation
+	for _, v := range c.Violations() {
+		if v.Invariant == inv {
+			got = append(got, v)
+		}
+	}
+	if len(got) != n {
+		t.Fatalf("%d %s violations, want %d: %v", len(got), inv, n, c.Violations())
+	}
+	if n > 0 && !strings.Contains(got[0].String(), contains) {
+		t.Errorf("violation %q does not say %q", got[0], contains)
+	}
+}
+
+func TestZoneRulesPartialDisruption(t *testing.T) {
+	// Three of zone-a's four nodes silent since 1s: PartialDisruption, rate 0.
+	c := history(t, 1.0, partition("n0", "n1", "n2"))
+	c.ObserveNode(at(10), node("n0", unreachable(9.5)), false)
+	wantViolations(t, c, InvZoneRules, 1, "zone-a was certainly in PartialDisruption")
+
+	// Two silent: Normal, tainting allowed.
+	c = history(t, 1.0, partition("n0", "n1"))
+	c.ObserveNode(at(10), node("n0", unreachable(9.5)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// The third went silent just now: the controller may not have counted
+	// it (grace + period + slack = 6s), so no violation.
+	c = history(t, 1.0, partition("n0", "n1"), 7.0, partition("n2"))
+	c.ObserveNode(at(10), node("n0", unreachable(9.5)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
+}
+
+func TestZoneRulesEveryZoneSilent(t *testing.T) {
+	all := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"}
+	c := history(t, 1.0, partition(all...))
+	c.ObserveNode(at(12), node("n4", unreachable(11.2)), false)
+	wantViolations(t, c, InvZoneRules, 1, "every zone was certainly silent")
+	// The same taint seen again is not a new decision.
+	c.ObserveNode(at(13), node("n4", unreachable(11.2)), false)
+	wantViolations(t, c, InvZoneRules, 1, "")
+
+	// Once healed, tainting is judged afresh: a taint decided after the
+	// heal with one node still silent is fine.
+	c = history(t, 1.0, partition(all...), 20.0, heal(all...), 20.0, partition("n4"))
+	c.ObserveNode(at(30), node("n4", unreachable(29)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
+}
+
+func TestOutOfServiceTaintOnRunningMachine(t *testing.T) {
+	oos := v1.Taint{Key: taintOutOfService, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(9)}
+	// Partitioned but running: the taint lets pod GC delete pods that still run.
+	c := history(t, 1.0, partition("n5"))
+	c.ObserveNode(at(10), node("n5", oos), false)
+	wantViolations(t, c, InvRunningForced, 1, "ran all along with the same boot")
+
+	// Powered off: fine, and fine still once it boots again (a new boot).
+	c = history(t, 1.0, Step{Op: OpMachineShutdown, Nodes: []string{"n5"}}, 15.0, Step{Op: OpMachineStart, Nodes: []string{"n5"}})
+	c.ObserveNode(at(10), node("n5", oos), false)
+	c.ObserveNode(at(16), node("n5", oos), false)
+	wantViolations(t, c, InvRunningForced, 0, "")
+}
+
+func pod(name, nodeName string, tolSeconds *int64) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "web"}},
+		Spec:   v1.PodSpec{NodeName: nodeName},
+		Status: v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}}}
+	if tolSeconds != nil {
+		p.Spec.Tolerations = []v1.Toleration{
+			{Key: taintUnreachable, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: tolSeconds},
+			{Key: taintNotReady, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: tolSeconds},
+		}
+	}
+	return p
+}
+
+func evicted(p *v1.Pod, reason string, when float64) *v1.Pod {
+	q := p.DeepCopy()
+	q.DeletionTimestamp = mtime(when)
+	q.Status.Conditions = append(q.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: reason, LastTransitionTime: *mtime(when)})
+	return q
+}
+
+func TestForceDeletedRunningPod(t *testing.T) {
+	c := history(t, 1.0, partition("n2"))
+	p := pod("web-1", "n2", nil)
+	c.ObservePod(at(2), p, false)
+	c.ObservePod(at(20), p, true)
+	wantViolations(t, c, InvRunningForced, 1, "ran it with the kubelet cut off")
+
+	// The machine was off: its pods do not run; deleting them is the point.
+	c = history(t, 1.0, Step{Op: OpMachineShutdown, Nodes: []string{"n2"}})
+	c.ObservePod(at(2), p, false)
+	c.ObservePod(at(20), p, true)
+	// A kubelet that reaches the API server confirms its own deletions.
+	c.ObservePod(at(2), pod("web-2", "n3", nil), false)
+	c.ObservePod(at(20), pod("web-2", "n3", nil), true)
+	wantViolations(t, c, InvRunningForced, 0, "")
+}
+
+func TestEvictionBeforeToleration(t *testing.T) {
+	c := history(t, 1.0, partition("n1"))
+	c.ObserveNode(at(5), node("n1", unreachable(5)), false)
+	p := pod("web-1", "n1", ptr.To(int64(8)))
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(9.5), evicted(p, reasonTaintEvict, 9), false) // due at 13
+	wantViolations(t, c, InvToleration, 1, "before its toleration ended")
+
+	q := pod("web-2", "n1", ptr.To(int64(8)))
+	c.ObservePod(at(1), q, false)
+	c.ObservePod(at(13.2), evicted(q, reasonTaintEvict, 13), false)
+	// Not tolerated at all: evicted at once.
+	r := pod("web-3", "n1", nil)
+	c.ObservePod(at(1), r, false)
+	c.ObservePod(at(5.5), evicted(r, reasonTaintEvict, 5), false)
+	// Evicted through the Eviction API (a drain): not a taint eviction.
+	s := pod("web-4", "n1", ptr.To(int64(8)))
+	c.ObservePod(at(1), s, false)
+	c.ObservePod(at(6), evicted(s, reasonEvictionAPI, 6), false)
+	wantViolations(t, c, InvToleration, 1, "")
+}
+
+func pdb(allowed int32) *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
+}
+
+func TestPDBBypassed(t *testing.T) {
+	c := history(t)
+	c.ObservePDB(at(1), pdb(0), false)
+	p := pod("web-1", "n1", nil)
+	c.ObservePod(at(1), p, false)
+	deleted := p.DeepCopy()
+	deleted.DeletionTimestamp = mtime(5)
+	c.ObservePod(at(5), deleted, false)
+	wantViolations(t, c, InvPDB, 1, "allowed no disruption, with no announced forced eviction")
+
+	// Announced by the drain, with force-after configured: allowed.
+	l := testLimits
+	l.ForceAllowed = true
+	c = NewChecker(l, NewTruth(testZones()))
+	c.ObservePDB(at(1), pdb(0), false)
+	c.ObservePod(at(1), p, false)
+	c.ObserveEvent(at(4), &v1.Event{Reason: eventForceDeleted, InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web-1"}})
+	c.ObservePod(at(5), deleted, false)
+	// Through the Eviction API: the API server's arithmetic, trusted.
+	q := pod("web-2", "n1", nil)
+	c.ObservePod(at(1), q, false)
+	c.ObservePod(at(5), evicted(q, reasonEvictionAPI, 5), false)
+	wantViolations(t, c, InvPDB, 0, "")
+}
+
+func TestBudgets(t *testing.T) {
+	c := history(t)
+	drained := func(name string, inFlight bool) *v1.Node {
+		n := node(name)
+		n.Spec.Unschedulable = true
+		n.Annotations[annDrainOwned] = "KernelDeadlock=True,0s"
+		st := v1.ConditionFalse
+		if inFlight {
+			st = v1.ConditionTrue
+		}
+		n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: condDrainSched, Status: st})
+		return n
+	}
+	c.ObserveNode(at(1), drained("n0", true), false)
+	c.ObserveNode(at(2), drained("n4", false), false)
+	wantViolations(t, c, InvBudgets, 0, "")
+	c.ObserveNode(at(3), drained("n8", true), false)
+	got := c.Violations()
+	if len(got) != 2 || !strings.Contains(got[0].Detail, "3 nodes cordoned") || !strings.Contains(got[1].Detail, "2 drains in flight") {
+		t.Fatalf("violations %v, want the cordon and the drain budgets", got)
+	}
+	oos := v1.Taint{Key: taintOutOfService, Effect: v1.TaintEffectNoExecute}
+	c = history(t, 0.5, Step{Op: OpMachineShutdown, Nodes: []string{"n1", "n2"}})
+	c.ObserveNode(at(5), node("n1", oos), false)
+	c.ObserveNode(at(6), node("n2", oos), false)
+	wantViolations(t, c, InvBudgets, 1, "2 nodes out of service, budget 1")
+}
+
+func TestPodCIDRTwice(t *testing.T) {
+	c := history(t)
+	a, b := node("n0"), node("n1")
+	a.Spec.PodCIDRs, b.Spec.PodCIDRs = []string{"10.244.0.0/26"}, []string{"10.244.0.64/26"}
+	c.ObserveNode(at(1), a, false)
+	c.ObserveNode(at(1), b, false)
+	wantViolations(t, c, InvCIDR, 0, "")
+	b = b.DeepCopy()
+	b.Spec.PodCIDRs = []string{"10.244.0.0/26"}
+	c.ObserveNode(at(2), b, false)
+	wantViolations(t, c, InvCIDR, 1, "10.244.0.0/26 also on node n0")
+}
+
+func notReadyPod(p *v1.Pod, since float64) *v1.Pod {
+	q := p.DeepCopy()
+	q.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse, LastTransitionTime: *mtime(since)}}
+	return q
+}
+
+func lease(name string, renew float64) *coordinationv1.Lease {
+	r := metav1.NewMicroTime(at(renew))
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-node-lease"}, Spec: coordinationv1.LeaseSpec{RenewTime: &r}}
+}
+
+func TestReadinessGivenBack(t *testing.T) {
+	c := history(t)
+	p := pod("web-1", "n3", nil)
+	c.ObservePod(at(1), p, false)
+	c.ObserveLease(at(4), lease("n3", 4))
+	c.ObservePod(at(10), notReadyPod(p, 10), false)
+	down := node("n3")
+	down.Status.Conditions[0].Status = v1.ConditionUnknown
+	c.ObserveNode(at(10), down, false)
+	// Ready given back while the node is Unknown and silent since before the mark.
+	c.ObservePod(at(12), p, false)
+	c.Settle(at(13))
+	wantViolations(t, c, InvReadiness, 0, "") // still within the slack
+	c.Settle(at(15))
+	wantViolations(t, c, InvReadiness, 1, "was not Ready or had not reported since the mark")
+
+	// Given back after the node is Ready and renewed its lease: fine, even
+	// when the node's update is seen a little after the pod's.
+	c = history(t)
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(10), notReadyPod(p, 10), false)
+	c.ObserveNode(at(10), down, false)
+	c.ObservePod(at(20), p, false)
+	c.ObserveLease(at(20.5), lease("n3", 20.4))
+	c.ObserveNode(at(21), node("n3"), false)
+	c.Settle(at(30))
+	wantViolations(t, c, InvReadiness, 0, "")
+}
+
+func TestProgress(t *testing.T) {
+	c := history(t)
+	n := node("n6")
+	n.Annotations[annDrainOwned] = "KernelDeadlock=True,0s"
+	n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: condDrainSched, Status: v1.ConditionTrue})
+	c.ObserveNode(at(1), n, false)
+	c.CheckProgress(at(100), []Deployment{{Name: "web", Replicas: 12, Available: 11}, {Name: "batch", Replicas: 4, Available: 4}}, 30*time.Second)
+	got := c.Violations()
+	if len(got) != 2 || !strings.Contains(got[0].Detail, "11 of 12") || !strings.Contains(got[1].Detail, "drain still in flight") {
+		t.Fatalf("violations %v", got)
+	}
+	// A drain an event explains (a budget holds it) is not stuck.
+	c = history(t)
+	c.ObserveNode(at(1), n, false)
+	c.ObserveEvent(at(2), &v1.Event{Reason: "DrainWaiting", Message: "budget", InvolvedObject: v1.ObjectReference{Kind: "Node", Name: "n6"}})
+	c.CheckProgress(at(100), nil, 30*time.Second)
+	wantViolations(t, c, InvProgress, 0, "")
+}
+
+func TestEvictionAfterTaintSwap(t *testing.T) {
+	// not-ready at 5, swapped for unreachable at 8: the clock runs from 5.
+	c := history(t, 1.0, partition("n1"))
+	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(5)}
+	c.ObserveNode(at(5), node("n1", notReady), false)
+	c.ObserveNode(at(8), node("n1", unreachable(8)), false)
+	p := pod("web-1", "n1", ptr.To(int64(6)))
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(11.5), evicted(p, reasonTaintEvict, 11), false)
+	wantViolations(t, c, InvToleration, 0, "")
+}
+
+func TestEvictionWhileEverySilent(t *testing.T) {
+	all := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"}
+	c := history(t, 1.0, partition(all...))
+	p := pod("web-1", "n1", nil)
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(20), evicted(p, reasonTaintEvict, 20), false)
+	wantViolations(t, c, InvZoneRules, 1, "while every zone was certainly silent")
+}
+
+func TestPodGoneAfterReboot(t *testing.T) {
+	// Rebooted (its pods died with the boot), then partitioned: deleting
+	// the old pod is no force deletion of a running pod.
+	c := history(t, 2.0, Step{Op: OpMachineShutdown, Nodes: []string{"n2"}}, 4.0, Step{Op: OpMachineStart, Nodes: []string{"n2"}}, 5.0, partition("n2"))
+	p := pod("web-1", "n2", nil)
+	p.CreationTimestamp = metav1.NewTime(at(1))
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(20), p, true)
+	wantViolations(t, c, InvRunningForced, 0, "")
+}
+
+func TestPDBTaintEvictionWithoutCondition(t *testing.T) {
+	// A taint eviction whose condition write failed still bypasses budgets.
+	c := history(t, 1.0, partition("n1"))
+	c.ObservePDB(at(1), pdb(0), false)
+	c.ObserveNode(at(5), node("n1", unreachable(5)), false)
+	p := pod("web-1", "n1", nil)
+	c.ObservePod(at(1), p, false)
+	q := p.DeepCopy()
+	q.DeletionTimestamp = mtime(6)
+	c.ObservePod(at(6), q, false)
+	wantViolations(t, c, InvPDB, 0, "")
+}
+
+func TestZoneRulesSwapIsNoNewTaint(t *testing.T) {
+	// n0 reported NotReady (tainted not-ready at 2), then its zone went
+	// Partial (3 of 4) and n0 silent: the swap to unreachable is immediate
+	// upstream.
+	c := history(t, 1.0, Step{Op: OpCondition, Nodes: []string{"n0"}, Condition: "Ready=False"}, 1.0, partition("n1", "n2"), 8.0, partition("n0"))
+	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(2)}
+	c.ObserveNode(at(2), node("n0", notReady), false)
+	c.ObserveNode(at(15), node("n0", unreachable(15)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
+	// The same unreachable taint on a node that had none is a new one.
+	c.ObserveNode(at(15), node("n1", unreachable(15)), false)
+	wantViolations(t, c, InvZoneRules, 1, "PartialDisruption")
+}

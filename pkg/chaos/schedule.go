@@ -1,0 +1,324 @@
+// Package chaos is the method of issue 30 point 7: seeded random fault
+// schedules and an independent checker of what the controllers wrote. It is
+// pure (no cluster): test/chaos runs a schedule on the local control plane
+// and feeds the checker what it watches; `simulate` can reuse both.
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kind is a fault of the vocabulary.
+type Kind string
+
+// The fault vocabulary. Node faults go through the fake nodes, process
+// faults through the `nodeshepherd run` replicas, API faults through the
+// fault proxy between the replicas and the API server.
+const (
+	NodePartition  Kind = "node-partition"  // one node's API traffic cut
+	RackPartition  Kind = "rack-partition"  // two neighbouring nodes of a zone cut
+	ZonePartition  Kind = "zone-partition"  // every node of a zone cut
+	KubeletStop    Kind = "kubelet-stop"    // one kubelet stopped; the machine runs
+	PowerOff       Kind = "power-off"       // machine shut down, started again later (new boot ID)
+	Reboot         Kind = "reboot"          // a short power-off: a new boot ID
+	ConditionFlap  Kind = "condition-flap"  // KernelDeadlock=True (the drain's trigger) for a while
+	ReadyFlap      Kind = "ready-flap"      // the kubelet reports Ready=False for a while
+	LeaderKill     Kind = "leader-kill"     // SIGKILL the leading replica, start a new one later
+	ProcessRestart Kind = "process-restart" // SIGTERM a replica, start a new one later
+	APIErrors      Kind = "api-errors"      // 500 on every other write of a resource
+	APIThrottle    Kind = "api-throttle"    // 429 Retry-After 1 on every other request of a resource
+	WatchStall     Kind = "watch-stall"     // watches of a resource cut and held without events
+)
+
+// Kinds is the whole vocabulary, in the order Generate draws from.
+var Kinds = []Kind{NodePartition, RackPartition, ZonePartition, KubeletStop, PowerOff, Reboot,
+	ConditionFlap, ReadyFlap, LeaderKill, ProcessRestart, APIErrors, APIThrottle, WatchStall}
+
+// Op is one atomic action of a schedule; a fault is one or two steps.
+type Op string
+
+// Step operations. Node ops are the fake nodes' actions of the same name.
+const (
+	OpPartition       Op = "partition"
+	OpHeal            Op = "heal"
+	OpKubeletStop     Op = "kubelet-stop"
+	OpKubeletStart    Op = "kubelet-start"
+	OpMachineShutdown Op = "machine-shutdown"
+	OpMachineStart    Op = "machine-start"
+	OpCondition       Op = "condition"
+	OpClearCondition  Op = "clear-condition"
+	OpKillLeader      Op = "kill-leader"     // SIGKILL the replica holding the lease
+	OpStopReplica     Op = "stop-replica"    // SIGTERM replica slot Replica
+	OpStartReplica    Op = "start-replica"   // start a replica in slot Replica again
+	OpAPIFaultStart   Op = "api-fault-start" // fault proxy rule on Resource
+	OpAPIFaultEnd     Op = "api-fault-end"
+	OpWatchStallStart Op = "watch-stall-start"
+	OpWatchStallEnd   Op = "watch-stall-end"
+)
+
+// Step is an action at an offset from the schedule's start.
+type Step struct {
+	At        time.Duration `json:"at"`
+	Fault     int           `json:"fault"` // index in Schedule.Faults
+	Op        Op            `json:"op"`
+	Nodes     []string      `json:"nodes,omitempty"`
+	Condition string        `json:"condition,omitempty"` // TYPE=STATUS for OpCondition, TYPE for OpClearCondition
+	Replica   int           `json:"replica,omitempty"`   // slot for OpStopReplica/OpStartReplica; -1: the slot the leader was in
+	Resource  string        `json:"resource,omitempty"`  // nodes, pods, leases, evictions (pods/eviction)
+	Status    int           `json:"status,omitempty"`    // 500 or 429
+}
+
+func (s Step) String() string {
+	var b strings.Builder
+	b.WriteString(string(s.Op))
+	if s.Condition != "" {
+		b.WriteString(" " + s.Condition)
+	}
+	if len(s.Nodes) > 0 {
+		b.WriteString(" " + strings.Join(s.Nodes, ","))
+	}
+	switch s.Op {
+	case OpStopReplica, OpStartReplica:
+		fmt.Fprintf(&b, " replica %d", s.Replica)
+	case OpAPIFaultStart, OpAPIFaultEnd, OpWatchStallStart, OpWatchStallEnd:
+		b.WriteString(" " + s.Resource)
+		if s.Status != 0 {
+			fmt.Fprintf(&b, " %d", s.Status)
+		}
+	}
+	return b.String()
+}
+
+// Fault is one drawn fault: what, where, when, how long.
+type Fault struct {
+	Kind     Kind          `json:"kind"`
+	At       time.Duration `json:"at"`
+	Duration time.Duration `json:"duration"`
+	Nodes    []string      `json:"nodes,omitempty"`
+	Zone     string        `json:"zone,omitempty"`
+	Resource string        `json:"resource,omitempty"`
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%s for %v", f.Kind, f.Duration)
+	switch {
+	case f.Zone != "" && f.Kind == ZonePartition:
+		s += " zone " + f.Zone
+	case len(f.Nodes) > 0:
+		s += " on " + strings.Join(f.Nodes, ",")
+	case f.Resource != "":
+		s += " on " + f.Resource
+	}
+	return s
+}
+
+// Zone is a zone and its nodes, in a fixed order.
+type Zone struct {
+	Name  string
+	Nodes []string
+}
+
+// Options shape a schedule.
+type Options struct {
+	Seed int64
+	// Duration is the fault window: every fault starts and ends inside it.
+	Duration time.Duration
+	Zones    []Zone
+	// Replicas is the number of `nodeshepherd run` processes (slots 0..n-1).
+	Replicas int
+	// MeanGap is the mean time between two fault starts (default 4s).
+	MeanGap time.Duration
+	// Kinds restricts the vocabulary (default: all of Kinds).
+	Kinds []Kind
+}
+
+// Schedule is a seed's faults and the steps that inject and end them,
+// sorted by time. The same Options give the same Schedule.
+type Schedule struct {
+	Seed     int64         `json:"seed"`
+	Duration time.Duration `json:"duration"`
+	Faults   []Fault       `json:"faults"`
+	Steps    []Step        `json:"steps"`
+}
+
+// Validate says what is wrong with options, naming the field.
+func (o Options) Validate() error {
+	var errs []string
+	if o.Duration <= 0 {
+		errs = append(errs, fmt.Sprintf("duration must be positive, got %v", o.Duration))
+	}
+	if len(o.Zones) == 0 {
+		errs = append(errs, "no zones: give at least one zone with nodes")
+	}
+	for _, z := range o.Zones {
+		if len(z.Nodes) == 0 {
+			errs = append(errs, fmt.Sprintf("zone %q has no nodes", z.Name))
+		}
+	}
+	if o.Replicas < 1 {
+		errs = append(errs, fmt.Sprintf("replicas must be at least 1, got %d", o.Replicas))
+	}
+	for _, k := range o.Kinds {
+		if !slices.Contains(Kinds, k) {
+			errs = append(errs, fmt.Sprintf("unknown fault kind %q; kinds: %v", k, Kinds))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("chaos schedule: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// span is a duration range drawn uniformly, in milliseconds.
+type span struct{ min, max time.Duration }
+
+// durations are the faults' lengths, scaled to the test's compressed
+// timings (node grace 3s, tolerations 5-8s, out-of-service after 3s):
+// short ones end before anything reacts, long ones go through taint,
+// eviction and replacement.
+var durations = map[Kind]span{
+	NodePartition:  {2 * time.Second, 15 * time.Second},
+	RackPartition:  {3 * time.Second, 15 * time.Second},
+	ZonePartition:  {3 * time.Second, 12 * time.Second},
+	KubeletStop:    {2 * time.Second, 12 * time.Second},
+	PowerOff:       {8 * time.Second, 20 * time.Second},
+	Reboot:         {1 * time.Second, 4 * time.Second},
+	ConditionFlap:  {3 * time.Second, 15 * time.Second},
+	ReadyFlap:      {1 * time.Second, 6 * time.Second},
+	LeaderKill:     {2 * time.Second, 8 * time.Second},
+	ProcessRestart: {2 * time.Second, 6 * time.Second},
+	APIErrors:      {3 * time.Second, 10 * time.Second},
+	APIThrottle:    {3 * time.Second, 10 * time.Second},
+	WatchStall:     {3 * time.Second, 10 * time.Second},
+}
+
+var apiResources = []string{"nodes", "pods", "leases", "evictions"}
+var watchResources = []string{"nodes", "pods", "leases"}
+
+// Generate draws a schedule from the seed. Process faults never overlap
+// (a replica is always left to lead), nor do API faults (one proxy rule at
+// a time); node faults may overlap freely, as real ones do.
+func Generate(o Options) (Schedule, error) {
+	if err := o.Validate(); err != nil {
+		return Schedule{}, err
+	}
+	if o.MeanGap <= 0 {
+		o.MeanGap = 4 * time.Second
+	}
+	kinds := o.Kinds
+	if len(kinds) == 0 {
+		kinds = Kinds
+	}
+	// PCG seeded from the seed alone: Go's math/rand/v2 promises PCG's
+	// output stays the same across releases.
+	r := rand.New(rand.NewPCG(uint64(o.Seed), uint64(o.Seed)^0x9e3779b97f4a7c15))
+	draw := func(s span) time.Duration {
+		return s.min + time.Duration(r.Int64N(int64(s.max-s.min)/int64(time.Millisecond)+1))*time.Millisecond
+	}
+	sched := Schedule{Seed: o.Seed, Duration: o.Duration}
+	var processBusy, apiBusy time.Duration
+	at := time.Duration(0)
+	for {
+		at += time.Duration(r.ExpFloat64() * float64(o.MeanGap))
+		at = at.Round(time.Millisecond)
+		if at >= o.Duration {
+			break
+		}
+		k := kinds[r.IntN(len(kinds))]
+		d := draw(durations[k])
+		if at+d > o.Duration {
+			d = o.Duration - at
+		}
+		f := Fault{Kind: k, At: at, Duration: d}
+		idx := len(sched.Faults)
+		add := func(off time.Duration, s Step) {
+			s.At, s.Fault = at+off, idx
+			sched.Steps = append(sched.Steps, s)
+		}
+		z := o.Zones[r.IntN(len(o.Zones))]
+		one := []string{z.Nodes[r.IntN(len(z.Nodes))]}
+		switch k {
+		case NodePartition, RackPartition, ZonePartition:
+			f.Nodes = one
+			if k == RackPartition {
+				i := r.IntN(len(z.Nodes))
+				f.Nodes = []string{z.Nodes[i], z.Nodes[(i+1)%len(z.Nodes)]}
+				if f.Nodes[0] == f.Nodes[1] {
+					f.Nodes = f.Nodes[:1]
+				}
+			}
+			if k == ZonePartition {
+				f.Zone, f.Nodes = z.Name, slices.Clone(z.Nodes)
+			}
+			add(0, Step{Op: OpPartition, Nodes: f.Nodes})
+			add(d, Step{Op: OpHeal, Nodes: f.Nodes})
+		case KubeletStop:
+			f.Nodes = one
+			add(0, Step{Op: OpKubeletStop, Nodes: one})
+			add(d, Step{Op: OpKubeletStart, Nodes: one})
+		case PowerOff, Reboot:
+			f.Nodes = one
+			add(0, Step{Op: OpMachineShutdown, Nodes: one})
+			add(d, Step{Op: OpMachineStart, Nodes: one})
+		case ConditionFlap:
+			f.Nodes = one
+			add(0, Step{Op: OpCondition, Nodes: one, Condition: "KernelDeadlock=True"})
+			add(d, Step{Op: OpClearCondition, Nodes: one, Condition: "KernelDeadlock"})
+		case ReadyFlap:
+			f.Nodes = one
+			add(0, Step{Op: OpCondition, Nodes: one, Condition: "Ready=False"})
+			add(d, Step{Op: OpClearCondition, Nodes: one, Condition: "Ready"})
+		case LeaderKill, ProcessRestart:
+			if at < processBusy {
+				continue // one process fault at a time; the draw is spent all the same
+			}
+			processBusy = at + d + 2*time.Second
+			if k == LeaderKill {
+				add(0, Step{Op: OpKillLeader})
+				add(d, Step{Op: OpStartReplica, Replica: -1})
+			} else {
+				slot := r.IntN(o.Replicas)
+				add(0, Step{Op: OpStopReplica, Replica: slot})
+				add(d, Step{Op: OpStartReplica, Replica: slot})
+			}
+		case APIErrors, APIThrottle, WatchStall:
+			if at < apiBusy {
+				continue
+			}
+			apiBusy = at + d
+			if k == WatchStall {
+				f.Resource = watchResources[r.IntN(len(watchResources))]
+				add(0, Step{Op: OpWatchStallStart, Resource: f.Resource})
+				add(d, Step{Op: OpWatchStallEnd, Resource: f.Resource})
+			} else {
+				f.Resource = apiResources[r.IntN(len(apiResources))]
+				status := 500
+				if k == APIThrottle {
+					status = 429
+				}
+				add(0, Step{Op: OpAPIFaultStart, Resource: f.Resource, Status: status})
+				add(d, Step{Op: OpAPIFaultEnd, Resource: f.Resource, Status: status})
+			}
+		}
+		sched.Faults = append(sched.Faults, f)
+	}
+	// Stable: steps at one instant keep their draw order (an end before a
+	// start at the same time stays so).
+	sort.SliceStable(sched.Steps, func(i, j int) bool { return sched.Steps[i].At < sched.Steps[j].At })
+	return sched, nil
+}
+
+// String lists the faults, one a line, for failure output and docs.
+func (s Schedule) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d, %v, %d faults:\n", s.Seed, s.Duration, len(s.Faults))
+	for i, f := range s.Faults {
+		fmt.Fprintf(&b, "  #%d +%v %s\n", i, f.At, f)
+	}
+	return b.String()
+}

@@ -1,0 +1,154 @@
+package chaos
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testZones() []Zone {
+	return []Zone{
+		{Name: "zone-a", Nodes: []string{"n0", "n1", "n2", "n3"}},
+		{Name: "zone-b", Nodes: []string{"n4", "n5", "n6", "n7"}},
+		{Name: "zone-c", Nodes: []string{"n8", "n9", "n10", "n11"}},
+	}
+}
+
+func gen(t *testing.T, seed int64) Schedule {
+	t.Helper()
+	s, err := Generate(Options{Seed: seed, Duration: 90 * time.Second, Zones: testZones(), Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestGenerateSameSeedSameSchedule(t *testing.T) {
+	a, b := gen(t, 1234), gen(t, 1234)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("seed 1234 gave two schedules:\n%s\n%s", a, b)
+	}
+	if c := gen(t, 1235); reflect.DeepEqual(a.Faults, c.Faults) {
+		t.Fatalf("seeds 1234 and 1235 gave the same faults:\n%s", a)
+	}
+}
+
+// The first faults of seed 1 are pinned: a change of the generator changes
+// every recorded seed's schedule, which must be a deliberate choice (the
+// seeds in docs/chaos.md would replay something else).
+func TestGenerateSeedOnePinned(t *testing.T) {
+	s := gen(t, 1)
+	if len(s.Faults) < 3 {
+		t.Fatalf("seed 1: only %d faults in 90s", len(s.Faults))
+	}
+	got := []string{s.Faults[0].String(), s.Faults[1].String(), s.Faults[2].String()}
+	want := pinnedSeedOne
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("seed 1 starts with\n%q\nwant\n%q\n(update pinnedSeedOne and the seeds in docs/chaos.md if the change is meant)", got, want)
+	}
+}
+
+func TestGenerateShape(t *testing.T) {
+	kinds := map[Kind]bool{}
+	for seed := int64(0); seed < 200; seed++ {
+		s := gen(t, seed)
+		var procEnd, apiEnd time.Duration
+		for _, f := range s.Faults {
+			kinds[f.Kind] = true
+			if f.At < 0 || f.At+f.Duration > s.Duration {
+				t.Fatalf("seed %d: %s ends after the window %v", seed, f, s.Duration)
+			}
+			switch f.Kind {
+			case LeaderKill, ProcessRestart:
+				if f.At < procEnd {
+					t.Fatalf("seed %d: process faults overlap at %v", seed, f.At)
+				}
+				procEnd = f.At + f.Duration
+			case APIErrors, APIThrottle, WatchStall:
+				if f.At < apiEnd {
+					t.Fatalf("seed %d: API faults overlap at %v", seed, f.At)
+				}
+				apiEnd = f.At + f.Duration
+			}
+		}
+		for i := 1; i < len(s.Steps); i++ {
+			if s.Steps[i].At < s.Steps[i-1].At {
+				t.Fatalf("seed %d: steps out of order", seed)
+			}
+		}
+		// Every fault is undone: the cluster ends healthy.
+		truth := NewTruth(testZones())
+		end := time.Unix(0, 0)
+		for _, st := range s.Steps {
+			at := time.Unix(0, 0).Add(st.At)
+			truth.Record(Applied{Step: st, Start: at, Done: at})
+			end = at
+		}
+		for _, z := range testZones() {
+			for _, n := range z.Nodes {
+				if !truth.Always(n, end.Add(time.Millisecond), end.Add(time.Second), func(m Machine) bool { return !m.NotReady() }) {
+					t.Fatalf("seed %d: node %s not healthy after the last step", seed, n)
+				}
+			}
+		}
+	}
+	for _, k := range Kinds {
+		if !kinds[k] {
+			t.Errorf("kind %s never drawn in 200 seeds", k)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	_, err := Generate(Options{Duration: 0, Zones: []Zone{{Name: "z"}}, Replicas: 0, Kinds: []Kind{"meteor"}})
+	if err == nil {
+		t.Fatal("bad options accepted")
+	}
+	for _, want := range []string{"duration must be positive", `zone "z" has no nodes`, "replicas must be at least 1", `unknown fault kind "meteor"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func TestTruthAlwaysUncertainWindows(t *testing.T) {
+	tz := NewTruth(testZones())
+	t0 := time.Unix(1000, 0)
+	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// Partition applied between 10s and 10.5s, healed between 20s and 20.2s.
+	tz.Record(Applied{Step: Step{Op: OpPartition, Nodes: []string{"n0"}}, Start: sec(10), Done: sec(10.5)})
+	tz.Record(Applied{Step: Step{Op: OpHeal, Nodes: []string{"n0"}}, Start: sec(20), Done: sec(20.2)})
+	silent := Machine.Silent
+	cases := []struct {
+		from, to float64
+		always   bool
+		ever     bool
+	}{
+		{0, 9, false, false},
+		{0, 10.2, false, true}, // may have started
+		{10.5, 19.9, true, true},
+		{10.4, 15, false, true}, // maybe not yet
+		{12, 20.1, false, true}, // maybe healed
+		{20.2, 30, false, false},
+	}
+	for _, c := range cases {
+		if got := tz.Always("n0", sec(c.from), sec(c.to), silent); got != c.always {
+			t.Errorf("Always silent [%v,%v] = %v, want %v", c.from, c.to, got, c.always)
+		}
+		if got := tz.Ever("n0", sec(c.from), sec(c.to), silent); got != c.ever {
+			t.Errorf("Ever silent [%v,%v] = %v, want %v", c.from, c.to, got, c.ever)
+		}
+	}
+	// A reboot changes the boot; a heal with no partition changes nothing.
+	tz.Record(Applied{Step: Step{Op: OpMachineShutdown, Nodes: []string{"n1"}}, Start: sec(5), Done: sec(5)})
+	tz.Record(Applied{Step: Step{Op: OpMachineStart, Nodes: []string{"n1"}}, Start: sec(7), Done: sec(7)})
+	if !tz.Always("n1", sec(8), sec(9), func(m Machine) bool { return m.Boot == 1 && m.Running() }) {
+		t.Error("n1 should run its second boot after the reboot")
+	}
+	if tz.Always("n1", sec(4), sec(9), Machine.Running) {
+		t.Error("n1 did not run all along")
+	}
+}
+
+var pinnedSeedOne = []string{"node-partition for 10.886s on n0", "leader-kill for 5.939s", "ready-flap for 4.455s on n1"}

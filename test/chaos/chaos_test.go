@@ -1,0 +1,459 @@
+// Package chaos runs seeded random fault schedules (pkg/chaos) on the
+// local control plane against 2-3 leader-elected `nodeshepherd run`
+// replicas, with pkg/chaos's checker watching the API server on its own.
+// `make chaos` runs it; see docs/chaos.md.
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+var (
+	flagSeeds    = flag.Int("seeds", 1, "number of random seeds to run (ignored with -seed)")
+	flagSeed     = flag.String("seed", "", "seeds to run, comma-separated (replays their schedules)")
+	flagDuration = flag.Duration("duration", 60*time.Second, "fault window of each seed (cluster time)")
+	flagOut      = flag.String("out", "", "directory for each seed's full timeline (default: $TMPDIR/nodeshepherd-chaos)")
+)
+
+// The compressed timings: the controllers' and the fake kubelets'. The
+// checker's limits are derived from the same values.
+const (
+	grace         = 3 * time.Second
+	monitorPeriod = time.Second
+	maxCordoned   = 2
+	maxDrains     = 1
+	maxOOS        = 2
+	progressBound = 90 * time.Second
+	// slack: the checker's allowance for watch delays on a busy 2-core box.
+	slack = 5 * time.Second
+)
+
+const configYAML = `apiVersion: nodeshepherd.io/v1alpha1
+kind: NodeShepherdConfiguration
+manager:
+  controllers: [nodelifecycle, tainteviction, drain, outofservice, nodeipam]
+leaderElection:
+  leaderElect: true
+  leaderElectLeaseDuration: 4s
+  leaderElectRenewDeadline: 3s
+  leaderElectRetryPeriod: 500ms
+shared:
+  nodeMonitorPeriod: 1s
+nodeLifecycle:
+  nodeMonitorGracePeriod: 3s
+  nodeStartupGracePeriod: 5s
+  nodeEvictionRate: 100
+  podReadinessRestoreDelay: 1s
+cloudProvider:
+  cloudProvider: fake
+outOfService:
+  outOfServiceAfter: 3s
+  maxOutOfServiceNodes: 2
+  maxOutOfServicePercent: 100
+drain:
+  drainCondition: [KernelDeadlock=True]
+  maxConcurrentDrains: 1
+  maxCordonedNodes: "2"
+  drainTimeout: 1m
+  maxGracePeriod: 2s
+  drainRetryBackoff: 2s
+nodeIPAM:
+  allocateNodeCidrs: true
+  clusterCidr: 10.244.0.0/18
+  nodeCidrMaskSize: 26
+  serviceClusterIpRange: ` + controlplane.ServiceClusterIPRange + `
+`
+
+func seeds(t *testing.T) []int64 {
+	if *flagSeed != "" {
+		var out []int64
+		for _, s := range strings.Split(*flagSeed, ",") {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				t.Fatalf("-seed %q: %q is not a whole number; give seeds like -seed=1234 or -seed=1,2,3", *flagSeed, s)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	if *flagSeeds < 1 {
+		t.Fatalf("-seeds=%d: give at least 1", *flagSeeds)
+	}
+	base := time.Now().UnixNano() % 1_000_000
+	var out []int64
+	for i := 0; i < *flagSeeds; i++ {
+		out = append(out, base+int64(i))
+	}
+	return out
+}
+
+// TestChaos runs one random schedule per seed, each on a fresh cluster.
+func TestChaos(t *testing.T) {
+	if *flagDuration <= 0 {
+		t.Fatalf("-duration=%v: give a positive duration, e.g. 60s", *flagDuration)
+	}
+	t.Logf("not checked yet:\n  - %s", strings.Join(chaos.NotChecked, "\n  - "))
+	for _, seed := range seeds(t) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSeed(t, seed, *flagDuration) })
+	}
+}
+
+// replica is one `nodeshepherd run` process in a slot.
+type replica struct {
+	cmd *exec.Cmd
+}
+
+type cluster struct {
+	t        *testing.T
+	client   kubernetes.Interface
+	nodes    *fakenode.Manager
+	proxy    *framework.FaultProxy
+	kc, conf string
+	slots    []*replica
+	// killed is the slot whose leader was killed last, for its restart.
+	killed int
+	rules  map[int]*framework.FaultRule
+	notes  []chaos.Entry
+}
+
+func runSeed(t *testing.T, seed int64, duration time.Duration) {
+	start := time.Now()
+	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: true})
+	client := framework.Client(t, cp)
+	ctx := framework.Context(t)
+	zones, _ := fakenode.ParseZones("zone-a=4,zone-b=4,zone-c=4")
+	m := framework.StartFakeNodes(t, fakenode.Config{Client: client, Zones: zones, LeaseDuration: 4 * time.Second,
+		LeaseRenewInterval: 500 * time.Millisecond, NodeStatusUpdateFrequency: 500 * time.Millisecond, PodStartDelay: 100 * time.Millisecond})
+	var czones []chaos.Zone
+	for _, z := range zones {
+		cz := chaos.Zone{Name: z.Name}
+		for _, n := range m.NodeNames() {
+			if m.Zone(n) == z.Name {
+				cz.Nodes = append(cz.Nodes, n)
+			}
+		}
+		czones = append(czones, cz)
+	}
+	// 2 or 3 replicas, from the seed.
+	replicas := 2 + int(uint64(seed)%2)
+	sched, err := chaos.Generate(chaos.Options{Seed: seed, Duration: duration, Zones: czones, Replicas: replicas})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d replicas; schedule %s", replicas, sched)
+
+	// The checker watches before anything else writes.
+	truth := chaos.NewTruth(czones)
+	checker := chaos.NewChecker(chaos.Limits{Grace: grace, MonitorPeriod: monitorPeriod, Slack: slack, MaxCordoned: maxCordoned,
+		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS}, truth)
+	if err := chaos.Watch(ctx, client, checker); err != nil {
+		t.Fatal(err)
+	}
+
+	c := &cluster{t: t, client: client, nodes: m, killed: -1, rules: map[int]*framework.FaultRule{}}
+	c.proxy = framework.StartFaultProxy(t, cp.RESTConfig())
+	pcfg := c.proxy.RESTConfig(cp.RESTConfig())
+	c.kc = framework.WriteKubeconfig(t, pcfg.Host, pcfg.CAData, pcfg.BearerToken)
+	c.conf = filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(c.conf, []byte(configYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < replicas; i++ {
+		c.slots = append(c.slots, c.startReplica())
+	}
+	framework.Eventually(t, 90*time.Second, "a leader", func(ctx context.Context) (bool, string, error) {
+		slot, holder := c.leader(ctx)
+		return slot >= 0, holder, nil
+	})
+	framework.WaitAllNodesReady(t, client, len(m.NodeNames()), 90*time.Second)
+	createWorkloads(t, client)
+	t.Logf("cluster ready in %v", time.Since(start).Round(time.Second))
+
+	// The schedule, step by step at its times.
+	t0 := time.Now()
+	for _, s := range sched.Steps {
+		if d := time.Until(t0.Add(s.At)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				t.Fatal("ended before the schedule did")
+			}
+		}
+		a := chaos.Applied{Step: s, Start: time.Now()}
+		what := c.apply(ctx, s)
+		a.Done = time.Now()
+		truth.Record(a)
+		f := sched.Faults[s.Fault]
+		c.notes = append(c.notes, chaos.Entry{At: a.Start, What: fmt.Sprintf("FAULT #%d %s: %s%s", s.Fault, f.Kind, s, what)})
+	}
+	faultsEnd := time.Now()
+
+	// Progress: within the bound, every workload whole, every drain done
+	// or explained.
+	var deps []chaos.Deployment
+	deadline := time.Now().Add(progressBound)
+	for time.Now().Before(deadline) {
+		deps = deployments(ctx, t, client)
+		if whole(deps) && len(checker.StuckDrains()) == 0 {
+			break
+		}
+		time.Sleep(time.Second) // polling the cluster, not waiting for luck
+	}
+	checker.CheckProgress(time.Now(), deps, time.Since(faultsEnd).Round(time.Second))
+
+	vs := checker.Violations()
+	path := c.writeTimeline(seed, t0, checker)
+	t.Logf("seed %d: %d faults over %v, %d violations, %v in all; timeline %s", seed, len(sched.Faults), duration, len(vs), time.Since(start).Round(time.Second), path)
+	if len(vs) == 0 {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d invariant violations (replay: make chaos SEED=%d DURATION=%v)\n", seed, len(vs), seed, duration)
+	for _, v := range vs {
+		fmt.Fprintf(&b, "  +%v %s %s: %s\n", v.At.Sub(t0).Round(time.Millisecond), v.Invariant, v.Object, v.Detail)
+	}
+	fmt.Fprintf(&b, "timeline before the first violation (all of it in %s):\n%s", path, excerpt(c.merged(checker), t0, vs[0].At))
+	t.Error(b.String())
+}
+
+func (c *cluster) startReplica() *replica {
+	cmd := framework.StartBinary(c.t, "run", "--kubeconfig", c.kc, "--config", c.conf, "--metrics-bind-address", "0")
+	return &replica{cmd: cmd}
+}
+
+// leader returns the slot whose process holds the controllers' Lease (the
+// identity is host_pid_suffix), or -1.
+func (c *cluster) leader(ctx context.Context) (int, string) {
+	l, err := c.client.CoordinationV1().Leases("kube-system").Get(ctx, "nodeshepherd", metav1.GetOptions{})
+	if err != nil {
+		return -1, err.Error()
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	if l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) > 4*time.Second {
+		return -1, "lease expired, last holder " + holder
+	}
+	for i, r := range c.slots {
+		if r != nil && strings.Contains(holder, fmt.Sprintf("_%d_", r.cmd.Process.Pid)) {
+			return i, holder
+		}
+	}
+	return -1, "holder " + holder
+}
+
+// apply performs one step and says what it did when that is not obvious.
+func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
+	t := c.t
+	node := func(a fakenode.Action, cond *fakenode.Condition) {
+		if _, err := c.nodes.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: s.Nodes}, Condition: cond}); err != nil {
+			t.Fatalf("step %s: %v", s, err)
+		}
+	}
+	cond := func(needStatus bool) *fakenode.Condition {
+		cd, err := fakenode.ParseCondition(s.Condition, needStatus)
+		if err != nil {
+			t.Fatalf("step %s: %v", s, err)
+		}
+		return cd
+	}
+	switch s.Op {
+	case chaos.OpPartition:
+		node(fakenode.Partition, nil)
+	case chaos.OpHeal:
+		node(fakenode.Heal, nil)
+	case chaos.OpKubeletStop:
+		node(fakenode.KubeletStop, nil)
+	case chaos.OpKubeletStart:
+		node(fakenode.KubeletStart, nil)
+	case chaos.OpMachineShutdown:
+		node(fakenode.MachineShutdown, nil)
+	case chaos.OpMachineStart:
+		node(fakenode.MachineStart, nil)
+	case chaos.OpCondition:
+		node(fakenode.SetCondition, cond(true))
+	case chaos.OpClearCondition:
+		node(fakenode.ClearCondition, cond(false))
+	case chaos.OpKillLeader:
+		slot, holder := c.leader(ctx)
+		if slot < 0 {
+			return " (no leader to kill: " + holder + ")"
+		}
+		_ = syscall.Kill(c.slots[slot].cmd.Process.Pid, syscall.SIGKILL)
+		c.slots[slot], c.killed = nil, slot
+		return fmt.Sprintf(" (SIGKILL slot %d, %s)", slot, holder)
+	case chaos.OpStopReplica:
+		r := c.slots[s.Replica]
+		if r == nil {
+			return " (slot empty)"
+		}
+		_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGTERM)
+		c.slots[s.Replica] = nil
+		return fmt.Sprintf(" (SIGTERM pid %d)", r.cmd.Process.Pid)
+	case chaos.OpStartReplica:
+		slot := s.Replica
+		if slot < 0 {
+			slot = c.killed
+		}
+		if slot < 0 || c.slots[slot] != nil {
+			return " (nothing to restart: no slot is empty)"
+		}
+		c.slots[slot] = c.startReplica()
+		return fmt.Sprintf(" (slot %d, pid %d)", slot, c.slots[slot].cmd.Process.Pid)
+	case chaos.OpAPIFaultStart:
+		r := framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Kind: framework.FaultStatus, Status: s.Status, Every: 2}
+		if s.Resource == "evictions" {
+			r.Resource, r.Subresource = "pods", "eviction"
+		}
+		if s.Status == 429 {
+			r.RetryAfter = 1
+		} else {
+			r.Methods = framework.Writes
+		}
+		c.rules[s.Fault] = c.proxy.Inject(r)
+	case chaos.OpWatchStallStart:
+		// New watches are held without an answer; the current ones are cut
+		// so that they come back into the hold.
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Watch: true, Kind: framework.FaultHangUnsent})
+		return fmt.Sprintf(" (%d watches cut)", c.proxy.DropWatches())
+	case chaos.OpAPIFaultEnd, chaos.OpWatchStallEnd:
+		if r := c.rules[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			n := c.proxy.Injected(r.Name)
+			if s.Op == chaos.OpWatchStallEnd {
+				c.proxy.DropWatches() // releases the held watches
+			}
+			return fmt.Sprintf(" (injected %d times)", n)
+		}
+	default:
+		t.Fatalf("unknown step %s", s)
+	}
+	return ""
+}
+
+func createWorkloads(t *testing.T, client kubernetes.Interface) {
+	ctx := framework.Context(t)
+	for _, w := range []struct {
+		name     string
+		replicas int32
+		tol      int64
+		pdb      bool
+	}{{"web", 12, 6, true}, {"batch", 6, 10, false}} {
+		labels := map[string]string{"app": w.name}
+		var tols []v1.Toleration
+		for _, key := range []string{v1.TaintNodeUnreachable, v1.TaintNodeNotReady} {
+			tols = append(tols, v1.Toleration{Key: key, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: ptr.To(w.tol)})
+		}
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(w.replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: v1.PodSpec{Tolerations: tols, TerminationGracePeriodSeconds: ptr.To(int64(2)),
+						Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+							Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}}}}}}}
+		if _, err := client.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if w.pdb {
+			p := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: "default"},
+				Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(2)), Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+			if _, err := client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	framework.Eventually(t, 120*time.Second, "workloads available", func(ctx context.Context) (bool, string, error) {
+		deps := deployments(ctx, t, client)
+		return whole(deps), fmt.Sprint(deps), nil
+	})
+}
+
+func deployments(ctx context.Context, t *testing.T, client kubernetes.Interface) []chaos.Deployment {
+	l, err := client.AppsV1().Deployments("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("listing deployments: %v", err)
+		return nil
+	}
+	var out []chaos.Deployment
+	for _, d := range l.Items {
+		out = append(out, chaos.Deployment{Name: d.Name, Replicas: ptr.Deref(d.Spec.Replicas, 1), Available: d.Status.AvailableReplicas})
+	}
+	return out
+}
+
+func whole(deps []chaos.Deployment) bool {
+	if len(deps) == 0 {
+		return false
+	}
+	for _, d := range deps {
+		if d.Available < d.Replicas {
+			return false
+		}
+	}
+	return true
+}
+
+// merged is the faults and the observed writes, in time order.
+func (c *cluster) merged(ch *chaos.Checker) []chaos.Entry {
+	all := append(append([]chaos.Entry(nil), c.notes...), ch.Timeline()...)
+	sort.SliceStable(all, func(i, j int) bool { return all[i].At.Before(all[j].At) })
+	return all
+}
+
+func line(e chaos.Entry, t0 time.Time) string {
+	return fmt.Sprintf("%+9.3fs %s", e.At.Sub(t0).Seconds(), e.What)
+}
+
+// excerpt is the 40 entries before until (and 10 after), relative to t0.
+func excerpt(all []chaos.Entry, t0, until time.Time) string {
+	i := sort.Search(len(all), func(i int) bool { return all[i].At.After(until) })
+	from, to := max(0, i-40), min(len(all), i+10)
+	var b strings.Builder
+	for _, e := range all[from:to] {
+		b.WriteString("  " + line(e, t0) + "\n")
+	}
+	return b.String()
+}
+
+func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker) string {
+	dir := *flagOut
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "nodeshepherd-chaos")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Logf("timeline not written: %v", err)
+		return "(not written)"
+	}
+	var b strings.Builder
+	for _, e := range c.merged(ch) {
+		b.WriteString(line(e, t0) + "\n")
+	}
+	path := filepath.Join(dir, fmt.Sprintf("seed-%d.timeline", seed))
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		c.t.Logf("timeline not written: %v", err)
+		return "(not written)"
+	}
+	return path
+}
