@@ -143,7 +143,7 @@ func managedTolerationsTime(t *testing.T, pod *v1.Pod) time.Time {
 	t.Helper()
 	var at time.Time
 	for _, e := range pod.ManagedFields {
-		if e.FieldsV1 == nil || e.Time == nil || !strings.Contains(string(e.FieldsV1.Raw), `"f:tolerations"`) {
+		if e.FieldsV1 == nil || e.Time == nil || !strings.Contains(e.FieldsV1.GetRawString(), `"f:tolerations"`) {
 			continue
 		}
 		if e.Time.After(at) {

@@ -424,7 +424,7 @@ func tolerationsChanged(pod *v1.Pod) time.Time {
 		var set struct {
 			Spec map[string]json.RawMessage `json:"f:spec"`
 		}
-		if json.Unmarshal(e.FieldsV1.Raw, &set) != nil {
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &set) != nil {
 			continue
 		}
 		if _, ok := set.Spec["f:tolerations"]; ok {

@@ -120,7 +120,7 @@ func TestDecideTolerationChanged(t *testing.T) {
 	entry := func(manager, sub string, at time.Duration, fields string) metav1.ManagedFieldsEntry {
 		tm := metav1.NewTime(base.Add(at))
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: sub,
-			Time: &tm, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+			Time: &tm, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	const tols = `{"f:spec":{"f:tolerations":{},"f:containers":{}}}`
 	const labels = `{"f:metadata":{"f:labels":{}}}`
