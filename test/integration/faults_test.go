@@ -178,6 +178,23 @@ func TestDrainUnderAPIFaults(t *testing.T) {
 	for _, n := range names[1:] {
 		framework.SetUnschedulable(t, client, n, false)
 	}
+	// nodelifecycle mirrors the uncordon by patching the unschedulable taint
+	// away; that PATCH must be done before the 500 for the cordon is armed,
+	// or on a busy machine it takes the 500 in the drain's place.
+	framework.Eventually(t, 60*time.Second, "unschedulable taints of the uncordoned nodes gone", func(ctx context.Context) (bool, string, error) {
+		for _, n := range names[1:] {
+			node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			for _, taint := range node.Spec.Taints {
+				if taint.Key == v1.TaintNodeUnschedulable {
+					return false, n + " still has " + taint.ToString(), nil
+				}
+			}
+		}
+		return true, "", nil
+	})
 	onSick, err := podsOn(framework.Context(t), client, sick, "web")
 	if err != nil || len(onSick) != 6 {
 		t.Fatalf("want the 6 web pods on %s: %d, %v", sick, len(onSick), err)
