@@ -149,13 +149,13 @@ func TestHelmChartServiceMonitor(t *testing.T) {
 		}
 	}
 
-	t.Run("no CA and no skip: refused", func(t *testing.T) {
+	t.Run("no CA refused", func(t *testing.T) {
 		out, err := runHelmTemplate(t, chart, `metrics: {serviceMonitor: {enabled: true}}`)
 		if err == nil || !strings.Contains(string(out), "metrics.tls.secretName") || !strings.Contains(string(out), "insecureSkipVerify") {
 			t.Errorf("render without a CA: err %v, output %s; want a failure naming metrics.tls.secretName and insecureSkipVerify", err, out)
 		}
 	})
-	t.Run("serving Secret: mounted, CA from it, verified", func(t *testing.T) {
+	t.Run("serving Secret mounted and its CA verified", func(t *testing.T) {
 		ep, objs := endpoint(t, `metrics: {tls: {secretName: metrics-tls}, serviceMonitor: {enabled: true}}`)
 		tls := ep["tlsConfig"].(map[string]any)
 		if tls["insecureSkipVerify"] == true || dig(tls, "ca", "secret", "name") != "metrics-tls" || dig(tls, "ca", "secret", "key") != "ca.crt" ||
@@ -185,7 +185,7 @@ func TestHelmChartServiceMonitor(t *testing.T) {
 			t.Errorf("tlsConfig %v, want the named CA and server name, verified", tls)
 		}
 	})
-	t.Run("skip only when asked", func(t *testing.T) {
+	t.Run("skip when asked", func(t *testing.T) {
 		ep, _ := endpoint(t, `metrics: {serviceMonitor: {enabled: true, tlsConfig: {insecureSkipVerify: true}}}`)
 		if dig(ep, "tlsConfig", "insecureSkipVerify") != true {
 			t.Errorf("tlsConfig %v, want insecureSkipVerify as asked", ep["tlsConfig"])
