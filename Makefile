@@ -9,7 +9,7 @@ CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 
-.PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler chaos fuzz vet lint fmt clean
+.PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler chaos fuzz generate vet lint fmt clean
 
 all: build controlplane
 
@@ -66,6 +66,11 @@ SEED ?=
 DURATION ?= 60s
 chaos: controlplane
 	go test -count=1 -v -timeout 0 -run '^TestChaos$$' ./test/chaos/ -args -seeds=$(SEEDS) -seed=$(SEED) -duration=$(DURATION)
+
+## generate: write what follows from the controllers' descriptors (pkg/generate): deploy/components/NAME
+## and the Helm chart's templates/_controllers.tpl; TestGeneratedFilesAreCurrent fails while one is stale
+generate:
+	go run ./hack/generate
 
 ## fuzz: every fuzz target for FUZZTIME each (default 1m; make test replays their corpora)
 fuzz:

@@ -181,14 +181,24 @@ func Companions() []string {
 	return out
 }
 
+// Replaced lists, in start order, the kube-controller-manager controllers
+// that nodeshepherd's replace.
+func Replaced() []string {
+	var out []string
+	for _, e := range registry {
+		if r := e.info().Replaces; r != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // KubeControllerManagerFlag is the --controllers value that turns off, in
 // kube-controller-manager, the controllers nodeshepherd replaces.
 func KubeControllerManagerFlag() string {
 	out := "*"
-	for _, e := range registry {
-		if r := e.info().Replaces; r != "" {
-			out += ",-" + r
-		}
+	for _, r := range Replaced() {
+		out += ",-" + r
 	}
 	return out
 }

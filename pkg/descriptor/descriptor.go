@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
@@ -37,6 +39,11 @@ type Info struct {
 	Help string
 	// ClusterRole is the ClusterRole in deploy/ that grants what it needs.
 	ClusterRole string
+	// RBACRules are that ClusterRole's rules as YAML (a list of
+	// PolicyRules, with a comment saying why), the package's rbac.yaml:
+	// `make generate` writes deploy/components/NAME and the Helm chart's
+	// rules from them (pkg/generate).
+	RBACRules []byte
 	// Replaces is the kube-controller-manager controller this one takes over
 	// ("" for none): nodeshepherd runs next to kube-controller-manager when
 	// that one is turned off there (--controllers=*,-NAME).
@@ -148,4 +155,16 @@ func Take[T comparable](flag string, own *T, shared T) error {
 	}
 	*own = shared
 	return nil
+}
+
+// Rules parses RBACRules.
+func (i Info) Rules() ([]rbacv1.PolicyRule, error) {
+	var rules []rbacv1.PolicyRule
+	if err := yaml.UnmarshalStrict(i.RBACRules, &rules); err != nil {
+		return nil, fmt.Errorf("pkg/controller/%s/rbac.yaml: %v", i.Name, err)
+	}
+	if len(rules) == 0 {
+		return nil, fmt.Errorf("pkg/controller/%s/rbac.yaml: no rules; the controller's ClusterRole %s needs at least one", i.Name, i.ClusterRole)
+	}
+	return rules, nil
 }

@@ -63,7 +63,7 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 	switch {
 	case r.opts.Mode == ModeUpstream:
 		upstream()
-		res.Components = "kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
+		res.Components = "kube-controller-manager (" + strings.Join(controllers.Replaced(), ", ") + ") and kube-scheduler"
 	case r.opts.Mode == ModeNodeShepherd && r.sc.Companion:
 		upstream()
 		var names []string
@@ -71,7 +71,7 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 			return localcluster.Config{}, err
 		}
 		res.Components = "nodeshepherd in companion mode (" + strings.Join(names, ", ") +
-			") next to kube-controller-manager (nodelifecycle, taint-eviction-controller, nodeipam) and kube-scheduler"
+			") next to kube-controller-manager (" + strings.Join(controllers.Replaced(), ", ") + ") and kube-scheduler"
 	case r.opts.Mode == ModeNodeShepherd:
 		var names []string
 		if lc.Controllers, names, err = nodeShepherdControllers(cfg, r.sc.runsOutOfService()); err != nil {

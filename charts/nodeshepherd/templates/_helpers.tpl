@@ -12,8 +12,8 @@
 in companion mode, on a controller kube-controller-manager or
 cloud-controller-manager also runs. */}}
 {{- define "nodeshepherd.controllers" -}}
-{{- $known := list "nodelifecycle" "tainteviction" "nodeipam" "cloudnodelifecycle" "drain" "scheduler" "outofservice" "readinessrestore" -}}
-{{- $companionOK := list "readinessrestore" "drain" "scheduler" "outofservice" -}}
+{{- $known := include "nodeshepherd.knownControllers" . | fromJsonArray -}}
+{{- $companionOK := include "nodeshepherd.companionControllers" . | fromJsonArray -}}
 {{- $list := .Values.controllers -}}
 {{- if .Values.companion.enabled }}{{ $list = .Values.companion.controllers }}{{ end -}}
 {{- if not $list }}{{ fail "values: controllers is empty: name at least one controller" }}{{ end -}}

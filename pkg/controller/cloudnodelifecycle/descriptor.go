@@ -1,6 +1,7 @@
 package cloudnodelifecycle
 
 import (
+	_ "embed"
 	"errors"
 
 	"github.com/spf13/pflag"
@@ -18,6 +19,12 @@ type Settings struct {
 	Cloud providers.Options
 }
 
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/cloudnodelifecycle and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
+
 // Descriptor tells nodeshepherd how to configure, check and build the controller.
 var Descriptor = descriptor.Descriptor[Settings]{
 	Info: descriptor.Info{
@@ -26,6 +33,7 @@ var Descriptor = descriptor.Descriptor[Settings]{
 			"machine is gone, taints those whose machine is shut down (runs only with\n" +
 			"--cloud-provider). Like the cloud controller manager's.",
 		ClusterRole: "nodeshepherd:cloudnodelifecycle",
+		RBACRules:   rbacRules,
 		// A managed cluster's cloud-controller-manager deletes and taints the same
 		// nodes at once, which voids the confirmations and rate limits here.
 		Conflicts: companion.CloudNodeLifecycle,

@@ -1,11 +1,18 @@
 package drain
 
 import (
+	_ "embed"
 	"errors"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
+
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/drain and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to configure, check and build the controller.
 var Descriptor = descriptor.Descriptor[Config]{
@@ -17,6 +24,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"(--max-unhealthy-nodes, zone disruption); uncordons only what it cordoned.\n" +
 			"Like Draino (runs only with --drain-condition or --drain-rules).",
 		ClusterRole: "nodeshepherd:drain",
+		RBACRules:   rbacRules,
 		Companion:   true,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "drain",

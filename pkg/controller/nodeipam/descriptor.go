@@ -1,10 +1,17 @@
 package nodeipam
 
 import (
+	_ "embed"
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
+
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/nodeipam and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to configure, check and build the controller.
 var Descriptor = descriptor.Descriptor[Config]{
@@ -13,6 +20,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 		Help: "allocates spec.podCIDRs per IP family from --cluster-cidr (runs only with\n" +
 			"--allocate-node-cidrs). Replaces nodeipam.",
 		ClusterRole: "nodeshepherd:nodeipam",
+		RBACRules:   rbacRules,
 		Replaces:    "nodeipam",
 		Conflicts:   companion.NodeIPAM,
 	},

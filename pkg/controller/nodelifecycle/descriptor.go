@@ -1,12 +1,19 @@
 package nodelifecycle
 
 import (
+	_ "embed"
 	"errors"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
+
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/nodelifecycle and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to configure, check and build the controller.
 var Descriptor = descriptor.Descriptor[Config]{
@@ -16,6 +23,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"per-zone rate limits and disruption modes, pods marked NotReady, readiness\n" +
 			"restored after a flap. Replaces kube-controller-manager's nodelifecycle.",
 		ClusterRole: "nodeshepherd:nodelifecycle",
+		RBACRules:   rbacRules,
 		Replaces:    "nodelifecycle",
 		Conflicts:   companion.NodeLifecycle,
 	},

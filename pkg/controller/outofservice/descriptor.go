@@ -1,6 +1,7 @@
 package outofservice
 
 import (
+	_ "embed"
 	"errors"
 
 	cloudprovider "k8s.io/cloud-provider"
@@ -8,6 +9,12 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
+
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/outofservice and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to configure, check and build the controller.
 // It replaces no kube-controller-manager controller (Replaces is empty): it
@@ -23,6 +30,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"within --max-out-of-service-nodes/-percent; removes it after a reboot or when\n" +
 			"the confirmation is withdrawn (runs only when named: --controllers=*,outofservice).",
 		ClusterRole: "nodeshepherd:outofservice",
+		RBACRules:   rbacRules,
 		Companion:   true,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "outOfService",

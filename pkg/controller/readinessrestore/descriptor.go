@@ -1,9 +1,16 @@
 package readinessrestore
 
 import (
+	_ "embed"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
+
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/readinessrestore and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to configure, check and build the controller.
 // It replaces nothing and is a companion: it writes only the Ready condition
@@ -17,6 +24,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"--readiness-restore-delay and their kubelet did not re-post them (runs only when\n" +
 			"named: --controllers=readinessrestore; nodelifecycle restores its own marks).",
 		ClusterRole: "nodeshepherd:readinessrestore",
+		RBACRules:   rbacRules,
 		Companion:   true,
 	},
 	Sections: []descriptor.Section[Config]{{Name: "readinessRestore",

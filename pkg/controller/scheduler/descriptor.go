@@ -1,9 +1,16 @@
 package scheduler
 
 import (
+	_ "embed"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
+
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/scheduler and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to configure, check and build the
 // scheduler. It replaces no kube-controller-manager controller: it runs next
@@ -19,6 +26,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"ReadWriteOncePod, CSI limits) included. Pods using in-tree disks, DRA\n" +
 			"claims or scheduling groups are refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
+		RBACRules:   rbacRules,
 		// A second scheduler next to kube-scheduler under its own --scheduler-name.
 		Companion: true,
 	},

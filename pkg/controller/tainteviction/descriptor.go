@@ -1,10 +1,17 @@
 package tainteviction
 
 import (
+	_ "embed"
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
+
+// rbacRules are the rules of the controller's ClusterRole; `make generate`
+// writes deploy/components/tainteviction and the Helm chart's copy from them.
+//
+//go:embed rbac.yaml
+var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to build the controller; it has no settings.
 var Descriptor = descriptor.Descriptor[Config]{
@@ -13,6 +20,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 		Help: "deletes pods that do not tolerate NoExecute taints after their\n" +
 			"tolerationSeconds. Replaces taint-eviction-controller.",
 		ClusterRole: "nodeshepherd:tainteviction",
+		RBACRules:   rbacRules,
 		Replaces:    "taint-eviction-controller",
 		Conflicts:   companion.TaintEviction,
 	},
