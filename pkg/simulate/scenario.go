@@ -53,8 +53,38 @@ type Scenario struct {
 	// IPAM, and kube-scheduler, with only the controllers that can run there
 	// (readinessrestore, and drain with drain conditions); docs/companion.md.
 	Companion bool `yaml:"companion"`
+	// MaxTimeScale is the largest --time-scale at which the expectations
+	// hold (0: any up to simulate's limit). Some delays are fixed in real
+	// time and --time-scale cannot shrink them (kube-controller-manager's
+	// pod garbage collector looks every 20 s, its attach-detach controller
+	// reconciles on its own period): at a large scale they stretch the
+	// cluster-time figures past the bounds a scenario states.
+	MaxTimeScale float64 `yaml:"maxTimeScale"`
+	// MaxTimeScaleWhy says which such delay sets MaxTimeScale; simulate
+	// prints it when it refuses a larger --time-scale.
+	MaxTimeScaleWhy string `yaml:"maxTimeScaleWhy"`
 
 	path string
+}
+
+// CheckTimeScale refuses a time scale above the scenario's maxTimeScale,
+// naming the file's line and why the scenario states it.
+func (s *Scenario) CheckTimeScale(scale float64) error {
+	if s.MaxTimeScale == 0 || scale <= s.MaxTimeScale {
+		return nil
+	}
+	line := 1
+	if root, err := s.rootNode(); err == nil {
+		if n := field(root, "maxTimeScale"); n != nil {
+			line = n.Line
+		}
+	}
+	why := ""
+	if s.MaxTimeScaleWhy != "" {
+		why = " (" + strings.TrimSpace(s.MaxTimeScaleWhy) + ")"
+	}
+	return fmt.Errorf("%s:%d: --time-scale %g is above the scenario's maxTimeScale %g: its expectations hold only up to that scale%s; run it with --time-scale %g or less",
+		s.path, line, scale, s.MaxTimeScale, why, s.MaxTimeScale)
 }
 
 // Cluster is the fake nodes: zones with node counts, or node groups (zones
@@ -269,6 +299,8 @@ const (
 	MaxPods     = 50000
 	MaxSteps    = 1000
 	MaxDuration = 24 * time.Hour
+	// MaxTimeScale is the largest --time-scale simulate takes.
+	MaxTimeScale = 100
 )
 
 // validName is what a scenario's name may be: one path element, safe as the
@@ -316,6 +348,9 @@ func (s *Scenario) validate() error {
 		at(field(root, "duration"), "duration: give how long the timeline runs, e.g. duration: 10m")
 	} else if s.Duration.Duration > MaxDuration {
 		at(field(root, "duration"), "duration %v is longer than the limit of %v", s.Duration.Duration, MaxDuration)
+	}
+	if s.MaxTimeScale != 0 && !(s.MaxTimeScale >= 1 && s.MaxTimeScale <= MaxTimeScale) {
+		at(field(root, "maxTimeScale"), "maxTimeScale %g: give the largest --time-scale the expectations hold at, between 1 and %d (or leave it out for any)", s.MaxTimeScale, MaxTimeScale)
 	}
 	clusterNode := field(root, "cluster")
 	zonesNode := field(clusterNode, "zones")

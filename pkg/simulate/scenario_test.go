@@ -121,6 +121,7 @@ func TestBadScenariosNameFileAndLine(t *testing.T) {
 		{"too many nodes", replace("{name: zone-a, nodes: 2}", "{name: zone-a, nodes: 6000}"), "6001 nodes in all, more than the limit of 5000"},
 		{"too many replicas", replace("replicas: 3", "replicas: 60000"), "60000 replicas in all, more than the limit of 50000 pods"},
 		{"too long", replace("duration: 5m", "duration: 48h"), "duration 48h0m0s is longer than the limit of 24h0m0s"},
+		{"time scale below 1", replace("duration: 5m", "duration: 5m\nmaxTimeScale: 0.5"), ":5: maxTimeScale 0.5: give the largest --time-scale"},
 		{"unknown zone", replace("zone: zone-a, count: 1", "zone: zone-x"), `:30: timeline[1] (partition): unknown zone "zone-x"; the cluster's zones: zone-a, zone-b`},
 		{"group without node groups", replace("zone: zone-a, count: 1", "group: db"), `:30: timeline[1] (partition): group "db": the cluster has no nodeGroups`},
 		{"unknown node", replace("nodes: [fake-node-0000]", "nodes: [node-7]"), `:29: timeline[0] (network-blip): unknown node "node-7"; nodes are named fake-node-0000 to fake-node-0002`},
@@ -254,5 +255,32 @@ func TestExpectationHolds(t *testing.T) {
 	only.check()
 	if !only.holds(nil) {
 		t.Error("never should satisfy atLeast")
+	}
+}
+
+// Every example states the largest time scale its expectations hold at
+// (make test runs it there), and simulate refuses a larger one naming the
+// file's line and why.
+func TestExamplesStateTheirMaxTimeScale(t *testing.T) {
+	files, err := filepath.Glob("../../examples/scenarios/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example scenarios: %v", err)
+	}
+	for _, f := range files {
+		sc, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.MaxTimeScale == 0 {
+			t.Errorf("%s: no maxTimeScale; say the largest --time-scale its expectations hold at", f)
+			continue
+		}
+		if err := sc.CheckTimeScale(sc.MaxTimeScale); err != nil {
+			t.Errorf("%s at its own maxTimeScale: %v", f, err)
+		}
+		err = sc.CheckTimeScale(sc.MaxTimeScale + 1)
+		if err == nil || !strings.Contains(err.Error(), f+":") || !strings.Contains(err.Error(), "maxTimeScale") {
+			t.Errorf("%s at %g: %v, want a refusal naming the file's line and maxTimeScale", f, sc.MaxTimeScale+1, err)
+		}
 	}
 }

@@ -58,7 +58,9 @@ func scenarioInputsHash(t *testing.T, file string, args []string) string {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "#") { // comments may change freely
+		// Comments may change freely, and so may the time scales a scenario
+		// claims: they gate --time-scale, they do not change a run.
+		if l := strings.TrimSpace(line); !strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "maxTimeScale") {
 			h.Write([]byte(line + "\n"))
 		}
 	}

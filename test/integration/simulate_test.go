@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -27,22 +28,37 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
-// scenarioRuns says how CI runs each example scenario: time-scaled, and
-// compared with upstream where the scenario has upstream expectations (for
-// the scenarios of recordedUpstream, with upstream's recorded run).
+// scenarioRuns says how CI runs each example scenario besides its time
+// scale: compared with upstream where the scenario has upstream expectations
+// (for the scenarios of recordedUpstream, with upstream's recorded run).
+// Every example runs at the largest time scale it claims (its maxTimeScale).
 var scenarioRuns = map[string][]string{
-	"network-blip.yaml":     {"--time-scale=10", "--compare=upstream"},
-	"node-failure.yaml":     {"--time-scale=10", "--compare=upstream"},
-	"zone-outage.yaml":      {"--time-scale=10"},
-	"all-zones-down.yaml":   {"--time-scale=10"},
-	"kernel-deadlock.yaml":  {"--time-scale=10", "--compare=upstream"},
-	"preemption-burst.yaml": {"--time-scale=10", "--compare=upstream"},
+	"network-blip.yaml":     {"--compare=upstream"},
+	"node-failure.yaml":     {"--compare=upstream"},
+	"zone-outage.yaml":      {},
+	"all-zones-down.yaml":   {},
+	"kernel-deadlock.yaml":  {"--compare=upstream"},
+	"preemption-burst.yaml": {"--compare=upstream"},
 	// Static stability: Service endpoints kept (nodeshepherd), dropped to zero (upstream).
-	"control-plane-partition.yaml": {"--time-scale=10", "--compare=upstream"},
+	"control-plane-partition.yaml": {"--compare=upstream"},
 	// Issue #20, at 2: kube-controller-manager's pod GC looks every 20 s of real time, unscaled.
-	"dead-node-statefulset.yaml": {"--time-scale=2", "--compare=upstream"},
+	"dead-node-statefulset.yaml": {"--compare=upstream"},
 	// Companion mode: readinessrestore next to kube-controller-manager's node lifecycle.
-	"companion-readiness-restore.yaml": {"--time-scale=10"},
+	"companion-readiness-restore.yaml": {},
+}
+
+// exampleArgs are simulate's flags for an example scenario: its largest
+// time scale, then scenarioRuns'.
+func exampleArgs(t *testing.T, f string) ([]string, float64) {
+	t.Helper()
+	sc, err := simulate.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.MaxTimeScale == 0 {
+		t.Fatalf("%s states no maxTimeScale: say the largest --time-scale its expectations hold at (make test runs it there)", f)
+	}
+	return append([]string{fmt.Sprintf("--time-scale=%g", sc.MaxTimeScale)}, scenarioRuns[filepath.Base(f)]...), sc.MaxTimeScale
 }
 
 // TestExampleScenarios runs every scenario of examples/scenarios with its
@@ -59,11 +75,11 @@ func TestExampleScenarios(t *testing.T) {
 	}
 	bin := framework.Binary(t)
 	for _, f := range files {
-		args, ok := scenarioRuns[filepath.Base(f)]
-		if !ok || *updateScenarioGolden && !recordedUpstream[filepath.Base(f)] {
+		if _, ok := scenarioRuns[filepath.Base(f)]; !ok || *updateScenarioGolden && !recordedUpstream[filepath.Base(f)] {
 			continue // make golden-scenarios runs only what it records
 		}
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			args, scale := exampleArgs(t, f)
 			dir := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
@@ -103,8 +119,8 @@ func TestExampleScenarios(t *testing.T) {
 			if checked == 0 {
 				t.Error("the scenario checked no expectation")
 			}
-			if want := map[bool]float64{true: 2, false: 10}[slices.Contains(args, "--time-scale=2")]; rep.TimeScale != want {
-				t.Errorf("report's time scale %v, want %v", rep.TimeScale, want)
+			if rep.TimeScale != scale {
+				t.Errorf("report's time scale %v, want the scenario's maxTimeScale %v", rep.TimeScale, scale)
 			}
 			if filepath.Base(f) == "network-blip.yaml" {
 				checkHTMLInChromium(t, filepath.Join(dir, "report.html"), 2)
