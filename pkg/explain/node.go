@@ -229,7 +229,13 @@ type OutOfServiceSet struct {
 	Since *time.Time `json:"since,omitempty"`
 	// Confirmation is nodeshepherd.io/out-of-service (a person's word).
 	Confirmation *string `json:"confirmation,omitempty"`
-	BootID       string  `json:"bootID,omitempty"`
+	// ConfirmationBootID is the boot the confirmation was given for
+	// (nodeshepherd.io/out-of-service-confirmation-boot-id); "" until the
+	// controller has recorded it.
+	ConfirmationBootID string `json:"confirmationBootID,omitempty"`
+	// NodeBootID is the boot the node reports now.
+	NodeBootID string `json:"nodeBootID,omitempty"`
+	BootID     string `json:"bootID,omitempty"`
 	ConfirmedBy  string  `json:"confirmedBy,omitempty"`
 	Summary      string  `json:"summary"`
 }
@@ -703,6 +709,8 @@ func outOfService(n *v1.Node) OutOfServiceSet {
 	o := OutOfServiceSet{State: "in-service", BootID: n.Annotations[outofservice.AnnotationBootID], ConfirmedBy: n.Annotations[outofservice.AnnotationConfirmedBy]}
 	if v, ok := n.Annotations[outofservice.AnnotationConfirm]; ok {
 		o.Confirmation = &v
+		o.ConfirmationBootID = n.Annotations[outofservice.AnnotationConfirmationBootID]
+		o.NodeBootID = n.Status.NodeInfo.BootID
 	}
 	for _, t := range n.Spec.Taints {
 		if t.Key != v1.TaintNodeOutOfService {
@@ -721,9 +729,16 @@ func outOfService(n *v1.Node) OutOfServiceSet {
 		o.Summary = fmt.Sprintf("out of service, set by nodeshepherd's outofservice controller (confirmed by %s; boot ID %s): volumes are detached and pods deleted; lifted when the node boots again with another boot ID", o.ConfirmedBy, o.BootID)
 	case o.State == "out-of-service":
 		o.Summary = "out of service, set by " + who(o.SetBy) + " (not by nodeshepherd, which leaves it): volumes are detached and pods deleted"
+	case o.Confirmation != nil && o.ConfirmationBootID != "" && o.NodeBootID != "" && o.ConfirmationBootID != o.NodeBootID:
+		o.State = "confirmation-expired"
+		o.Summary = fmt.Sprintf("a person confirmed the machine dead (%s=%q) for boot %s, but the node now reports boot %s: the confirmation no longer applies and the outofservice controller (when it runs) removes it", outofservice.AnnotationConfirm, *o.Confirmation, o.ConfirmationBootID, o.NodeBootID)
 	case o.Confirmation != nil:
 		o.State = "confirmed"
-		o.Summary = fmt.Sprintf("a person confirmed the machine dead (%s=%q); the outofservice controller (when it runs) taints it once the node has been NotReady long enough (outOfService settings)", outofservice.AnnotationConfirm, *o.Confirmation)
+		boot := "for the boot the node reports when the controller first sees it (not recorded yet)"
+		if o.ConfirmationBootID != "" {
+			boot = "for boot " + o.ConfirmationBootID + " only"
+		}
+		o.Summary = fmt.Sprintf("a person confirmed the machine dead (%s=%q), %s; the outofservice controller (when it runs) taints it once the node has been NotReady long enough (outOfService settings)", outofservice.AnnotationConfirm, *o.Confirmation, boot)
 	default:
 		o.Summary = "in service"
 	}

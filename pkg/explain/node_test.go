@@ -286,8 +286,21 @@ func TestExplainNodeOutOfService(t *testing.T) {
 
 	n2 := node("b", "z1", v1.ConditionTrue, time.Second)
 	n2.Annotations = map[string]string{outofservice.AnnotationConfirm: "disk fire"}
-	if o := explainFor(t, "b", options(), n2).OutOfService; o.State != "confirmed" || *o.Confirmation != "disk fire" {
+	if o := explainFor(t, "b", options(), n2).OutOfService; o.State != "confirmed" || *o.Confirmation != "disk fire" || !strings.Contains(o.Summary, "not recorded yet") {
 		t.Errorf("confirmed %+v", o)
+	}
+
+	// The confirmation is about one boot: shown with it, and shown expired
+	// once the node reports another.
+	n3 := node("c", "z1", v1.ConditionUnknown, time.Second)
+	n3.Status.NodeInfo.BootID = "boot-1"
+	n3.Annotations = map[string]string{outofservice.AnnotationConfirm: "disk fire", outofservice.AnnotationConfirmationBootID: "boot-1"}
+	if o := explainFor(t, "c", options(), n3).OutOfService; o.State != "confirmed" || o.ConfirmationBootID != "boot-1" || !strings.Contains(o.Summary, "for boot boot-1 only") {
+		t.Errorf("confirmed for a boot %+v", o)
+	}
+	n3.Status.NodeInfo.BootID = "boot-2"
+	if o := explainFor(t, "c", options(), n3).OutOfService; o.State != "confirmation-expired" || !strings.Contains(o.Summary, "now reports boot boot-2") {
+		t.Errorf("confirmation of an earlier boot %+v", o)
 	}
 }
 
