@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -48,7 +49,7 @@ const (
 var NotChecked = []string{
 	"pdb: evictions through the Eviction API are trusted to the API server's budget arithmetic (not recomputed); only deletions that bypass it are checked",
 	"progress during faults: replacement of a dead node's pods is checked only after the last fault, not within a bound of each death",
-	"readiness-restore: the Ready condition's writer is not told apart, so a kubelet's own post counts as a restore",
+	"readiness-restore: a Ready=True whose writer managedFields do not name (not the kubelet's field manager) counts as a restore",
 	"taint-eviction cancellation: a pod whose taint went away before its toleration ended is not followed",
 	"uncordon after a drain condition clears is not checked",
 }
@@ -575,8 +576,14 @@ func (c *Checker) ObservePod(at time.Time, p *v1.Pod, deleted bool) {
 		}
 	}
 	if st == v1.ConditionTrue && oldSt == v1.ConditionFalse && !ps.readyFalse.IsZero() {
-		c.note(at, "pod %s Ready True again (node %s)", k, p.Spec.NodeName)
-		c.checkReadinessBack(at, p, ps.readyFalse)
+		if w := readyWriter(p); w == KubeletManager {
+			// The kubelet's own post (it runs the pod and says it is
+			// ready): ground truth, not a controller's restore.
+			c.note(at, "pod %s Ready True again, posted by its kubelet (node %s)", k, p.Spec.NodeName)
+		} else {
+			c.note(at, "pod %s Ready True again (node %s, by %s)", k, p.Spec.NodeName, dashIfEmpty(w))
+			c.checkReadinessBack(at, p, ps.readyFalse)
+		}
 	}
 	if p.DeletionTimestamp != nil && (old == nil || old.DeletionTimestamp == nil) {
 		reason, _ := disruption(p)
@@ -753,6 +760,38 @@ func (c *Checker) checkReadinessBack(at time.Time, p *v1.Pod, mark time.Time) {
 		return
 	}
 	c.pendingReady = append(c.pendingReady, pendingReady{at: at, pod: p.Namespace + "/" + p.Name, node: p.Spec.NodeName, mark: mark})
+}
+
+// KubeletManager is the kubelet's field manager (a real kubelet's, and the
+// fake nodes' pod status writes: pkg/fakenode.FieldManager).
+const KubeletManager = "kubelet"
+
+// readyWriter is the field manager that owns the pod's Ready condition's
+// status, the last to change it ("" when managedFields do not say).
+func readyWriter(p *v1.Pod) string {
+	for _, mf := range p.ManagedFields {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		st, _ := fields["f:status"].(map[string]any)
+		conds, _ := st["f:conditions"].(map[string]any)
+		ready, _ := conds[`k:{"type":"Ready"}`].(map[string]any)
+		if _, ok := ready["f:status"]; ok {
+			return mf.Manager
+		}
+	}
+	return ""
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "unknown writer"
+	}
+	return s
 }
 
 type pendingReady struct {

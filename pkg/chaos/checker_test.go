@@ -287,6 +287,32 @@ func TestReadinessGivenBack(t *testing.T) {
 	c.ObserveNode(at(21), node("n3"), false)
 	c.Settle(at(30))
 	wantViolations(t, c, InvReadiness, 0, "")
+
+	// The kubelet's own post (managedFields name it as the Ready
+	// condition's writer) is ground truth, not a restore: seed 8770, a
+	// partition healed while the kubelet reported its node Ready=False.
+	c = history(t)
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(10), notReadyPod(p, 10), false)
+	c.ObserveNode(at(10), down, false)
+	byKubelet := p.DeepCopy()
+	byKubelet.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "nodeshepherd", Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"DisruptionTarget\"}":{".":{},"f:status":{}}}}}`)}},
+		{Manager: KubeletManager, Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:status":{}}}}}`)}},
+	}
+	c.ObservePod(at(12), byKubelet, false)
+	c.Settle(at(30))
+	wantViolations(t, c, InvReadiness, 0, "")
+	// The same write by a controller is checked.
+	c = history(t)
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(10), notReadyPod(p, 10), false)
+	c.ObserveNode(at(10), down, false)
+	byController := byKubelet.DeepCopy()
+	byController.ManagedFields[1].Manager = "nodeshepherd"
+	c.ObservePod(at(12), byController, false)
+	c.Settle(at(30))
+	wantViolations(t, c, InvReadiness, 1, "was not Ready or had not reported since the mark")
 }
 
 func TestProgress(t *testing.T) {

@@ -24,6 +24,12 @@ import (
 // adopts the nodes with its name prefix.
 const ManagedLabel = "nodeshepherd.io/fake-node"
 
+// FieldManager is the field manager of the fake kubelets' pod status
+// writes: a real kubelet's, so that managedFields tell a kubelet's own post
+// of a pod's Ready condition from a controller's (pkg/chaos relies on it),
+// also when the fake nodes share a process with the controllers.
+const FieldManager = "kubelet"
+
 // Zone is a topology zone and how many nodes it gets (0: an even share).
 type Zone struct {
 	Name  string

@@ -152,7 +152,7 @@ func (m *Manager) syncPod(ctx context.Context, key string) (time.Duration, error
 		return 0, err
 	}
 	if _, err := m.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
-		metav1.PatchOptions{}, "status"); err != nil {
+		metav1.PatchOptions{FieldManager: FieldManager}, "status"); err != nil {
 		if apierrors.IsNotFound(err) {
 			return 0, nil
 		}
