@@ -30,7 +30,7 @@ var SimulateKinds = []chaos.Kind{chaos.NodePartition, chaos.RackPartition, chaos
 	chaos.PowerOff, chaos.Reboot, chaos.ConditionFlap, chaos.ReadyFlap}
 
 // chaosSlack is the checker's allowance for watch delays (real time), as
-// in `make chaos`.
+// in `make chaos`; the fake kubelets' reporting interval is added to it.
 const chaosSlack = 5 * time.Second
 
 // ParseChaosKinds reads a comma-separated list of fault kinds, refusing
@@ -110,6 +110,7 @@ type chaosRun struct {
 	truth   *chaos.Truth
 	checker *chaos.Checker
 	result  *CheckerResult
+	slack   time.Duration
 }
 
 // startChaos draws the seed's faults on this run's nodes, adds them to the
@@ -143,7 +144,13 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 		return err
 	}
 	nl := cfg.NodeLifecycle
-	limits := chaos.Limits{Grace: nl.NodeMonitorGracePeriod, MonitorPeriod: nl.NodeMonitorPeriod, Slack: chaosSlack,
+	// The slack of `make chaos` (whose fake kubelets report every 500ms)
+	// plus the fake kubelets' own reporting interval here: a kubelet back
+	// from a fault posts its pods' Ready before its node's next status
+	// post, which the readiness-restore rule waits for.
+	kubelet := r.sc.fakeNodeConfig(r.opts.TimeScale)
+	slack := chaosSlack + max(kubelet.NodeStatusUpdateFrequency, kubelet.LeaseRenewInterval)
+	limits := chaos.Limits{Grace: nl.NodeMonitorGracePeriod, MonitorPeriod: nl.NodeMonitorPeriod, Slack: slack,
 		UnhealthyZoneThreshold: float64(nl.UnhealthyZoneThreshold), LargeClusterThreshold: nl.LargeClusterSizeThreshold,
 		MaxOutOfService: len(r.nodes.NodeNames()), ForceAllowed: true}
 	if r.opts.Mode == ModeNodeShepherd {
@@ -167,14 +174,14 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 	for _, k := range kinds {
 		kindNames = append(kindNames, string(k))
 	}
-	cr := &CheckerResult{Seed: co.Seed, Kinds: kindNames, SlackSecs: chaosSlack.Seconds(),
+	cr := &CheckerResult{Seed: co.Seed, Kinds: kindNames, SlackSecs: slack.Seconds(),
 		NotChecked: append(slices.Clone(chaos.NotChecked),
 			"progress: left to the scenario's expectations (simulate does not wait for the workloads after the last fault)")}
 	for _, f := range sched.Faults {
-		cr.Faults = append(cr.Faults, fmt.Sprintf("%s %s", fmtDuration(f.At), f))
+		cr.Faults = append(cr.Faults, fmt.Sprintf("+%v %s", f.At, f)) // to the millisecond, as drawn
 	}
 	res.Checker = cr
-	r.chaos = &chaosRun{truth: truth, checker: checker, result: cr}
+	r.chaos = &chaosRun{truth: truth, checker: checker, result: cr, slack: slack}
 
 	sc := *r.sc
 	sc.Timeline = nil
@@ -293,7 +300,7 @@ func (c *chaosRun) record(st *Step, nodes []string, start, done time.Time) {
 
 // finish lets the pending judgments settle and stores the violations.
 func (c *chaosRun) finish() {
-	c.checker.Settle(time.Now().Add(chaosSlack + time.Millisecond))
+	c.checker.Settle(time.Now().Add(c.slack + time.Millisecond))
 	for _, v := range c.checker.Violations() {
 		c.result.Violations = append(c.result.Violations, v.String())
 	}
