@@ -42,10 +42,11 @@ UNIT_PKGS = $$(go list ./... | grep -v /test/)
 
 # The in-process controllers, fake nodes and test code run under the race
 # detector too; the control plane and simulate's binary are separate processes.
-# Two shards run side by side (hack/test-integration.sh; GO_TEST_FLAGS may be -v).
+# Two shards run side by side, and chaos seeds 1,2,3 after the shorter one
+# (hack/test-integration.sh; GO_TEST_FLAGS may be -v; CHAOS_SEEDS, CHAOS_DURATION).
 INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
 
-## test: lint, unit and integration tests, race detector on (builds the control plane first)
+## test: lint, unit and integration tests and chaos seeds 1,2,3, race detector on (builds the control plane first)
 test: vet lint controlplane helm chromium
 	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
 	$(INTEGRATION_TEST)

@@ -13,6 +13,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The keys and reasons the checker reads. They are the API's contract,
@@ -38,6 +39,7 @@ const (
 	InvRunningForced = "running-machine"
 	InvBudgets       = "budgets"
 	InvToleration    = "toleration"
+	InvUntainted     = "untainted-eviction"
 	InvPDB           = "pdb"
 	InvCIDR          = "pod-cidr"
 	InvReadiness     = "readiness-restore"
@@ -52,6 +54,7 @@ var NotChecked = []string{
 	"readiness-restore: a Ready=True whose writer managedFields do not name (not the kubelet's field manager) counts as a restore",
 	"taint-eviction cancellation: a pod whose taint went away before its toleration ended is not followed",
 	"uncordon after a drain condition clears is not checked",
+	"untainted-eviction: an eviction decided less than EvictionSlack (plus the second its time is rounded to) after the taint went is not told from one decided just before",
 }
 
 // Limits are the configuration the invariants depend on.
@@ -70,6 +73,11 @@ type Limits struct {
 	// ForceAllowed says drain's force-after is configured: a PDB may then
 	// be bypassed by a deletion that a DrainForceDeleted event announces.
 	ForceAllowed bool
+	// EvictionSlack is how long before the time it stamps on a taint
+	// eviction (the DisruptionTarget condition, the announcing event) the
+	// taint eviction controller may have made its decision: it reads the
+	// node from the API server right before (default 1s).
+	EvictionSlack time.Duration
 }
 
 // Violation is one broken invariant.
@@ -125,6 +133,15 @@ type Checker struct {
 	pendingReady []pendingReady
 	// explained are nodes whose drain an event explains (waiting, failed).
 	explained map[string]string
+	// seenPods is the last version of every pod seen, gone ones included
+	// (an eviction's event may come after its pod is gone), by podID.
+	seenPods map[string]*v1.Pod
+	// evictions are the taint evictions (condition or event) already
+	// taken for untainted-eviction, by podID or event UID and count.
+	evictions map[string]bool
+	// pendingEvict are taint evictions waiting for the node's view to
+	// settle (the slack); Settle decides them.
+	pendingEvict []pendingEvict
 
 	violations []Violation
 	timeline   []Entry
@@ -141,9 +158,13 @@ func NewChecker(l Limits, truth *Truth) *Checker {
 	if l.LargeClusterThreshold == 0 {
 		l.LargeClusterThreshold = 50
 	}
+	if l.EvictionSlack == 0 {
+		l.EvictionSlack = time.Second
+	}
 	return &Checker{limits: l, truth: truth, nodes: map[string]*v1.Node{}, taints: map[string][]*taintSeen{},
 		pods: map[string]*podSeen{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, leases: map[string]time.Time{},
-		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{}}
+		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{},
+		seenPods: map[string]*v1.Pod{}, evictions: map[string]bool{}}
 }
 
 // Violations returns what was found so far.
@@ -503,7 +524,11 @@ func (c *Checker) ObserveEvent(at time.Time, e *v1.Event) {
 		if e.InvolvedObject.Kind == "Node" {
 			c.explained[e.InvolvedObject.Name] = e.Reason + ": " + e.Message
 		}
-	case "TaintManagerEviction", "OutOfServiceTaintAdded", "OutOfServiceTaintRemoved", "DrainStarting", "DrainSucceeded":
+	case "TaintManagerEviction":
+		if e.InvolvedObject.Kind == "Pod" && strings.HasPrefix(e.Message, "Marking for deletion") {
+			c.eventEviction(at, e)
+		}
+	case "OutOfServiceTaintAdded", "OutOfServiceTaintRemoved", "DrainStarting", "DrainSucceeded":
 	default:
 		return
 	}
@@ -549,6 +574,13 @@ func (c *Checker) ObservePod(at time.Time, p *v1.Pod, deleted bool) {
 	var old *v1.Pod
 	if prev != nil {
 		old = prev.pod
+	}
+	c.seenPods[podID(p.UID, p.Namespace, p.Name)] = p
+	if reason, stamp := disruption(p); reason == reasonTaintEvict && !c.evictions[podID(p.UID, p.Namespace, p.Name)] {
+		c.evictions[podID(p.UID, p.Namespace, p.Name)] = true
+		if !stamp.IsZero() {
+			c.pendingEvict = append(c.pendingEvict, pendingEvict{seen: at, stamp: stamp, pod: p, what: "marked (DisruptionTarget)"})
+		}
 	}
 	if deleted {
 		delete(c.pods, k)
@@ -651,9 +683,10 @@ func (c *Checker) checkEviction(at time.Time, p *v1.Pod) {
 		considered = append(considered, fmt.Sprintf("%s due %s", s.taint.Key, due.Format("15:04:05")))
 	}
 	// Every taint in view was tolerated longer: an early eviction. With
-	// none in view the taint was lifted before the eviction: also early.
+	// none in view the taint was lifted before the eviction: untainted-
+	// eviction judges that, with its own, smaller slack.
 	if len(considered) == 0 {
-		considered = []string{"no NoExecute taint on the node"}
+		return
 	}
 	c.violate(at, InvToleration, "pod/"+p.Namespace+"/"+p.Name, "taint eviction at %s on %s before its toleration ended (%s)",
 		when.Format("15:04:05"), p.Spec.NodeName, strings.Join(considered, "; "))
@@ -811,6 +844,15 @@ func (c *Checker) Settle(at time.Time) {
 }
 
 func (c *Checker) settle(at time.Time) {
+	var keepEvict []pendingEvict
+	for _, pe := range c.pendingEvict {
+		if at.Sub(pe.seen) <= c.limits.Slack {
+			keepEvict = append(keepEvict, pe)
+			continue
+		}
+		c.checkUntainted(pe)
+	}
+	c.pendingEvict = keepEvict
 	var keep []pendingReady
 	for _, pr := range c.pendingReady {
 		if n := c.nodes[pr.node]; n != nil && c.nodeReportedSince(n, pr.mark) {
@@ -906,4 +948,87 @@ func tolerates(tol v1.Toleration, t v1.Taint) bool {
 		return tol.Key != "" && tol.Value == t.Value
 	}
 	return false
+}
+
+// podID names a pod by UID (by namespace/name when it has none, as in
+// tests).
+func podID(uid types.UID, ns, name string) string {
+	if uid != "" {
+		return string(uid)
+	}
+	return ns + "/" + name
+}
+
+// pendingEvict is a taint eviction as the checker saw it: a pod's
+// DisruptionTarget condition, or the event announcing it.
+type pendingEvict struct {
+	seen  time.Time // when the checker saw it
+	stamp time.Time // the controller's time on it, to the second
+	pod   *v1.Pod
+	what  string
+}
+
+// eventEviction takes a "Marking for deletion" event: each emission (the
+// event's count) is a decision, stamped with the event's last time.
+func (c *Checker) eventEviction(at time.Time, e *v1.Event) {
+	id := fmt.Sprintf("event/%s/%d", e.UID, e.Count)
+	if c.evictions[id] {
+		return
+	}
+	c.evictions[id] = true
+	p := c.seenPods[podID(e.InvolvedObject.UID, e.InvolvedObject.Namespace, e.InvolvedObject.Name)]
+	if p == nil {
+		return // a pod never seen: nothing to judge it by
+	}
+	stamp := e.LastTimestamp.Time
+	if stamp.IsZero() {
+		stamp = e.FirstTimestamp.Time
+	}
+	if stamp.IsZero() {
+		stamp = e.EventTime.Time
+	}
+	if stamp.IsZero() {
+		return
+	}
+	c.pendingEvict = append(c.pendingEvict, pendingEvict{seen: at, stamp: stamp, pod: p, what: "announced (event)"})
+}
+
+// checkUntainted (untainted-eviction): a taint eviction needs a NoExecute
+// taint on the pod's node that the pod does not tolerate forever, present
+// when the decision was made. The controller stamps its time (to the
+// second, rounded down) right after deciding, so the decision came no
+// earlier than stamp - EvictionSlack; a taint the checker saw removed
+// before that (a removal is seen after it happened) was certainly gone.
+// Taints seen added up to the slack after the eviction count as possibly
+// there (the node's watch may trail the pod's), so a late view can only
+// hide a violation. A deleted node's pods may go, as upstream.
+func (c *Checker) checkUntainted(pe pendingEvict) {
+	node := pe.pod.Spec.NodeName
+	if node == "" || c.nodes[node] == nil {
+		return
+	}
+	since := pe.stamp.Add(-c.limits.EvictionSlack)
+	horizon := pe.seen.Add(c.limits.Slack)
+	var last time.Time
+	for _, s := range c.taints[node] {
+		if s.from.After(horizon) {
+			continue
+		}
+		if _, ok := dueTime(pe.pod, s.taint); !ok {
+			continue // tolerated forever: it cannot evict the pod
+		}
+		if s.to.IsZero() || !s.to.Before(since) {
+			return
+		}
+		if s.to.After(last) {
+			last = s.to
+		}
+	}
+	gone := "none was ever seen on it"
+	if !last.IsZero() {
+		gone = "the last one was seen removed at " + last.Format("15:04:05.000")
+	}
+	c.violate(pe.seen, InvUntainted, "pod/"+pe.pod.Namespace+"/"+pe.pod.Name,
+		"taint eviction %s at %s (the controller's time, to the second) while node %s had no NoExecute taint the pod does not tolerate forever: %s, more than %v before",
+		pe.what, pe.stamp.Format("15:04:05"), node, gone, c.limits.EvictionSlack)
 }

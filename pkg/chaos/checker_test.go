@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
@@ -391,4 +392,75 @@ func TestZoneRulesSwapIsNoNewTaint(t *testing.T) {
 	// The same unreachable taint on a node that had none is a new one.
 	c.ObserveNode(at(15), node("n1", unreachable(15)), false)
 	wantViolations(t, c, InvZoneRules, 1, "PartialDisruption")
+}
+
+func marked(p *v1.Pod, when float64) *v1.Pod {
+	q := p.DeepCopy()
+	q.Status.Conditions = append(q.Status.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: reasonTaintEvict, LastTransitionTime: *mtime(when)})
+	return q
+}
+
+func markEvent(p *v1.Pod, uid string, count int32, last float64) *v1.Event {
+	return &v1.Event{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}, Reason: "TaintManagerEviction", Count: count,
+		Message:        "Marking for deletion Pod " + p.Namespace + "/" + p.Name,
+		InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID}, LastTimestamp: *mtime(last)}
+}
+
+// A taint eviction stamped seconds after the checker saw the node's taint go
+// (a controller acting on a stale node cache) breaks untainted-eviction,
+// once the slack has let the node's view settle; one just after the removal
+// is within EvictionSlack and the second's rounding.
+func TestEvictionAfterTheTaintWent(t *testing.T) {
+	c := history(t, 1.0, partition("n1"), 9.0, heal("n1"))
+	c.ObserveNode(at(5), node("n1", unreachable(5)), false)
+	c.ObserveNode(at(10), node("n1"), false) // the taint comes off
+	stale := pod("web-1", "n1", ptr.To(int64(3)))
+	c.ObservePod(at(1), stale, false)
+	c.ObservePod(at(14.2), marked(stale, 14.7), false) // stamped 14
+	c.ObservePod(at(14.3), evicted(stale, reasonTaintEvict, 14.7), false)
+	c.Settle(at(15))
+	wantViolations(t, c, InvUntainted, 0, "") // the node's view may still be behind
+	c.Settle(at(16.5))
+	wantViolations(t, c, InvUntainted, 1, "no NoExecute taint the pod does not tolerate forever: the last one was seen removed at 14:00:10.000, more than 1s before")
+	wantViolations(t, c, InvToleration, 0, "") // judged once, here
+
+	// Decided just before the removal, stamped 13 (rounded down from 13.9):
+	// the decision may have come at 12.9, before the removal seen at 13.1.
+	c = history(t, 1.0, partition("n1"), 9.0, heal("n1"))
+	c.ObserveNode(at(5), node("n1", unreachable(5)), false)
+	c.ObserveNode(at(13.1), node("n1"), false)
+	late := pod("web-2", "n1", ptr.To(int64(3)))
+	c.ObservePod(at(1), late, false)
+	c.ObservePod(at(14), marked(late, 13.9), false)
+	c.Settle(at(30))
+	wantViolations(t, c, InvUntainted, 0, "")
+}
+
+// The event announcing an eviction is judged as the mark is, once per
+// emission; a taint the pod tolerates forever does not count; a taint seen
+// added just after the eviction (the node's watch trailing) may have been
+// there.
+func TestEvictionAnnouncedAfterTheTaintWent(t *testing.T) {
+	forever := v1.Taint{Key: "dedicated", Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(2)}
+	c := history(t)
+	c.ObserveNode(at(2), node("n1", forever, unreachable(2)), false)
+	c.ObserveNode(at(6), node("n1", forever), false)
+	p := pod("web-1", "n1", ptr.To(int64(3)))
+	p.UID = "u1"
+	p.Spec.Tolerations = append(p.Spec.Tolerations, v1.Toleration{Key: "dedicated", Operator: v1.TolerationOpExists})
+	c.ObservePod(at(1), p, false)
+	c.ObserveEvent(at(10.1), markEvent(p, "e1", 1, 10))
+	c.ObserveEvent(at(10.2), markEvent(p, "e1", 1, 10)) // the same emission, seen again
+	c.Settle(at(20))
+	wantViolations(t, c, InvUntainted, 1, "announced (event) at 14:00:10")
+
+	c = history(t)
+	c.ObserveNode(at(2), node("n2", unreachable(2)), false)
+	c.ObserveNode(at(6), node("n2"), false)
+	q := pod("web-2", "n2", ptr.To(int64(3)))
+	c.ObservePod(at(1), q, false)
+	c.ObservePod(at(10.1), marked(q, 10), false)
+	c.ObserveNode(at(11), node("n2", unreachable(9)), false) // back, seen late
+	c.Settle(at(20))
+	wantViolations(t, c, InvUntainted, 0, "")
 }

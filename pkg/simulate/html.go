@@ -317,6 +317,17 @@ func (rep *Report) WriteHTML(path string) error {
 	defer f.Close()
 	return tmpl.Execute(f, map[string]any{
 		"R": rep, "Sums": sums, "Rows": rows, "TrialRows": trialRows, "RunNames": runNames, "Checks": checks,
-		"Charts": rep.charts(), "SettingModes": settingModes, "Settings": settings, "SettingNotes": settingNotes, "Failed": rep.Failed(), "Multi": rep.trials(), "TrialsPassed": strings.Join(trialsPassed, ", "),
+		"Checked": checkedRuns(rep.Runs), "Charts": rep.charts(), "SettingModes": settingModes, "Settings": settings, "SettingNotes": settingNotes, "Failed": rep.Failed(), "Multi": rep.trials(), "TrialsPassed": strings.Join(trialsPassed, ", "),
 	})
+}
+
+// checkedRuns are the runs the checker watched (--chaos-seed).
+func checkedRuns(runs []*RunResult) []*RunResult {
+	var out []*RunResult
+	for _, r := range runs {
+		if r.Checker != nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -46,6 +46,46 @@ func (rep *Report) Failed() int {
 	return n
 }
 
+// Violations counts the checker's violations over nodeshepherd's runs
+// (--chaos-seed); upstream's are reported, not counted: they are not
+// nodeshepherd's to fix.
+func (rep *Report) Violations() int {
+	n := 0
+	for _, r := range rep.Runs {
+		if r.Checker != nil && r.Mode == ModeNodeShepherd {
+			n += len(r.Checker.Violations)
+		}
+	}
+	return n
+}
+
+// writeChecker prints each run's checker section (--chaos-seed).
+func (rep *Report) writeChecker(w io.Writer) {
+	for _, r := range rep.Runs {
+		c := r.Checker
+		if c == nil {
+			continue
+		}
+		label := r.Mode
+		if rep.trials() {
+			label += fmt.Sprintf(" trial %d", r.Trial)
+		}
+		fmt.Fprintf(w, "\nChecker (%s; chaos seed %d, %d faults of %s; slack %gs real):\n", label, c.Seed, len(c.Faults), strings.Join(c.Kinds, ", "), c.SlackSecs)
+		for _, f := range c.Faults {
+			fmt.Fprintf(w, "  fault %s\n", f)
+		}
+		if len(c.Violations) == 0 {
+			fmt.Fprintln(w, "  no invariant violated")
+		}
+		for _, v := range c.Violations {
+			fmt.Fprintf(w, "  VIOLATION %s\n", v)
+		}
+		if len(c.Violations) > 0 && r.Mode != ModeNodeShepherd {
+			fmt.Fprintf(w, "  (%s's violations are reported, they do not fail the run)\n", r.Mode)
+		}
+	}
+}
+
 // trials says whether the report aggregates repeated trials.
 func (rep *Report) trials() bool { return rep.Trials > 1 }
 
@@ -169,6 +209,10 @@ func (rep *Report) WriteSummary(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %d/%d", s.Mode, s.TrialsPassed, s.Trials))
 		}
 		fmt.Fprintf(w, "\nTrials where every expectation held: %s.\n", strings.Join(parts, ", "))
+	}
+	rep.writeChecker(w)
+	if n := rep.Violations(); n > 0 {
+		fmt.Fprintf(w, "\nThe checker found %d invariant violation(s).\n", n)
 	}
 	every := ""
 	if rep.trials() {

@@ -58,6 +58,8 @@ type Options struct {
 	SetupTimeout time.Duration
 	// Trial numbers the run among repeated trials (0: the only one).
 	Trial int
+	// Chaos, when set, adds a random fault schedule and runs the checker.
+	Chaos *ChaosOptions
 }
 
 // Mark is a timeline step as it happened.
@@ -88,6 +90,8 @@ type RunResult struct {
 	Settings        []Setting `json:"settings"`
 	SettingsChecked string    `json:"settingsChecked,omitempty"`
 	LogDir          string    `json:"logDir"`
+	// Checker is what pkg/chaos's checker found (--chaos-seed).
+	Checker *CheckerResult `json:"checker,omitempty"`
 }
 
 // Checked is an expectation with its outcome.
@@ -120,6 +124,7 @@ type runner struct {
 	cluster *localcluster.Cluster
 	rec     *recorder
 	start   time.Time // real time the timeline started
+	chaos   *chaosRun // with --chaos-seed
 }
 
 // Execute runs the scenario once. An interrupted run (ctx cancelled once the
@@ -186,10 +191,18 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 	if err := r.setUp(ctx, factory, services); err != nil {
 		return nil, err
 	}
+	if r.opts.Chaos != nil {
+		if err := r.startChaos(ctx, res); err != nil {
+			return nil, err
+		}
+	}
 	r.startTimeline(res, factory, setupStart)
 	res.Marks, res.Samples, res.Interrupted, err = r.timeline(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if r.chaos != nil {
+		r.chaos.finish()
 	}
 	r.evaluate(res)
 	return res, nil
@@ -390,7 +403,11 @@ func (r *runner) timeline(ctx context.Context) (marks []Mark, samples []Sample, 
 			for next < len(steps) && r.clusterSince(time.Now()) >= steps[next].At.Duration {
 				st := &steps[next]
 				next++
+				applied := time.Now()
 				nodes, err := r.do(ctx, st)
+				if r.chaos != nil {
+					r.chaos.record(st, nodes, applied, time.Now())
+				}
 				if err != nil {
 					return nil, nil, false, fmt.Errorf("timeline step %q at %v: %w", st.String(), st.At.Duration, err)
 				}

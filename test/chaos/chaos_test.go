@@ -51,6 +51,9 @@ const (
 	progressBound = 90 * time.Second
 	// slack: the checker's allowance for watch delays on a busy 2-core box.
 	slack = 5 * time.Second
+	// evictionSlack: how long before its stamp a taint eviction may have
+	// been decided (the controller reads the node right before).
+	evictionSlack = time.Second
 )
 
 const configYAML = `apiVersion: nodeshepherd.io/v1alpha1
@@ -170,7 +173,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 	// The checker watches before anything else writes.
 	truth := chaos.NewTruth(czones)
 	checker := chaos.NewChecker(chaos.Limits{Grace: grace, MonitorPeriod: monitorPeriod, Slack: slack, MaxCordoned: maxCordoned,
-		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS}, truth)
+		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS, EvictionSlack: evictionSlack}, truth)
 	if err := chaos.Watch(ctx, client, checker); err != nil {
 		t.Fatal(err)
 	}

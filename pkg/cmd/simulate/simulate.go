@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,8 @@ type options struct {
 	binDir       string
 	setupTimeout time.Duration
 	validateOnly bool
+	chaosSeed    int64
+	chaosFaults  string
 }
 
 // ErrExpectations is returned when the run finished but expectations failed.
@@ -71,14 +74,33 @@ Delays fixed in real time (kube-controller-manager's pod garbage collector, ever
 are not shortened: a scenario whose expectations depend on them states the largest scale
 they hold at (maxTimeScale), and simulate refuses a larger --time-scale (exit 2).
 
-Exit status: 0 when every expectation holds, 1 when one fails or the run could not finish,
-2 for a bad scenario or flag. Ctrl-C stops the run cleanly and still writes the report of
-what was recorded. The control-plane binaries come from 'make controlplane'.`,
+--chaos-seed N adds a random fault schedule drawn from seed N (pkg/chaos, the same generator as
+'make chaos') over the scenario's duration: node, rack and zone partitions, kubelet stops,
+power-offs, reboots, condition and Ready flaps on the run's fake nodes, each in cluster time.
+The same seed on the same scenario gives the same faults. The checker of 'make chaos' watches
+the API server on its own during every run (zone rules, force-deletes on running machines,
+drain and out-of-service budgets, toleration times, taint evictions without a taint, PDBs, pod
+CIDRs, readiness restores) and the report gets a checker section listing the faults and every
+violation; a violation in nodeshepherd's run makes the exit status 1 (with --compare upstream,
+upstream's are reported only). --chaos-faults KIND,... draws only those kinds.
+Process faults (leader-kill, process-restart) and API faults (api-errors, api-throttle,
+watch-stall) are refused with an error: simulate runs one in-process set of controllers, with
+no replicas to kill and no fault proxy; 'make chaos' applies them. A scenario with a
+machine-delete step is refused too (the checker's ground truth cannot follow it). See
+docs/chaos.md.
+
+Exit status: 0 when every expectation holds (and, with --chaos-seed, no invariant is
+violated in nodeshepherd's run), 1 when one fails or the run could not finish, 2 for a bad
+scenario or flag. Ctrl-C stops the run cleanly and still writes the report of what was
+recorded. The control-plane binaries come from 'make controlplane'.`,
 		Example: `  # seed 002: a 45 s network blip, nodeshepherd next to upstream, ten times faster
   nodeshepherd simulate examples/scenarios/network-blip.yaml --compare upstream --time-scale 10
 
   # every zone falls silent: Service endpoints under both, over 5 trials each
   nodeshepherd simulate examples/scenarios/control-plane-partition.yaml --compare upstream --time-scale 10 --trials 5
+
+  # the network blip with seed 7's random node faults, checked by the chaos checker
+  nodeshepherd simulate examples/scenarios/network-blip.yaml --time-scale 10 --chaos-seed 7
 
   # check a scenario file without running it
   nodeshepherd simulate my-scenario.yaml --validate`,
@@ -100,6 +122,8 @@ what was recorded. The control-plane binaries come from 'make controlplane'.`,
 	f.StringVar(&o.binDir, "bin-dir", "", "Directory holding the control-plane binaries (default: see 'controlplane up --help').")
 	f.DurationVar(&o.setupTimeout, "setup-timeout", 5*time.Minute, "Give up if the nodes and workloads are not Ready by then (real time).")
 	f.BoolVar(&o.validateOnly, "validate", false, "Only check the scenario file and exit.")
+	f.Int64Var(&o.chaosSeed, "chaos-seed", 0, "Add the random node faults drawn from this seed to the timeline and check the run with the chaos checker (docs/chaos.md); a violation fails the run.")
+	f.StringVar(&o.chaosFaults, "chaos-faults", "", "With --chaos-seed, the fault kinds to draw, comma-separated (default: all simulate applies: "+kindsHelp()+").")
 	return c
 }
 
@@ -115,12 +139,21 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 	case o.setupTimeout <= 0:
 		return cli.Usagef("--setup-timeout must be positive, got %v", o.setupTimeout)
 	}
+	chaosOpts, err := o.chaosOptions(cmd)
+	if err != nil {
+		return err
+	}
 	sc, err := simulate.Load(path)
 	if err != nil {
 		return &cli.UsageError{Err: err}
 	}
 	if err := sc.CheckTimeScale(o.timeScale); err != nil {
 		return &cli.UsageError{Err: err}
+	}
+	if chaosOpts != nil {
+		if err := sc.CheckChaos(); err != nil {
+			return &cli.UsageError{Err: err}
+		}
 	}
 	if o.validateOnly {
 		fmt.Fprintf(out, "%s: scenario %q is valid: %d zones, %d workload entries, %d timeline steps, %d expectations\n",
@@ -152,7 +185,7 @@ runs:
 	for trial := 1; trial <= o.trials; trial++ {
 		for _, mode := range modes {
 			opts := simulate.Options{Mode: mode, TimeScale: o.timeScale, Dir: filepath.Join(dir, mode),
-				BinDir: o.binDir, Out: out, SetupTimeout: o.setupTimeout}
+				BinDir: o.binDir, Out: out, SetupTimeout: o.setupTimeout, Chaos: chaosOpts}
 			if o.trials > 1 {
 				opts.Trial, opts.Dir = trial, filepath.Join(dir, fmt.Sprintf("%s-%d", mode, trial))
 				fmt.Fprintf(out, "=== trial %d/%d: %s\n", trial, o.trials, mode)
@@ -187,10 +220,41 @@ runs:
 		return runErr
 	case ctx.Err() != nil:
 		return errors.New("interrupted: the report covers the part that ran")
+	case rep.Violations() > 0:
+		return fmt.Errorf("the chaos checker found %d invariant violation(s) with --chaos-seed %d, and %d expectation(s) failed (see above or %s)",
+			rep.Violations(), o.chaosSeed, rep.Failed(), filepath.Join(dir, "report.html"))
 	case rep.Failed() > 0:
 		return fmt.Errorf("%d %w (see above or %s)", rep.Failed(), ErrExpectations, filepath.Join(dir, "report.html"))
 	}
 	return nil
+}
+
+// chaosOptions reads --chaos-seed and --chaos-faults: nil without a seed.
+func (o *options) chaosOptions(cmd *cobra.Command) (*simulate.ChaosOptions, error) {
+	seed, faults := cmd.Flags().Changed("chaos-seed"), cmd.Flags().Changed("chaos-faults")
+	switch {
+	case faults && !seed:
+		return nil, cli.Usagef("--chaos-faults needs --chaos-seed: the seed draws the faults")
+	case !seed:
+		return nil, nil
+	}
+	co := &simulate.ChaosOptions{Seed: o.chaosSeed, Kinds: simulate.SimulateKinds}
+	if faults {
+		kinds, err := simulate.ParseChaosKinds(o.chaosFaults)
+		if err != nil {
+			return nil, cli.Usagef("--chaos-faults %q: %v", o.chaosFaults, err)
+		}
+		co.Kinds = kinds
+	}
+	return co, nil
+}
+
+func kindsHelp() string {
+	var s []string
+	for _, k := range simulate.SimulateKinds {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, ",")
 }
 
 func (o *options) writeReport(out io.Writer, rep *simulate.Report, dir string) error {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -461,7 +462,7 @@ func (c *Controller) processPod(ctx context.Context, pod *v1.Pod, nt *nodeTaints
 		}
 	}
 	logger.V(2).Info("Scheduling deletion of pod for a NoExecute taint", "pod", key, "at", d.due, "taint", d.cause)
-	c.workers.Add(key, &timedWork{uid: pod.UID, due: d.due, cause: d.cause})
+	c.workers.Add(key, &timedWork{uid: pod.UID, due: d.due, cause: d.cause, announced: new(atomic.Bool)})
 }
 
 // stillCounts says whether the taint that set a deadline is still on the
@@ -534,18 +535,39 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		logger.V(2).Info("Not deleting pod", "pod", key, "reason", why)
 		return false
 	}
-	if w.attempts == 0 && c.recorder != nil {
+	announce := func() {
 		// One event per eviction, not one per attempt.
-		c.recorder.Eventf(podRef(nn, w.uid), v1.EventTypeNormal, EventTaintManagerEviction, "Marking for deletion Pod %s", key)
+		if c.recorder != nil && (w.announced == nil || w.announced.CompareAndSwap(false, true)) {
+			c.recorder.Eventf(podRef(nn, w.uid), v1.EventTypeNormal, EventTaintManagerEviction, "Marking for deletion Pod %s", key)
+		}
 	}
+	var err error
 	if c.dryRun.Enabled() {
-		c.dryRun.Report(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: w.uid}}, "delete-pod",
-			fmt.Sprintf("pod %s: does not tolerate its node's NoExecute taints", key))
-		return false
+		err = c.reportDryRun(ctx, nn, w.uid, announce)
+	} else {
+		err = c.deletePod(ctx, nn, w.uid, announce)
 	}
-	err := c.deletePod(ctx, nn, w.uid)
-	if errors.Is(err, errPodGone) {
+	var stale *errNotDue
+	switch {
+	case errors.As(err, &stale) && !stale.due.IsZero():
+		// A later deadline (the taint came off and back): the deletion is
+		// rescheduled for it; the informer's update, whenever it comes, finds
+		// it there.
+		logger.Info("Not deleting pod yet: the node read from the API server calls for it later (the informer's view was behind)", "pod", key, "reason", stale.why)
+		c.workers.Add(key, &timedWork{uid: w.uid, due: stale.due, cause: stale.cause, announced: w.announced})
+		return false
+	case errors.As(err, &stale):
+		// Not dropped: the informer's update may arrive while this attempt
+		// runs and find the deletion under way. The next attempt asks the
+		// informer first (notDue), which by then has most likely caught up;
+		// not counted as a failure.
+		logger.Info("Not deleting pod: the node read from the API server no longer calls for it (the informer's view was behind); checking again", "pod", key, "reason", stale.why,
+			"retryIn", retryBackoff(w.attempts+1))
+		return true
+	case errors.Is(err, errPodGone):
 		logger.V(2).Info("Not deleting pod", "pod", key, "reason", err)
+		return false
+	case err == nil && c.dryRun.Enabled():
 		return false
 	}
 	if err != nil && ctx.Err() != nil {
@@ -589,10 +611,89 @@ func (c *Controller) deletedByEarlierAttempt(nn types.NamespacedName, uid types.
 	return cond != nil && cond.Status == v1.ConditionTrue && cond.Reason == ReasonDeletionByTaint
 }
 
+// errNotDue: the node's taints read from the API server do not call for
+// the deletion now; it says why, and when they do call for it (zero: not).
+type errNotDue struct {
+	why   string
+	due   time.Time
+	cause *v1.Taint
+}
+
+func (e *errNotDue) Error() string { return e.why }
+
+// confirm decides again on the node's NoExecute taints read from the API
+// server (a GET, which is a quorum read), not from the informer: nil when
+// the pod must go now, errNotDue when it need not, or the read's error.
+//
+// Why: the informer's view of a node can be behind the API server's (a new
+// leader's cache right after takeover, a node watch that stalls), and a
+// deletion decided on it can fire after the taint came off: a chaos run saw
+// a new leader mark a pod 28 ms after the node lifecycle controller had
+// removed the node's unreachable taint. Reading the node right before the
+// pod is marked leaves only the few milliseconds until the patch. Taints
+// without timeAdded keep the time this process first saw them; one it has
+// not seen yet counts from now (the informer's update brings it later).
+func (c *Controller) confirm(ctx context.Context, pod *v1.Pod) error {
+	node, err := c.client.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // the node is gone: its pods still go, as upstream
+	}
+	if err != nil {
+		return fmt.Errorf("reading node %s to confirm its NoExecute taints: %w", pod.Spec.NodeName, err)
+	}
+	now := c.clock.Now()
+	fresh := &nodeTaints{taints: noExecuteTaints(node.Spec.Taints), seen: map[taintID]time.Time{}}
+	if len(fresh.taints) == 0 {
+		return &errNotDue{why: "no NoExecute taint left on node " + node.Name}
+	}
+	cached := c.taintsOf(node.Name)
+	for _, t := range fresh.taints {
+		if t.TimeAdded != nil {
+			continue
+		}
+		id := taintID{t.Key, t.Value}
+		fresh.seen[id] = now
+		if cached != nil {
+			if at, ok := cached.seen[id]; ok {
+				fresh.seen[id] = at
+			}
+		}
+	}
+	d := c.decide(klog.FromContext(ctx), pod, fresh, now)
+	switch {
+	case !d.must:
+		return &errNotDue{why: "the pod tolerates node " + node.Name + "'s NoExecute taints"}
+	case d.due.After(now):
+		return &errNotDue{why: fmt.Sprintf("node %s's NoExecute taints call for it at %s, not yet", node.Name, d.due.Format(time.RFC3339)),
+			due: d.due, cause: d.cause}
+	}
+	return nil
+}
+
+// reportDryRun is the dry run's deletion: confirmed as a real one is, then
+// announced and reported, not made.
+func (c *Controller) reportDryRun(ctx context.Context, nn types.NamespacedName, uid types.UID, announce func()) error {
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	pod, err := c.podLister.Pods(nn.Namespace).Get(nn.Name)
+	if err != nil || pod.UID != uid {
+		return errPodGone
+	}
+	if err := c.confirm(ctx, pod); err != nil {
+		return err
+	}
+	announce()
+	c.dryRun.Report(ctx, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: nn.Namespace, Name: nn.Name, UID: uid}}, "delete-pod",
+		fmt.Sprintf("pod %s: does not tolerate its node's NoExecute taints", podKey(nn)))
+	return nil
+}
+
 // deletePod sets the DisruptionTarget condition and deletes the pod, both
 // only on the pod with the given UID: the status patch carries the
 // resourceVersion of the pod read and checked, the delete a UID precondition.
-func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid types.UID) error {
+// Before the patch the node's taints are confirmed from the API server
+// (confirm) and the eviction announced.
+func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid types.UID, announce func()) error {
 	// A request that never answers must not hold the pod's deletion: after
 	// WriteTimeout the attempt fails and is retried.
 	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
@@ -609,6 +710,10 @@ func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid
 		if pod.UID != uid || pod.DeletionTimestamp != nil {
 			return errPodGone
 		}
+		if err := c.confirm(ctx, pod); err != nil {
+			return err
+		}
+		announce()
 		if cond := kube.PodCondition(pod, v1.DisruptionTarget); cond == nil || cond.Status != v1.ConditionTrue {
 			patch, _ := json.Marshal(map[string]any{
 				"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},

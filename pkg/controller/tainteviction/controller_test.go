@@ -228,6 +228,8 @@ type harness struct {
 	failDeletes int
 	// onDelete, when set, handles a delete (h.mu held) as a reactor does.
 	onDelete func(clienttesting.Action) (bool, runtime.Object, error)
+	// dryRun starts the controller with --dry-run.
+	dryRun bool
 }
 
 func start(t *testing.T, objs ...runtime.Object) *harness {
@@ -265,7 +267,7 @@ func startWith(t *testing.T, prepare func(*harness), objs ...runtime.Object) *ha
 		return false, nil, nil
 	})
 	f := informers.NewSharedInformerFactory(h.client, 0)
-	c, err := New(Config{}, Deps{Client: h.client, Nodes: f.Core().V1().Nodes(), Pods: f.Core().V1().Pods(),
+	c, err := New(Config{DryRun: h.dryRun}, Deps{Client: h.client, Nodes: f.Core().V1().Nodes(), Pods: f.Core().V1().Pods(),
 		Recorder: h.rec, Registry: prometheus.NewRegistry(), Clock: h.clk})
 	if err != nil {
 		t.Fatal(err)
@@ -438,7 +440,7 @@ func TestRecreatedPodIsNotDeletedByTheOldCountdown(t *testing.T) {
 // before the informer saw the new one deletes nothing.
 func TestDeletePodChecksUID(t *testing.T) {
 	h := start(t, testPod("p", "n1", "u2", base))
-	if err := h.c.deletePod(h.ctx, types.NamespacedName{Namespace: "default", Name: "p"}, "u1"); !errors.Is(err, errPodGone) {
+	if err := h.c.deletePod(h.ctx, types.NamespacedName{Namespace: "default", Name: "p"}, "u1", func() {}); !errors.Is(err, errPodGone) {
 		t.Errorf("deletePod of an old UID: %v, want errPodGone", err)
 	}
 	if h.podGone("p") || h.deleteCount() != 0 {

@@ -2,6 +2,7 @@ package tainteviction
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -22,7 +23,10 @@ type timedWork struct {
 	cause *v1.Taint
 	// attempts counts the failed deletion attempts so far.
 	attempts int
-	running  bool
+	// announced is set once the eviction's event is sent (shared by the
+	// copies fn gets): one event per eviction, whichever attempt gets to it.
+	announced *atomic.Bool
+	running   bool
 
 	timer     clock.Timer
 	cancelled bool

@@ -1,0 +1,131 @@
+package tainteviction
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+)
+
+// apiNode makes GETs of nodes answer what the API server holds now, while
+// the informer (fed by LIST and WATCH, which the reactor leaves alone) keeps
+// showing the node as it was: a stale cache. set changes the answer.
+type apiNode struct {
+	mu   sync.Mutex
+	node *v1.Node // nil: NotFound
+	gets int
+}
+
+func (a *apiNode) set(n *v1.Node) { a.mu.Lock(); a.node = n; a.mu.Unlock() }
+
+func (a *apiNode) count() int { a.mu.Lock(); defer a.mu.Unlock(); return a.gets }
+
+func (a *apiNode) install(h *harness) {
+	h.client.PrependReactor("get", "nodes", func(act clienttesting.Action) (bool, runtime.Object, error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.gets++
+		if a.node == nil {
+			return true, nil, apierrors.NewNotFound(v1.Resource("nodes"), act.(clienttesting.GetAction).GetName())
+		}
+		return true, a.node.DeepCopy(), nil
+	})
+}
+
+// The informer still shows a NoExecute taint whose toleration ran out, but
+// the API server no longer has it (a new leader's cache right after
+// takeover, or a node watch that stalls): the deletion is confirmed with a
+// read of the node and not made, nor announced. Once the informer catches
+// up, the deletion is cancelled.
+func TestStaleTaintIsConfirmedBeforeDeleting(t *testing.T) {
+	api := &apiNode{node: testNode("n1")}
+	h := startWith(t, api.install,
+		testNode("n1", noExec("a", at(-20*time.Second))), testPod("p", "n1", "u1", base.Add(-time.Hour), tolFor("a", ptr.To[int64](10))))
+	h.until("the attempt found no taint and waits to check again", func() bool {
+		w, ok := h.c.workers.Get("default/p")
+		return ok && w.attempts == 1 && !w.running && api.count() >= 1
+	})
+	if h.podGone("p") || h.deleteCount() != 0 {
+		t.Fatal("the pod was deleted on the informer's stale taint")
+	}
+	p, _ := h.client.CoreV1().Pods("default").Get(h.ctx, "p", metav1.GetOptions{})
+	if len(p.Status.Conditions) != 0 {
+		t.Errorf("the pod was marked: %+v", p.Status.Conditions)
+	}
+	if n := h.eventsLike("Marking for deletion"); n != 0 {
+		t.Errorf("%d Marking events, want none", n)
+	}
+	if n := value(h.c.deletionErrors); n != 0 {
+		t.Errorf("%v deletion errors counted, want 0: a stale view is not a failure", n)
+	}
+	// The informer catches up: the deletion is dropped.
+	if _, err := h.client.CoreV1().Nodes().Update(h.ctx, testNode("n1"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.until("the deletion cancelled", func() bool { _, ok := h.c.workers.Get("default/p"); return !ok })
+	h.clk.Step(retryMax)
+	if h.podGone("p") || h.deleteCount() != 0 {
+		t.Fatal("the pod was deleted after the informer caught up")
+	}
+}
+
+// The API server has the taint again with a later timeAdded (it came off
+// and back while the informer was behind): the deletion moves to the new
+// deadline and happens then.
+func TestStaleTaintReAddedMovesTheDeletion(t *testing.T) {
+	api := &apiNode{node: testNode("n1", noExec("a", at(-2*time.Second)))}
+	h := startWith(t, api.install,
+		testNode("n1", noExec("a", at(-20*time.Second))), testPod("p", "n1", "u1", base.Add(-time.Hour), tolFor("a", ptr.To[int64](10))))
+	// timeAdded -2s, rounded up to -1s, plus 10s.
+	h.until("rescheduled at the API server's deadline", func() bool {
+		w, ok := h.c.workers.Get("default/p")
+		return ok && w.due.Equal(base.Add(9*time.Second)) && w.attempts == 0 && !w.running
+	})
+	h.clk.Step(9*time.Second - time.Millisecond)
+	if h.podGone("p") || h.deleteCount() != 0 {
+		t.Fatal("the pod was deleted before the re-added taint's toleration ran out")
+	}
+	h.clk.Step(time.Millisecond)
+	h.until("deleted at the new deadline", func() bool { return h.podGone("p") })
+	if n := h.eventsLike("Marking for deletion Pod default/p"); n != 1 {
+		t.Errorf("%d Marking events, want 1", n)
+	}
+}
+
+// A node the API server no longer has: its pods still go, as upstream.
+func TestNodeGoneFromTheAPIStillEvicts(t *testing.T) {
+	api := &apiNode{}
+	h := startWith(t, api.install,
+		testNode("n1", noExec("a", at(-20*time.Second))), testPod("p", "n1", "u1", base.Add(-time.Hour), tolFor("a", ptr.To[int64](10))))
+	h.until("deleted", func() bool { return h.podGone("p") })
+	if api.count() == 0 {
+		t.Error("the node was not read before the deletion")
+	}
+}
+
+// A dry run confirms as a real one does: nothing reported on a stale taint.
+func TestDryRunConfirmsTheTaint(t *testing.T) {
+	api := &apiNode{node: testNode("n1")}
+	h := startWith(t, func(h *harness) { api.install(h); h.dryRun = true },
+		testNode("n1", noExec("a", at(-20*time.Second))), testPod("p", "n1", "u1", base.Add(-time.Hour)))
+	h.until("the attempt found no taint", func() bool {
+		w, ok := h.c.workers.Get("default/p")
+		return ok && w.attempts == 1 && !w.running
+	})
+	if n := h.eventsLike("Marking for deletion"); n != 0 {
+		t.Errorf("%d Marking events in a dry run on a stale taint, want none", n)
+	}
+	// The API server has the taint: the dry run reports it.
+	api.set(testNode("n1", noExec("a", at(-20*time.Second))))
+	h.clk.Step(retryBackoff(1))
+	h.until("announced", func() bool { return h.eventsLike("Marking for deletion Pod default/p") == 1 })
+	if h.podGone("p") {
+		t.Error("a dry run deleted the pod")
+	}
+}
