@@ -118,7 +118,11 @@ func underAPIFaults(t *testing.T, cp *controlplane.ControlPlane, p *framework.Fa
 // acceptedWrites counts the proxied writes of a kind to one object that the
 // API server accepted (2xx), whether or not their answer reached the client.
 func acceptedWrites(p *framework.FaultProxy, w apiWrite, name string) int {
-	return reachedWrites(p, w.method, w.resource, w.sub)[name]
+	sub := w.sub
+	if sub == "-" { // a rule's "no subresource" is "" in the log
+		sub = ""
+	}
+	return reachedWrites(p, w.method, w.resource, sub)[name]
 }
 
 // eventsFor counts the events of reason about the named object (node or
