@@ -3,9 +3,11 @@
 package kube
 
 import (
+	"errors"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -18,6 +20,20 @@ import (
 // attempt took effect. Far above a healthy write's latency, below
 // kube-apiserver's own 60 s request timeout.
 const WriteTimeout = 15 * time.Second
+
+// Answered says whether a write's error is the API server's answer to it,
+// so that the write did not take effect: a status it returned, other than a
+// timeout of its own (504, or 500 with reason Timeout) or an internal error,
+// after which the write may still have landed. A transport error or the
+// client's deadline (WriteTimeout) is no answer: the write is then re-checked
+// against the object or sent again, never taken as done or as failed.
+func Answered(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	return !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) && !apierrors.IsInternalError(err) && !apierrors.IsUnexpectedServerError(err)
+}
 
 // Fast returns a copy of cfg for local, trusted servers: protobuf and no
 // client-side throttling worth noticing.

@@ -331,6 +331,20 @@ func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, not
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil
 	}
+	if err != nil && !kube.Answered(err) {
+		// No answer: a read says whether it landed (the informer would
+		// drop the node before any retry, and the deletion go uncounted).
+		rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		cur, gerr := c.client.CoreV1().Nodes().Get(rctx, n.Name, metav1.GetOptions{})
+		cancel()
+		if gerr == nil && cur.UID == n.UID && cur.DeletionTimestamp == nil {
+			return fmt.Errorf("deleting node %s got no answer and it is still there: %w", n.Name, err)
+		}
+		if gerr != nil && !apierrors.IsNotFound(gerr) {
+			return fmt.Errorf("deleting node %s got no answer, nor did the read to check it: %w", n.Name, errors.Join(err, gerr))
+		}
+		err = nil // gone (or replaced by a new node of the name): it landed
+	}
 	if err != nil {
 		return fmt.Errorf("deleting node %s: %w", n.Name, err)
 	}

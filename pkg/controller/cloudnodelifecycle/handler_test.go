@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	cloudprovider "k8s.io/cloud-provider"
 	testingclock "k8s.io/utils/clock/testing"
@@ -294,5 +297,58 @@ func TestDeletionNeedsConsecutiveGoneAnswersOverTime(t *testing.T) {
 	}
 	if w := pass(gone, 0); !slices.Equal(w, []string{"delete nodes a"}) {
 		t.Fatalf("writes = %v, want the deletion 20s after the first of consecutive answers", w)
+	}
+}
+
+// A deletion whose answer is lost (the client's deadline) is checked by a
+// read at once: one that landed is counted (the informer drops the node
+// before any retry could), one that did not is sent again on the next pass.
+func TestLostDeletionAnswerIsChecked(t *testing.T) {
+	cfg := upstreamConfig()
+	cfg.MaxUnhealthyNodes, cfg.NodeDeletionRate = "100%", 1000
+	cloud := &testCloud{machines: map[string]machine{"landed": gone, "unsent": gone}}
+	h := newHarness(t, cfg, cloud, node("landed", false), node("unsent", false))
+	lost := map[string]bool{}
+	h.client.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		name := a.(k8stesting.DeleteAction).GetName()
+		if lost[name] {
+			return false, nil, nil
+		}
+		lost[name] = true
+		if name == "landed" {
+			if _, _, err := k8stesting.ObjectReaction(h.client.Tracker())(a); err != nil {
+				t.Errorf("applying the deletion whose answer is lost: %v", err)
+			}
+		}
+		return true, nil, context.DeadlineExceeded
+	})
+	pass := func() []string {
+		h.c.monitorNodes(context.Background())
+		got := h.writes()
+		for _, name := range []string{"landed", "unsent"} {
+			if _, err := h.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+				_ = h.store.Delete(node(name, false)) // the informer delivers the deletion
+			}
+		}
+		h.client.ClearActions()
+		return got
+	}
+	// One deletion per pass (the rate's burst is one, the clock fake).
+	deletes := map[string]int{}
+	for range 5 {
+		for _, w := range pass() {
+			deletes[strings.TrimPrefix(w, "delete nodes ")]++
+		}
+		h.clk.Step(time.Second)
+	}
+	if deletes["landed"] != 1 || deletes["unsent"] != 2 {
+		t.Errorf("deletions sent %v, want landed once (checked by a read), unsent twice (sent again)", deletes)
+	}
+	var m dto.Metric
+	if err := h.c.metrics.deleted.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 2 {
+		t.Errorf("deletions counted %v, want 2", got)
 	}
 }

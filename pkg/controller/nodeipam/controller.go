@@ -320,15 +320,5 @@ func (c *Controller) event(n *v1.Node, typ, reason, msg string) {
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 }
 
-// answered says whether an error is the API server's answer to the write,
-// so that the write did not take effect: a status it returned, other than
-// a timeout of its own (504, or 500 with reason Timeout), after which the
-// write may still land. A transport error or the client's deadline is no
-// answer.
-func answered(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
-	}
-	return !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) && !apierrors.IsInternalError(err) && !apierrors.IsUnexpectedServerError(err)
-}
+// answered is kube.Answered: an unanswered write may have landed.
+func answered(err error) bool { return kube.Answered(err) }

@@ -126,6 +126,9 @@ type Controller struct {
 	markedMu sync.Mutex
 	marked   map[types.UID]markedPod
 
+	// lost are writes whose answer never came (writes.go).
+	lost lostWrites
+
 	contact *contact
 }
 

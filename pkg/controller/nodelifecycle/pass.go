@@ -79,6 +79,7 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 				delete(c.known, name)
 				delete(c.health, name)
 				delete(c.zoneOfNode, name)
+				c.lost.forgetNode(name)
 			}
 		}
 	}
@@ -162,7 +163,9 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 				return nodeResult{}
 			case <-c.clock.After(retrySleepTime):
 			}
-			node, err = c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			gctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+			node, err = c.client.CoreV1().Nodes().Get(gctx, name, metav1.GetOptions{})
+			cancel()
 		} else {
 			node, err = c.latestNode(name)
 		}
@@ -242,6 +245,19 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 	}
 	c.mu.Unlock()
 
+	if l, ok := peekLost(&c.lost.mu, c.lost.statuses, node.Name); ok {
+		switch {
+		case probe.After(l.at):
+			// A heartbeat since: the write is moot, landed or not.
+			takeLost(&c.lost.mu, c.lost.statuses, node.Name)
+		case ready != nil && ready.Status == v1.ConditionUnknown && !ready.LastTransitionTime.Time.Before(l.at.Truncate(time.Second)):
+			// Our Unknown write whose answer was lost has landed (only
+			// this controller sets Unknown): finish it as if answered,
+			// or the node's Ready→Unknown edge (its pods' marks) is lost.
+			takeLost(&c.lost.mu, c.lost.statuses, node.Name)
+			return c.markedUnknown(node, l), nil
+		}
+	}
 	if !expired {
 		deadline := expiry.Add(time.Millisecond)
 		if !deadline.After(now) {
@@ -257,26 +273,51 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 		current.Reason == observed.Reason {
 		return healthUpdate{observed: observed, current: current}, nil
 	}
-	basedOn := node.ResourceVersion
+	l := lostStatus{at: now, observed: observed, expiry: expiry, basedOn: node.ResourceVersion}
 	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, node, "set-unknown", fmt.Sprintf("node %s: Ready %s -> Unknown (no heartbeat for %s)", node.Name, observed.Status, now.Sub(probe).Round(time.Millisecond)))
 	} else {
-		written, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		// Bounded. The update carries the resourceVersion read, so it never
+		// lands twice; one whose answer is lost is remembered (the first
+		// such, whose observed condition is the one before any landed), and
+		// the retry's fresh read tells whether it landed (above).
+		wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		written, err := c.client.CoreV1().Nodes().UpdateStatus(wctx, node, metav1.UpdateOptions{})
+		cancel()
+		if lost(err) {
+			c.lost.mu.Lock()
+			if _, ok := c.lost.statuses[node.Name]; !ok {
+				if c.lost.statuses == nil {
+					c.lost.statuses = map[string]lostStatus{}
+				}
+				c.lost.statuses[node.Name] = l
+			}
+			c.lost.mu.Unlock()
+		}
 		if err != nil {
 			return healthUpdate{}, err
 		}
+		takeLost(&c.lost.mu, c.lost.statuses, node.Name)
 		node = written
 	}
-	c.overlay.Put(node.Name, basedOn, node)
-	c.metrics.detectionDelay.Observe(now.Sub(expiry).Seconds())
+	klog.FromContext(ctx).V(2).Info("Node marked Unknown", "node", klog.KObj(node), "silentFor", now.Sub(probe).Round(time.Millisecond))
+	return c.markedUnknown(node, l), nil
+}
+
+// markedUnknown records that node (as written, or read back after a write
+// whose answer was lost) was marked Unknown by the write l describes.
+func (c *Controller) markedUnknown(node *v1.Node, l lostStatus) healthUpdate {
+	c.overlay.Put(node.Name, l.basedOn, node)
+	c.metrics.detectionDelay.Observe(l.at.Sub(l.expiry).Seconds())
 	c.mu.Lock()
-	rec.readyTransition = now
-	if ready := kube.NodeCondition(node, v1.NodeReady); ready != nil {
-		rec.heartbeat, rec.transition, rec.hasReady = ready.LastHeartbeatTime, ready.LastTransitionTime, true
+	if rec := c.health[node.Name]; rec != nil {
+		rec.readyTransition = l.at
+		if ready := kube.NodeCondition(node, v1.NodeReady); ready != nil {
+			rec.heartbeat, rec.transition, rec.hasReady = ready.LastHeartbeatTime, ready.LastTransitionTime, true
+		}
 	}
 	c.mu.Unlock()
-	klog.FromContext(ctx).V(2).Info("Node marked Unknown", "node", klog.KObj(node), "silentFor", now.Sub(probe).Round(time.Millisecond))
-	return healthUpdate{observed: observed, current: kube.NodeCondition(node, v1.NodeReady)}, nil
+	return healthUpdate{observed: l.observed, current: kube.NodeCondition(node, v1.NodeReady)}
 }
 
 // ensureZoneLocked creates the state and queue of a zone seen for the first time.

@@ -100,6 +100,26 @@ func markedOn(pod *v1.Pod) (*v1.PodCondition, bool) {
 // markPodNotReady sets a pod's Ready condition False (pods without one are
 // left alone, as upstream does) and records the mark on the pod.
 func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
+	if sent, ok := peekLost(&c.lost.mu, c.lost.marks, pod.UID); ok {
+		// The last mark's answer was lost: the pod as the API server has
+		// it tells whether it landed (Ready False since the time sent).
+		rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		fresh, err := c.client.CoreV1().Pods(pod.Namespace).Get(rctx, pod.Name, metav1.GetOptions{})
+		cancel()
+		if apierrors.IsNotFound(err) || (err == nil && fresh.UID != pod.UID) {
+			c.lost.forgetPod(pod.UID)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("re-checking whether pod %s/%s was marked NotReady: %w", pod.Namespace, pod.Name, err)
+		}
+		takeLost(&c.lost.mu, c.lost.marks, pod.UID)
+		if ready := kube.PodCondition(fresh, v1.PodReady); ready != nil && ready.Status == v1.ConditionFalse && sameSecond(ready.LastTransitionTime, sent) {
+			c.podMarked(fresh)
+			return nil
+		}
+		pod = fresh
+	}
 	idx := -1
 	for i := range pod.Status.Conditions {
 		if pod.Status.Conditions[i].Type == v1.PodReady {
@@ -125,19 +145,31 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 			"message": fmt.Sprintf("Ready set False by nodeshepherd because node %s stopped being Ready", pod.Spec.NodeName), "lastTransitionTime": now})
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
-	written, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	written, err := c.client.CoreV1().Pods(pod.Namespace).Patch(wctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
+	}
+	if lost(err) {
+		setLost(&c.lost.mu, &c.lost.marks, pod.UID, now.Time)
+		return fmt.Errorf("marking pod %s/%s NotReady got no answer (re-checked before it is sent again): %w", pod.Namespace, pod.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("marking pod %s/%s NotReady: %w", pod.Namespace, pod.Name, err)
 	}
+	c.podMarked(written)
+	return nil
+}
+
+// podMarked records a pod marked NotReady by this controller: one event,
+// counted once, and its mark indexed.
+func (c *Controller) podMarked(written *v1.Pod) {
 	if c.recorder != nil {
 		c.recorder.Event(written, v1.EventTypeWarning, EventNodeNotReady, "Node is not ready")
 	}
 	c.metrics.podsMarkedNotReady.Inc()
 	c.trackMark(written)
-	return nil
 }
 
 // trackMark keeps the in-memory index of marked pods in line with a pod as
@@ -161,6 +193,7 @@ func (c *Controller) trackMark(pod *v1.Pod) {
 }
 
 func (c *Controller) forgetMark(pod *v1.Pod) {
+	c.lost.forgetPod(pod.UID)
 	c.markedMu.Lock()
 	delete(c.marked, pod.UID)
 	c.markedMu.Unlock()
@@ -215,7 +248,11 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 	defer c.restoreQueue.Done(key)
 	defer c.restoreQueue.Forget(key)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	pod, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	// The read and the write are bounded together; an update whose answer
+	// is lost is re-checked by the next read (below), never assumed.
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	pod, err := c.client.CoreV1().Pods(ns).Get(wctx, name, metav1.GetOptions{})
 	if err != nil {
 		if cached, cerr := c.podLister.Pods(ns).Get(name); cerr == nil && apierrors.IsNotFound(err) {
 			c.forgetMark(cached)
@@ -225,6 +262,12 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 		return true
 	}
 	mark, live := markedOn(pod)
+	if l, ok := takeLost(&c.lost.mu, c.lost.restores, pod.UID); ok && !live && mark != nil && sameSecond(mark.LastTransitionTime, l.at) &&
+		(mark.Reason == reasonRestored || mark.Reason == reasonKubeletReported) {
+		// The last restore, whose answer was lost, landed.
+		c.restored(ctx, pod, l.verdict, l.msg)
+		return true
+	}
 	if !live {
 		c.forgetMark(pod)
 		return true
@@ -268,21 +311,29 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 	// The update carries the resourceVersion read above: if the kubelet wrote
 	// the pod in the meantime, it fails with a conflict and is tried again
 	// (from a fresh read) at the node's next recovery check.
-	written, err := c.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	written, err := c.client.CoreV1().Pods(ns).UpdateStatus(wctx, p, metav1.UpdateOptions{})
+	if lost(err) {
+		setLost(&c.lost.mu, &c.lost.restores, pod.UID, lostRestore{at: now.Time, verdict: verdict, msg: msg})
+	}
 	if err != nil {
 		c.requeueRestore(ctx, key, err)
 		return true
 	}
+	c.restored(ctx, written, verdict, msg)
+	return true
+}
+
+// restored records a restore (or a settled mark) that was written.
+func (c *Controller) restored(ctx context.Context, written *v1.Pod, verdict verdict, msg string) {
 	c.forgetMark(written)
 	if verdict != restore {
-		return true
+		return
 	}
 	c.metrics.podReadinessRestored.Inc()
 	if c.recorder != nil {
 		c.recorder.Event(written, v1.EventTypeNormal, EventReadinessRestored, msg)
 	}
-	logger.Info("Restored pod readiness after its node recovered")
-	return true
+	klog.FromContext(ctx).Info("Restored pod readiness after its node recovered", "pod", klog.KObj(written), "node", written.Spec.NodeName)
 }
 
 // rearmRestore lets a marked pod be queued again at its node's next Ready check.

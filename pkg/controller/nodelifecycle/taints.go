@@ -156,9 +156,34 @@ func (c *Controller) writeTaints(ctx context.Context, name string, add, remove [
 		c.overlay.Put(node.Name, node.ResourceVersion, copy)
 		return nil
 	}
-	written, err := controllerutil.PatchTaints(ctx, c.client, node.Name, func() (*v1.Node, error) { return node, nil }, change, now)
+	// Bounded (kube.WriteTimeout). After a write whose answer was lost the
+	// next one starts from the node as the API server has it, not from this
+	// controller's view: that write may have landed, and is then neither
+	// sent again nor undone (a taint keeps its timeAdded).
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	get := func() (*v1.Node, error) { return node, nil }
+	var read *v1.Node
+	if _, unsure := peekLost(&c.lost.mu, c.lost.taints, name); unsure {
+		get = func() (*v1.Node, error) {
+			n, err := c.client.CoreV1().Nodes().Get(wctx, name, metav1.GetOptions{})
+			read = n
+			return n, err
+		}
+	}
+	written, err := controllerutil.PatchTaints(wctx, c.client, node.Name, get, change, now)
+	if lost(err) {
+		setLost(&c.lost.mu, &c.lost.taints, name, true)
+		return fmt.Errorf("%w (no answer: the next write re-reads the node first)", err)
+	}
 	if err != nil {
 		return err
+	}
+	takeLost(&c.lost.mu, c.lost.taints, name)
+	if written == nil && read != nil {
+		// The lost write had landed: the view must show it, or the node
+		// would be queued for its taint again.
+		written = read
 	}
 	if written != nil {
 		c.overlay.Put(node.Name, node.ResourceVersion, written)
@@ -337,7 +362,11 @@ func (c *Controller) reconcileLabels(ctx context.Context, name string) error {
 		c.overlay.Put(node.Name, node.ResourceVersion, copy)
 		return nil
 	}
+	// Bounded; the labels patch sets values, so sending it again after a lost
+	// answer (the queue's retry) is harmless.
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": changes}})
-	_, err = c.client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	_, err = c.client.CoreV1().Nodes().Patch(wctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	return ignoreNotFound(err)
 }

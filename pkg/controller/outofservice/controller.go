@@ -121,6 +121,16 @@ type Controller struct {
 	// said is, per node, the action and code of the last event: one event
 	// per change of decision or reason, not one per re-check.
 	said map[string]string
+	// lost are the writes whose answer never came, by node: they may have
+	// landed (see recheck).
+	lost map[string]lostWrite
+}
+
+// lostWrite is an update of a node whose answer was lost.
+type lostWrite struct {
+	sent *v1.Node // as sent; its resourceVersion is the one it started from
+	v    verdict
+	in   input
 }
 
 // New builds the controller.
@@ -138,6 +148,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
+		lost: map[string]lostWrite{},
 	}
 	if cfg.Fencing.URL != "" {
 		f, err := webhook.NewNamed(cfg.Fencing, fencingFlags)
@@ -198,6 +209,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	if err := c.recheck(ctx, cached); err != nil {
 		return err
 	}
 	all, err := c.nodes.List(labels.Everything())
@@ -267,16 +281,23 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	// Zones and the budget, from every node as this controller sees it.
 	views := make([]*v1.Node, len(all))
 	var conds []*v1.NodeCondition
+	maybe := c.maybeTainted()
+	unsure := 0
 	for i, other := range all {
 		views[i] = c.view(other)
 		if kube.HasTaint(views[i], v1.TaintNodeOutOfService) {
 			in.outOfService++
+		} else if maybe[other.Name] {
+			unsure++
 		}
 		if !nodetopology.ExcludedFromDisruption(views[i]) {
 			conds = append(conds, kube.NodeCondition(views[i], v1.NodeReady))
 		}
 	}
 	c.metrics.nodes.Set(float64(in.outOfService))
+	// A taint whose write got no answer may be on its node: it counts
+	// against the budget until a read says otherwise.
+	in.outOfService += unsure
 	in.zoneState = nodetopology.StateNormal
 	if s, ok := nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold)[zone]; ok {
 		in.zoneState = s
@@ -373,6 +394,9 @@ func (c *Controller) forgetSaid(name string) {
 }
 
 func (c *Controller) forget(name string) {
+	c.mu.Lock()
+	delete(c.lost, name)
+	c.mu.Unlock()
 	c.forgetSaid(name)
 	c.overlay.Forget(name)
 	c.dryWrites.Forget(name)
@@ -419,18 +443,29 @@ var events = map[string]struct{ reason, typ string }{
 // person's confirmation, in one update, with the node's resourceVersion as
 // precondition (a conflict is retried from the informer's newer copy).
 func (c *Controller) write(ctx context.Context, n *v1.Node, v verdict, in input) error {
-	logger := klog.FromContext(ctx)
 	now := c.clock.Now()
-	on, action, msg := v.action == actTaint, v.action, v.message
+	action, msg := v.action, v.message
 	if c.dryRun.Enabled() {
 		c.dryWrites.Add(n.Name, func(obj *v1.Node) { change(obj, v, in, now) })
 		c.dryRun.Report(ctx, n, "out-of-service-"+action, msg)
 	} else {
 		updated := n.DeepCopy()
 		change(updated, v, in, now)
-		written, err := c.client.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{FieldManager: Name})
+		// Bounded (kube.WriteTimeout). The update carries the resourceVersion
+		// it started from, so it never lands twice; one whose answer is lost
+		// is neither done nor failed until a read of the node says (recheck).
+		wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		written, err := c.client.CoreV1().Nodes().Update(wctx, updated, metav1.UpdateOptions{FieldManager: Name})
+		cancel()
 		if apierrors.IsNotFound(err) {
 			return nil
+		}
+		if err != nil && !kube.Answered(err) {
+			c.mu.Lock()
+			c.lost[n.Name] = lostWrite{sent: updated, v: v, in: in}
+			c.mu.Unlock()
+			c.forgetSaid(n.Name)
+			return fmt.Errorf("%s node %s got no answer; the node is read again before anything else is decided about it: %w", action, n.Name, err)
 		}
 		if err != nil {
 			c.forgetSaid(n.Name)
@@ -441,11 +476,85 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, v verdict, in input)
 			controllerutil.NodeEvent(c.recorder, n, e.typ, e.reason, msg)
 		}
 	}
-	logger.Info(msg, "node", n.Name)
+	c.wrote(ctx, n, v, in)
+	return nil
+}
+
+// wrote logs and counts a decision written (or, in dry run, reported).
+func (c *Controller) wrote(ctx context.Context, n *v1.Node, v verdict, in input) {
+	klog.FromContext(ctx).Info(v.message, "node", n.Name)
 	label := v.code // why a removal or a confirmation's change; what confirmed a taint
-	if on && len(in.confirmations) > 0 {
+	if v.action == actTaint && len(in.confirmations) > 0 {
 		label = in.confirmations[0].source
 	}
-	c.metrics.decisions.WithLabelValues(action, label).Inc()
+	c.metrics.decisions.WithLabelValues(v.action, label).Inc()
+}
+
+// recheck settles a write of the node whose answer was lost, from a read of
+// the node (bounded): if it landed it is reported and counted as written
+// (once: no second write follows, the decision is made on the node read);
+// if not, the decision is made anew on the node read. Until the read
+// succeeds nothing is decided about the node.
+func (c *Controller) recheck(ctx context.Context, cached *v1.Node) error {
+	c.mu.Lock()
+	l, ok := c.lost[cached.Name]
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	fresh, err := c.client.CoreV1().Nodes().Get(rctx, cached.Name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading node %s again after a write whose answer was lost: %w", cached.Name, err)
+	}
+	c.mu.Lock()
+	delete(c.lost, cached.Name)
+	c.mu.Unlock()
+	if err != nil || fresh.UID != l.sent.UID {
+		return nil // gone: nothing to settle
+	}
+	if !landed(fresh, l.sent) {
+		c.overlay.Put(cached.Name, cached.ResourceVersion, fresh)
+		return nil
+	}
+	c.overlay.Put(cached.Name, l.sent.ResourceVersion, fresh)
+	if e, ok := events[l.v.action]; ok {
+		controllerutil.NodeEvent(c.recorder, fresh, e.typ, e.reason, l.v.message)
+	}
+	c.wrote(ctx, fresh, l.v, l.in)
 	return nil
+}
+
+// ownAnnotations are the annotations a write of this controller may change.
+var ownAnnotations = []string{AnnotationBootID, AnnotationConfirmedBy, AnnotationConfirm, AnnotationConfirmationBootID}
+
+// landed says whether node, read after the update sent, carries what sent
+// changed: the taint and this controller's annotations as sent (the update
+// changes nothing else this controller decides on).
+func landed(node, sent *v1.Node) bool {
+	if kube.HasTaint(node, v1.TaintNodeOutOfService) != kube.HasTaint(sent, v1.TaintNodeOutOfService) {
+		return false
+	}
+	for _, k := range ownAnnotations {
+		a, aok := node.Annotations[k]
+		b, bok := sent.Annotations[k]
+		if a != b || aok != bok {
+			return false
+		}
+	}
+	return true
+}
+
+// maybeTainted are the nodes whose taint write got no answer.
+func (c *Controller) maybeTainted() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]bool{}
+	for name, l := range c.lost {
+		if kube.HasTaint(l.sent, v1.TaintNodeOutOfService) {
+			out[name] = true
+		}
+	}
+	return out
 }

@@ -24,6 +24,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -106,6 +107,16 @@ type Controller struct {
 	// update does not push its pods' checks further away.
 	mu     sync.Mutex
 	queued map[string]bool
+	// lost are the restores whose answer never came, by pod (guarded by
+	// mu): the next read of the pod tells whether they landed.
+	lost map[types.UID]lostRestore
+}
+
+// lostRestore is a restore whose answer was lost: the Ready transition
+// time it wrote, and its event's message.
+type lostRestore struct {
+	at  time.Time
+	msg string
 }
 
 // New builds the controller; Run starts it.
@@ -262,6 +273,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if l, ok := c.takeLost(pod.UID); ok {
+		if r := kube.PodCondition(pod, v1.PodReady); r != nil && r.Status == v1.ConditionTrue && r.LastTransitionTime.Unix() == l.at.Unix() {
+			// The restore whose answer was lost landed: it counts, once.
+			c.done(ctx, pod, l.msg)
+			return nil
+		}
+	}
 	at, ok := markedAt(pod)
 	if !ok {
 		return nil
@@ -298,12 +316,34 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if err != nil {
 		c.failed.Inc()
+		if !kube.Answered(err) {
+			c.mu.Lock()
+			if c.lost == nil {
+				c.lost = map[types.UID]lostRestore{}
+			}
+			c.lost[pod.UID] = lostRestore{at: now.Time, msg: msg}
+			c.mu.Unlock()
+		}
 		return errors.Join(fmt.Errorf("restoring readiness of pod %s", key), err)
 	}
+	c.done(ctx, written, msg)
+	return nil
+}
+
+// done counts and reports a restore that landed.
+func (c *Controller) done(ctx context.Context, written *v1.Pod, msg string) {
 	c.restored.Inc()
 	if c.recorder != nil {
 		c.recorder.Event(written, v1.EventTypeNormal, EventReadinessRestored, msg)
 	}
-	logger.Info("Restored pod readiness after its node recovered")
-	return nil
+	klog.FromContext(ctx).Info("Restored pod readiness after its node recovered", "pod", klog.KObj(written), "node", written.Spec.NodeName)
+}
+
+// takeLost returns and forgets the pod's restore whose answer was lost.
+func (c *Controller) takeLost(uid types.UID) (lostRestore, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.lost[uid]
+	delete(c.lost, uid)
+	return l, ok
 }

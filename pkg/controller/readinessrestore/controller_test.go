@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -131,5 +134,50 @@ func TestSyncLeavesPodsAlone(t *testing.T) {
 		if got.Status.Conditions[1].Status != v1.ConditionFalse {
 			t.Errorf("%s: readiness restored", name)
 		}
+	}
+}
+
+// TestLostRestoreAnswerCountedOnce: the restore lands but its answer is lost
+// (the client's deadline). The retry reads the pod, finds Ready=True with
+// the transition time it wrote, and counts the restore once, with one
+// event, without writing again.
+func TestLostRestoreAnswerCountedOnce(t *testing.T) {
+	ctx := context.Background()
+	c, client, rec := newController(t, readyNode(), markedPod(companion.KubeControllerManager))
+	lost := 0
+	client.PrependReactor("update", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if lost > 0 {
+			return false, nil, nil
+		}
+		lost++
+		if _, _, err := k8stesting.ObjectReaction(client.Tracker())(a); err != nil {
+			t.Errorf("applying the restore whose answer is lost: %v", err)
+		}
+		return true, nil, context.DeadlineExceeded
+	})
+	if err := c.sync(ctx, "default/web-1"); err == nil {
+		t.Fatal("a restore without an answer reported success")
+	}
+	if err := c.sync(ctx, "default/web-1"); err != nil {
+		t.Fatal(err)
+	}
+	updates := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "update" {
+			updates++
+		}
+	}
+	if updates != 1 {
+		t.Errorf("%d updates, want 1 (the retry re-reads, it does not write again)", updates)
+	}
+	var m dto.Metric
+	if err := c.restored.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 1 {
+		t.Errorf("restores counted %v, want 1", got)
+	}
+	if len(rec.Events) != 1 {
+		t.Errorf("%d events, want 1", len(rec.Events))
 	}
 }
