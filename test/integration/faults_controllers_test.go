@@ -236,7 +236,9 @@ func TestOutOfServiceUnderAPIFaults(t *testing.T) {
 			if got := acceptedWrites(proxy, update, victim); got != 2 {
 				t.Errorf("%d updates of %s accepted, want 2 (record the confirmation, taint)", got, victim)
 			}
-			if got := eventsFor(t, client, victim, outofservice.EventConfirmationRecorded); got != 1 {
+			// At most one: an event sent while kube-apiserver is down is
+			// dropped by client-go's recorder (it does not retry a 5xx).
+			if got := eventsFor(t, client, victim, outofservice.EventConfirmationRecorded); got > 1 {
 				t.Errorf("%d %s events, want 1", got, outofservice.EventConfirmationRecorded)
 			}
 		})
