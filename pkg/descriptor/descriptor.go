@@ -39,8 +39,8 @@ type Info struct {
 	Help string
 	// ClusterRole is the ClusterRole in deploy/ that grants what it needs.
 	ClusterRole string
-	// RBACRules are that ClusterRole's rules as YAML (a list of
-	// PolicyRules, with a comment saying why), the package's rbac.yaml:
+	// RBACRules are that ClusterRole's rules and any namespaced Roles as
+	// YAML (an RBAC, with a comment saying why), the package's rbac.yaml:
 	// `make generate` writes deploy/components/NAME and the Helm chart's
 	// rules from them (pkg/generate).
 	RBACRules []byte
@@ -157,14 +157,35 @@ func Take[T comparable](flag string, own *T, shared T) error {
 	return nil
 }
 
-// Rules parses RBACRules.
-func (i Info) Rules() ([]rbacv1.PolicyRule, error) {
-	var rules []rbacv1.PolicyRule
-	if err := yaml.UnmarshalStrict(i.RBACRules, &rules); err != nil {
-		return nil, fmt.Errorf("pkg/controller/%s/rbac.yaml: %v", i.Name, err)
+// RBAC is what a controller's rbac.yaml grants: its ClusterRole's rules,
+// and Roles in given namespaces (the kubelets' Leases in kube-node-lease).
+type RBAC struct {
+	ClusterRules []rbacv1.PolicyRule `json:"clusterRules"`
+	Roles        []NamespacedRole    `json:"roles,omitempty"`
+}
+
+// NamespacedRole is a Role in one namespace, bound to the same subject.
+type NamespacedRole struct {
+	Name      string              `json:"name"`
+	Namespace string              `json:"namespace"`
+	Why       string              `json:"why"`
+	Rules     []rbacv1.PolicyRule `json:"rules"`
+}
+
+// RBAC parses RBACRules strictly.
+func (i Info) RBAC() (RBAC, error) {
+	var r RBAC
+	file := "pkg/controller/" + i.Name + "/rbac.yaml"
+	if err := yaml.UnmarshalStrict(i.RBACRules, &r); err != nil {
+		return r, fmt.Errorf("%s: %v", file, err)
 	}
-	if len(rules) == 0 {
-		return nil, fmt.Errorf("pkg/controller/%s/rbac.yaml: no rules; the controller's ClusterRole %s needs at least one", i.Name, i.ClusterRole)
+	if len(r.ClusterRules) == 0 {
+		return r, fmt.Errorf("%s: clusterRules is empty; the controller's ClusterRole %s needs at least one rule", file, i.ClusterRole)
 	}
-	return rules, nil
+	for _, role := range r.Roles {
+		if role.Name == "" || role.Namespace == "" || len(role.Rules) == 0 {
+			return r, fmt.Errorf("%s: roles: each needs a name, a namespace and rules (got %+v)", file, role)
+		}
+	}
+	return r, nil
 }

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"strings"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 )
@@ -33,28 +35,36 @@ const ComponentsDir = "deploy/components"
 // Files returns every generated file, keyed by its path from the module root.
 func Files() (map[string][]byte, error) {
 	out := map[string][]byte{}
-	var chartRules bytes.Buffer
+	var chartRules, chartRoles bytes.Buffer
 	chartRules.WriteString("{\n")
+	chartRoles.WriteString("{\n")
 	reg := controllers.Registry()
 	for i, d := range reg {
-		rules, err := d.Rules()
+		r, err := d.RBAC()
 		if err != nil {
 			return nil, err
 		}
-		why, body := splitComment(d.RBACRules)
-		out[ComponentsDir+"/"+d.Name+"/rbac.yaml"] = rbacYAML(d, why, body)
+		out[ComponentsDir+"/"+d.Name+"/rbac.yaml"] = rbacYAML(d, why(d.RBACRules), r)
 		out[ComponentsDir+"/"+d.Name+"/kustomization.yaml"] = kustomization(d)
-		js, err := json.Marshal(rules)
+		rules, err := json.Marshal(r.ClusterRules)
 		if err != nil {
 			return nil, err
+		}
+		roles := []byte("[]")
+		if len(r.Roles) > 0 {
+			if roles, err = json.Marshal(r.Roles); err != nil {
+				return nil, err
+			}
 		}
 		sep := ","
 		if i == len(reg)-1 {
 			sep = ""
 		}
-		fmt.Fprintf(&chartRules, "  %q: %s%s\n", d.Name, js, sep)
+		fmt.Fprintf(&chartRules, "  %q: %s%s\n", d.Name, rules, sep)
+		fmt.Fprintf(&chartRoles, "  %q: %s%s\n", d.Name, roles, sep)
 	}
 	chartRules.WriteString("}")
+	chartRoles.WriteString("}")
 	known, _ := json.Marshal(controllers.Names)
 	companions, _ := json.Marshal(controllers.Companions())
 	var chart bytes.Buffer
@@ -64,37 +74,74 @@ func Files() (map[string][]byte, error) {
 	fmt.Fprintf(&chart, "{{- /* The controllers companion mode allows: none of them writes what\nkube-controller-manager or cloud-controller-manager writes (docs/companion.md). */ -}}\n")
 	fmt.Fprintf(&chart, "{{- define \"nodeshepherd.companionControllers\" -}}\n%s\n{{- end -}}\n\n", companions)
 	fmt.Fprintf(&chart, "{{- /* Each controller's ClusterRole rules (pkg/controller/NAME/rbac.yaml). */ -}}\n")
-	fmt.Fprintf(&chart, "{{- define \"nodeshepherd.controllerRules\" -}}\n%s\n{{- end -}}\n", chartRules.String())
+	fmt.Fprintf(&chart, "{{- define \"nodeshepherd.controllerRules\" -}}\n%s\n{{- end -}}\n\n", chartRules.String())
+	fmt.Fprintf(&chart, "{{- /* Each controller's Roles in other namespaces (pkg/controller/NAME/rbac.yaml). */ -}}\n")
+	fmt.Fprintf(&chart, "{{- define \"nodeshepherd.controllerRoles\" -}}\n%s\n{{- end -}}\n", chartRoles.String())
 	out[ChartControllers] = chart.Bytes()
 	return out, nil
 }
 
-// splitComment splits a package's rbac.yaml into its first comment
-// paragraph (why the controller needs what it gets) and the rules.
-func splitComment(src []byte) (why []string, body string) {
-	lines := strings.Split(strings.TrimRight(string(src), "\n"), "\n")
-	i := 0
-	for ; i < len(lines) && strings.HasPrefix(lines[i], "#"); i++ {
-	}
-	for _, l := range lines[:i] {
-		if strings.TrimSpace(l) == "#" {
-			break // the paragraph after is about this file, not the role
+// why is a package's rbac.yaml's first comment paragraph: why the
+// controller needs what it gets (the paragraph after is about the file).
+func why(src []byte) []string {
+	var out []string
+	for _, l := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(l, "#") || strings.TrimSpace(l) == "#" {
+			break
 		}
-		why = append(why, l)
+		out = append(out, l)
 	}
-	return why, strings.Join(lines[i:], "\n") + "\n"
+	return out
 }
 
-func rbacYAML(d descriptor.Info, why []string, rules string) []byte {
+// rules writes PolicyRules in deploy/'s compact style, indented.
+func rules(b *bytes.Buffer, rs []rbacv1.PolicyRule, indent string) {
+	list := func(xs []string) string {
+		q := make([]string, len(xs))
+		for i, x := range xs {
+			q[i] = x
+			if x == "" || x == "*" || strings.ContainsAny(x, ":{}[],&*#?|<>=!%@`'\"") {
+				q[i] = fmt.Sprintf("%q", x)
+			}
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	for _, r := range rs {
+		first := "- "
+		line := func(key string, xs []string) {
+			if len(xs) == 0 {
+				return
+			}
+			fmt.Fprintf(b, "%s%s%s: %s\n", indent, first, key, list(xs))
+			first = "  "
+		}
+		line("apiGroups", r.APIGroups)
+		line("resources", r.Resources)
+		line("resourceNames", r.ResourceNames)
+		line("nonResourceURLs", r.NonResourceURLs)
+		line("verbs", r.Verbs)
+	}
+}
+
+const subject = "subjects:\n- {kind: ServiceAccount, name: nodeshepherd, namespace: nodeshepherd-system}\n"
+
+func rbacYAML(d descriptor.Info, why []string, r descriptor.RBAC) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n# Source: pkg/controller/%s/rbac.yaml.\n#\n", Header, d.Name)
 	for _, l := range why {
 		b.WriteString(l + "\n")
 	}
-	fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n%s", d.ClusterRole, rules)
+	fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n", d.ClusterRole)
+	rules(&b, r.ClusterRules, "")
 	fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\n"+
-		"roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %q}\n"+
-		"subjects:\n- {kind: ServiceAccount, name: nodeshepherd, namespace: nodeshepherd-system}\n", d.ClusterRole, d.ClusterRole)
+		"roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %q}\n"+subject, d.ClusterRole, d.ClusterRole)
+	for _, role := range r.Roles {
+		fmt.Fprintf(&b, "---\n# %s\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n",
+			role.Why, role.Name, role.Namespace)
+		rules(&b, role.Rules, "")
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\n"+
+			"roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: %q}\n"+subject, role.Name, role.Namespace, role.Name)
+	}
 	return b.Bytes()
 }
 

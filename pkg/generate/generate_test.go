@@ -46,10 +46,10 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 // comment saying why it needs them.
 func TestEveryControllerStatesItsRules(t *testing.T) {
 	for _, d := range controllers.Registry() {
-		if _, err := d.Rules(); err != nil {
+		if _, err := d.RBAC(); err != nil {
 			t.Error(err)
 		}
-		if why, _ := splitComment(d.RBACRules); len(why) == 0 || !strings.HasPrefix(why[0], "# "+d.Name+":") {
+		if why := why(d.RBACRules); len(why) == 0 || !strings.HasPrefix(why[0], "# "+d.Name+":") {
 			t.Errorf("pkg/controller/%s/rbac.yaml: start with a comment \"# %s: ...\" saying why it needs each rule", d.Name, d.Name)
 		}
 	}

@@ -24,3 +24,17 @@ kube-controller-manager or cloud-controller-manager writes (docs/companion.md). 
   "readinessrestore": [{"verbs":["list","watch"],"apiGroups":[""],"resources":["nodes"]},{"verbs":["get","list","watch"],"apiGroups":[""],"resources":["pods"]},{"verbs":["update"],"apiGroups":[""],"resources":["pods/status"]}]
 }
 {{- end -}}
+
+{{- /* Each controller's Roles in other namespaces (pkg/controller/NAME/rbac.yaml). */ -}}
+{{- define "nodeshepherd.controllerRoles" -}}
+{
+  "nodelifecycle": [{"name":"nodeshepherd:node-leases","namespace":"kube-node-lease","why":"The kubelets' heartbeats live in kube-node-lease only.","rules":[{"verbs":["list","watch"],"apiGroups":["coordination.k8s.io"],"resources":["leases"]}]}],
+  "tainteviction": [],
+  "nodeipam": [],
+  "cloudnodelifecycle": [],
+  "drain": [],
+  "scheduler": [],
+  "outofservice": [],
+  "readinessrestore": []
+}
+{{- end -}}
