@@ -38,8 +38,6 @@ $(BIN)/helm: hack/helm/go.mod hack/helm/go.sum
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-UNIT_PKGS = $$(go list ./... | grep -v /test/)
-
 # The in-process controllers, fake nodes and test code run under the race
 # detector too; the control plane and simulate's binary are separate processes.
 # Two shards run side by side, and chaos seeds 1,2,3 after the shorter one
@@ -48,12 +46,13 @@ INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
 
 ## test: lint, unit and integration tests and chaos seeds 1,2,3, race detector on (builds the control plane first)
 test: vet lint controlplane helm chromium
-	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
+	hack/test-unit.sh $(GO_TEST_FLAGS)
 	$(INTEGRATION_TEST)
 
-## test-unit: only the tests that need no control plane, race detector on
-test-unit:
-	go test -race $(GO_TEST_FLAGS) -count=1 $(UNIT_PKGS)
+## test-unit: only the tests that need no control plane (packages outside test/, and the checks of deploy/ and the
+## chart in pkg/manifests), race detector on; test binaries kept in bin/unit-tests, relinked when stale (hack/test-unit.sh)
+test-unit: helm
+	hack/test-unit.sh $(GO_TEST_FLAGS)
 
 ## test-loaded: make test LOADED_RUNS times (3) in a row while make test-unit runs in a loop beside it, as on a
 ## busy CI box; the loop stops at the end (hack/test-loaded.sh: LOADED_CPUS=0,1 pins to 2 CPUs, LOADED_CMD, LOADED_LOAD)

@@ -27,6 +27,7 @@ import (
 
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manifests"
 )
 
 // CredentialsEnv, set to "serviceaccount", makes StartNodeShepherd run the
@@ -49,7 +50,7 @@ func RunAsServiceAccount(t testing.TB) {
 // Where deploy/base puts nodeshepherd; the overlays rename the
 // ServiceAccount (nodeshepherd-drain...).
 const (
-	DeployNamespace      = "nodeshepherd-system"
+	DeployNamespace      = manifests.DeployNamespace
 	DeployServiceAccount = "nodeshepherd"
 )
 
@@ -170,20 +171,7 @@ func ServiceAccountConfig(t testing.TB, admin *rest.Config, controllerNames []st
 func DeployKustomization(t testing.TB, controllerNames []string) string {
 	t.Helper()
 	dir := t.TempDir()
-	deploy := filepath.Join(RepoRoot(t), "deploy")
-	rel := func(p string) string {
-		r, err := filepath.Rel(dir, filepath.Join(deploy, p)) // kustomize takes no absolute paths
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	var b strings.Builder
-	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + rel("base") + "\ncomponents:\n")
-	for _, c := range controllerNames {
-		b.WriteString("- " + rel(filepath.Join("components", c)) + "\n")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
+	if err := manifests.WriteDeployKustomization(dir, filepath.Join(RepoRoot(t), "deploy"), controllerNames); err != nil {
 		t.Fatal(err)
 	}
 	return dir
