@@ -77,7 +77,7 @@ power-offs, reboots, condition and Ready flaps on the run's fake nodes, each in 
 The same seed on the same scenario gives the same faults. The checker of 'make chaos' watches
 the API server on its own during every run (zone rules, force-deletes on running machines,
 drain and out-of-service budgets, toleration times, taint evictions without a taint, PDBs, pod
-CIDRs, readiness restores) and the report gets a checker section listing the faults and every
+CIDRs; not readiness restores, which simulate's kubelets make themselves) and the report gets a checker section listing the faults and every
 violation; a violation in nodeshepherd's run makes the exit status 1 (with --compare upstream,
 upstream's are reported only). --chaos-faults KIND,... draws only those kinds.
 Process faults (leader-kill, process-restart) and API faults (api-errors, api-throttle,
