@@ -135,7 +135,7 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 			zones = append(zones, cz)
 		}
 	}
-	sched, err := chaos.Generate(chaos.Options{Seed: co.Seed, Duration: r.sc.Duration.Duration, Zones: zones, Replicas: 1, Kinds: kinds})
+	sched, err := chaos.Generate(chaos.Options{Seed: co.Seed, Duration: chaosWindow(r.sc.Duration.Duration), Zones: zones, Replicas: 1, Kinds: kinds})
 	if err != nil {
 		return err
 	}
@@ -202,6 +202,13 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 	r.sc = &sc
 	r.printf("chaos seed %d: %d faults (%s) added to the timeline; the checker watches", co.Seed, len(sched.Faults), kindList(kinds))
 	return nil
+}
+
+// chaosWindow is when the faults start and end: the scenario's duration
+// less 5% (at least 1s), so that the last fault's end is applied before the
+// timeline stops (a step at the very end may not run).
+func chaosWindow(d time.Duration) time.Duration {
+	return d - max(d/20, time.Second)
 }
 
 // splitTimed turns a node step with `for:` into its start and its end.

@@ -122,3 +122,12 @@ func TestCheckerSection(t *testing.T) {
 		}
 	}
 }
+
+func TestChaosWindow(t *testing.T) {
+	if w := chaosWindow(40 * time.Second); w != 38*time.Second {
+		t.Errorf("window of 40s: %v", w)
+	}
+	if w := chaosWindow(10 * time.Second); w != 9*time.Second {
+		t.Errorf("window of 10s: %v", w)
+	}
+}
