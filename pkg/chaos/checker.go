@@ -78,6 +78,10 @@ type Limits struct {
 	// taint eviction controller may have made its decision: it reads the
 	// node from the API server right before (default 1s).
 	EvictionSlack time.Duration
+	// SkipReadinessRestore turns readiness-restore off: where kubelets post
+	// their pods' Ready before their node's status (simulate's kubelet
+	// timings), the rule, which cannot tell the writer, would blame them.
+	SkipReadinessRestore bool
 }
 
 // Violation is one broken invariant.
@@ -788,6 +792,9 @@ func (c *Checker) checkPDB(at time.Time, p *v1.Pod) {
 // marked not Ready. Node and lease watches may trail the pod's, so the
 // latest node view within the slack decides; see Settle.
 func (c *Checker) checkReadinessBack(at time.Time, p *v1.Pod, mark time.Time) {
+	if c.limits.SkipReadinessRestore {
+		return
+	}
 	n := c.nodes[p.Spec.NodeName]
 	if n != nil && c.nodeReportedSince(n, mark) {
 		return

@@ -464,3 +464,15 @@ func TestEvictionAnnouncedAfterTheTaintWent(t *testing.T) {
 	c.Settle(at(20))
 	wantViolations(t, c, InvUntainted, 0, "")
 }
+
+func TestReadinessRestoreCanBeSkipped(t *testing.T) {
+	l := testLimits
+	l.SkipReadinessRestore = true
+	c := NewChecker(l, NewTruth(testZones()))
+	p := pod("web-1", "n3", nil)
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(10), notReadyPod(p, 10), false)
+	c.ObservePod(at(12), p, false)
+	c.Settle(at(30))
+	wantViolations(t, c, InvReadiness, 0, "")
+}

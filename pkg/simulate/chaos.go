@@ -135,7 +135,7 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 			zones = append(zones, cz)
 		}
 	}
-	sched, err := chaos.Generate(chaos.Options{Seed: co.Seed, Duration: r.sc.Duration.Duration, Zones: zones, Replicas: 1, Kinds: kinds})
+	sched, err := chaos.Generate(chaos.Options{Seed: co.Seed, Duration: chaosWindow(r.sc.Duration.Duration), Zones: zones, Replicas: 1, Kinds: kinds})
 	if err != nil {
 		return err
 	}
@@ -145,12 +145,14 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 	}
 	nl := cfg.NodeLifecycle
 	// The slack of `make chaos` (whose fake kubelets report every 500ms)
-	// plus the fake kubelets' own reporting interval here: a kubelet back
-	// from a fault posts its pods' Ready before its node's next status
-	// post, which the readiness-restore rule waits for.
+	// plus the fake kubelets' own reporting interval here. readiness-restore
+	// is off: a kubelet back from a fault re-posts its pods' Ready (even
+	// right after the node lifecycle controller marked them) long before
+	// its node's status says Ready again, and the rule cannot tell that
+	// write from a controller's.
 	kubelet := r.sc.fakeNodeConfig(r.opts.TimeScale)
 	slack := chaosSlack + max(kubelet.NodeStatusUpdateFrequency, kubelet.LeaseRenewInterval)
-	limits := chaos.Limits{Grace: nl.NodeMonitorGracePeriod, MonitorPeriod: nl.NodeMonitorPeriod, Slack: slack,
+	limits := chaos.Limits{Grace: nl.NodeMonitorGracePeriod, MonitorPeriod: nl.NodeMonitorPeriod, Slack: slack, SkipReadinessRestore: true,
 		UnhealthyZoneThreshold: float64(nl.UnhealthyZoneThreshold), LargeClusterThreshold: nl.LargeClusterSizeThreshold,
 		MaxOutOfService: len(r.nodes.NodeNames()), ForceAllowed: true}
 	if r.opts.Mode == ModeNodeShepherd {
@@ -176,7 +178,8 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 	}
 	cr := &CheckerResult{Seed: co.Seed, Kinds: kindNames, SlackSecs: slack.Seconds(),
 		NotChecked: append(slices.Clone(chaos.NotChecked),
-			"progress: left to the scenario's expectations (simulate does not wait for the workloads after the last fault)")}
+			"progress: left to the scenario's expectations (simulate does not wait for the workloads after the last fault)",
+			"readiness-restore: off in simulate (its kubelets re-post their pods' Ready before their node's status, and the checker cannot tell the writer)")}
 	for _, f := range sched.Faults {
 		cr.Faults = append(cr.Faults, fmt.Sprintf("+%v %s", f.At, f)) // to the millisecond, as drawn
 	}
@@ -199,6 +202,13 @@ func (r *runner) startChaos(ctx context.Context, res *RunResult) error {
 	r.sc = &sc
 	r.printf("chaos seed %d: %d faults (%s) added to the timeline; the checker watches", co.Seed, len(sched.Faults), kindList(kinds))
 	return nil
+}
+
+// chaosWindow is when the faults start and end: the scenario's duration
+// less 5% (at least 1s), so that the last fault's end is applied before the
+// timeline stops (a step at the very end may not run).
+func chaosWindow(d time.Duration) time.Duration {
+	return d - max(d/20, time.Second)
 }
 
 // splitTimed turns a node step with `for:` into its start and its end.

@@ -1,6 +1,9 @@
 package simulate
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +88,46 @@ func TestCheckChaosRefusesMachineDelete(t *testing.T) {
 	sc := &Scenario{path: "s.yaml", Timeline: []Step{{At: Duration{10 * time.Second}, Action: ActionMachineDelete}}}
 	if err := sc.CheckChaos(); err == nil || !strings.Contains(err.Error(), "machine-delete at 10s") {
 		t.Errorf("CheckChaos: %v", err)
+	}
+}
+
+// The checker's section: in the summary and the HTML, every run's faults
+// and violations; only nodeshepherd's violations count.
+func TestCheckerSection(t *testing.T) {
+	rep := testReport()
+	rep.Runs[0].Checker = &CheckerResult{Seed: 7, Kinds: []string{"reboot"}, Faults: []string{"+1.5s reboot for 2s on fake-node-0001"},
+		Violations: []string{"14:00:01.000 toleration pod/default/a: early"}, NotChecked: []string{"progress"}, SlackSecs: 15}
+	rep.Runs[1].Checker = &CheckerResult{Seed: 7, Kinds: []string{"reboot"}, Faults: rep.Runs[0].Checker.Faults,
+		Violations: []string{"14:00:02.000 zone-rules node/n: upstream's"}, NotChecked: []string{"progress"}, SlackSecs: 15}
+	if n := rep.Violations(); n != 1 {
+		t.Errorf("Violations() = %d, want 1 (nodeshepherd's only)", n)
+	}
+	var b bytes.Buffer
+	rep.WriteSummary(&b)
+	for _, want := range []string{"Checker (nodeshepherd; chaos seed 7, 1 faults of reboot; slack 15s real):",
+		"fault +1.5s reboot for 2s on fake-node-0001", "VIOLATION 14:00:01.000 toleration pod/default/a: early",
+		"(upstream's violations are reported, they do not fail the run)", "The checker found 1 invariant violation(s)."} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+	path := filepath.Join(t.TempDir(), "report.html")
+	if err := rep.WriteHTML(path); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(path)
+	for _, want := range []string{"<h2>Checker</h2>", "chaos seed 7, 1 faults", "toleration pod/default/a: early", "(upstream's: reported"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+}
+
+func TestChaosWindow(t *testing.T) {
+	if w := chaosWindow(40 * time.Second); w != 38*time.Second {
+		t.Errorf("window of 40s: %v", w)
+	}
+	if w := chaosWindow(10 * time.Second); w != 9*time.Second {
+		t.Errorf("window of 10s: %v", w)
 	}
 }

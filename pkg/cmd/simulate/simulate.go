@@ -74,15 +74,16 @@ Delays fixed in real time (kube-controller-manager's pod garbage collector, ever
 are not shortened: a scenario whose expectations depend on them states the largest scale
 they hold at (maxTimeScale), and simulate refuses a larger --time-scale (exit 2).
 
---chaos-seed N adds a random fault schedule drawn from seed N (pkg/chaos, the same generator as
-'make chaos') over the scenario's duration: node, rack and zone partitions, kubelet stops,
-power-offs, reboots, condition and Ready flaps on the run's fake nodes, each in cluster time.
-The same seed on the same scenario gives the same faults. The checker of 'make chaos' watches
-the API server on its own during every run (zone rules, force-deletes on running machines,
-drain and out-of-service budgets, toleration times, taint evictions without a taint, PDBs, pod
-CIDRs, readiness restores) and the report gets a checker section listing the faults and every
-violation; a violation in nodeshepherd's run makes the exit status 1 (with --compare upstream,
-upstream's are reported only). --chaos-faults KIND,... draws only those kinds.
+--chaos-seed N adds a random fault schedule drawn from seed N (pkg/chaos, the same generator
+as 'make chaos') over the scenario's duration (less 5%): node, rack and zone partitions,
+kubelet stops, power-offs, reboots, condition and Ready flaps on the run's fake nodes, each in
+cluster time. The same seed on the same scenario gives the same faults. The checker of 'make
+chaos' watches the API server on its own during every run (zone rules, force-deletes on
+running machines, drain and out-of-service budgets, toleration times, taint evictions without
+a taint, PDBs, pod CIDRs; not readiness restores, which simulate's kubelets make themselves)
+and the report gets a checker section listing the faults and every violation; a violation in
+nodeshepherd's run makes the exit status 1 (with --compare upstream, upstream's are reported
+only). --chaos-faults KIND,... draws only those kinds.
 Process faults (leader-kill, process-restart) and API faults (api-errors, api-throttle,
 watch-stall) are refused with an error: simulate runs one in-process set of controllers, with
 no replicas to kill and no fault proxy; 'make chaos' applies them. A scenario with a
