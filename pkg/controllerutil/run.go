@@ -165,7 +165,7 @@ func (b *Base) Every(ctx context.Context, name string, period time.Duration, f f
 		t := b.clock.NewTicker(period)
 		defer t.Stop()
 		for {
-			l.Turn(ctx)
+			l.Turn()
 			f(ctx)
 			select {
 			case <-ctx.Done():
@@ -184,21 +184,19 @@ func Track[T comparable](b *Base, what string, q workqueue.TypedRateLimitingInte
 	b.next++
 	id := fmt.Sprintf("%s#%d", what, b.next) // two queues may hold the same keys
 	b.mu.Unlock()
-	return &trackedQueue[T]{TypedRateLimitingInterface: q, b: b, id: id, what: what, stop: make(chan struct{})}
+	return &trackedQueue[T]{TypedRateLimitingInterface: q, b: b, id: id, what: what}
 }
 
 type trackedQueue[T comparable] struct {
 	workqueue.TypedRateLimitingInterface[T]
 	b        *Base
 	id, what string
-	stopOnce sync.Once
-	stop     chan struct{}
 }
 
 func (q *trackedQueue[T]) Get() (T, bool) {
 	key, quit := q.TypedRateLimitingInterface.Get()
 	if !quit {
-		q.b.begin(stepID{q.id, key}, fmt.Sprintf("%s %v", q.what, key), q.stop)
+		q.b.begin(stepID{q.id, key}, fmt.Sprintf("%s %v", q.what, key))
 	}
 	return key, quit
 }
@@ -208,27 +206,22 @@ func (q *trackedQueue[T]) Done(key T) {
 	q.TypedRateLimitingInterface.Done(key)
 }
 
-func (q *trackedQueue[T]) ShutDown() {
-	q.stopOnce.Do(func() { close(q.stop) })
-	q.TypedRateLimitingInterface.ShutDown()
-}
-
 // Begin starts a step that is not a queue's key (what says what it is in
 // Healthy's answer); the returned func ends it.
-func (b *Base) Begin(ctx context.Context, what string) (end func()) {
+func (b *Base) Begin(what string) (end func()) {
 	b.mu.Lock()
 	b.next++
 	id := stepID{"", b.next}
 	b.mu.Unlock()
-	b.begin(id, what, ctx.Done())
+	b.begin(id, what)
 	return func() { b.end(id) }
 }
 
-func (b *Base) begin(id stepID, what string, stop <-chan struct{}) {
+func (b *Base) begin(id stepID, what string) {
 	b.mu.Lock()
 	b.steps[id] = step{what: what, since: b.clock.Now()}
 	b.mu.Unlock()
-	faulthook.Hang(b.name, stop) // tests only: the step never ends
+	faulthook.Hang(b.name) // tests only: the step never ends
 }
 
 func (b *Base) end(id stepID) {
@@ -258,14 +251,22 @@ func (b *Base) Loop(name string, period time.Duration) *Loop {
 }
 
 // Turn records the start of a turn.
-func (l *Loop) Turn(ctx context.Context) {
+func (l *Loop) Turn() {
+	if l == nil {
+		return
+	}
 	l.Progressed()
-	faulthook.Hang(l.b.name, ctx.Done()) // tests only: the turn never ends
+	faulthook.Hang(l.b.name) // tests only: the turn never ends
 }
 
 // Progressed records progress within a turn (each node of a long pass), so
-// that a long pass is not taken for a stuck one.
-func (l *Loop) Progressed() { l.last.Store(l.b.clock.Now().UnixNano()) }
+// that a long pass is not taken for a stuck one. A nil Loop (a pass that a
+// unit test runs without Run) records nothing.
+func (l *Loop) Progressed() {
+	if l != nil {
+		l.last.Store(l.b.clock.Now().UnixNano())
+	}
+}
 
 // Healthy reports the step that has run longest, when it has run for more
 // than the progress timeout, and a loop that has not turned or progressed

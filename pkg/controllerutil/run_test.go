@@ -84,7 +84,7 @@ func TestHealthyStuckLoop(t *testing.T) {
 	if err == nil || err.Error() != "the monitor loop has not turned for 1m6s (bound 1m5s)" {
 		t.Fatalf("stuck loop: %v", err)
 	}
-	l.Turn(context.Background())
+	l.Turn()
 	if err := b.Healthy(clk.Now()); err != nil {
 		t.Fatalf("turned: %v", err)
 	}
@@ -93,7 +93,7 @@ func TestHealthyStuckLoop(t *testing.T) {
 // TestHealthyStep: a step begun outside a queue is tracked the same way.
 func TestHealthyStep(t *testing.T) {
 	b, clk := newTestBase(t)
-	end := b.Begin(context.Background(), "pod deletion default/p")
+	end := b.Begin("pod deletion default/p")
 	clk.Step(2 * time.Minute)
 	if err := b.Healthy(clk.Now()); err == nil || !strings.Contains(err.Error(), "busy on pod deletion default/p for 2m0s") {
 		t.Fatalf("stuck step: %v", err)

@@ -11,6 +11,6 @@ package faulthook
 //	panic:NAME[:AFTER]  controller NAME panics AFTER (a duration) its start
 //	exit:NAME[:AFTER]   controller NAME returns an error AFTER its start
 //	hang:NAME           every tracked step of controller NAME (a work item,
-//	                    a loop's turn) blocks, once begun, until the
-//	                    controller stops: its health check must notice
+//	                    a loop's turn) blocks for good once begun: its
+//	                    health check must notice
 const Env = "NODESHEPHERD_TEST_FAULT"

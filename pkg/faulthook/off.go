@@ -23,7 +23,7 @@ func Check(spec string) error {
 func Arm(spec string) error { return Check(spec) }
 
 // Hang does nothing.
-func Hang(string, <-chan struct{}) {}
+func Hang(string) {}
 
 // Replace never replaces a controller's Run.
 func Replace(string, func(time.Duration) <-chan time.Time) func(context.Context) error { return nil }

@@ -59,11 +59,12 @@ func Arm(spec string) error {
 	return nil
 }
 
-// Hang blocks, under hang:controller, until stop is closed: the caller is
-// inside a step its controller tracks, which never ends.
-func Hang(controller string, stop <-chan struct{}) {
+// Hang blocks for good under hang:controller: the caller is inside a step
+// its controller tracks, which never ends, not even when the controller is
+// told to stop (as a request without a timeout would not).
+func Hang(controller string) {
 	if f := armed.Load(); f != nil && f.kind == "hang" && f.controller == controller {
-		<-stop
+		select {}
 	}
 }
 
