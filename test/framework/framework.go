@@ -26,6 +26,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/faulthook"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
 )
@@ -254,22 +255,26 @@ func RunBinary(t testing.TB, bin string, args ...string) (code int, stdout, stde
 // (10261) can be taken only once; serving_test.go tests the HTTPS server.
 func StartBinary(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
-	return startBinary(t, Binary(t), args)
+	return startBinary(t, Binary(t), nil, args)
 }
 
-// StartFaultBinary is StartBinary with FaultBinary: the process breaks as
-// faulthook.Env in the environment says.
-func StartFaultBinary(t testing.TB, args ...string) *exec.Cmd {
+// StartFaultBinary is StartBinary with FaultBinary, broken as fault says
+// (faulthook.Env; the test's own environment is left alone, so that tests
+// can run in parallel).
+func StartFaultBinary(t testing.TB, fault string, args ...string) *exec.Cmd {
 	t.Helper()
-	return startBinary(t, FaultBinary(t), args)
+	return startBinary(t, FaultBinary(t), []string{faulthook.Env + "=" + fault}, args)
 }
 
-func startBinary(t testing.TB, bin string, args []string) *exec.Cmd {
+func startBinary(t testing.TB, bin string, env, args []string) *exec.Cmd {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--secure-port") }) {
 		args = append(slices.Clone(args), "--secure-port=0")
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "nodeshepherd.log"))
 	if err != nil {
 		t.Fatal(err)
