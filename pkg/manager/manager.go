@@ -42,8 +42,9 @@ type Controller interface {
 }
 
 // HealthChecker is implemented by controllers that can tell that they stopped
-// making progress (a loop that no longer turns): the manager then fails
-// /healthz and gives up leadership, so that a standby takes over.
+// making progress (a step that does not end, a loop that no longer turns;
+// every controller does, through controllerutil.Base): the manager then
+// fails /healthz and gives up leadership, so that a standby takes over.
 type HealthChecker interface {
 	Healthy(now time.Time) error
 }

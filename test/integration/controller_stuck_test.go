@@ -18,6 +18,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -35,8 +36,15 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 	cp := framework.StartControlPlane(t, controlplane.Config{})
 	client := framework.Client(t, cp)
 	nodes := framework.StartFakeNodes(t, fastNodes(client, 2, false))
-	framework.WaitAllNodesReady(t, client, 2, time.Minute)
 	node := nodes.NodeNames()[0]
+	// Ready (no kube-controller-manager lifts the registration taints here).
+	framework.Eventually(t, time.Minute, "node "+node+" Ready", func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return kube.NodeReady(n), "not Ready", nil
+	})
 
 	// What each controller needs to run and to have work: nodes (queued at
 	// start by every node-driven controller), a pending pod of the
