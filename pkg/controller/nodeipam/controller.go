@@ -171,7 +171,6 @@ func (c *Controller) occupy(ctx context.Context, n *v1.Node) bool {
 	return true
 }
 
-
 func (c *Controller) sync(ctx context.Context, name string) error {
 	node, err := c.nodeLister.Get(name)
 	if apierrors.IsNotFound(err) {

@@ -274,7 +274,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 					if !ok {
 						return
 					}
-					end := s.Begin("scheduling pod "+p.info.pod.Namespace+"/"+p.info.pod.Name)
+					end := s.Begin("scheduling pod " + p.info.pod.Namespace + "/" + p.info.pod.Name)
 					s.scheduleOne(ctx, p, cycle)
 					end()
 				}
