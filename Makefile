@@ -13,10 +13,12 @@ export NODESHEPHERD_BIN_DIR := $(BIN)
 
 all: build controlplane
 
-## build: the nodeshepherd binary in bin/ (static; the Dockerfile and the tests build it this way) and bin/kubectl-shepherd, a link to it (the kubectl plugin)
+## build: the nodeshepherd binary in bin/ (static; the Dockerfile and the tests build it this way) and bin/kubectl-shepherd, a link to it (the kubectl plugin);
+## GO_BUILD_TAGS=faulthook adds the failover tests' fault hooks (pkg/faulthook), which the release build leaves out
+GO_BUILD_TAGS ?=
 build:
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/nodeshepherd ./cmd/nodeshepherd
+	CGO_ENABLED=0 go build -trimpath -tags "$(GO_BUILD_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/nodeshepherd ./cmd/nodeshepherd
 	ln -sf nodeshepherd $(BIN)/kubectl-shepherd
 
 ## controlplane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler in bin/ (cold: ~8 min)

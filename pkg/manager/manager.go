@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/clientmetrics"
+	"github.com/nodeshepherd/nodeshepherd/pkg/faulthook"
 	"github.com/nodeshepherd/nodeshepherd/pkg/serving"
 )
 
@@ -41,8 +42,9 @@ type Controller interface {
 }
 
 // HealthChecker is implemented by controllers that can tell that they stopped
-// making progress (a loop that no longer turns): the manager then fails
-// /healthz and gives up leadership, so that a standby takes over.
+// making progress (a step that does not end, a loop that no longer turns;
+// every controller does, through controllerutil.Base): the manager then
+// fails /healthz and gives up leadership, so that a standby takes over.
 type HealthChecker interface {
 	Healthy(now time.Time) error
 }
@@ -59,6 +61,9 @@ type Context struct {
 	// Recorder returns an event recorder with the given component name.
 	Recorder func(component string) record.EventRecorder
 	DryRun   bool
+	// ProgressTimeout is Options.ProgressTimeout, for the controllers'
+	// health checks (zero: their default).
+	ProgressTimeout time.Duration
 }
 
 // Constructor builds a controller.
@@ -135,10 +140,14 @@ type Options struct {
 	// StartTimeout bounds how long the controllers' informer caches may
 	// take to sync once this process leads; DefaultStartTimeout when zero.
 	StartTimeout time.Duration
-	// Fault breaks one controller on purpose, for failover tests only:
-	// "panic:NAME[:AFTER]" panics in its goroutine, "exit:NAME[:AFTER]"
-	// returns an error (both AFTER its start, a duration), "hang:NAME" never
-	// starts its work (see TestFaultEnv).
+	// ProgressTimeout bounds how long a controller's step (a work item, a
+	// loop's turn) may take before the controller counts as stuck: /healthz
+	// fails and the Lease is given up; controllerutil.DefaultProgressTimeout
+	// when zero.
+	ProgressTimeout time.Duration
+	// Fault breaks one controller on purpose, for failover tests only, in a
+	// binary built with the faulthook tag (faulthook.Env); any other binary
+	// refuses it.
 	Fault string
 }
 
@@ -148,8 +157,8 @@ type Options struct {
 const DefaultStartTimeout = 2 * time.Minute
 
 // TestFaultEnv names the environment variable that sets Options.Fault in
-// the nodeshepherd binary; it exists for the failover tests.
-const TestFaultEnv = "NODESHEPHERD_TEST_FAULT"
+// a nodeshepherd binary built for the failover tests (package faulthook).
+const TestFaultEnv = faulthook.Env
 
 // healthCheckPeriod is how often a leader asks its controllers whether they
 // still make progress.
@@ -246,6 +255,9 @@ func run(ctx context.Context, client kubernetes.Interface, cfg *rest.Config, opt
 
 // runWith runs with m, which tests keep to look at its health afterwards.
 func runWith(ctx context.Context, client kubernetes.Interface, opts Options, m *manager) error {
+	if err := faulthook.Arm(opts.Fault); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	m.opts, m.client, m.clock, m.reg = opts, client, clock.RealClock{}, prometheus.NewRegistry()
@@ -403,7 +415,7 @@ func (m *manager) superviseControllers(parent context.Context) error {
 	factory := informers.NewSharedInformerFactory(m.client, 0)
 	leaseFactory := informers.NewSharedInformerFactoryWithOptions(m.client, 0, informers.WithNamespace(v1.NamespaceNodeLease))
 	mctx := Context{Client: m.client, RESTConfig: m.restConfig, Informers: factory, LeaseInformers: leaseFactory,
-		Registry: m.reg, Clock: m.clock, DryRun: m.opts.DryRun,
+		Registry: m.reg, Clock: m.clock, DryRun: m.opts.DryRun, ProgressTimeout: m.opts.ProgressTimeout,
 		Recorder: func(component string) record.EventRecorder {
 			return m.broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: component})
 		}}
@@ -531,41 +543,13 @@ func (m *manager) watchHealth(ctx context.Context, cancel context.CancelCauseFun
 	}
 }
 
-// withFault breaks controller name as Options.Fault asks (tests only).
+// withFault breaks controller name as Options.Fault asks: panic: and exit:
+// replace its Run (hang: is in its tracked steps, controllerutil). Only a
+// binary built with the faulthook tag has this; the release build has no
+// fault to arm.
 func (m *manager) withFault(name string, c Controller) Controller {
-	kind, target, _ := strings.Cut(m.opts.Fault, ":")
-	target, delay, _ := strings.Cut(target, ":")
-	if target != name {
-		return c
-	}
-	after, _ := time.ParseDuration(delay)
-	wait := func(ctx context.Context) bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-m.clock.After(after):
-			return true
-		}
-	}
-	switch kind {
-	case "panic":
-		return faulty{c, func(ctx context.Context) error {
-			if wait(ctx) {
-				panic("injected by " + TestFaultEnv)
-			}
-			return nil
-		}}
-	case "exit":
-		return faulty{c, func(ctx context.Context) error {
-			if wait(ctx) {
-				return errors.New("injected by " + TestFaultEnv)
-			}
-			return nil
-		}}
-	case "hang":
-		// Never starts its work; a controller that reports its progress
-		// then says it is not working.
-		return faulty{c, func(ctx context.Context) error { <-ctx.Done(); return nil }}
+	if run := faulthook.Replace(name, m.clock.After); run != nil {
+		return faulty{c, run}
 	}
 	return c
 }

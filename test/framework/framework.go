@@ -26,6 +26,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/faulthook"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
 )
@@ -177,36 +178,56 @@ func SetUnschedulable(t testing.TB, client kubernetes.Interface, node string, on
 }
 
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	releaseBuild = &build{}
+	faultBuild   = &build{tags: "faulthook"}
 )
+
+// build is one `make build` per test binary.
+type build struct {
+	tags string
+	once sync.Once
+	path string
+	err  error
+}
 
 // Binary builds cmd/nodeshepherd once per test binary and returns its path,
 // so that tests see the exit codes and output a user sees.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return releaseBuild.binary(t)
+}
+
+// FaultBinary is Binary with the fault hooks (the faulthook build tag), for
+// the tests that break a controller through faulthook.Env; the release
+// binary refuses that variable.
+func FaultBinary(t testing.TB) string {
+	t.Helper()
+	return faultBuild.binary(t)
+}
+
+func (b *build) binary(t testing.TB) string {
+	t.Helper()
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "nodeshepherd-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		binPath = filepath.Join(dir, "nodeshepherd")
+		b.path = filepath.Join(dir, "nodeshepherd")
 		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 		if err != nil {
-			buildErr = fmt.Errorf("finding the module root: %v", err)
+			b.err = fmt.Errorf("finding the module root: %v", err)
 			return
 		}
 		// `make build`, as the Dockerfile does: the tests run the shipped binary.
-		if out, err := exec.Command("make", "-s", "-C", strings.TrimSpace(string(root)), "build", "BIN="+dir).CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building nodeshepherd: %v: %s", err, out)
+		if out, err := exec.Command("make", "-s", "-C", strings.TrimSpace(string(root)), "build", "BIN="+dir, "GO_BUILD_TAGS="+b.tags).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building nodeshepherd: %v: %s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
 // RunBinary runs bin (Binary's, or a link to it whose name matters, such as
@@ -234,10 +255,26 @@ func RunBinary(t testing.TB, bin string, args ...string) (code int, stdout, stde
 // (10261) can be taken only once; serving_test.go tests the HTTPS server.
 func StartBinary(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
+	return startBinary(t, Binary(t), nil, args)
+}
+
+// StartFaultBinary is StartBinary with FaultBinary, broken as fault says
+// (faulthook.Env; the test's own environment is left alone, so that tests
+// can run in parallel).
+func StartFaultBinary(t testing.TB, fault string, args ...string) *exec.Cmd {
+	t.Helper()
+	return startBinary(t, FaultBinary(t), []string{faulthook.Env + "=" + fault}, args)
+}
+
+func startBinary(t testing.TB, bin string, env, args []string) *exec.Cmd {
+	t.Helper()
 	if len(args) > 0 && args[0] == "run" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--secure-port") }) {
 		args = append(slices.Clone(args), "--secure-port=0")
 	}
-	cmd := exec.Command(Binary(t), args...)
+	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "nodeshepherd.log"))
 	if err != nil {
 		t.Fatal(err)

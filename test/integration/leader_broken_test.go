@@ -18,17 +18,17 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
-	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
-// brokenLeaderConfig: node lifecycle and taint eviction, a 4 s lease, and
-// caches given 8 s to sync once leading.
+// brokenLeaderConfig: node lifecycle and taint eviction, a 4 s lease,
+// caches given 8 s to sync once leading, a step 20 s.
 const brokenLeaderConfig = `apiVersion: nodeshepherd.io/v1alpha1
 kind: NodeShepherdConfiguration
 manager:
   controllers: [nodelifecycle, tainteviction]
   controllerStartTimeout: 8s
+  controllerProgressTimeout: 20s
 leaderElection:
   leaderElect: true
   leaderElectLeaseDuration: 4s
@@ -60,17 +60,16 @@ func TestBrokenLeaderLetsGo(t *testing.T) {
 	}{
 		{"controller panics", "panic:nodelifecycle:2s", cp.KubeconfigPath(), "controller nodelifecycle panicked", 30 * time.Second},
 		{"controller returns an error", "exit:nodelifecycle:2s", cp.KubeconfigPath(), "injected by", 30 * time.Second},
-		{"controller stops making progress", "hang:nodelifecycle", cp.KubeconfigPath(), "controller nodelifecycle is not working", 60 * time.Second},
+		// 20 s without a turn, then 20 s (--controller-stop-timeout) for the stuck turn to end
+		{"controller stops making progress", "hang:nodelifecycle", cp.KubeconfigPath(), "controller nodelifecycle is not working", 90 * time.Second},
 		{"caches never sync", "", noPods, "informer caches did not sync within 8s", 40 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(manager.TestFaultEnv, tc.fault)
-			leader := framework.StartBinary(t, "run", "--kubeconfig", tc.kubeconfig, "--config", conf, "--metrics-bind-address", "0")
+			leader := framework.StartFaultBinary(t, tc.fault, "run", "--kubeconfig", tc.kubeconfig, "--config", conf, "--metrics-bind-address", "0")
 			exited := make(chan error, 1)
 			go func() { exited <- leader.Wait() }()
 			waitHolder(t, client, leader.Process.Pid, 30*time.Second)
 			leading := time.Now()
-			os.Setenv(manager.TestFaultEnv, "") // the standby is sound
 			standby := framework.StartBinary(t, "run", "--kubeconfig", cp.KubeconfigPath(), "--config", conf, "--metrics-bind-address", "0")
 			var err error
 			select {

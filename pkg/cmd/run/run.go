@@ -15,6 +15,9 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
 	"github.com/nodeshepherd/nodeshepherd/pkg/config"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/faulthook"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 	"github.com/nodeshepherd/nodeshepherd/pkg/serving"
 )
@@ -27,7 +30,8 @@ type options struct {
 	serving     serving.Options
 	dryRun      bool
 	startTimeout,
-	stopTimeout time.Duration
+	stopTimeout,
+	progressTimeout time.Duration
 	config controllers.Config
 }
 
@@ -106,6 +110,7 @@ func sections(o *options) []config.Section {
 			o.serving.AddFlags(f)
 			f.BoolVar(&o.dryRun, "dry-run", false, "Compute everything and report by log, event and metric (nodeshepherd_dry_run_actions_total) what would be written; write nothing else.")
 			f.DurationVar(&o.startTimeout, "controller-start-timeout", manager.DefaultStartTimeout, "Once leading, how long the informer caches may take to sync; then /healthz fails, the Lease is released and the process exits non-zero, so that a standby takes over.")
+			f.DurationVar(&o.progressTimeout, "controller-progress-timeout", controllerutil.DefaultProgressTimeout, fmt.Sprintf("How long one step of a controller (a work item such as a node or a pod, a turn of a periodic loop) may take; a controller stuck longer fails /healthz, and the process releases the Lease and exits non-zero, so that a standby takes over (at least %v, above one write's timeout).", controllerutil.MinProgressTimeout))
 			f.DurationVar(&o.stopTimeout, "controller-stop-timeout", manager.DefaultStopTimeout, "On shutdown or lost leadership, how long the controllers get to finish in-flight writes before the process exits; the Lease is released only after they stopped.")
 		}},
 		{Name: "leaderElection", Help: "Leader election on a Lease, so that replicas take over from each other.", Register: o.leader.AddFlags},
@@ -169,13 +174,20 @@ func (o *options) validate() (manager.Options, error) {
 	if o.startTimeout <= 0 || o.stopTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--controller-start-timeout (%v) and --controller-stop-timeout (%v) must be positive", o.startTimeout, o.stopTimeout))
 	}
+	if o.progressTimeout < controllerutil.MinProgressTimeout {
+		errs = append(errs, fmt.Errorf("--controller-progress-timeout (%v) must be at least %v: a write may take %v before it times out", o.progressTimeout, controllerutil.MinProgressTimeout, kube.WriteTimeout))
+	}
+	fault := os.Getenv(faulthook.Env)
+	if err := faulthook.Check(fault); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return manager.Options{}, &cli.UsageError{Err: errors.Join(errs...)}
 	}
 	return manager.Options{
 		Controllers: names, LeaderElection: o.leader, MetricsBindAddress: o.serving.InsecureAddress, DryRun: o.dryRun,
 		Constructors: controllers.Constructors(o.config), StartTimeout: o.startTimeout, StopTimeout: o.stopTimeout,
-		Fault: os.Getenv(manager.TestFaultEnv),
+		ProgressTimeout: o.progressTimeout, Fault: fault,
 	}, nil
 }
 

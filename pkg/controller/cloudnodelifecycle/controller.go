@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -114,10 +113,13 @@ type Deps struct {
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
 	Clock    clock.WithTicker
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 }
 
 // Controller is the cloud node lifecycle controller.
 type Controller struct {
+	*controllerutil.Base
 	cfg        Config
 	client     kubernetes.Interface
 	instances  cloudprovider.InstancesV2
@@ -134,6 +136,8 @@ type Controller struct {
 	// monitor goroutine touches them.
 	gone    map[types.UID]goneAnswers
 	blocked map[types.UID]string
+	// monitor is the loop of passes, from Run on.
+	monitor *controllerutil.Loop
 }
 
 type goneAnswers struct {
@@ -143,19 +147,17 @@ type goneAnswers struct {
 
 // New builds the controller; the provider must implement InstancesV2.
 func New(cfg Config, d Deps) (*Controller, error) {
-	if err := cfg.Validate(); err != nil {
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, Validate: cfg.Validate, DryRun: cfg.DryRun,
+		Registry: d.Registry, Recorder: d.Recorder, ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
 		return nil, err
 	}
 	instances, ok := d.Cloud.InstancesV2()
 	if !ok {
 		return nil, fmt.Errorf("cloud provider %q does not implement InstancesV2", d.Cloud.ProviderName())
 	}
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
-	}
 	c := &Controller{
-		cfg: cfg, client: d.Client, instances: instances, recorder: d.Recorder, clock: d.Clock,
-		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		Base: b, cfg: cfg, client: d.Client, instances: instances, recorder: d.Recorder, clock: d.Clock, dryRun: b.DryRun,
 		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
 		limiter: rate.NewLimiter(rate.Limit(cfg.NodeDeletionRate), 1),
 		metrics: newMetrics(d.Registry),
@@ -166,24 +168,26 @@ func New(cfg Config, d Deps) (*Controller, error) {
 
 // Run checks every node each --node-monitor-period until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	logger := klog.FromContext(ctx).WithName(Name)
-	ctx = klog.NewContext(ctx, logger)
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
-		return fmt.Errorf("%s: caches did not sync", Name)
-	}
-	logger.Info("Starting cloud node lifecycle controller", "nodeDeletionRate", c.cfg.NodeDeletionRate,
-		"maxUnhealthyNodes", c.cfg.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
-	ticker := c.clock.NewTicker(c.cfg.NodeMonitorPeriod)
-	defer ticker.Stop()
-	for {
-		c.monitorNodes(ctx)
-		select {
-		case <-ctx.Done():
+	return c.Base.Run(ctx, controllerutil.Work{Synced: []cache.InformerSynced{c.synced},
+		Start: func(ctx context.Context) error {
+			klog.FromContext(ctx).Info("Starting cloud node lifecycle controller", "nodeDeletionRate", c.cfg.NodeDeletionRate,
+				"maxUnhealthyNodes", c.cfg.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
+			c.monitor = c.Loop("node monitor loop", c.cfg.NodeMonitorPeriod)
+			c.Go(func() {
+				ticker := c.clock.NewTicker(c.cfg.NodeMonitorPeriod)
+				defer ticker.Stop()
+				for {
+					c.monitor.Turn()
+					c.monitorNodes(ctx)
+					select {
+					case <-ctx.Done():
+						return
+					case <-ticker.C():
+					}
+				}
+			})
 			return nil
-		case <-ticker.C():
-		}
-	}
+		}})
 }
 
 // monitorNodes is one pass over every node.
@@ -205,6 +209,7 @@ func (c *Controller) monitorNodes(ctx context.Context) {
 	c.metrics.guardActive.Set(map[bool]float64{true: 1}[guard])
 	c.forgetMissing(nodes)
 	for _, n := range nodes {
+		c.monitor.Progressed() // a pass over many nodes, each asked of the provider, is progress
 		if err := c.checkNode(ctx, n, guard, notReady, len(nodes)); err != nil {
 			logger.Error(err, "Checking node with the cloud provider; retrying next period", "node", n.Name)
 		}

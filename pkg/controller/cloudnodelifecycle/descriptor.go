@@ -69,6 +69,6 @@ var Descriptor = descriptor.Descriptor[Settings]{
 		cfg := s.Config
 		cfg.DryRun = ctx.DryRun
 		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
-			Cloud: cloud, Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock})
+			Cloud: cloud, Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock, ProgressTimeout: ctx.ProgressTimeout})
 	},
 }

@@ -20,9 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -91,10 +89,13 @@ type Deps struct {
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
 	Clock    clock.WithTicker
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 }
 
 // Controller is the drain controller.
 type Controller struct {
+	*controllerutil.Base
 	cfg      Config
 	rules    *rules.Rules
 	client   kubernetes.Interface
@@ -156,16 +157,17 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, DryRun: cfg.DryRun, Registry: d.Registry, Recorder: d.Recorder,
+		ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
+		return nil, err
 	}
 	c := &Controller{
-		cfg: cfg, rules: r, client: d.Client, nodes: d.Nodes.Lister(), pods: d.Pods.Informer().GetIndexer(),
+		Base: b, cfg: cfg, rules: r, client: d.Client, nodes: d.Nodes.Lister(), pods: d.Pods.Informer().GetIndexer(),
 		synced:   []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
-		recorder: d.Recorder, clock: d.Clock,
-		dryRun: controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
+		recorder: d.Recorder, clock: d.Clock, dryRun: b.DryRun,
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
 		attempts: map[string]map[string]string{}, stopping: make(chan struct{}),
@@ -206,35 +208,24 @@ func (c *Controller) requeueWaiting() {
 }
 
 // Run works until ctx ends. One worker makes every decision, so that
-// budgets are checked against the writes before them; drains run apart.
+// budgets are checked against the writes before them; drains run apart. The
+// worker's write in flight finishes before Run returns (and the manager
+// releases the Lease); then running drains stop.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	logger := klog.FromContext(ctx).WithName(Name)
-	ctx = klog.NewContext(ctx, logger)
-	defer c.queue.ShutDown()
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
-		return fmt.Errorf("%s: caches did not sync", Name)
-	}
-	conds := make([]string, len(c.rules.Conditions))
-	for i, r := range c.rules.Conditions {
-		conds[i] = r.String()
-	}
-	logger.Info("Starting drain controller", "conditions", conds, "maxConcurrentDrains", c.cfg.Budget.MaxConcurrentDrains,
-		"maxCordonedNodes", c.cfg.Budget.MaxCordonedNodes, "groupByLabel", c.cfg.Budget.GroupByLabel,
-		"drainBuffer", c.cfg.Budget.DrainBuffer, "maxUnhealthyNodes", c.cfg.Budget.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
-	go wait.Until(c.enqueueAll, c.cfg.ResyncPeriod, ctx.Done())
-	var worker sync.WaitGroup
-	worker.Go(func() {
-		for c.processNext(ctx) {
-		}
-	})
-	<-ctx.Done()
-	// The worker's write in flight finishes before Run returns (and the
-	// manager releases the Lease); then running drains stop.
-	c.queue.ShutDown()
-	worker.Wait()
-	c.stopDrains(nil)
-	return nil
+	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced, Queues: []interface{ ShutDown() }{c.queue},
+		Start: func(ctx context.Context) error {
+			conds := make([]string, len(c.rules.Conditions))
+			for i, r := range c.rules.Conditions {
+				conds[i] = r.String()
+			}
+			klog.FromContext(ctx).Info("Starting drain controller", "conditions", conds, "maxConcurrentDrains", c.cfg.Budget.MaxConcurrentDrains,
+				"maxCordonedNodes", c.cfg.Budget.MaxCordonedNodes, "groupByLabel", c.cfg.Budget.GroupByLabel,
+				"drainBuffer", c.cfg.Budget.DrainBuffer, "maxUnhealthyNodes", c.cfg.Budget.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
+			c.Every(ctx, "resync loop", c.cfg.ResyncPeriod, func(context.Context) { c.enqueueAll() })
+			controllerutil.Workers(ctx, c.Base, 1, c.queue, "node", "Syncing node; will retry", c.sync)
+			return nil
+		},
+		Stop: func() { c.stopDrains(nil) }})
 }
 
 // stopDrains tells running drains that the controller stops (they stop
@@ -268,10 +259,6 @@ func (c *Controller) enqueueAll() {
 		}
 	}
 	c.metrics.cordonedNodes.Set(float64(cordoned))
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	return controllerutil.ProcessNext(ctx, c.queue, "node", "Syncing node; will retry", c.sync)
 }
 
 // view is the node as the controller last wrote it (or, in dry-run, would

@@ -51,6 +51,6 @@ var Descriptor = descriptor.Descriptor[Config]{
 		cfg := *c
 		cfg.DryRun = ctx.DryRun
 		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Pods: ctx.Informers.Core().V1().Pods(),
-			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock})
+			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock, ProgressTimeout: ctx.ProgressTimeout})
 	},
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
@@ -15,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam/cidrset"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
@@ -48,10 +49,13 @@ type Deps struct {
 	Nodes    coreinformers.NodeInformer
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 }
 
 // Controller allocates pod CIDRs to nodes.
 type Controller struct {
+	*controllerutil.Base
 	cfg        *Parsed
 	dryRun     *controllerutil.DryRun
 	client     kubernetes.Interface
@@ -87,12 +91,17 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	var clk clock.WithTicker // the real one
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, DryRun: cfg.DryRun, Registry: d.Registry, Recorder: d.Recorder,
+		ProgressTimeout: d.ProgressTimeout}, &clk)
+	if err != nil {
+		return nil, err
+	}
 	c := &Controller{
-		cfg: parsed, client: d.Client, recorder: d.Recorder, alloc: alloc,
-		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		Base: b, cfg: parsed, client: d.Client, recorder: d.Recorder, alloc: alloc, dryRun: b.DryRun,
 		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"})),
 		waiting: map[string]bool{}, owned: map[string][]string{}, rejected: map[string]bool{}, unconfirmed: map[string]bool{},
 		metrics: newMetrics(d.Registry),
 	}
@@ -102,40 +111,27 @@ func New(cfg Config, d Deps) (*Controller, error) {
 
 // Run rebuilds occupancy from every existing node, then allocates.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	logger := klog.FromContext(ctx).WithName(Name)
-	ctx = klog.NewContext(ctx, logger)
-	defer c.queue.ShutDown()
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
-		return fmt.Errorf("%s: caches did not sync", Name)
-	}
-	// Nothing is handed out before every existing allocation is known, so
-	// a block is never given twice, across restarts and leader changes too.
-	nodes, err := c.nodeLister.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	occupied := 0
-	for _, n := range nodes {
-		if len(n.Spec.PodCIDRs) > 0 && c.occupy(ctx, n) {
-			occupied++
-		}
-	}
-	c.updateGauge()
-	logger.Info("Starting node IPAM controller", "clusterCIDRs", c.alloc.Ranges(), "nodes", len(nodes), "occupied", occupied, "dryRun", c.dryRun.Enabled())
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.process(ctx) {
+	return c.Base.Run(ctx, controllerutil.Work{Synced: []cache.InformerSynced{c.synced}, Queues: []interface{ ShutDown() }{c.queue},
+		Start: func(ctx context.Context) error {
+			// Nothing is handed out before every existing allocation is known, so
+			// a block is never given twice, across restarts and leader changes too.
+			nodes, err := c.nodeLister.List(labels.Everything())
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	return nil
+			end := c.Begin("rebuilding the allocations of every node")
+			occupied := 0
+			for _, n := range nodes {
+				if len(n.Spec.PodCIDRs) > 0 && c.occupy(ctx, n) {
+					occupied++
+				}
+			}
+			end()
+			c.updateGauge()
+			klog.FromContext(ctx).Info("Starting node IPAM controller", "clusterCIDRs", c.alloc.Ranges(), "nodes", len(nodes), "occupied", occupied, "dryRun", c.dryRun.Enabled())
+			controllerutil.Workers(ctx, c.Base, workers, c.queue, "node", "Pod CIDR allocation failed, retrying", c.sync)
+			return nil
+		}})
 }
 
 // occupy records a node's existing CIDRs; invalid or taken ones get an
@@ -173,10 +169,6 @@ func (c *Controller) occupy(ctx context.Context, n *v1.Node) bool {
 	c.owned[n.Name] = n.Spec.PodCIDRs
 	c.ownedMu.Unlock()
 	return true
-}
-
-func (c *Controller) process(ctx context.Context) bool {
-	return controllerutil.ProcessNext(ctx, c.queue, "node", "Pod CIDR allocation failed, retrying", c.sync)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {

@@ -33,6 +33,6 @@ var Descriptor = descriptor.Descriptor[Config]{
 		cfg := *c
 		cfg.DryRun = ctx.DryRun
 		return New(cfg, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
-			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry})
+			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, ProgressTimeout: ctx.ProgressTimeout})
 	},
 }

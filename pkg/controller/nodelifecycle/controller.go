@@ -2,9 +2,7 @@ package nodelifecycle
 
 import (
 	"context"
-	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coordinformers "k8s.io/client-go/informers/coordination/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -57,6 +54,8 @@ type Deps struct {
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
 	Clock    clock.WithTicker
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 	// Ping checks that the API server answers; the controller stops judging
 	// nodes while it cannot reach it (default: GET /readyz).
 	Ping func(context.Context) error
@@ -64,9 +63,10 @@ type Deps struct {
 
 // Controller is the node lifecycle controller.
 type Controller struct {
-	// lastStep is when the monitor loop last made progress (unix
-	// nanoseconds; from construction on): Healthy reports a loop that stopped.
-	lastStep atomic.Int64
+	*controllerutil.Base
+	// monitor is the monitor loop, counted from construction on: a Run
+	// that never gets it going is as stuck as a loop that stopped.
+	monitor  *controllerutil.Loop
 	cfg      Config
 	client   kubernetes.Interface
 	clock    clock.WithTicker
@@ -140,15 +140,15 @@ type markedPod struct {
 
 // New builds the controller; Run starts it.
 func New(cfg Config, d Deps) (*Controller, error) {
-	if err := cfg.Validate(); err != nil {
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, Validate: cfg.Validate, DryRun: cfg.DryRun,
+		Registry: d.Registry, Recorder: d.Recorder, ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
 		return nil, err
 	}
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
-	}
 	c := &Controller{
+		Base: b, monitor: b.Loop("node monitor loop", cfg.NodeMonitorPeriod),
 		cfg: cfg, client: d.Client, clock: d.Clock, recorder: d.Recorder, metrics: newMetrics(d.Registry),
-		dryRun:      controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		dryRun:      b.DryRun,
 		nodeLister:  d.Nodes.Lister(),
 		leaseLister: d.Leases.Lister(),
 		podLister:   d.Pods.Lister(),
@@ -172,19 +172,19 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			return c.client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
 		}
 	}
-	newQueue := func(name string) workqueue.TypedRateLimitingInterface[string] {
-		return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name, Clock: d.Clock})
+	newQueue := func(name, what string) workqueue.TypedRateLimitingInterface[string] {
+		return controllerutil.Track(b, what, workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name, Clock: d.Clock}))
 	}
-	c.nodeQueue = newQueue("node_lifecycle_controller")
-	c.podQueue = newQueue("node_lifecycle_controller_pods")
-	c.markQueue = newQueue("node_lifecycle_controller_mark_pods")
-	c.restoreQueue = newQueue("node_lifecycle_controller_restore_readiness")
+	c.nodeQueue = newQueue("node_lifecycle_controller", "node")
+	c.podQueue = newQueue("node_lifecycle_controller_pods", "pod")
+	c.markQueue = newQueue("node_lifecycle_controller_mark_pods", "pods of node")
+	c.restoreQueue = newQueue("node_lifecycle_controller_restore_readiness", "readiness of pod")
 
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
-	_, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNode(obj.(*v1.Node)) },
 		UpdateFunc: func(_, obj any) { c.onNode(obj.(*v1.Node)) },
 		DeleteFunc: func(obj any) {
@@ -214,9 +214,6 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			}
 		},
 	})
-	// Counted from construction: a Run that never gets its loop going is
-	// as stuck as a loop that stopped.
-	c.lastStep.Store(c.clock.Now().UnixNano())
 	return c, err
 }
 
@@ -278,60 +275,34 @@ func (c *Controller) latestNode(name string) (*v1.Node, error) {
 
 // Run starts the workers and the monitor loop and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	logger := klog.FromContext(ctx).WithName(Name)
-	ctx = klog.NewContext(ctx, logger)
-	defer c.nodeQueue.ShutDown()
-	defer c.podQueue.ShutDown()
-	defer c.markQueue.ShutDown()
-	defer c.restoreQueue.ShutDown()
-	logger.Info("Starting node lifecycle controller", "dryRun", c.dryRun.Enabled(), "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
-		"nodeMonitorGracePeriod", c.cfg.NodeMonitorGracePeriod, "nodeEvictionRate", c.cfg.NodeEvictionRate)
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
-		return fmt.Errorf("%s: caches did not sync", Name)
-	}
-	var wg sync.WaitGroup
-	spawn := func(n int, f func(context.Context) bool) {
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for f(ctx) {
+	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced,
+		Queues: []interface{ ShutDown() }{c.nodeQueue, c.podQueue, c.markQueue, c.restoreQueue},
+		Start: func(ctx context.Context) error {
+			klog.FromContext(ctx).Info("Starting node lifecycle controller", "dryRun", c.dryRun.Enabled(), "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
+				"nodeMonitorGracePeriod", c.cfg.NodeMonitorGracePeriod, "nodeEvictionRate", c.cfg.NodeEvictionRate)
+			spawn := func(n int, f func(context.Context) bool) {
+				for range n {
+					c.Go(func() {
+						for f(ctx) {
+						}
+					})
 				}
-			}()
-		}
-	}
-	spawn(nodeUpdateWorkers, c.processNode)
-	spawn(podUpdateWorkers, c.processPod)
-	spawn(podUpdateWorkers, c.processMark)
-	spawn(1, c.processRestore)
-	wg.Add(1)
-	go func() { defer wg.Done(); c.watchContact(ctx) }()
-	c.monitorLoop(ctx)
-	c.nodeQueue.ShutDown()
-	c.podQueue.ShutDown()
-	c.markQueue.ShutDown()
-	c.restoreQueue.ShutDown()
-	wg.Wait()
-	return nil
+			}
+			spawn(nodeUpdateWorkers, c.processNode)
+			spawn(podUpdateWorkers, c.processPod)
+			spawn(podUpdateWorkers, c.processMark)
+			spawn(1, c.processRestore)
+			contact := c.Loop("API server contact loop", time.Second)
+			c.Go(func() { c.watchContact(ctx, contact) })
+			c.Go(func() { c.monitorLoop(ctx) })
+			return nil
+		}})
 }
 
 // progressed records that the monitor loop moved: at each step, and for
 // each node a pass judges or taints, so that a long pass (thousands of
 // nodes failing at once, writes throttled) is progress, not a hang.
-func (c *Controller) progressed() { c.lastStep.Store(c.clock.Now().UnixNano()) }
-
-// Healthy reports a monitor loop that has made no progress for three
-// monitor periods (at least 30 s): a controller stuck there judges no node,
-// and the manager then gives up leadership for a standby.
-func (c *Controller) Healthy(now time.Time) error {
-	last := c.lastStep.Load()
-	bound := max(3*c.cfg.NodeMonitorPeriod, 30*time.Second)
-	if stuck := now.Sub(time.Unix(0, last)); stuck > bound {
-		return fmt.Errorf("the node monitor loop has not run for %v (more than %v)", stuck.Round(time.Second), bound)
-	}
-	return nil
-}
+func (c *Controller) progressed() { c.monitor.Progressed() }
 
 // monitorLoop runs the health pass every monitor period and also the moment a
 // node's grace period expires, then the NoExecute tainting pass; between
@@ -348,6 +319,7 @@ func (c *Controller) monitorLoop(ctx context.Context) {
 			return
 		case <-timer.C():
 		}
+		c.monitor.Turn()
 		timer.Reset(c.monitorStep(ctx, &nextPass))
 	}
 }
@@ -385,11 +357,12 @@ func (c *Controller) monitorStep(ctx context.Context, nextPass *time.Time) time.
 
 // watchContact pings the API server every second; see contact for what the
 // controller does while it cannot see heartbeats.
-func (c *Controller) watchContact(ctx context.Context) {
+func (c *Controller) watchContact(ctx context.Context, loop *controllerutil.Loop) {
 	logger := klog.FromContext(ctx)
 	ticker := c.clock.NewTicker(time.Second)
 	defer ticker.Stop()
 	for {
+		loop.Turn()
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := c.ping(pctx)
 		cancel()

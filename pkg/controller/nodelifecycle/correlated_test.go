@@ -25,6 +25,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 )
@@ -612,17 +613,23 @@ func TestOverdueAfter(t *testing.T) {
 }
 
 // TestHealthyReportsAStuckMonitorLoop: the loop turning keeps the controller
-// healthy; a loop that has not turned for three monitor periods (at least
-// 30 s) is reported, so the manager gives up leadership.
+// healthy; a loop that has not turned for a monitor period plus the progress
+// timeout is reported, so the manager gives up leadership.
 func TestHealthyReportsAStuckMonitorLoop(t *testing.T) {
 	cl := newCluster(t, DefaultConfig(), map[string]int{"a": 1})
 	cl.run(time.Second)
 	if err := cl.c.Healthy(cl.clk.Now()); err != nil {
 		t.Fatalf("healthy loop reported: %v", err)
 	}
-	cl.clk.Step(31 * time.Second) // the loop does not turn
-	if err := cl.c.Healthy(cl.clk.Now()); err == nil || !strings.Contains(err.Error(), "has not run for 31s") {
-		t.Fatalf("stuck loop: %v, want an error naming 31s", err)
+	bound := DefaultConfig().NodeMonitorPeriod + controllerutil.DefaultProgressTimeout
+	cl.clk.Step(bound - time.Second) // the loop does not turn
+	if err := cl.c.Healthy(cl.clk.Now()); err != nil {
+		t.Fatalf("within the bound: %v", err)
+	}
+	cl.clk.Step(2 * time.Second)
+	want := fmt.Sprintf("(bound %v)", bound)
+	if err := cl.c.Healthy(cl.clk.Now()); err == nil || !strings.Contains(err.Error(), "the node monitor loop has not turned for") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("stuck loop: %v, want it to name the loop and %q", err, want)
 	}
 	cl.run(100 * time.Millisecond)
 	if err := cl.c.Healthy(cl.clk.Now()); err != nil {

@@ -45,7 +45,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 		return New(cfg, Deps{
 			Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Pods: ctx.Informers.Core().V1().Pods(),
 			Leases: ctx.LeaseInformers.Coordination().V1().Leases(), Recorder: ctx.Recorder(EventSource),
-			Registry: ctx.Registry, Clock: ctx.Clock,
+			Registry: ctx.Registry, Clock: ctx.Clock, ProgressTimeout: ctx.ProgressTimeout,
 		})
 	},
 }

@@ -24,7 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -99,10 +98,13 @@ type Deps struct {
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
 	Clock    clock.WithTicker
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 }
 
 // Controller is the out-of-service controller.
 type Controller struct {
+	*controllerutil.Base
 	cfg       Config
 	client    kubernetes.Interface
 	instances cloudprovider.InstancesV2 // nil without a provider
@@ -135,18 +137,16 @@ type lostWrite struct {
 
 // New builds the controller.
 func New(cfg Config, d Deps) (*Controller, error) {
-	if err := cfg.Validate(); err != nil {
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, Validate: cfg.Validate, DryRun: cfg.DryRun,
+		Registry: d.Registry, Recorder: d.Recorder, ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
 		return nil, err
 	}
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
-	}
 	c := &Controller{
-		cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock,
-		dryRun: controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
-		nodes:  d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock}),
+		Base: b, cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock, dryRun: b.DryRun,
+		nodes: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
 		lost: map[string]lostWrite{},
 	}
@@ -167,32 +167,20 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		}
 		c.instances = instances
 	}
-	_, err := d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
+	_, err = d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
 	return c, err
 }
 
 // Run works until ctx ends, with one worker so that every decision counts
 // the writes before it against the budget.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	logger := klog.FromContext(ctx).WithName(Name)
-	ctx = klog.NewContext(ctx, logger)
-	defer c.queue.ShutDown()
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced) {
-		return fmt.Errorf("%s: caches did not sync", Name)
-	}
-	logger.Info("Starting out-of-service controller", "after", c.cfg.After, "maxNodes", c.cfg.MaxNodes,
-		"maxPercent", c.cfg.MaxPercent, "cloudProvider", c.cfg.Cloud.Name, "dryRun", c.dryRun.Enabled())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for controllerutil.ProcessNext(ctx, c.queue, "node", "Syncing node; will retry", c.sync) {
-		}
-	}()
-	<-ctx.Done()
-	c.queue.ShutDown()
-	<-done
-	return nil
+	return c.Base.Run(ctx, controllerutil.Work{Synced: []cache.InformerSynced{c.synced}, Queues: []interface{ ShutDown() }{c.queue},
+		Start: func(ctx context.Context) error {
+			klog.FromContext(ctx).Info("Starting out-of-service controller", "after", c.cfg.After, "maxNodes", c.cfg.MaxNodes,
+				"maxPercent", c.cfg.MaxPercent, "cloudProvider", c.cfg.Cloud.Name, "dryRun", c.dryRun.Enabled())
+			controllerutil.Workers(ctx, c.Base, 1, c.queue, "node", "Syncing node; will retry", c.sync)
+			return nil
+		}})
 }
 
 // view is the node as this controller last wrote it (or, in dry-run,

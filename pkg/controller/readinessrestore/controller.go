@@ -25,7 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -85,11 +84,14 @@ type Deps struct {
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
 	Clock    clock.WithTicker
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 }
 
 // Controller restores the readiness kube-controller-manager took from pods
 // of a node that came back.
 type Controller struct {
+	*controllerutil.Base
 	cfg        Config
 	client     kubernetes.Interface
 	clock      clock.WithTicker
@@ -121,26 +123,24 @@ type lostRestore struct {
 
 // New builds the controller; Run starts it.
 func New(cfg Config, d Deps) (*Controller, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
-	}
 	reg := d.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	c := &Controller{cfg: cfg, client: d.Client, clock: d.Clock, recorder: d.Recorder,
-		dryRun: controllerutil.NewDryRun(cfg.DryRun, Name, reg, d.Recorder),
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, Validate: cfg.Validate, DryRun: cfg.DryRun,
+		Registry: reg, Recorder: d.Recorder, ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{Base: b, cfg: cfg, client: d.Client, clock: d.Clock, recorder: d.Recorder, dryRun: b.DryRun,
 		restored: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: Name, Name: "pod_readiness_restored_total",
 			Help: "Pods given Ready=True back after kube-controller-manager marked them NotReady and their node recovered."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: Name, Name: "pod_readiness_restore_errors_total",
 			Help: "Failed attempts to give a pod Ready=True back (conflicts with the kubelet and deleted pods excluded); each is retried with backoff."}),
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "readiness_restore", Clock: d.Clock}),
+		queue: controllerutil.Track(b, "pod", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "readiness_restore", Clock: d.Clock})),
 		queued: map[string]bool{},
 	}
 	for _, m := range []prometheus.Collector{c.restored, c.failed} {
@@ -164,7 +164,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			c.onPod(p)
 		}
 	}
-	_, err := d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod, UpdateFunc: func(_, obj any) { onPod(obj) }})
+	_, err = d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod, UpdateFunc: func(_, obj any) { onPod(obj) }})
 	return c, err
 }
 
@@ -232,24 +232,12 @@ func (c *Controller) consider(p *v1.Pod, n *v1.Node) {
 
 // Run starts the worker and blocks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx).WithName(Name)
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting readiness restore controller", "delay", c.cfg.Delay, "dryRun", c.dryRun.Enabled())
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
-		return fmt.Errorf("%s: caches did not sync", Name)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for controllerutil.ProcessNext(ctx, c.queue, "pod", "Failed to restore pod readiness, retrying", c.sync) {
-		}
-	}()
-	<-ctx.Done()
-	c.queue.ShutDown()
-	<-done
-	return nil
+	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced, Queues: []interface{ ShutDown() }{c.queue},
+		Start: func(ctx context.Context) error {
+			klog.FromContext(ctx).Info("Starting readiness restore controller", "delay", c.cfg.Delay, "dryRun", c.dryRun.Enabled())
+			controllerutil.Workers(ctx, c.Base, 1, c.queue, "pod", "Failed to restore pod readiness, retrying", c.sync)
+			return nil
+		}})
 }
 
 // sync decides on one pod, read from the API server (not the cache, so the

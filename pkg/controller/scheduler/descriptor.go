@@ -43,6 +43,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			StorageClasses: ctx.Informers.Storage().V1().StorageClasses(), CSINodes: ctx.Informers.Storage().V1().CSINodes(),
 			CSIDrivers: ctx.Informers.Storage().V1().CSIDrivers(), CSIStorageCapacities: ctx.Informers.Storage().V1().CSIStorageCapacities(),
 			VolumeAttachments: ctx.Informers.Storage().V1().VolumeAttachments(),
-			Recorder:          ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun})
+			Recorder:          ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun,
+			ProgressTimeout: ctx.ProgressTimeout})
 	},
 }

@@ -48,6 +48,8 @@ type Deps struct {
 	Registry prometheus.Registerer
 	Clock    clock.WithTickerAndDelayedExecution
 	DryRun   bool
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 	// Rand seeds tie-breaking and the preemption offset; tests fix it.
 	Rand *rand.Rand
 
@@ -75,6 +77,7 @@ type Deps struct {
 
 // Scheduler is the controller.
 type Scheduler struct {
+	*controllerutil.Base
 	cfg       Config
 	client    kubernetes.Interface
 	recorder  record.EventRecorder
@@ -103,22 +106,21 @@ type Scheduler struct {
 
 // New builds the scheduler and registers its informer handlers.
 func New(cfg Config, d Deps) (*Scheduler, error) {
-	if err := cfg.Validate(); err != nil {
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, Validate: cfg.Validate, DryRun: d.DryRun,
+		Registry: d.Registry, Recorder: d.Recorder, ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
 		return nil, err
 	}
 	defaults, err := parseSpreadDefaults(cfg.DefaultPodTopologySpread)
 	if err != nil {
 		return nil, err
 	}
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
-	}
 	if d.Rand == nil {
 		d.Rand = rand.New(rand.NewSource(d.Clock.Now().UnixNano()))
 	}
 	s := &Scheduler{
-		cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock,
-		dryRun:  controllerutil.NewDryRun(d.DryRun, Name, d.Registry, d.Recorder),
+		Base: b, cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock,
+		dryRun:  b.DryRun,
 		metrics: newMetrics(d.Registry, cfg.SchedulerName),
 		queue: newSchedulingQueue(queueConfig{InitialBackoff: cfg.PodInitialBackoff, MaxBackoff: cfg.PodMaxBackoff,
 			MaxUnschedulable: cfg.PodMaxInUnschedulablePods}, d.Clock),
@@ -259,39 +261,35 @@ func (s *Scheduler) onPodDelete(pod *v1.Pod) {
 	s.queue.MoveAffinityBound("AssignedPodDelete")
 }
 
-// Run schedules until ctx ends.
+// Run schedules until ctx ends, one pod at a time; bindings and
+// preemptions in flight finish before it returns.
 func (s *Scheduler) Run(ctx context.Context) error {
-	if !toolscache.WaitForCacheSync(ctx.Done(), s.synced...) {
-		return ctx.Err()
-	}
-	klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled())
-	go s.tick(ctx)
-	for {
-		p, cycle, ok := s.queue.Pop(ctx)
-		if !ok {
-			break
-		}
-		s.scheduleOne(ctx, p, cycle)
-	}
-	s.wg.Wait()
-	return nil
+	return s.Base.Run(ctx, controllerutil.Work{Synced: s.synced,
+		Start: func(ctx context.Context) error {
+			klog.FromContext(ctx).Info("Scheduling", "schedulerName", s.cfg.SchedulerName, "dryRun", s.dryRun.Enabled())
+			s.Every(ctx, "queue flush loop", time.Second, s.flush)
+			s.Go(func() {
+				for {
+					p, cycle, ok := s.queue.Pop(ctx)
+					if !ok {
+						return
+					}
+					end := s.Begin("scheduling pod " + p.info.pod.Namespace + "/" + p.info.pod.Name)
+					s.scheduleOne(ctx, p, cycle)
+					end()
+				}
+			})
+			return nil
+		},
+		Stop: s.wg.Wait})
 }
 
-// tick flushes the queue's backoff and unschedulable pool and reports the
-// pending pods, every second until ctx ends.
-func (s *Scheduler) tick(ctx context.Context) {
-	t := s.clock.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			s.queue.flush()
-			for q, n := range s.queue.Lens() {
-				s.metrics.pending.WithLabelValues(q).Set(float64(n))
-			}
-		}
+// flush moves the pods whose backoff ended and those the unschedulable
+// pool held too long back to the active queue, and reports the pending pods.
+func (s *Scheduler) flush(context.Context) {
+	s.queue.flush()
+	for q, n := range s.queue.Lens() {
+		s.metrics.pending.WithLabelValues(q).Set(float64(n))
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -82,10 +81,13 @@ type Deps struct {
 	Recorder record.EventRecorder
 	Registry prometheus.Registerer
 	Clock    clock.WithTickerAndDelayedExecution
+	// ProgressTimeout bounds a step (controllerutil.DefaultProgressTimeout when zero).
+	ProgressTimeout time.Duration
 }
 
 // Controller is the taint eviction controller.
 type Controller struct {
+	*controllerutil.Base
 	cfg        Config
 	client     kubernetes.Interface
 	clock      clock.WithTickerAndDelayedExecution
@@ -135,27 +137,32 @@ func (it item) String() string {
 
 // New builds the controller.
 func New(cfg Config, d Deps) (*Controller, error) {
-	if d.Clock == nil {
-		d.Clock = clock.RealClock{}
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, DryRun: cfg.DryRun, Registry: d.Registry, Recorder: d.Recorder,
+		ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
+		return nil, err
 	}
 	c := &Controller{
-		cfg: cfg, client: d.Client, clock: d.Clock, recorder: d.Recorder,
-		dryRun:     controllerutil.NewDryRun(cfg.DryRun, Name, d.Registry, d.Recorder),
+		Base: b, cfg: cfg, client: d.Client, clock: d.Clock, recorder: d.Recorder, dryRun: b.DryRun,
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced:  []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		tainted: map[string]*nodeTaints{},
 		metrics: newMetrics(d.Registry),
 	}
-	c.workers = newTimedWorkers(d.Clock, c.evict, retryBackoff)
+	// Each deletion attempt is a step: one that never ends is reported.
+	c.workers = newTimedWorkers(d.Clock, func(key string, w timedWork) bool {
+		defer c.Begin("pod deletion " + key)()
+		return c.evict(key, w)
+	}, retryBackoff)
 	c.metrics.registerPending(d.Registry, c.workers.Len)
 	for i := 0; i < workers; i++ {
-		c.shards = append(c.shards, workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-			workqueue.TypedRateLimitingQueueConfig[item]{Name: fmt.Sprintf("noexec_taint_%d", i), Clock: d.Clock}))
+		c.shards = append(c.shards, controllerutil.Track(b, "item", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: fmt.Sprintf("noexec_taint_%d", i), Clock: d.Clock})))
 	}
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
-	_, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.enqueue(item{node: obj.(*v1.Node).Name}) },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*v1.Node), obj.(*v1.Node)
@@ -205,39 +212,23 @@ func (c *Controller) enqueue(it item) {
 	c.shards[h.Sum32()%uint32(len(c.shards))].Add(it)
 }
 
-// Run starts the workers and blocks until ctx ends.
+// Run starts the workers and blocks until ctx ends; deletions under way
+// finish before it returns.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
-	logger := klog.FromContext(ctx).WithName(Name)
-	ctx = klog.NewContext(ctx, logger)
-	c.runCtx = ctx
-	logger.Info("Starting taint eviction controller", "dryRun", c.dryRun.Enabled())
-	defer c.workers.CancelAll()
-	for _, q := range c.shards {
-		defer q.ShutDown()
+	queues := make([]interface{ ShutDown() }, len(c.shards))
+	for i, q := range c.shards {
+		queues[i] = q
 	}
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
-		return fmt.Errorf("%s: caches did not sync", Name)
-	}
-	var wg sync.WaitGroup
-	for _, q := range c.shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for c.process(ctx, q) {
+	c.runCtx = klog.NewContext(ctx, klog.FromContext(ctx).WithName(Name)) // before any deletion can start
+	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced, Queues: queues,
+		Start: func(ctx context.Context) error {
+			klog.FromContext(ctx).Info("Starting taint eviction controller", "dryRun", c.dryRun.Enabled())
+			for _, q := range c.shards {
+				controllerutil.Workers(ctx, c.Base, 1, q, "item", "Taint eviction: requeueing", c.handle)
 			}
-		}()
-	}
-	<-ctx.Done()
-	for _, q := range c.shards {
-		q.ShutDown()
-	}
-	wg.Wait()
-	return nil
-}
-
-func (c *Controller) process(ctx context.Context, q workqueue.TypedRateLimitingInterface[item]) bool {
-	return controllerutil.ProcessNext(ctx, q, "item", "Taint eviction: requeueing", c.handle)
+			return nil
+		},
+		Stop: c.workers.CancelAll})
 }
 
 // handle syncs one queued item: a node's taints or one pod on a node.

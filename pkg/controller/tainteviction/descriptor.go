@@ -28,7 +28,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 	New: func(_ *Config, ctx manager.Context) (manager.Controller, error) {
 		return New(Config{DryRun: ctx.DryRun}, Deps{
 			Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Pods: ctx.Informers.Core().V1().Pods(),
-			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock,
+			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock, ProgressTimeout: ctx.ProgressTimeout,
 		})
 	},
 }
