@@ -234,10 +234,10 @@ type OutOfServiceSet struct {
 	// controller has recorded it.
 	ConfirmationBootID string `json:"confirmationBootID,omitempty"`
 	// NodeBootID is the boot the node reports now.
-	NodeBootID string `json:"nodeBootID,omitempty"`
-	BootID     string `json:"bootID,omitempty"`
-	ConfirmedBy  string  `json:"confirmedBy,omitempty"`
-	Summary      string  `json:"summary"`
+	NodeBootID  string `json:"nodeBootID,omitempty"`
+	BootID      string `json:"bootID,omitempty"`
+	ConfirmedBy string `json:"confirmedBy,omitempty"`
+	Summary     string `json:"summary"`
 }
 
 var (
