@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -37,6 +38,10 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 	client := framework.Client(t, cp)
 	nodes := framework.StartFakeNodes(t, fastNodes(client, 2, false))
 	node := nodes.NodeNames()[0]
+	// Pods need the namespace's ServiceAccount, which no controller makes here.
+	if _, err := client.CoreV1().ServiceAccounts("default").Create(framework.Context(t), &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	// Ready (no kube-controller-manager lifts the registration taints here).
 	framework.Eventually(t, time.Minute, "node "+node+" Ready", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
