@@ -34,6 +34,9 @@ const stuckProgressTimeout = 20 * time.Second
 // must fail naming the controller and the step, the leader must exit
 // non-zero, and the standby must take the Lease over.
 func TestStuckControllerGivesUpLease(t *testing.T) {
+	// Both builds first: a build in the middle of a subtest would outlast its leader.
+	framework.Binary(t)
+	framework.FaultBinary(t)
 	cp := framework.StartControlPlane(t, controlplane.Config{})
 	client := framework.Client(t, cp)
 	nodes := framework.StartFakeNodes(t, fastNodes(client, 2, false))
@@ -87,11 +90,6 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 			go func() { exited <- leader.Wait() }()
 			waitLeaseHolder(t, client, lease, leader.Process.Pid, time.Minute)
 			leading := time.Now()
-			standby := framework.StartBinary(t, args...)
-			if tc.work != nil {
-				tc.work(t)
-			}
-
 			// --secure-port=0: the one port the leader listens on is plain HTTP.
 			var addr string
 			framework.Eventually(t, 30*time.Second, "the leader's plain-HTTP port", func(context.Context) (bool, string, error) {
@@ -102,6 +100,10 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 				addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 				return true, "", nil
 			})
+			standby := framework.StartBinary(t, args...)
+			if tc.work != nil {
+				tc.work(t)
+			}
 			want := "controller " + name + " is not working: "
 			var body string
 			// The bound, a health check a second, and a busy machine.
