@@ -237,10 +237,24 @@ type manager struct {
 	// failure is why the controllers stopped working (nil while they work):
 	// /healthz and /livez report it until the process exits.
 	failure atomic.Pointer[error]
+	// failedC is closed on the first failure (failedSignal).
+	failedOnce sync.Once
+	failedC    chan struct{}
 }
 
 // fail records the first failure of the controllers.
-func (m *manager) fail(err error) { m.failure.CompareAndSwap(nil, &err) }
+func (m *manager) fail(err error) {
+	if m.failure.CompareAndSwap(nil, &err) {
+		close(m.failedSignal())
+	}
+}
+
+// failedSignal is closed once the controllers failed: the others are then
+// told to stop, and get StopTimeout to do so, as on shutdown.
+func (m *manager) failedSignal() chan struct{} {
+	m.failedOnce.Do(func() { m.failedC = make(chan struct{}) })
+	return m.failedC
+}
 
 func (m *manager) failed() error {
 	if p := m.failure.Load(); p != nil {
@@ -380,6 +394,7 @@ func (m *manager) runUntilStopped(ctx context.Context) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+	case <-m.failedSignal(): // a controller that does not stop must not hold the process
 	}
 	select {
 	case err := <-done:
@@ -391,7 +406,7 @@ func (m *manager) runUntilStopped(ctx context.Context) error {
 		if len(names) == 0 {
 			names = []string{"(still starting)"}
 		}
-		return fmt.Errorf("controllers did not stop within %v of shutdown: %s", timeout, strings.Join(names, ", "))
+		return errors.Join(m.failed(), fmt.Errorf("controllers did not stop within %v of shutdown: %s", timeout, strings.Join(names, ", ")))
 	}
 }
 

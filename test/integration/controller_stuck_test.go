@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -33,10 +34,17 @@ const stuckProgressTimeout = 20 * time.Second
 // must fail naming the controller and the step, the leader must exit
 // non-zero, and the standby must take the Lease over.
 func TestStuckControllerGivesUpLease(t *testing.T) {
+	// Both builds first: a build in the middle of a subtest would outlast its leader.
+	framework.Binary(t)
+	framework.FaultBinary(t)
 	cp := framework.StartControlPlane(t, controlplane.Config{})
 	client := framework.Client(t, cp)
 	nodes := framework.StartFakeNodes(t, fastNodes(client, 2, false))
 	node := nodes.NodeNames()[0]
+	// Pods need the namespace's ServiceAccount, which no controller makes here.
+	if _, err := client.CoreV1().ServiceAccounts("default").Create(framework.Context(t), &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	// Ready (no kube-controller-manager lifts the registration taints here).
 	framework.Eventually(t, time.Minute, "node "+node+" Ready", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -82,11 +90,6 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 			go func() { exited <- leader.Wait() }()
 			waitLeaseHolder(t, client, lease, leader.Process.Pid, time.Minute)
 			leading := time.Now()
-			standby := framework.StartBinary(t, args...)
-			if tc.work != nil {
-				tc.work(t)
-			}
-
 			// --secure-port=0: the one port the leader listens on is plain HTTP.
 			var addr string
 			framework.Eventually(t, 30*time.Second, "the leader's plain-HTTP port", func(context.Context) (bool, string, error) {
@@ -97,6 +100,10 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 				addr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 				return true, "", nil
 			})
+			standby := framework.StartBinary(t, args...)
+			if tc.work != nil {
+				tc.work(t)
+			}
 			want := "controller " + name + " is not working: "
 			var body string
 			// The bound, a health check a second, and a busy machine.
