@@ -814,7 +814,7 @@ func readyWriter(p *v1.Pod) string {
 			continue
 		}
 		var fields map[string]any
-		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		st, _ := fields["f:status"].(map[string]any)

@@ -298,8 +298,8 @@ func TestReadinessGivenBack(t *testing.T) {
 	c.ObserveNode(at(10), down, false)
 	byKubelet := p.DeepCopy()
 	byKubelet.ManagedFields = []metav1.ManagedFieldsEntry{
-		{Manager: "nodeshepherd", Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"DisruptionTarget\"}":{".":{},"f:status":{}}}}}`)}},
-		{Manager: KubeletManager, Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:status":{}}}}}`)}},
+		{Manager: "nodeshepherd", Subresource: "status", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:conditions":{"k:{\"type\":\"DisruptionTarget\"}":{".":{},"f:status":{}}}}}`)},
+		{Manager: KubeletManager, Subresource: "status", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:status":{}}}}}`)},
 	}
 	c.ObservePod(at(12), byKubelet, false)
 	c.Settle(at(30))
