@@ -1,32 +1,36 @@
 #!/usr/bin/env bash
 # Runs the integration tests (test/integration) under the race detector in
-# two shards side by side, and the fixed chaos seeds (test/chaos, docs/chaos.md)
-# after the shorter shard 1, beside shard 2. Most of their time is waiting
-# (grace periods, tolerations, timelines), not computing, so two control
-# planes at once roughly halve the wall time on 2 cores; shard 1 ends about
-# 7 minutes before shard 2, and the three seeds take about 3, so they cost
-# no wall time. Each job logs to its own file, streamed here as it grows;
-# the exit status is non-zero if any failed (a chaos seed fails on any
-# invariant violation).
+# SHARDS processes side by side (default 3), and the fixed chaos seeds
+# (test/chaos, docs/chaos.md) at the end of one of them. Most of the tests'
+# time is waiting (grace periods, tolerations, timelines): with two shards
+# the 2-core machine was about half idle.
+#
+# The tests are split by their durations in the last run (bin/integration-times,
+# written at the end of every full run; hack/integration-times.txt, committed,
+# before the first), longest first, each to the shard with the least work so
+# far, so that the shards end together. A test that neither file knows counts
+# 30 s. Every shard keeps one spare control plane starting in the background
+# (test/framework/spare.go), so that its next test does not wait for one.
+#
+# The terminal shows one line per finished test and the whole output of a
+# failed one; each shard's full log (-test.v) is kept in a directory under
+# /tmp, named at the end.
 #
 #   hack/test-integration.sh [-v]     (make test-integration; make test)
-#   CHAOS_SEEDS=1,2,3 CHAOS_DURATION=45s (the defaults; CHAOS_SEEDS= skips them)
+#   SHARDS=3; CHAOS_SEEDS=1,2,3 CHAOS_DURATION=45s (the defaults; CHAOS_SEEDS= skips them)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-verbose=()
+verbose=0
 for a in "$@"; do
   case "$a" in
-    -v) verbose=(-test.v) ;;
+    -v) verbose=1 ;;
     *) echo "test-integration: unknown argument $a (only -v)" >&2; exit 2 ;;
   esac
 done
-
-# Shard 1: simulate (and scenario snapshot), the scheduler (and explain pod) and the CLI; shard 2: everything else.
-# A test belongs to exactly one shard (shard 2 skips what shard 1 runs).
-shard1='^(TestExampleScenarios|TestSimulate.*|TestPreemptionSameAsKubeScheduler|TestScheduler.*|TestDemo|TestLocalCluster|TestBadInputExitsWithCode2|TestRuntimeErrorsExitWithCode1|TestHelpIsAvailableForEveryCommand|TestExplainPod|TestScenarioSnapshot.*)$'
-
+shards=${SHARDS:-3}
+[[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "test-integration: SHARDS=$shards: want a positive number" >&2; exit 2; }
 chaos_seeds=${CHAOS_SEEDS-1,2,3}
 chaos_duration=${CHAOS_DURATION:-45s}
 
@@ -36,40 +40,124 @@ chaosbin="$root/bin/chaos.test"
 echo "test-integration: building the race-enabled test binaries"
 go test -race -c -o "$testbin" ./test/integration || exit 1
 go test -race -c -o "$chaosbin" ./test/chaos || exit 1
-# The tests build bin/nodeshepherd once (make build); do it before the
-# shards start so that they do not build it at the same time.
+# The tests run the shipped binary (make build) and, for the failover tests,
+# one with fault hooks (GO_BUILD_TAGS=faulthook). Build both once here for
+# every test process (test/framework reads their paths from the variables)
+# instead of once per process.
 make --no-print-directory build >/dev/null || exit 1
+make --no-print-directory build BIN="$root/bin/faulthook" GO_BUILD_TAGS=faulthook >/dev/null || exit 1
+export NODESHEPHERD_TEST_BINARY="$root/bin/nodeshepherd" NODESHEPHERD_TEST_FAULT_BINARY="$root/bin/faulthook/nodeshepherd"
+
+mapfile -t tests < <(cd test/integration && "$testbin" -test.list '.*' | grep '^Test')
+[ ${#tests[@]} -gt 0 ] || { echo "test-integration: the test binary lists no tests" >&2; exit 1; }
+# TestExampleScenarios runs every file of examples/scenarios, one subtest
+# each, about 11 minutes in all: its subtests are split among the shards
+# like tests (TestExampleScenarios/NAME), so that it does not set the pace.
+split=TestExampleScenarios
+mapfile -t tests < <(printf '%s\n' "${tests[@]}" | grep -vx "$split")
+for f in examples/scenarios/*.yaml; do
+  n=${f##*/}
+  tests+=("$split/${n%.yaml}")
+done
+
+# Durations: "seconds name" lines; the last run's first, then the committed ones.
+times="$root/bin/integration-times"
+declare -A dur=()
+for f in hack/integration-times.txt "$times"; do
+  [ -f "$f" ] || continue
+  while read -r s n; do [[ -n "${n:-}" && "$s" != \#* ]] && dur[$n]=$s; done <"$f"
+done
+items=("${tests[@]}")
+[ -n "$chaos_seeds" ] && items+=(chaos)
+mapfile -t order < <(for n in "${items[@]}"; do
+  [ -n "$n" ] || continue
+  d=${dur[$n]:-}
+  [ -n "$d" ] || { [ "$n" = chaos ] && d=240 || d=30; }
+  echo "$d $n"
+done | sort -s -k1,1 -rn)
+
+# Longest first, each to the shard with the least work so far.
+declare -a load=() list=() sub=()
+chaos_shard=-1
+for ((i = 0; i < shards; i++)); do load[$i]=0; list[$i]=""; sub[$i]=""; done
+for l in "${order[@]}"; do
+  read -r d n <<<"$l"
+  best=0
+  for ((i = 1; i < shards; i++)); do
+    awk -v a="${load[$i]}" -v b="${load[$best]}" 'BEGIN { exit !(a < b) }' && best=$i
+  done
+  load[$best]=$(awk -v a="${load[$best]}" -v b="$d" 'BEGIN { print a + b }')
+  case "$n" in
+    chaos) chaos_shard=$best ;;
+    "$split"/*) sub[$best]+="${sub[$best]:+|}${n#"$split"/}" ;;
+    *) list[$best]+="${list[$best]:+|}$n" ;;
+  esac
+done
 
 logdir=$(mktemp -d /tmp/nodeshepherd-integration.XXXXXX)
 start=$(date +%s)
-run_shard() { # name, then the test binary's selection flags
-  local name=$1; shift
-  (cd test/integration && "$testbin" -test.count=1 -test.timeout=40m "${verbose[@]}" "$@") >"$logdir/$name.log" 2>&1
-  echo $? >"$logdir/$name.rc"
+run_shard() { # index
+  local i=$1
+  local rc=0
+  # A -test.run pattern's second part would filter every test's subtests:
+  # the scenarios run in a second process.
+  if [ -n "${list[$i]}" ]; then
+    (cd test/integration && "$testbin" -test.count=1 -test.timeout=40m -test.v -test.run "^(${list[$i]})\$") >>"$logdir/shard$i.log" 2>&1 || rc=1
+  fi
+  if [ -n "${sub[$i]}" ]; then
+    (cd test/integration && "$testbin" -test.count=1 -test.timeout=40m -test.v -test.run "^$split\$/^(${sub[$i]})\$") >>"$logdir/shard$i.log" 2>&1 || rc=1
+  fi
+  echo $rc >"$logdir/shard$i.rc"
+  if [ "$i" -eq "$chaos_shard" ]; then run_chaos; fi
 }
 run_chaos() { # the fixed seeds, one after another (each on a fresh cluster)
-  if [ -z "$chaos_seeds" ]; then
-    echo "chaos seeds skipped (CHAOS_SEEDS is empty)" >"$logdir/chaos.log"
-    echo 0 >"$logdir/chaos.rc"
-    return
-  fi
   (cd test/chaos && "$chaosbin" -test.count=1 -test.timeout=30m -test.v -test.run '^TestChaos$' \
     -seed="$chaos_seeds" -duration="$chaos_duration" -out "$logdir/chaos-timelines") >"$logdir/chaos.log" 2>&1
   echo $? >"$logdir/chaos.rc"
 }
-{ run_shard shard1 -test.run "$shard1"; run_chaos; } &
-p1=$!
-run_shard shard2 -test.skip "$shard1" &
-p2=$!
-touch "$logdir/shard1.log" "$logdir/shard2.log" "$logdir/chaos.log"
-tail -q -n +1 -f "$logdir/shard1.log" "$logdir/shard2.log" "$logdir/chaos.log" &
-tailpid=$!
-trap 'kill $p1 $p2 $tailpid 2>/dev/null' INT TERM
-wait $p1 $p2
-sleep 1 # let tail print the last lines
-kill $tailpid 2>/dev/null
+# show FILE PID: what the terminal shows of a log while PID runs. With -v
+# everything; else each test's end line, the whole output of a failed test
+# (and everything after a panic), and the final PASS/FAIL.
+show() {
+  if [ "$verbose" -eq 1 ]; then
+    tail --pid="$2" -n +1 -f "$1"
+    return
+  fi
+  tail --pid="$2" -n +1 -f "$1" | awk '
+    panicked { print; fflush(); next }
+    /^panic:/ { panicked = 1; printf "%s", buf; print; fflush(); next }
+    /^=== RUN   Test[^\/]*$/ { buf = "" }
+    { buf = buf $0 "\n" }
+    /^--- (PASS|SKIP)/ { print; fflush(); buf = ""; next }
+    /^--- FAIL/ { printf "%s", buf; fflush(); buf = ""; next }
+    /^(PASS|FAIL|ok)$/ { print; fflush() }'
+}
+pids=()
+shows=()
+for ((i = 0; i < shards; i++)); do
+  : >"$logdir/shard$i.log"
+  n=$(tr '|' '\n' <<<"${list[$i]}" | grep -c .)
+  m=$(tr '|' '\n' <<<"${sub[$i]}" | grep -c .)
+  echo "test-integration: shard $i: $n tests and $m example scenarios, about ${load[$i]%.*}s by the last durations$([ "$i" -eq "$chaos_shard" ] && echo ", then chaos seeds $chaos_seeds")"
+  [ "$i" -eq "$chaos_shard" ] && : >"$logdir/chaos.log"
+  run_shard "$i" &
+  pids+=($!)
+  show "$logdir/shard$i.log" $! &
+  shows+=($!)
+  if [ "$i" -eq "$chaos_shard" ]; then
+    show "$logdir/chaos.log" "${pids[$i]}" &
+    shows+=($!)
+  fi
+done
+trap 'kill "${pids[@]}" 2>/dev/null; exit 130' INT TERM
+wait "${pids[@]}"
+wait "${shows[@]}" # each ends within a second of its shard
+
 status=0
-for s in shard1 shard2 chaos; do
+names=()
+for ((i = 0; i < shards; i++)); do names+=("shard$i"); done
+[ "$chaos_shard" -ge 0 ] && names+=(chaos)
+for s in "${names[@]}"; do
   rc=$(cat "$logdir/$s.rc" 2>/dev/null || echo 1)
   if [ "$rc" -ne 0 ]; then
     echo "test-integration: $s FAILED (exit $rc); its whole log: $logdir/$s.log"
@@ -78,5 +166,18 @@ for s in shard1 shard2 chaos; do
     echo "test-integration: $s ok"
   fi
 done
-echo "test-integration: $(( $(date +%s) - start ))s for both shards and the chaos seeds"
+
+# Keep the durations of a full run for the next split (a failed test's too:
+# it ran as long as it did).
+new=$(cat "$logdir"/shard*.log | sed -nE -e 's/^--- (PASS|FAIL|SKIP): (Test[^ ]+) \(([0-9.]+)s\)$/\3 \2/p' \
+  -e "s/^    --- (PASS|FAIL|SKIP): ($split\/[^ ]+) \(([0-9.]+)s\)\$/\3 \2/p")
+if [ -n "$new" ]; then
+  {
+    echo "$new"
+    if [ -n "$chaos_seeds" ] && [ -f "$logdir/chaos.log" ]; then
+      sed -nE 's/^--- (PASS|FAIL): TestChaos \(([0-9.]+)s\)$/\2 chaos/p' "$logdir/chaos.log"
+    fi
+  } >"$times.new" && mv "$times.new" "$times"
+fi
+echo "test-integration: $(( $(date +%s) - start ))s for $shards shards and the chaos seeds; logs in $logdir"
 exit $status

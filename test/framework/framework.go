@@ -41,9 +41,26 @@ func Context(t testing.TB) context.Context {
 
 // StartControlPlane starts a control plane that is stopped when the test ends.
 // Its logs are kept and named in the failure output.
+// It is the spare one of that configuration when there is one (spare.go).
 func StartControlPlane(t testing.TB, cfg controlplane.Config) *controlplane.ControlPlane {
 	t.Helper()
-	return StartCluster(t, localcluster.Config{ControlPlane: cfg}).ControlPlane()
+	start := time.Now()
+	cp, err, ok := spare.take(t, cfg)
+	if !ok {
+		return StartCluster(t, localcluster.Config{ControlPlane: cfg}).ControlPlane()
+	}
+	if err != nil {
+		t.Fatalf("starting the local control plane: %v", err)
+	}
+	t.Logf("local control plane ready in %s at %s", time.Since(start).Round(time.Millisecond), cp.Server())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("component logs: %s", filepath.Join(cp.Dir(), "logs"))
+			keepLogs(t, cp.Dir())
+		}
+		cp.Stop()
+	})
+	return cp
 }
 
 // StartCluster brings a local cluster up (control plane, optional in-process
@@ -178,13 +195,16 @@ func SetUnschedulable(t testing.TB, client kubernetes.Interface, node string, on
 }
 
 var (
-	releaseBuild = &build{}
-	faultBuild   = &build{tags: "faulthook"}
+	releaseBuild = &build{env: "NODESHEPHERD_TEST_BINARY"}
+	faultBuild   = &build{tags: "faulthook", env: "NODESHEPHERD_TEST_FAULT_BINARY"}
 )
 
-// build is one `make build` per test binary.
+// build is one `make build` per test binary, unless the variable env names
+// a binary built that way already: hack/test-integration.sh builds both
+// once for all its test processes, just before they start.
 type build struct {
 	tags string
+	env  string
 	once sync.Once
 	path string
 	err  error
@@ -208,6 +228,13 @@ func FaultBinary(t testing.TB) string {
 func (b *build) binary(t testing.TB) string {
 	t.Helper()
 	b.once.Do(func() {
+		if p := os.Getenv(b.env); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				b.err = fmt.Errorf("$%s: %v", b.env, err)
+			}
+			b.path = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "nodeshepherd-bin-")
 		if err != nil {
 			b.err = err
