@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the integration tests (test/integration) under the race detector in
-# SHARDS processes side by side (default 3), and the fixed chaos seeds
+# SHARDS processes side by side (default 4), and the fixed chaos seeds
 # (test/chaos, docs/chaos.md) at the end of one of them. Most of the tests'
 # time is waiting (grace periods, tolerations, timelines): with two shards
-# the 2-core machine was about half idle.
+# the 2-core machine was about half idle, with three three-quarters.
 #
 # The tests are split by their durations in the last run (bin/integration-times,
 # written at the end of every full run; hack/integration-times.txt, committed,
@@ -17,7 +17,7 @@
 # /tmp, named at the end.
 #
 #   hack/test-integration.sh [-v]     (make test-integration; make test)
-#   SHARDS=3; CHAOS_SEEDS=1,2,3 CHAOS_DURATION=45s (the defaults; CHAOS_SEEDS= skips them)
+#   SHARDS=4; CHAOS_SEEDS=1,2,3 CHAOS_DURATION=45s (the defaults; CHAOS_SEEDS= skips them)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -29,7 +29,7 @@ for a in "$@"; do
     *) echo "test-integration: unknown argument $a (only -v)" >&2; exit 2 ;;
   esac
 done
-shards=${SHARDS:-3}
+shards=${SHARDS:-4}
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] || { echo "test-integration: SHARDS=$shards: want a positive number" >&2; exit 2; }
 chaos_seeds=${CHAOS_SEEDS-1,2,3}
 chaos_duration=${CHAOS_DURATION:-45s}

@@ -32,11 +32,19 @@ var (
 )
 
 type sparePlane struct {
+	mu      sync.Mutex
+	key     string
+	pending *startup // the spare, starting or started; nil when there is none
+}
+
+// startup is one control plane starting in the background.
+type startup struct {
+	done chan struct{} // closed once cp and err are set (and cp stopped if discarded)
 	mu   sync.Mutex
-	key  string
-	done chan struct{} // closed when cp or err is set
 	cp   *controlplane.ControlPlane
 	err  error
+	// discarded: nobody will take it; whoever sees it last stops cp.
+	discarded bool
 }
 
 func spareEnabled() bool { return spareUsed && os.Getenv("NODESHEPHERD_TEST_SPARE") != "0" }
@@ -63,56 +71,55 @@ func (s *sparePlane) take(t testing.TB, cfg controlplane.Config) (cp *controlpla
 		return nil, nil, false
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil && s.key == key {
-		<-s.done
-		cp, err = s.cp, s.err
-		if err != nil {
+	st, match := s.pending, s.pending != nil && s.key == key
+	s.pending, s.key = nil, ""
+	s.mu.Unlock()
+	switch {
+	case match:
+		<-st.done
+		if st.err != nil {
 			// A spare that failed to start says nothing about this test's
 			// control plane: start one in the foreground instead.
-			t.Logf("the spare control plane did not start (%v); starting one for this test", err)
-			cp, err = nil, nil
+			t.Logf("the spare control plane did not start (%v); starting one for this test", st.err)
 		}
-	} else {
-		s.discardLocked()
+		cp = st.cp
+	case st != nil:
+		if c := st.discard(); c != nil {
+			go c.Stop()
+		}
 	}
 	if cp == nil {
 		cp, err = controlplane.Start(Context(t), cfg)
 	}
-	s.key, s.cp, s.err = key, nil, nil
-	s.done = make(chan struct{})
-	go func(done chan struct{}) {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		c, e := controlplane.Start(klog.NewContext(ctx, logr.Discard()), cfg)
-		s.mu.Lock()
-		mine := s.done == done
-		if mine {
-			s.cp, s.err = c, e
-		}
-		s.mu.Unlock()
-		if !mine && c != nil {
-			c.Stop() // discarded while it started
-		}
-		close(done)
-	}(s.done)
+	next := &startup{done: make(chan struct{})}
+	go next.start(cfg)
+	s.mu.Lock()
+	s.pending, s.key = next, key
+	s.mu.Unlock()
 	return cp, err, true
 }
 
-// discardLocked stops the spare (once it has started) in the background.
-func (s *sparePlane) discardLocked() {
-	if s.done == nil {
-		return
+func (st *startup) start(cfg controlplane.Config) {
+	defer close(st.done)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := controlplane.Start(klog.NewContext(ctx, logr.Discard()), cfg)
+	st.mu.Lock()
+	st.cp, st.err = c, err
+	discarded := st.discarded
+	st.mu.Unlock()
+	if discarded && c != nil {
+		c.Stop()
 	}
-	done := s.done
-	cp := s.cp
-	s.done, s.cp, s.err, s.key = nil, nil, nil, ""
-	go func() {
-		<-done
-		if cp != nil {
-			cp.Stop()
-		}
-	}()
+}
+
+// discard marks the spare as not wanted and returns its control plane when
+// it has started (the caller stops it); one still starting stops itself.
+func (st *startup) discard() *controlplane.ControlPlane {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.discarded = true
+	return st.cp
 }
 
 // StopSpare stops the spare control plane and waits for it: TestMain calls it
@@ -120,20 +127,16 @@ func (s *sparePlane) discardLocked() {
 func StopSpare() {
 	s := spare
 	s.mu.Lock()
-	done := s.done
-	s.done, s.key = nil, ""
+	st := s.pending
+	s.pending, s.key = nil, ""
 	s.mu.Unlock()
-	if done == nil {
+	if st == nil {
 		return
 	}
-	<-done
-	s.mu.Lock()
-	cp := s.cp
-	s.cp, s.err = nil, nil
-	s.mu.Unlock()
-	if cp != nil {
-		cp.Stop()
+	if c := st.discard(); c != nil {
+		c.Stop()
 	}
+	<-st.done
 }
 
 // Main runs a test binary's tests and stops the spare control plane after
