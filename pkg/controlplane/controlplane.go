@@ -152,6 +152,7 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 			return nil, err
 		}
 		cfg.Dir, cp.removeDir = d, true
+		cp.cfg.Dir = d // Dir, Stop and RestartAPIServer use it
 	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
