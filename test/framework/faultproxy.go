@@ -45,6 +45,9 @@ type FaultProxy struct {
 	log   []ProxiedRequest
 	// watches cancel the watches being forwarded, for DropWatches.
 	watches map[*http.Request]context.CancelFunc
+	// unlogged counts the requests (not watches) being served and not yet
+	// logged, for SettledLog.
+	unlogged int
 }
 
 // FaultKind is what a FaultRule does to the requests it matches.
@@ -330,7 +333,28 @@ func (p *FaultProxy) pick(r *http.Request, e *ProxiedRequest) *FaultRule {
 func (p *FaultProxy) record(e ProxiedRequest) {
 	p.mu.Lock()
 	p.log = append(p.log, e)
+	if !e.Watch {
+		p.unlogged--
+	}
 	p.mu.Unlock()
+}
+
+// SettledLog is Log once every request that is not a watch has been
+// logged: a write takes effect in the API server before the proxy has
+// relayed its answer and logged it, so a test that saw the effect and
+// counts the writes at once could miss the last one. It gives up waiting
+// after 30 s (requests are logged before they hang).
+func (p *FaultProxy) SettledLog() []ProxiedRequest {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p.mu.Lock()
+		n := p.unlogged
+		p.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return p.Log()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // statusRecorder keeps the status code the API server answered.
@@ -390,6 +414,11 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	res, sub, name := requestInfo(r.URL.Path)
 	e := ProxiedRequest{At: time.Now(), Method: r.Method, Path: r.URL.Path, Watch: isWatch(r), Resource: res, Sub: sub, Name: name}
 	fr := p.pick(r, &e)
+	if !e.Watch {
+		p.mu.Lock()
+		p.unlogged++ // until record
+		p.mu.Unlock()
+	}
 	if e.Watch {
 		// Every watch can be cut by DropWatches.
 		ctx, cancel := context.WithCancel(r.Context())
@@ -464,6 +493,7 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(sw, r)
 	default:
 		p.t.Errorf("fault proxy: unknown fault kind %q", fr.Kind)
+		p.record(e)
 		w.WriteHeader(http.StatusInternalServerError)
 	}
 }

@@ -56,7 +56,7 @@ func watchFaultsFired(t *testing.T, p *framework.FaultProxy) {
 // (method, resource, subresource) that the API server accepted (2xx).
 func reachedWrites(p *framework.FaultProxy, method, resource, sub string) map[string]int {
 	out := map[string]int{}
-	for _, e := range p.Log() {
+	for _, e := range p.SettledLog() {
 		if e.Method == method && e.Resource == resource && e.Sub == sub && e.Reached && e.Status >= 200 && e.Status < 300 {
 			out[e.Name]++
 		}
