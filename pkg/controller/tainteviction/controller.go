@@ -251,7 +251,14 @@ func (c *Controller) setTaints(name string, taints []v1.Taint, now time.Time) *n
 		delete(c.tainted, name)
 		return nil
 	}
-	old := c.tainted[name]
+	nt := newNodeTaints(taints, c.tainted[name], now)
+	c.tainted[name] = nt
+	return nt
+}
+
+// newNodeTaints keeps a node's NoExecute taints with, for each one without a
+// timeAdded, when it was first seen: as old saw it when old had it, else now.
+func newNodeTaints(taints []v1.Taint, old *nodeTaints, now time.Time) *nodeTaints {
 	nt := &nodeTaints{taints: taints, seen: map[taintID]time.Time{}}
 	for _, t := range taints {
 		if t.TimeAdded != nil {
@@ -265,7 +272,6 @@ func (c *Controller) setTaints(name string, taints []v1.Taint, now time.Time) *n
 			}
 		}
 	}
-	c.tainted[name] = nt
 	return nt
 }
 
@@ -633,23 +639,11 @@ func (c *Controller) confirm(ctx context.Context, pod *v1.Pod) error {
 		return fmt.Errorf("reading node %s to confirm its NoExecute taints: %w", pod.Spec.NodeName, err)
 	}
 	now := c.clock.Now()
-	fresh := &nodeTaints{taints: noExecuteTaints(node.Spec.Taints), seen: map[taintID]time.Time{}}
-	if len(fresh.taints) == 0 {
+	taints := noExecuteTaints(node.Spec.Taints)
+	if len(taints) == 0 {
 		return &errNotDue{why: "no NoExecute taint left on node " + node.Name}
 	}
-	cached := c.taintsOf(node.Name)
-	for _, t := range fresh.taints {
-		if t.TimeAdded != nil {
-			continue
-		}
-		id := taintID{t.Key, t.Value}
-		fresh.seen[id] = now
-		if cached != nil {
-			if at, ok := cached.seen[id]; ok {
-				fresh.seen[id] = at
-			}
-		}
-	}
+	fresh := newNodeTaints(taints, c.taintsOf(node.Name), now)
 	d := c.decide(klog.FromContext(ctx), pod, fresh, now)
 	switch {
 	case !d.must:
