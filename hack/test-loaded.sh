@@ -19,7 +19,9 @@ cd "$root"
 
 runs=${LOADED_RUNS:-3}
 cmd=${LOADED_CMD:-make --no-print-directory test}
-load=${LOADED_LOAD:-make --no-print-directory test-unit}
+# The load's unit-test binaries live apart from make test's, which it would
+# otherwise relink while they run.
+load=${LOADED_LOAD:-UNIT_BIN_DIR=$root/bin/unit-tests-load make --no-print-directory test-unit}
 cpus=${LOADED_CPUS:-}
 logdir=${LOADED_LOG_DIR:-$(mktemp -d /tmp/nodeshepherd-loaded.XXXXXX)}
 if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then

@@ -12,7 +12,8 @@
 # and helm), UNIT_JOBS at once (default 4: many tests mostly wait), the
 # slowest of the last run first, each in its package's directory as go test
 # runs it. Output is go test's: the "ok"/"FAIL" line per package, the test's
-# output when it fails or with -v.
+# output when it fails or with -v. UNIT_BIN_DIR puts the binaries elsewhere
+# (two runs at once must not relink binaries the other one runs).
 #
 #   hack/test-unit.sh [-v] [-run REGEXP]
 set -uo pipefail
@@ -33,7 +34,7 @@ done
 jobs=${UNIT_JOBS:-4}
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "test-unit: UNIT_JOBS=$jobs: want a positive number" >&2; exit 2; }
 
-bindir="$root/bin/unit-tests"
+bindir=${UNIT_BIN_DIR:-$root/bin/unit-tests}
 times="$bindir/times" # "seconds package" of the last run, to start the slowest first
 mkdir -p "$bindir"
 
