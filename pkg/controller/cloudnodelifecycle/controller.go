@@ -131,9 +131,10 @@ type Controller struct {
 	limiter    *rate.Limiter
 	metrics    *metrics
 	// gone counts, per node UID, the consecutive "gone" answers and when the
-	// first came; blocked is the reason a node's deletion was last refused,
-	// so that a refusal is an event once, not once per pass. Only the
-	// monitor goroutine touches them.
+	// first came; blocked is the decision last said about a node's deletion
+	// (the reason it was refused, or deletingSaid), so that each is an event
+	// once per change, not once per pass or retry. Only the monitor
+	// goroutine touches them.
 	gone    map[types.UID]goneAnswers
 	blocked map[types.UID]string
 	// monitor is the loop of passes, from Run on.
@@ -248,6 +249,9 @@ func (c *Controller) confirmedGone(n *v1.Node) (bool, goneAnswers) {
 	return g.count >= c.cfg.DeletionConfirmations && !c.clock.Now().Before(g.first.Add(c.cfg.DeletionDelay)), g
 }
 
+// deletingSaid in blocked: DeletingNode was said for the node.
+const deletingSaid = "deleting"
+
 // refuse says why a deletion is not made, as an event the first time this
 // reason holds for the node.
 func (c *Controller) refuse(n *v1.Node, reason, msg string) {
@@ -327,7 +331,11 @@ func (c *Controller) deleteNode(ctx context.Context, n *v1.Node, guard bool, not
 		c.dryRun.Report(ctx, n, "delete-node", msg)
 		return nil
 	}
-	c.event(n, v1.EventTypeNormal, EventDeletingNode, msg)
+	if c.blocked[n.UID] != deletingSaid {
+		// Once: a delete that fails is retried every pass.
+		c.blocked[n.UID] = deletingSaid
+		c.event(n, v1.EventTypeNormal, EventDeletingNode, msg)
+	}
 	// Bounded; a delete whose answer is lost is sent again on the retry,
 	// where NotFound (it landed) or a UID conflict ends it.
 	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)

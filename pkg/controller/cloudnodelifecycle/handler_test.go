@@ -351,4 +351,18 @@ func TestLostDeletionAnswerIsChecked(t *testing.T) {
 	if got := m.GetCounter().GetValue(); got != 2 {
 		t.Errorf("deletions counted %v, want 2", got)
 	}
+	// The retry of the unsent deletion is not news: one DeletingNode each.
+	said := map[string]int{}
+	for _, e := range h.events() {
+		if strings.HasPrefix(e, "Normal "+EventDeletingNode+" ") {
+			for _, name := range []string{"landed", "unsent"} {
+				if strings.Contains(e, "node "+name+" ") {
+					said[name]++
+				}
+			}
+		}
+	}
+	if said["landed"] != 1 || said["unsent"] != 1 {
+		t.Errorf("DeletingNode events %v, want one per node however often the deletion is sent", said)
+	}
 }
