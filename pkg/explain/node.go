@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/node/topology"
 	"k8s.io/klog/v2"
@@ -216,6 +215,10 @@ type DrainState struct {
 	BlockedSince    *time.Time `json:"blockedSince,omitempty"`
 	Budget          *Verdict   `json:"budget,omitempty"`
 	Blockers        []Blocker  `json:"blockers,omitempty"`
+	// MoveBeforeEvict is --drain-move-before-evict (Namespaces and
+	// Deployments may say otherwise); Moves the moves in flight off the node.
+	MoveBeforeEvict bool         `json:"moveBeforeEvict"`
+	Moves           []drain.Move `json:"moves,omitempty"`
 }
 
 // OutOfServiceSet is the node's out-of-service state.
@@ -300,9 +303,26 @@ func Node(ctx context.Context, cs kubernetes.Interface, name string, o NodeOptio
 			pdbs = l.Items
 		}
 	}
+	var moves []drain.Move
+	if o.Drain.Configured() {
+		l, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+		switch {
+		case apierrors.IsForbidden(err):
+			warnings = append(warnings, fmt.Sprintf("cannot list Deployments (%v): moves before eviction are not shown", err))
+		case err != nil:
+			return nil, fmt.Errorf("listing Deployments: %w", err)
+		default:
+			for i := range l.Items {
+				if m, ok := drain.MoveOf(&l.Items[i]); ok && m.Node == name {
+					moves = append(moves, m)
+				}
+			}
+		}
+	}
 	e, err := explainNode(node, nodes, pods, lease, pdbs, o, now)
 	if e != nil {
 		e.Warnings = warnings
+		e.Drain.Moves = moves
 	}
 	return e, err
 }
@@ -647,6 +667,7 @@ func drainState(n *v1.Node, nodes []*v1.Node, pods []v1.Pod, pdbs []policyv1.Pod
 	if st.Owned || len(eval.Matched) > 0 {
 		d.Blockers = blockers(pods, pdbs, &cfg)
 	}
+	d.MoveBeforeEvict = cfg.MoveBeforeEvict
 	return d, nil
 }
 
@@ -683,11 +704,7 @@ func blockers(pods []v1.Pod, pdbs []policyv1.PodDisruptionBudget, cfg *drain.Con
 		}
 		for j := range pdbs {
 			b := &pdbs[j]
-			if b.Namespace != p.Namespace {
-				continue
-			}
-			sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-			if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) || b.Status.DisruptionsAllowed > 0 {
+			if !kube.PDBSelects(b, p) || b.Status.DisruptionsAllowed > 0 {
 				continue
 			}
 			why := fmt.Sprintf("no disruption allowed: %d healthy, %d desired", b.Status.CurrentHealthy, b.Status.DesiredHealthy)

@@ -132,6 +132,15 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 			fmt.Fprintf(tw, "    %s\t%s\t%d\t%d/%d\t%s\n", b.Pod, b.PodDisruptionBudget, b.DisruptionsAllowed, b.CurrentHealthy, b.DesiredHealthy, b.Why)
 		}
 		tw.Flush()
+		move := "off (--drain-move-before-evict; a Namespace's or Deployment's nodeshepherd.io/move-before-evict may turn it on)"
+		if d.MoveBeforeEvict {
+			move = "on: a Deployment's pod a budget keeps is replaced first (unless its Namespace or Deployment says false)"
+		}
+		fmt.Fprintf(w, "  Move before evict: %s\n", move)
+	}
+	for _, m := range d.Moves {
+		fmt.Fprintf(w, "  Moving: Deployment %s: replicas %d -> %d since %s, back to %d once the new pods are available\n",
+			m.Deployment, m.Replicas, m.Replicas+m.Surge, at(m.Since), m.Replicas)
 	}
 	o := e.OutOfService
 	fmt.Fprintf(w, "\nOut of service:  %s: %s\n", o.State, o.Summary)

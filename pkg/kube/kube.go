@@ -7,7 +7,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -130,4 +133,16 @@ func NotBefore(t time.Time) time.Time {
 		return t
 	}
 	return t.Add(time.Second)
+}
+
+// PDBSelects says whether a PodDisruptionBudget covers the pod, as the
+// Eviction API decides it in policy/v1: same namespace, and a selector that
+// matches; an empty selector ({}) selects every pod of the namespace, a
+// missing one none.
+func PDBSelects(b *policyv1.PodDisruptionBudget, p *v1.Pod) bool {
+	if b.Namespace != p.Namespace || b.Spec.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+	return err == nil && sel.Matches(labels.Set(p.Labels))
 }

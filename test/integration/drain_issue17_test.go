@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
@@ -269,6 +270,58 @@ func TestDrainBufferExactAndEventsOnce(t *testing.T) {
 	}
 }
 
+// TestDrainBufferSurvivesLeaderChange (issue 32, point 6): the drain buffer
+// counts from the previous drain's first eviction also in a process that
+// did not make it (a restart, a new leader): that time is on the node
+// (nodeshepherd.io/drain-started), not only in the memory of the process
+// that drained. The schedule of the previous drain, a little earlier than
+// its first eviction, is not enough.
+func TestDrainBufferSurvivesLeaderChange(t *testing.T) {
+	const buffer = 15 * time.Second
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
+	names := m.NodeNames()
+	first, second := names[0], names[1]
+	var log evictionLog
+	recorded := log.recording(cfg)
+	conf := drainConfig(func(d *drain.Config) { d.Budget.DrainBuffer, d.EvictUnreplicatedPods = buffer, true })
+	before := framework.StartNodeShepherd(t, recorded, conf, nil)
+	waitNodesReady(t, client, names...)
+	for _, n := range []string{first, second} {
+		createPod(t, client, "p-"+n, n, nil)
+	}
+	framework.Eventually(t, 30*time.Second, "pods Running", func(ctx context.Context) (bool, string, error) {
+		for _, n := range []string{first, second} {
+			p, err := client.CoreV1().Pods("default").Get(ctx, "p-"+n, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != v1.PodRunning {
+				return false, "p-" + n + " not Running", nil
+			}
+		}
+		return true, "", nil
+	})
+
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, first)
+	framework.Eventually(t, 60*time.Second, "drain of "+first+" completed", drainCondition(client, first, v1.ConditionFalse, "| Completed: "))
+	before.Stop()
+	v := getNode(t, client, first).Annotations[drain.AnnotationDrainStarted]
+	started, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil || !strings.Contains(v, ".") {
+		t.Fatalf("%s = %q, want a time with sub-second precision: %v", drain.AnnotationDrainStarted, v, err)
+	}
+	if sent := log.first("p-" + first); sent.IsZero() || started.Before(sent) {
+		t.Errorf("%s = %v is before the first eviction request (%v): a buffer counted from it would be short", drain.AnnotationDrainStarted, started, sent)
+	}
+
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, second)
+	framework.StartNodeShepherd(t, recorded, conf, nil)
+	framework.Eventually(t, 2*buffer+30*time.Second, "drain of "+second+" completed", drainCondition(client, second, v1.ConditionFalse, "| Completed: "))
+	gap := log.first("p-" + second).Sub(log.first("p-" + first))
+	t.Logf("first eviction of the second drain %v after the first one's, across a restart", gap)
+	if gap < buffer {
+		t.Errorf("the drain after the restart began %v after the previous one, less than --drain-buffer=%v", gap, buffer)
+	}
+}
+
 // TestDrainSkipsHumanCordonVisibly (issue 17, point 3): a node someone else
 // cordoned that matches a rule is left alone, and said so once: a
 // DrainSkipped event, the nodeshepherd_drain_nodes_skipped gauge. Once
@@ -322,15 +375,19 @@ func TestDrainSkipsHumanCordonVisibly(t *testing.T) {
 	}
 }
 
-// TestDrainBlockedByPDBExplainedThenForced (issue 17, point 5): a
-// PodDisruptionBudget that never allows a disruption fails the drain with
-// each blocking pod, its budget and the budget's counts in the DrainFailed
-// event and the DrainScheduled condition; the rule's force-after=8s then
-// deletes the blocking pods (Warning event per pod, metric) and the drain
-// completes; a pod protected by --protected-pod-annotation stays.
+// TestDrainBlockedByPDBExplainedThenForced (issue 17, point 5; issue 32,
+// point 2): a PodDisruptionBudget that never allows a disruption holds the
+// drain past its timeout; as only force-after can end it, the drain goes on
+// and says so once (DrainBlocked: each blocking pod, its budget and the
+// budget's counts, and when force-after falls due) instead of failing and
+// starting a new count on the retry. Once every eviction of a pod has been
+// refused for the rule's force-after (the least, 1m), it is deleted (Warning
+// event per pod, metric) and the drain completes; a pod protected by
+// --protected-pod-annotation stays. As the ServiceAccount: the rollout
+// check reads the pods' ReplicaSet and Deployment.
 func TestDrainBlockedByPDBExplainedThenForced(t *testing.T) {
 	asServiceAccount(t)
-	const forceAfter = 8 * time.Second
+	const forceAfter = rules.MinForceAfter
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
 	names := m.NodeNames()
@@ -353,29 +410,42 @@ func TestDrainBlockedByPDBExplainedThenForced(t *testing.T) {
 	}
 
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
-	framework.Eventually(t, 30*time.Second, "drain failed", drainCondition(client, sick, v1.ConditionFalse, "| Failed: "))
-	cond := kube.NodeCondition(getNode(t, client, sick), drain.ConditionDrainScheduled)
-	_, msgs := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainFailed), 1)
-	for what, text := range map[string]string{"condition": cond.Message, "DrainFailed event": msgs[0]} {
-		for _, p := range webPods {
-			if !strings.Contains(text, "default/"+p.Name+" (PodDisruptionBudget web refuses: 0 disruptions allowed, currentHealthy 2, desiredHealthy 2, expectedPods 2, maxUnavailable 0)") {
-				t.Errorf("%s does not explain why %s blocks: %q", what, p.Name, text)
-			}
-		}
-		if strings.Contains(text, "keep-") {
-			t.Errorf("%s names the protected pod: %q", what, text)
-		}
+	_, msgs := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainBlocked), 1)
+	text := msgs[0]
+	podNames := make([]string, 0, len(webPods))
+	for _, p := range webPods {
+		podNames = append(podNames, "default/"+p.Name)
 	}
-	_, due, found := strings.Cut(msgs[0], "force-after=8s deletes PDB-blocked pods from ")
-	due, _, _ = strings.Cut(due, ";")
-	if !found || !strings.Contains(msgs[0], "retrying at "+due) {
-		t.Errorf("DrainFailed should say when force-after applies, and retry then (not after the 1h backoff): %q", msgs[0])
+	sort.Strings(podNames)
+	if want := strings.Join(podNames, ", ") + " (PodDisruptionBudget web refuses: 0 disruptions allowed, currentHealthy 2, desiredHealthy 2, expectedPods 2, maxUnavailable 0)"; !strings.Contains(text, want) {
+		t.Errorf("DrainBlocked does not name the blocking pods and why (%q): %q", want, text)
 	}
-	if _, ok := getNode(t, client, sick).Annotations[drain.AnnotationBlockedSince]; !ok {
+	if strings.Contains(text, "keep-") {
+		t.Errorf("DrainBlocked names the protected pod: %q", text)
+	}
+	if !strings.Contains(text, "--drain-timeout=3s") || !strings.Contains(text, "force-after=1m0s deletes a pod once every eviction of it has been refused for that long (the first at ") {
+		t.Errorf("DrainBlocked should say the timeout passed and when force-after applies: %q", text)
+	}
+	n := getNode(t, client, sick)
+	if c := kube.NodeCondition(n, drain.ConditionDrainScheduled); c == nil || c.Status != v1.ConditionTrue {
+		t.Errorf("a drain that only force-after can end must go on, not fail: %+v", c)
+	}
+	if _, ok := n.Annotations[drain.AnnotationBlockedSince]; !ok {
 		t.Errorf("no %s annotation", drain.AnnotationBlockedSince)
 	}
+	for _, name := range podNames {
+		if !strings.Contains(n.Annotations[drain.AnnotationBlocked], `"pod":"`+name+`"`) {
+			t.Errorf("%s does not record %s: %q", drain.AnnotationBlocked, name, n.Annotations[drain.AnnotationBlocked])
+		}
+	}
 
-	framework.Eventually(t, 60*time.Second, "drain completed by force-after", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
+	framework.Eventually(t, 2*forceAfter, "drain completed by force-after", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
+	if got, msgs := eventCount(t, client, sick, drain.EventDrainFailed); got != 0 {
+		t.Errorf("%d DrainFailed events for a drain that force-after ended: %q", got, msgs)
+	}
+	if got, msgs := eventCount(t, client, sick, drain.EventDrainBlocked); got != 1 {
+		t.Errorf("%d DrainBlocked events, want one (the blockers did not change): %q", got, msgs)
+	}
 	_, forced := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainForceDeleted), 2)
 	for _, p := range webPods {
 		if !strings.Contains(strings.Join(forced, "\n"), "Deleting pod default/"+p.Name+" despite its PodDisruptionBudget") {
@@ -445,7 +515,7 @@ func TestDrainForceAfterDryRunOnlyReports(t *testing.T) {
 	m := framework.StartFakeNodes(t, fastNodes(client, 2, false))
 	names := m.NodeNames()
 	sick := names[0]
-	conf := drainConfig(func(d *drain.Config) { d.ForceAfter, d.DrainTimeout = 2*time.Second, time.Minute })
+	conf := drainConfig(func(d *drain.Config) { d.ForceAfter, d.DrainTimeout = rules.MinForceAfter, 2*time.Minute })
 	framework.StartNodeShepherd(t, cfg, conf, func(o *manager.Options) { o.Controllers = []string{"nodelifecycle"} })
 	ns := framework.StartNodeShepherd(t, cfg, conf, func(o *manager.Options) { o.DryRun, o.Controllers = true, []string{drain.Name} })
 	waitNodesReady(t, client, names...)
@@ -454,7 +524,7 @@ func TestDrainForceAfterDryRunOnlyReports(t *testing.T) {
 	before, _ := podsOn(framework.Context(t), client, sick, "web")
 
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
-	framework.Eventually(t, 30*time.Second, "force deletions reported", func(ctx context.Context) (bool, string, error) {
+	framework.Eventually(t, 2*rules.MinForceAfter, "force deletions reported", func(ctx context.Context) (bool, string, error) {
 		got := ns.Metric(t, "nodeshepherd_dry_run_actions_total", map[string]string{"controller": "drain", "action": "force-delete"})
 		return got == 2, fmt.Sprintf("%v reported", got), nil
 	})

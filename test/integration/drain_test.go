@@ -52,9 +52,15 @@ func setCondition(t *testing.T, m *fakenode.Manager, action fakenode.Action, sta
 
 func createPDB(t *testing.T, client kubernetes.Interface, app string, minAvailable, maxUnavailable *intstr.IntOrString) {
 	t.Helper()
+	createPDBSelecting(t, client, app, &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}, minAvailable, maxUnavailable)
+}
+
+// createPDBSelecting creates the PodDisruptionBudget name in default with
+// the selector ({} selects every pod of the namespace).
+func createPDBSelecting(t *testing.T, client kubernetes.Interface, app string, sel *metav1.LabelSelector, minAvailable, maxUnavailable *intstr.IntOrString) {
+	t.Helper()
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "default"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: minAvailable, MaxUnavailable: maxUnavailable,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}}
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: minAvailable, MaxUnavailable: maxUnavailable, Selector: sel}}
 	if _, err := client.PolicyV1().PodDisruptionBudgets("default").Create(framework.Context(t), pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +338,11 @@ func TestDrainCircuitBreaker(t *testing.T) {
 
 // TestDrainBlockedByPDBFailsAndRetries: a PDB that never allows an
 // eviction ends the drain in DrainFailed after the timeout; it is retried
-// with backoff, and succeeds once the PDB allows it.
+// with backoff, and succeeds once the PDB allows it. The PDB selects with
+// {}, which in policy/v1 is every pod of its namespace: it is named as the
+// blocker of every pod of the node (issue 32, point 5). The retries that
+// fail the same way are not said again: one DrainScheduled, DrainStarting
+// and DrainFailed for them all (issue 32, point 4).
 func TestDrainBlockedByPDBFailsAndRetries(t *testing.T) {
 	cfg, client := lifecycleCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
@@ -341,14 +351,23 @@ func TestDrainBlockedByPDBFailsAndRetries(t *testing.T) {
 	waitNodesReady(t, client, names...)
 	createDeployment(t, client, deployment("web", 6))
 	framework.Eventually(t, 60*time.Second, "web ready", deploymentReady(client, "web", 6))
-	createPDB(t, client, "web", nil, ptr.To(intstr.FromInt32(0)))
+	createPDBSelecting(t, client, "everything", &metav1.LabelSelector{}, nil, ptr.To(intstr.FromInt32(0)))
 
 	sick := names[0]
+	onSick, _ := podsOn(framework.Context(t), client, sick, "web")
+	if len(onSick) == 0 {
+		t.Fatalf("no web pod on %s", sick)
+	}
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
 	framework.Eventually(t, 30*time.Second, "drain failed", drainCondition(client, sick, v1.ConditionFalse, "| Failed: "))
 	_, msgs := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainFailed), 1)
-	if !strings.Contains(msgs[0], "PodDisruptionBudget web refuses") || !strings.Contains(msgs[0], "retrying at") {
-		t.Errorf("DrainFailed message should name the PDB and the retry: %q", msgs[0])
+	if !strings.Contains(msgs[0], "(PodDisruptionBudget everything refuses: 0 disruptions allowed") || !strings.Contains(msgs[0], "retrying at") {
+		t.Errorf("DrainFailed message should name the PDB with the empty selector and the retry: %q", msgs[0])
+	}
+	for _, p := range onSick {
+		if !strings.Contains(msgs[0], "default/"+p.Name) {
+			t.Errorf("DrainFailed does not name the blocking pod %s: %q", p.Name, msgs[0])
+		}
 	}
 	framework.Eventually(t, 30*time.Second, "a retry that fails again", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, sick, metav1.GetOptions{})
@@ -361,13 +380,21 @@ func TestDrainBlockedByPDBFailsAndRetries(t *testing.T) {
 		t.Errorf("no 429 counted")
 	}
 	// Allow one disruption at a time: the next retry drains the node.
-	if err := client.PolicyV1().PodDisruptionBudgets("default").Delete(framework.Context(t), "web", metav1.DeleteOptions{}); err != nil {
+	if err := client.PolicyV1().PodDisruptionBudgets("default").Delete(framework.Context(t), "everything", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	createPDB(t, client, "web", nil, ptr.To(intstr.FromInt32(1)))
+	createPDBSelecting(t, client, "everything", &metav1.LabelSelector{}, nil, ptr.To(intstr.FromInt32(1)))
 	framework.Eventually(t, 60*time.Second, "drain completed on retry", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
 	if got := ns.Metric(t, "draino_drained_nodes_total", map[string]string{"result": "failed"}); got < 2 {
 		t.Errorf("draino_drained_nodes_total{result=failed} = %v, want >= 2", got)
+	}
+	// By now every event of the failed attempts has long been sent.
+	framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainSucceeded), 1)
+	for _, reason := range []string{drain.EventDrainScheduled, drain.EventDrainStarting, drain.EventDrainFailed} {
+		if got, msgs := eventCount(t, client, sick, reason); got != 1 {
+			t.Errorf("%d %s events over %v failed attempts, want one (nothing changed between them): %q", got, reason,
+				ns.Metric(t, "draino_drained_nodes_total", map[string]string{"result": "failed"}), msgs)
+		}
 	}
 }
 

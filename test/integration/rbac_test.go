@@ -29,6 +29,7 @@ var serviceAccountScenarios = map[string][]string{
 	"TestMachineShutdownTaint":                     {"cloudnodelifecycle"}, // shutdown taint
 	"TestDrainCordonDrainUncordon":                 {"drain"},              // cordon, condition, Eviction API, uncordon
 	"TestDrainBlockedByPDBExplainedThenForced":     {"drain"},              // PDB reads, blocked-since annotation, force-after pod deletion
+	"TestDrainMovesBeforeEvicting":                 {"drain"},              // Deployment surge and scale-back, pod-deletion-cost, Namespace and HPA reads
 	"TestSchedulerPreemption":                      {"scheduler"},          // binding, status, preemption, PDBs
 	"TestOutOfServiceAnnotationForceDeletesPods":   {"outofservice"},       // taint and annotations added, then removed
 	"TestCompanionReadinessRestore":                {"readinessrestore"},   // pods/status next to kube-controller-manager

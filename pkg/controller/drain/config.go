@@ -56,6 +56,10 @@ type Config struct {
 	// PodDisruptionBudget has refused for this long, for every rule that sets
 	// no force-after of its own. Off (0) by default.
 	ForceAfter time.Duration
+	// MoveBeforeEvict: a pod whose eviction a PodDisruptionBudget refuses
+	// and whose Deployment may surge is replaced first (move.go); a
+	// Namespace's or Deployment's nodeshepherd.io/move-before-evict wins.
+	MoveBeforeEvict bool
 	// Windows are weekly maintenance windows ("Mon-Fri 22:00-06:00") in
 	// WindowTimeZone: drains start only inside one. Cordons are immediate.
 	Windows        []string
@@ -98,10 +102,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.EvictUnreplicatedPods, "evict-unreplicated-pods", c.EvictUnreplicatedPods, "Evict pods without a controller (skipped by default: nothing recreates them).")
 	fs.StringArrayVar(&c.ProtectedPodAnnotations, "protected-pod-annotation", c.ProtectedPodAnnotations, "KEY or KEY=VALUE: never evict pods carrying this annotation. "+SafeToEvictAnnotation+"=false always protects. Repeatable.")
 	fs.DurationVar(&c.MaxGracePeriod, "max-grace-period", c.MaxGracePeriod, "Longest termination grace period given to an evicted pod: min(the pod's, this).")
+	fs.BoolVar(&c.MoveBeforeEvict, "drain-move-before-evict", c.MoveBeforeEvict, "When a PodDisruptionBudget allows no disruption of a Deployment's pod, make its replacement first: scale the Deployment up by its pods on the node (at most its maxSurge), wait until the new pods are available, scale back so that its ReplicaSet deletes the pods on the node (pod-deletion-cost). Never for Deployments a HorizontalPodAutoscaler scales. A Namespace's or Deployment's annotation "+AnnotationMoveBeforeEvict+"=true or =false wins.")
 	fs.BoolVar(&c.AllowZeroGracePeriod, "allow-zero-grace-period", c.AllowZeroGracePeriod, "Allow a --max-grace-period under a second, which evicts pods with a grace period of 0 (killed at once, as a force delete). Refused without this flag.")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "Time a drain may take, from its start until every pod is gone; then it fails and is retried (Draino: --max-grace-period plus --eviction-headroom).")
 	fs.DurationVar(&c.RetryBackoff, "drain-retry-backoff", c.RetryBackoff, "Wait before retrying a failed drain, doubled after each failure up to 1h. The draino/drain-retry=true node annotation retries at once.")
-	fs.DurationVar(&c.ForceAfter, "drain-force-after", c.ForceAfter, "Escalation, off by default (0): once a PodDisruptionBudget has refused the evictions of a drain for this long (counted from the first refusal since the cordon), delete the blocking pods with their own grace period, bypassing the PodDisruptionBudget, with a Warning event per pod. Applies to rules without their own force-after= option. Never deletes pods protected by annotation; with --dry-run only reported.")
+	fs.DurationVar(&c.ForceAfter, "drain-force-after", c.ForceAfter, "Escalation, off by default (0), at least 1m: once every eviction of a pod has been refused by a PodDisruptionBudget for this long without a break (an accepted eviction, another error, a rollout of its workload or a new drain start the count again), delete the pod with its own grace period, bypassing the PodDisruptionBudget, with a Warning event per pod; a drain past --drain-timeout that only this can end goes on until then (DrainBlocked). Applies to rules without their own force-after= option. Never deletes pods protected by annotation; with --dry-run only reported.")
 	fs.StringArrayVar(&c.Windows, "drain-window", c.Windows, "Weekly maintenance window in which drains may start, DAYS START-END in --drain-window-time-zone (e.g. \"Mon-Fri 22:00-06:00\", \"Sat,Sun 00:00-24:00\", \"* 01:00-05:00\"). Repeat for any-of; none means any time. Cordons are not delayed.")
 	fs.StringVar(&c.WindowTimeZone, "drain-window-time-zone", c.WindowTimeZone, "IANA time zone of --drain-window (e.g. Europe/Paris).")
 	fs.DurationVar(&c.UncordonAfter, "uncordon-after", c.UncordonAfter, "Uncordon a node the drain controller cordoned once no condition has matched for this long. Nodes cordoned by anyone else are never uncordoned.")
@@ -138,6 +143,9 @@ func (c *Config) Compile() (*rules.Rules, error) {
 	}
 	if c.MaxGracePeriod >= 0 && c.MaxGracePeriod < time.Second && !c.AllowZeroGracePeriod {
 		errs = append(errs, fmt.Errorf("--max-grace-period %v is under a second: evicted pods would get a grace period of 0 and be killed at once, as by a force delete; give at least 1s, or add --allow-zero-grace-period if that is what you want", c.MaxGracePeriod))
+	}
+	if err := rules.CheckForceAfter("--drain-force-after", c.ForceAfter); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DrainTimeout == 0 {
 		errs = append(errs, errors.New("--drain-timeout must be positive (a drain blocked by a PodDisruptionBudget would otherwise never end)"))

@@ -69,8 +69,17 @@ const (
 	// (cordoned by someone else), said once per change.
 	EventDrainSkipped = "DrainSkipped"
 	// EventDrainForceDeleted (Warning): force-after deleted a pod whose
-	// eviction a PodDisruptionBudget kept refusing.
+	// every eviction a PodDisruptionBudget refused.
 	EventDrainForceDeleted = "DrainForceDeleted"
+	// EventDrainBlocked (Warning): a drain past its timeout goes on because
+	// only force-after can end it; names the pods and when the first is due.
+	EventDrainBlocked = "DrainBlocked"
+	// EventDrainMoving, EventDrainMoved, EventDrainMoveRefused (Normal):
+	// move-before-evict surged a Deployment, scaled it back once the new
+	// pods were available, or does not move a workload's pods, and why.
+	EventDrainMoving      = "DrainMoving"
+	EventDrainMoved       = "DrainMoved"
+	EventDrainMoveRefused = "DrainMoveRefused"
 )
 
 // SkipCordonedByOther is the reason a matching node is left alone when
@@ -116,7 +125,8 @@ type Controller struct {
 	skipped map[string]skipInfo
 	// lastStart is when the latest drain sent its first eviction: the drain
 	// buffer counts from it too, so that no drain's first eviction comes less
-	// than the buffer after the previous one's.
+	// than the buffer after the previous one's. It is also written on the
+	// node (AnnotationDrainStarted) for the next leader.
 	lastStart time.Time
 	// selected caches the selection of each node by resourceVersion (CEL is
 	// not free and budgets look at every node).
@@ -124,10 +134,10 @@ type Controller struct {
 	// dryWrites holds, in dry-run mode, the writes that would have been
 	// made, so that budgets and later decisions see them.
 	dryWrites controllerutil.DryRunWrites[*v1.Node]
-	// attempts holds, per node, the attempt events said since the last
-	// success (reason -> message): a retry that starts or fails the same way
-	// again is not said again.
-	attempts map[string]map[string]string
+	// said holds, per node, the events said since the cordon or the last
+	// success (reason -> what it said, without its timestamps): a retry that
+	// is scheduled, starts or fails the same way again is not said again.
+	said map[string]map[string]string
 	// stopping is closed when Run returns: drains then stop without writing,
 	// so that the next leader resumes them.
 	stopping chan struct{}
@@ -170,7 +180,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
-		attempts: map[string]map[string]string{}, stopping: make(chan struct{}),
+		said: map[string]map[string]string{}, stopping: make(chan struct{}),
 	}
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
@@ -362,7 +372,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	case phaseCompleted:
 		return nil
 	case phaseFailed:
-		if due := c.retryDue(n, st); now.Before(due) {
+		if due := c.retryDue(st); now.Before(due) {
 			c.queue.AddAfter(name, due.Sub(now))
 			return nil
 		}
@@ -400,9 +410,7 @@ func (c *Controller) cluster() budget.Cluster {
 		n := c.view(cached)
 		views = append(views, n)
 		st := readState(n)
-		if st.scheduledAt.After(cl.LastDrainStart) {
-			cl.LastDrainStart = st.scheduledAt
-		}
+		cl.LastDrainStart = latestOf(cl.LastDrainStart, st.scheduledAt, st.startedAt)
 		c.mu.Lock()
 		if c.lastStart.After(cl.LastDrainStart) {
 			cl.LastDrainStart = c.lastStart
@@ -496,17 +504,9 @@ func describeMatched(cs []rules.Condition) string {
 	return strings.Join(parts, " and ")
 }
 
-// retryDue is when a failed drain is tried again: after the backoff, or
-// when force-after falls due if that comes first.
-func (c *Controller) retryDue(n *v1.Node, st nodeState) time.Time {
-	due := st.retryAt(c.cfg.RetryBackoff)
-	if fa := c.forceAfter(n); fa > 0 && !st.blockedSince.IsZero() {
-		if fd := st.blockedSince.Add(fa); fd.Before(due) && fd.After(st.finishedAt) {
-			due = fd
-		}
-	}
-	return due
-}
+// retryDue is when a failed drain is tried again: after the backoff. (A
+// drain that force-after can still end does not fail: it goes on.)
+func (c *Controller) retryDue(st nodeState) time.Time { return st.retryAt(c.cfg.RetryBackoff) }
 
 // forceAfter is the force-after in effect for the node: the shortest among
 // the rules whose condition holds on it (each rule's own, else
@@ -612,32 +612,47 @@ func twoWayPatch(old, mod *v1.Node, precondition bool) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// attemptEvents are said once per change of message until the step
-// succeeds (settledBy), however often it is retried.
-var attemptEvents = map[string]bool{EventCordonStarting: true, EventCordonFailed: true, EventUncordonStarting: true,
-	EventUncordonFailed: true, EventDrainSchedFailed: true}
+// onceEvents are said once per change of what they say (their key) until
+// the step succeeds (settledBy), however often it is retried.
+var onceEvents = map[string]bool{EventCordonStarting: true, EventCordonFailed: true, EventUncordonStarting: true,
+	EventUncordonFailed: true, EventDrainSchedFailed: true, EventDrainScheduled: true, EventDrainStarting: true,
+	EventDrainFailed: true, EventDrainBlocked: true, EventDrainMoving: true, EventDrainMoved: true, EventDrainMoveRefused: true}
 
-var settledBy = map[string]bool{EventCordonSucceeded: true, EventUncordonSucceeded: true, EventDrainScheduled: true}
+// settledBy: a success ends its attempts (nil: all of the node's).
+var settledBy = map[string][]string{EventCordonSucceeded: nil, EventUncordonSucceeded: nil, EventDrainSucceeded: nil,
+	EventDrainScheduled: {EventDrainSchedFailed}}
 
-func (c *Controller) event(n *v1.Node, reason, msg string) {
+// event says msg, once per change of msg for the onceEvents.
+func (c *Controller) event(n *v1.Node, reason, msg string) { c.eventOnce(n, reason, msg, msg) }
+
+// eventOnce says msg unless reason is one of the onceEvents and was said
+// with the same key (msg without its timestamps) since the step last
+// succeeded.
+func (c *Controller) eventOnce(n *v1.Node, reason, key, msg string) {
 	c.mu.Lock()
-	said := c.attempts[n.Name]
-	switch {
-	case attemptEvents[reason] && said[reason] == msg:
-		c.mu.Unlock()
-		return
-	case attemptEvents[reason]:
+	said := c.said[n.Name]
+	if onceEvents[reason] {
+		if v, ok := said[reason]; ok && v == key {
+			c.mu.Unlock()
+			return
+		}
 		if said == nil {
 			said = map[string]string{}
-			c.attempts[n.Name] = said
+			c.said[n.Name] = said
 		}
-		said[reason] = msg
-	case settledBy[reason]:
-		delete(c.attempts, n.Name)
+		said[reason] = key
+	}
+	if clears, ok := settledBy[reason]; ok {
+		if clears == nil {
+			delete(c.said, n.Name)
+		}
+		for _, r := range clears {
+			delete(said, r)
+		}
 	}
 	c.mu.Unlock()
 	typ := v1.EventTypeWarning // Draino sends all its events as warnings
-	if reason == EventDrainAborted || reason == EventDrainSkipped {
+	if reason == EventDrainAborted || reason == EventDrainSkipped || reason == EventDrainMoving || reason == EventDrainMoved || reason == EventDrainMoveRefused {
 		typ = v1.EventTypeNormal
 	}
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
@@ -731,7 +746,9 @@ func (c *Controller) schedule(ctx context.Context, n *v1.Node, st nodeState, now
 		klog.FromContext(ctx).Info("Retrying failed drain on request", "node", n.Name, "annotation", AnnotationRetry)
 	}
 	c.metrics.scheduled.WithLabelValues(resultSucceeded).Inc()
-	c.event(n, EventDrainScheduled, "Will drain node after "+formatTime(now))
+	// Once per cordon (the retries of a failed drain are not news; their
+	// DrainFailed is, when the failure changes).
+	c.eventOnce(n, EventDrainScheduled, "scheduled", "Will drain node after "+formatTime(now))
 	c.ensureDrain(ctx, out, now)
 	return nil
 }

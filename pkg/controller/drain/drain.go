@@ -14,7 +14,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -45,8 +44,16 @@ type podEviction struct {
 	lastErr string
 	// refused: the last eviction was refused by a PodDisruptionBudget (429).
 	refused bool
-	// force: delete the pod instead of evicting it (force-after is due).
+	// force: delete the pod instead of evicting it (force-after is due);
+	// forced, at forcedAt: it was.
 	force, forced bool
+	forcedAt      time.Time
+	// blockedSince: since when every eviction of the pod has been refused by
+	// a PodDisruptionBudget, without a break (zero when the last was not).
+	blockedSince time.Time
+	// moving: its Deployment makes its replacement first (move-before-evict);
+	// no eviction is sent meanwhile.
+	moving bool
 	// replacement: a pod its owner put back on this node after this drain
 	// evicted one of its pods (or created after the drain started); left alone.
 	replacement bool
@@ -104,11 +111,14 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 			toEvict++
 		}
 	}
-	c.event(n, EventDrainStarting, fmt.Sprintf("Draining node: %d pods to evict%s", toEvict, describeSkipped(skipped)))
+	starting := fmt.Sprintf("Draining node: %d pods to evict%s", toEvict, describeSkipped(skipped))
+	c.eventOnce(n, EventDrainStarting, starting, starting)
 	logger.Info("Draining node", "pods", toEvict, "skipped", skipped, "deadline", deadline)
 
-	blockedSince := readState(n).blockedSince
+	prior := readBlocked(n, scheduled)
+	moves := map[types.UID]*moveState{}
 	tracked := map[types.UID]*podEviction{}
+	blockedSaid := "" // the blockers said in DrainBlocked
 	evictedOwners := map[types.UID]bool{}
 	evicted, forced, started := 0, 0, false
 	ticker := c.clock.NewTicker(pollInterval)
@@ -127,14 +137,16 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 		var due []*podEviction
 		var waiting []*podEviction
 		seen := map[types.UID]bool{}
-		for _, p := range c.podsOn(n.Name) {
+		blockChanged := false
+		onNode := c.podsOn(n.Name)
+		for _, p := range onNode {
 			if c.cfg.skipReason(p) != "" {
 				continue
 			}
 			seen[p.UID] = true
 			e := tracked[p.UID]
 			if e == nil {
-				e = &podEviction{pod: p, backoff: evictionBackoff}
+				e = &podEviction{pod: p, backoff: evictionBackoff, blockedSince: prior[p.UID]}
 				// creationTimestamp has one-second precision: a pod is surely
 				// newer than the drain only from the next second on.
 				if owner := returningOwner(p); owner != "" && (evictedOwners[owner] || p.CreationTimestamp.After(scheduled)) {
@@ -144,21 +156,43 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 				tracked[p.UID] = e
 			}
 			e.pod = p
+			if !e.replacement && p.DeletionTimestamp == nil && !e.evicted && (e.refused || e.moving) {
+				// Refused by a budget: its workload may make the replacement first.
+				var why string
+				if e.moving, why = c.moveStep(ctx, node, e, moves, onNode, now); e.moving {
+					e.lastErr = why
+					if !e.blockedSince.IsZero() {
+						e.blockedSince, blockChanged = time.Time{}, true // moving, not stuck
+					}
+				}
+			}
 			switch {
 			case e.replacement:
 			case (p.DeletionTimestamp != nil || e.evicted) && (unreachable || c.dryRun.Enabled()):
 				// as good as gone
 			case p.DeletionTimestamp != nil || e.evicted:
-				e.lastErr, e.refused = "terminating", false
+				e.lastErr, e.refused, e.moving = "terminating", false, false
 				waiting = append(waiting, e)
-			case now.Before(e.next):
+			case e.moving:
+				waiting = append(waiting, e)
+			case now.Before(e.next) && !forceFallsDue(e, forceAfter, now):
+				// (force-after does not wait for the eviction backoff)
 				waiting = append(waiting, e)
 			default:
-				e.force = e.refused && forceAfter > 0 && !blockedSince.IsZero() && !now.Before(blockedSince.Add(forceAfter))
+				force, moving := c.forceDue(ctx, e, forceAfter, now)
+				if moving != "" {
+					// Short of budget only while its workload moves: not stuck.
+					e.blockedSince, blockChanged = now, true
+					logger.Info("Not forcing a pod whose workload is rolling out; force-after counts again", "pod", klog.KObj(p), "why", moving)
+				}
+				e.force = force
 				due = append(due, e)
 			}
 		}
 		for uid, e := range tracked {
+			if !seen[uid] && !e.blockedSince.IsZero() {
+				e.blockedSince, blockChanged = time.Time{}, true // gone
+			}
 			if e.unanswered && !e.evicted && (!seen[uid] || e.pod.DeletionTimestamp != nil) {
 				// The eviction whose answer was lost took effect.
 				e.evicted, e.unanswered = true, false
@@ -170,14 +204,25 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 			}
 		}
 		if len(due) > 0 {
-			if !started {
+			first := !started
+			if first {
 				started = true
 				c.mu.Lock()
 				c.lastStart = c.clock.Now()
 				c.mu.Unlock()
 			}
-			evicted += c.evictAll(ctx, due, now, blockedSince, forceAfter)
-			refused := false
+			evicted += c.evictAll(ctx, due, now, forceAfter)
+			if first {
+				c.markStarted(ctx, n)
+			}
+			for _, e := range due {
+				if updateBlockage(e, now) {
+					blockChanged = true
+				}
+			}
+			if restartCounts(tracked, due, now) {
+				blockChanged = true
+			}
 			for _, e := range due {
 				switch {
 				case e.forced:
@@ -188,7 +233,6 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 					}
 				case !e.evicted && e.lastErr != "":
 					waiting = append(waiting, e)
-					refused = refused || e.refused
 				case e.evicted:
 					if owner := returningOwner(e.pod); owner != "" {
 						evictedOwners[owner] = true
@@ -199,13 +243,12 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 					}
 				}
 			}
-			if refused && blockedSince.IsZero() {
-				blockedSince = now
-				c.recordBlocked(ctx, n, now)
-			}
+		}
+		if blockChanged && ctx.Err() == nil {
+			c.recordBlocked(ctx, n, scheduled, tracked)
 		}
 		if ctx.Err() != nil {
-			c.aborted(ctx, n)
+			c.aborted(ctx, n, onNode)
 			return
 		}
 		if len(waiting) == 0 {
@@ -213,48 +256,60 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 			if forced > 0 {
 				msg += fmt.Sprintf("; deleted %d pods by force-after", forced)
 			}
-			c.finish(ctx, n, scheduled, true, msg, "", start)
+			c.finish(ctx, n, scheduled, true, msg, "", start, "")
 			return
 		}
-		if !now.Before(deadline) {
-			blockers := c.describeBlockers(ctx, waiting)
-			msg := fmt.Sprintf("Draining node failed: %d pods not gone after --drain-timeout=%s: %s", len(waiting), c.cfg.DrainTimeout, strings.Join(firstN(blockers, 5), "; "))
-			if forceAfter > 0 && !blockedSince.IsZero() {
-				msg += fmt.Sprintf("; force-after=%s deletes PDB-blocked pods from %s", forceAfter, formatTime(blockedSince.Add(forceAfter)))
+		pending, pendingUntil := forcePending(waiting, forceAfter, deadline)
+		if !now.Before(deadline) && pending && now.Before(pendingUntil) {
+			// Only force-after can end this drain: it goes on (at most
+			// force-after past its timeout, and the forced pods' grace)
+			// instead of failing and starting a new count on the retry. Said
+			// once per set of blockers.
+			var blocked []*podEviction
+			for _, e := range waiting {
+				if e.refused && !e.blockedSince.IsZero() {
+					blocked = append(blocked, e)
+				}
 			}
-			c.finish(ctx, n, scheduled, false, msg, "Blocked: "+strings.Join(firstN(blockers, 5), "; "), start)
+			if key := waitingKey(blocked); len(blocked) > 0 && key != blockedSaid {
+				blockedSaid = key
+				blockers := c.describeBlockers(ctx, blocked)
+				c.eventOnce(n, EventDrainBlocked, "blocked: "+formatBlockers(blockers, 0), fmt.Sprintf(
+					"Drain blocked past --drain-timeout=%s: %s; force-after=%s deletes a pod once every eviction of it has been refused for that long (the first at %s), unless its workload is rolling out",
+					c.cfg.DrainTimeout, formatBlockers(blockers, maxBlockersInEvent), forceAfter, formatTime(firstForce(blocked, forceAfter))))
+			}
+		} else if !now.Before(deadline) {
+			blockers := c.describeBlockers(ctx, waiting)
+			msg := fmt.Sprintf("Draining node failed: %d pods not gone after --drain-timeout=%s: %s", len(waiting), c.cfg.DrainTimeout, formatBlockers(blockers, maxBlockersInEvent))
+			c.undoMoves(context.WithoutCancel(ctx), n.Name, onNode)
+			c.finish(ctx, n, scheduled, false, msg, "Blocked: "+formatBlockers(blockers, maxBlockersInCondition), start, formatBlockers(blockers, 0))
 			return
 		}
 		select {
 		case <-ctx.Done():
-			c.aborted(ctx, n)
+			c.aborted(ctx, n, onNode)
 			return
 		case <-ticker.C():
 		}
 	}
 }
 
-// recordBlocked writes when evictions were first refused by a
-// PodDisruptionBudget since the cordon, so that force-after counts across
-// retries and restarts.
-func (c *Controller) recordBlocked(ctx context.Context, n *v1.Node, now time.Time) {
-	owned := func(cur *v1.Node) bool {
-		_, o := cur.Annotations[AnnotationConditions]
-		_, set := cur.Annotations[AnnotationBlockedSince]
-		return o && !set
-	}
-	if _, err := c.write(ctx, n, false, "record-blocked", "record when a PodDisruptionBudget first refused an eviction", owned,
-		func(m *v1.Node) { setAnnotation(m, AnnotationBlockedSince, formatTime(now)) }); err != nil && !errors.Is(err, errSkip) {
-		klog.FromContext(ctx).Error(err, "Recording when evictions were first refused", "node", n.Name)
-	}
-}
+// blocker is a pod a drain waits for, and why.
+type blocker struct{ pod, why string }
+
+// How many blocking pods a DrainFailed or DrainBlocked event and the
+// DrainScheduled condition name; the rest are counted.
+const (
+	maxBlockersInEvent     = 20
+	maxBlockersInCondition = 100
+)
 
 // describeBlockers says, for each pod still there, why: terminating, or
 // refused by which PodDisruptionBudget (its healthy counts, and which of its
 // pods are not Ready and where), or the eviction's error.
-func (c *Controller) describeBlockers(ctx context.Context, waiting []*podEviction) []string {
+func (c *Controller) describeBlockers(ctx context.Context, waiting []*podEviction) []blocker {
 	pdbs := map[string][]policyv1.PodDisruptionBudget{}
-	out := make([]string, 0, len(waiting))
+	out := make([]blocker, 0, len(waiting))
 	for _, e := range waiting {
 		p := e.pod
 		why := e.lastErr
@@ -270,10 +325,58 @@ func (c *Controller) describeBlockers(ctx context.Context, waiting []*podEvictio
 				why = d
 			}
 		}
-		out = append(out, podKey(p)+" ("+why+")")
+		out = append(out, blocker{pod: podKey(p), why: why})
 	}
-	sort.Strings(out)
 	return out
+}
+
+// formatBlockers names the blocking pods grouped by why, "a, b (why); c
+// (other why)", at most max pods (0: all) and then how many more.
+func formatBlockers(bs []blocker, max int) string {
+	byWhy := map[string][]string{}
+	for _, b := range bs {
+		byWhy[b.why] = append(byWhy[b.why], b.pod)
+	}
+	whys := make([]string, 0, len(byWhy))
+	for why, pods := range byWhy {
+		sort.Strings(pods)
+		whys = append(whys, why)
+	}
+	// The largest group first, then by the first pod's name: stable wording.
+	sort.Slice(whys, func(i, j int) bool {
+		a, b := byWhy[whys[i]], byWhy[whys[j]]
+		if len(a) != len(b) {
+			return len(a) > len(b)
+		}
+		return a[0] < b[0]
+	})
+	var parts []string
+	named := 0
+	for _, why := range whys {
+		pods := byWhy[why]
+		if max > 0 && named+len(pods) > max {
+			pods = pods[:max-named]
+		}
+		named += len(pods)
+		if len(pods) > 0 {
+			parts = append(parts, strings.Join(pods, ", ")+" ("+why+")")
+		}
+	}
+	out := strings.Join(parts, "; ")
+	if rest := len(bs) - named; rest > 0 {
+		out += fmt.Sprintf("; and %d more pods", rest)
+	}
+	return out
+}
+
+// waitingKey identifies the pods a drain waits for and how each stands.
+func waitingKey(waiting []*podEviction) string {
+	keys := make([]string, len(waiting))
+	for i, e := range waiting {
+		keys[i] = fmt.Sprintf("%s/%v/%v", e.pod.UID, e.refused, e.evicted || e.pod.DeletionTimestamp != nil)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
 }
 
 // explainPDBs describes the budgets that select the pod.
@@ -281,8 +384,7 @@ func (c *Controller) explainPDBs(p *v1.Pod, pdbs []policyv1.PodDisruptionBudget)
 	var parts []string
 	for i := range pdbs {
 		b := &pdbs[i]
-		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
+		if !kube.PDBSelects(b, p) {
 			continue
 		}
 		s := fmt.Sprintf("PodDisruptionBudget %s refuses: %d disruptions allowed, currentHealthy %d, desiredHealthy %d, expectedPods %d",
@@ -296,7 +398,7 @@ func (c *Controller) explainPDBs(p *v1.Pod, pdbs []policyv1.PodDisruptionBudget)
 		var notReady []string
 		for _, o := range c.pods.List() {
 			q := o.(*v1.Pod)
-			if q.Namespace != p.Namespace || !sel.Matches(labels.Set(q.Labels)) || q.DeletionTimestamp != nil || kube.PodReady(q) {
+			if !kube.PDBSelects(b, q) || q.DeletionTimestamp != nil || kube.PodReady(q) {
 				continue
 			}
 			where := q.Spec.NodeName
@@ -316,7 +418,7 @@ func (c *Controller) explainPDBs(p *v1.Pod, pdbs []policyv1.PodDisruptionBudget)
 
 // evictAll sends the evictions that are due, a few at a time; it returns
 // how many were accepted.
-func (c *Controller) evictAll(ctx context.Context, due []*podEviction, now, blockedSince time.Time, forceAfter time.Duration) int {
+func (c *Controller) evictAll(ctx context.Context, due []*podEviction, now time.Time, forceAfter time.Duration) int {
 	sem := make(chan struct{}, parallelEvictions)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -332,7 +434,7 @@ func (c *Controller) evictAll(ctx context.Context, due []*podEviction, now, bloc
 			wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
 			defer cancel()
 			if e.force {
-				c.forceDelete(wctx, e, blockedSince, forceAfter)
+				c.forceDelete(wctx, e, forceAfter)
 			} else {
 				ok = c.evict(wctx, e, now)
 			}
@@ -398,23 +500,25 @@ func (c *Controller) evict(ctx context.Context, e *podEviction, now time.Time) b
 	return false
 }
 
-// forceDelete deletes a pod whose eviction a PodDisruptionBudget kept
-// refusing for force-after, with the pod's own grace period, and says so in
-// a Warning event naming the pod. With --dry-run it is only reported.
-func (c *Controller) forceDelete(ctx context.Context, e *podEviction, blockedSince time.Time, forceAfter time.Duration) {
+// forceDelete deletes a pod whose every eviction a PodDisruptionBudget
+// refused for force-after, with the pod's own grace period, and says so in
+// a Warning event naming the pod and the last refusal. With --dry-run it is
+// only reported.
+func (c *Controller) forceDelete(ctx context.Context, e *podEviction, forceAfter time.Duration) {
 	p := e.pod
-	msg := fmt.Sprintf("Deleting pod %s despite its PodDisruptionBudget (own grace period): evictions refused since %s, force-after=%s",
-		podKey(p), formatTime(blockedSince), forceAfter)
+	blockedSince := e.blockedSince
+	msg := fmt.Sprintf("Deleting pod %s despite its PodDisruptionBudget (own grace period): every eviction refused since %s (%s), force-after=%s",
+		podKey(p), formatTime(blockedSince), e.lastErr, forceAfter)
 	if c.dryRun.Enabled() {
 		c.dryRun.Report(ctx, p, "force-delete", "delete pod "+podKey(p)+" despite its PodDisruptionBudget (force-after="+forceAfter.String()+")")
-		e.evicted, e.forced = true, true
+		e.evicted, e.forced, e.forcedAt = true, true, c.clock.Now()
 		return
 	}
 	err := c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(p.UID))})
 	switch {
 	case err == nil:
 		c.metrics.forceDeleted.Inc()
-		e.evicted, e.forced, e.refused = true, true, false
+		e.evicted, e.forced, e.refused, e.forcedAt = true, true, false, c.clock.Now()
 		if n, gerr := c.nodes.Get(p.Spec.NodeName); gerr == nil {
 			controllerutil.NodeEvent(c.recorder, n, v1.EventTypeWarning, EventDrainForceDeleted, msg)
 		}
@@ -446,19 +550,21 @@ func isUIDMismatch(err error) bool {
 // aborted ends a drain cancelled by a decision (the node was uncordoned, no
 // rule matches, the node was deleted) or by the controller stopping, in
 // which case nothing is written and the next leader resumes it.
-func (c *Controller) aborted(ctx context.Context, n *v1.Node) {
+func (c *Controller) aborted(ctx context.Context, n *v1.Node, pods []*v1.Pod) {
 	cause := context.Cause(ctx)
 	if isStopping(ctx) {
 		klog.FromContext(ctx).Info("Drain interrupted; it resumes when the controller (or the next leader) runs again", "node", n.Name)
 		return
 	}
+	c.undoMoves(context.WithoutCancel(ctx), n.Name, pods)
 	c.event(n, EventDrainAborted, "Drain stopped: "+cause.Error())
 	klog.FromContext(ctx).Info("Drain stopped", "node", n.Name, "reason", cause.Error())
 }
 
 // finish records the result on the node (DrainScheduled=False with
 // Draino's "| Completed:" or "| Failed:" suffix) and in events and metrics.
-func (c *Controller) finish(ctx context.Context, n *v1.Node, scheduled time.Time, ok bool, msg, detail string, start time.Time) {
+// failKey is what the failure is (DrainFailed is said once per change of it).
+func (c *Controller) finish(ctx context.Context, n *v1.Node, scheduled time.Time, ok bool, msg, detail string, start time.Time, failKey string) {
 	now := c.clock.Now()
 	result := resultSucceeded
 	if !ok {
@@ -477,7 +583,7 @@ func (c *Controller) finish(ctx context.Context, n *v1.Node, scheduled time.Time
 		}
 		st := readState(latest)
 		st.attempts, st.finishedAt = attempts, now
-		msg += "; retrying at " + formatTime(c.retryDue(latest, st))
+		msg += "; retrying at " + formatTime(c.retryDue(st))
 		if n.Annotations[AnnotationRetry] == "true" {
 			msg += " (" + AnnotationRetry + "=true)"
 		}
@@ -497,7 +603,7 @@ func (c *Controller) finish(ctx context.Context, n *v1.Node, scheduled time.Time
 		c.event(n, EventDrainSucceeded, msg)
 		klog.FromContext(ctx).Info("Drained node", "node", n.Name, "duration", now.Sub(start))
 	} else {
-		c.event(n, EventDrainFailed, msg)
+		c.eventOnce(n, EventDrainFailed, failKey, msg)
 		klog.FromContext(ctx).Info("Drain failed", "node", n.Name, "message", msg)
 	}
 }

@@ -1,15 +1,19 @@
 package drain
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -152,9 +156,19 @@ func TestOldSecondPrecisionRoundsUp(t *testing.T) {
 	if s := readState(n); !s.blockedSince.Equal(t0.Add(250 * time.Millisecond)) {
 		t.Errorf("blocked since %v", s.blockedSince)
 	}
+	setAnnotation(n, AnnotationDrainStarted, "2026-11-21T10:00:05Z")
+	if s := readState(n); !s.startedAt.Equal(t0.Add(6 * time.Second)) {
+		t.Errorf("drain started %v, want rounded up a second", s.startedAt)
+	}
+	setAnnotation(n, AnnotationBlocked, `{"drain":"x"}`)
 	cordon(n, nil)
-	if _, ok := n.Annotations[AnnotationBlockedSince]; ok {
-		t.Error("a new cordon must forget when evictions were first refused")
+	for _, a := range []string{AnnotationBlockedSince, AnnotationBlocked} {
+		if _, ok := n.Annotations[a]; ok {
+			t.Errorf("a new cordon must forget %s", a)
+		}
+	}
+	if _, ok := n.Annotations[AnnotationDrainStarted]; !ok {
+		t.Error("the drain buffer's start must outlive the cordon")
 	}
 }
 
@@ -254,16 +268,17 @@ timeZone: Europe/Paris
 
 func TestConfigValidateNamesTheFlag(t *testing.T) {
 	cases := map[string]func(*Config){
-		"--drain-condition":          func(c *Config) { c.Conditions = []string{"KernelDeadlock=True,tenminutes"} },
-		"--drain-node-expression":    func(c *Config) { c.NodeExpression = "node.metadata ==" },
-		"--max-cordoned-nodes":       func(c *Config) { c.Budget.MaxCordonedNodes = "120%" },
-		"--max-concurrent-drains":    func(c *Config) { c.Budget.MaxConcurrentDrains = -1 },
-		"--drain-timeout":            func(c *Config) { c.DrainTimeout = 0 },
-		"--protected-pod-annotation": func(c *Config) { c.ProtectedPodAnnotations = []string{"=x"} },
-		"--drain-rules replaces":     func(c *Config) { c.File = "x.yaml" },
-		"--drain-force-after":        func(c *Config) { c.ForceAfter = -time.Second },
-		"--drain-window":             func(c *Config) { c.Windows = []string{"Mon-Fry 22:00-06:00"} },
-		"--drain-window-time-zone":   func(c *Config) { c.Windows, c.WindowTimeZone = []string{"* 01:00-02:00"}, "Mars/Olympus" },
+		"--drain-condition":                                     func(c *Config) { c.Conditions = []string{"KernelDeadlock=True,tenminutes"} },
+		"--drain-node-expression":                               func(c *Config) { c.NodeExpression = "node.metadata ==" },
+		"--max-cordoned-nodes":                                  func(c *Config) { c.Budget.MaxCordonedNodes = "120%" },
+		"--max-concurrent-drains":                               func(c *Config) { c.Budget.MaxConcurrentDrains = -1 },
+		"--drain-timeout":                                       func(c *Config) { c.DrainTimeout = 0 },
+		"--protected-pod-annotation":                            func(c *Config) { c.ProtectedPodAnnotations = []string{"=x"} },
+		"--drain-rules replaces":                                func(c *Config) { c.File = "x.yaml" },
+		"--drain-force-after":                                   func(c *Config) { c.ForceAfter = -time.Second },
+		"--drain-force-after 1s is below the least force-after": func(c *Config) { c.ForceAfter = time.Second },
+		"--drain-window":                                        func(c *Config) { c.Windows = []string{"Mon-Fry 22:00-06:00"} },
+		"--drain-window-time-zone":                              func(c *Config) { c.Windows, c.WindowTimeZone = []string{"* 01:00-02:00"}, "Mars/Olympus" },
 	}
 	for flag, mut := range cases {
 		c := DefaultConfig()
@@ -323,7 +338,7 @@ func TestExplainSkippedAndWaiting(t *testing.T) {
 // message, or a success followed by a new attempt, is said again.
 func TestAttemptEventsOncePerChange(t *testing.T) {
 	rec := record.NewFakeRecorder(100)
-	c := &Controller{recorder: rec, attempts: map[string]map[string]string{}}
+	c := &Controller{recorder: rec, said: map[string]map[string]string{}}
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	for i := 0; i < 3; i++ {
 		c.event(n, EventCordonStarting, "Cordoning node: KernelDeadlock=True")
@@ -339,5 +354,155 @@ func TestAttemptEventsOncePerChange(t *testing.T) {
 	}
 	if len(got) != 5 {
 		t.Errorf("%d events, want 5 (starting, failed, failed with a new reason, succeeded, starting again): %q", len(got), got)
+	}
+}
+
+// A drain retried and failing the same way says DrainScheduled, DrainStarting
+// and DrainFailed once; a new reason is said again; a success starts afresh.
+func TestDrainEventsOncePerChange(t *testing.T) {
+	rec := record.NewFakeRecorder(100)
+	c := &Controller{recorder: rec, said: map[string]map[string]string{}}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	for i := 0; i < 4; i++ {
+		c.eventOnce(n, EventDrainScheduled, "scheduled", fmt.Sprintf("Will drain node after 10:0%d", i))
+		c.eventOnce(n, EventDrainStarting, "2 pods", "Draining node: 2 pods to evict")
+		c.eventOnce(n, EventDrainFailed, "web (PDB web)", fmt.Sprintf("Draining node failed ...; retrying at 10:0%d", i))
+	}
+	c.eventOnce(n, EventDrainFailed, "web (PDB web); db (PDB db)", "Draining node failed: another blocker")
+	c.eventOnce(n, EventDrainSucceeded, "", "Drained node")
+	c.eventOnce(n, EventDrainScheduled, "scheduled", "Will drain node after 11:00")
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{"DrainScheduled", "DrainStarting", "DrainFailed", "DrainFailed", "DrainSucceeded", "DrainScheduled"}
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d: %q", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], " "+w+" ") {
+			t.Errorf("event %d = %q, want %s", i, got[i], w)
+		}
+	}
+}
+
+// Blockers are named grouped by why, the largest group first, up to a
+// limit and then counted.
+func TestFormatBlockers(t *testing.T) {
+	var bs []blocker
+	for _, p := range []string{"ns/web-3", "ns/web-1", "ns/web-2"} {
+		bs = append(bs, blocker{pod: p, why: "PodDisruptionBudget web refuses"})
+	}
+	bs = append(bs, blocker{pod: "ns/db-0", why: "terminating"})
+	if got, want := formatBlockers(bs, 0), "ns/web-1, ns/web-2, ns/web-3 (PodDisruptionBudget web refuses); ns/db-0 (terminating)"; got != want {
+		t.Errorf("all:\n got %q\nwant %q", got, want)
+	}
+	if got, want := formatBlockers(bs, 2), "ns/web-1, ns/web-2 (PodDisruptionBudget web refuses); and 2 more pods"; got != want {
+		t.Errorf("first 2:\n got %q\nwant %q", got, want)
+	}
+	if got := formatBlockers(nil, 5); got != "" {
+		t.Errorf("none: %q", got)
+	}
+}
+
+// force-after counts one pod's refusals without a break: any other outcome
+// ends the count, and the record on the node is bound to its drain.
+func TestContinuousBlockage(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1", UID: "u1"}}
+	e := &podEviction{pod: pod}
+	e.refused, e.lastErr = true, "eviction refused: PDB"
+	if !updateBlockage(e, t0) || !e.blockedSince.Equal(t0) {
+		t.Fatalf("first refusal must start the count: %v", e.blockedSince)
+	}
+	if updateBlockage(e, t0.Add(10*time.Second)) || !e.blockedSince.Equal(t0) {
+		t.Fatalf("a further refusal continues it: %v", e.blockedSince)
+	}
+	c := &Controller{}
+	if due, _ := c.forceDue(context.Background(), e, time.Minute, t0.Add(59*time.Second)); due {
+		t.Error("forced before force-after")
+	}
+	if due, _ := c.forceDue(context.Background(), e, time.Minute, t0.Add(time.Minute)); !due {
+		t.Error("not forced after a minute of refusals (a bare pod: no workload that could be rolling out)")
+	}
+	e.refused, e.lastErr = false, "eviction failed: timeout"
+	if !updateBlockage(e, t0.Add(70*time.Second)) || !e.blockedSince.IsZero() {
+		t.Fatalf("an error that is no refusal must end the count")
+	}
+	if due, _ := c.forceDue(context.Background(), e, time.Minute, t0.Add(2*time.Minute)); due {
+		t.Error("forced without a running count")
+	}
+
+	e.refused, e.lastErr = true, "eviction refused: PDB"
+	updateBlockage(e, t0.Add(80*time.Second))
+	// Another pod's eviction accepted in a pass: budgets move, every count
+	// starts again; a pass with only refusals changes nothing.
+	other := &podEviction{pod: &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "u2"}}, evicted: true}
+	tracked := map[types.UID]*podEviction{"u1": e, "u2": other}
+	if restartCounts(tracked, []*podEviction{e}, t0.Add(85*time.Second)) {
+		t.Error("a pass of refusals restarted the count")
+	}
+	if !restartCounts(tracked, []*podEviction{e, other}, t0.Add(90*time.Second)) || !e.blockedSince.Equal(t0.Add(90*time.Second)) {
+		t.Errorf("an accepted eviction must restart the count: %v", e.blockedSince)
+	}
+	e.blockedSince = t0.Add(80 * time.Second)
+	rec, first := blockAnnotations(t0, []*podEviction{e})
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationBlocked: rec}}}
+	if got := readBlocked(n, t0)["u1"]; !got.Equal(t0.Add(80*time.Second)) || first != formatTime(got) {
+		t.Errorf("read back %v (earliest %s) from %s", got, first, rec)
+	}
+	if got := readBlocked(n, t0.Add(time.Hour)); got != nil {
+		t.Errorf("another drain's record must count for nothing: %v", got)
+	}
+	n.Annotations[AnnotationBlocked] = "{not json"
+	if got := readBlocked(n, t0); got != nil {
+		t.Errorf("a record that does not parse must count for nothing: %v", got)
+	}
+}
+
+func TestDeploymentRollingOut(t *testing.T) {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Generation: 2}}
+	d.Status.ObservedGeneration = 1
+	if why := deploymentRollingOut(d); !strings.Contains(why, "not yet observed") {
+		t.Errorf("unobserved generation: %q", why)
+	}
+	d.Status.ObservedGeneration = 2
+	for reason, rolling := range map[string]bool{"ReplicaSetUpdated": true, "NewReplicaSetAvailable": false} {
+		d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: v1.ConditionTrue, Reason: reason}}
+		if got := deploymentRollingOut(d) != ""; got != rolling {
+			t.Errorf("Progressing=True %s: rolling out %v, want %v", reason, got, rolling)
+		}
+	}
+	d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: v1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
+	if why := deploymentRollingOut(d); why != "" {
+		t.Errorf("a rollout past its deadline is stuck, not moving: %q", why)
+	}
+}
+
+// A drain past its timeout waits for force-after only while every pod left
+// is blocked without a break, deleted by force-after (for its grace
+// period), or terminating; anything else fails it as before.
+func TestForcePending(t *testing.T) {
+	deadline := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	pod := func() *v1.Pod { return &v1.Pod{Spec: v1.PodSpec{TerminationGracePeriodSeconds: ptr.To(int64(30))}} }
+	blocked := &podEviction{pod: pod(), refused: true, blockedSince: deadline.Add(-time.Second)}
+	forced := &podEviction{pod: pod(), evicted: true, forced: true, forcedAt: deadline.Add(time.Minute)}
+	terminating := &podEviction{pod: pod(), evicted: true}
+	erring := &podEviction{pod: pod(), lastErr: "eviction failed: timeout"}
+	if ok, _ := forcePending([]*podEviction{blocked}, 0, deadline); ok {
+		t.Error("pending without force-after")
+	}
+	if ok, until := forcePending([]*podEviction{blocked, terminating}, time.Minute, deadline); !ok || !until.Equal(deadline.Add(time.Minute+maxEvictionBackoff)) {
+		t.Errorf("blocked: %v until %v", ok, until)
+	}
+	if ok, until := forcePending([]*podEviction{forced}, time.Minute, deadline); !ok || !until.Equal(deadline.Add(time.Minute+30*time.Second+time.Minute)) {
+		t.Errorf("forced: %v until %v, want its grace period and a minute after the force", ok, until)
+	}
+	if ok, _ := forcePending([]*podEviction{terminating}, time.Minute, deadline); ok {
+		t.Error("pending with nothing force-after waits for")
+	}
+	if ok, _ := forcePending([]*podEviction{blocked, erring}, time.Minute, deadline); ok {
+		t.Error("pending although a pod fails otherwise than by a refusal")
 	}
 }

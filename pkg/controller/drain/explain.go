@@ -71,9 +71,7 @@ func BudgetCluster(c *Config, r *rules.Rules, nodes []*v1.Node) budget.Cluster {
 	var cl budget.Cluster
 	for _, n := range nodes {
 		st := readState(n)
-		if st.scheduledAt.After(cl.LastDrainStart) {
-			cl.LastDrainStart = st.scheduledAt
-		}
+		cl.LastDrainStart = latestOf(cl.LastDrainStart, st.scheduledAt, st.startedAt)
 		if ok, _ := r.Selector.Matches(n); !ok {
 			continue
 		}

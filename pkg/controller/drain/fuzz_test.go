@@ -1,12 +1,14 @@
 package drain
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -71,5 +73,44 @@ func FuzzReadState(f *testing.F) {
 			t.Errorf("blocked since %v read as %v, before it", parsed, s.blockedSince)
 		}
 		_ = s.retryAt(time.Minute)
+	})
+}
+
+// FuzzReadBlocked: the record of blocked pods on a node is cluster input;
+// whatever it holds, reading it never fails, and a time it returns is
+// never earlier than the one written (a count is never longer than real).
+func FuzzReadBlocked(f *testing.F) {
+	t0 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	f.Add(`{"drain":"2026-11-24T10:00:00.000000000Z","pods":{"u1":{"pod":"ns/a","since":"2026-11-24T10:01:00.5Z"}}}`)
+	f.Add(`{"drain":"2026-11-24T10:00:00.000000000Z","pods":{"u1":{"since":"2026-11-24T10:01:00Z"}}}`)
+	f.Add(`{"drain":"2026-11-24T10:00:00Z"}`)
+	f.Add(`{"pods":null}`)
+	f.Add(`not json`)
+	f.Fuzz(func(t *testing.T, v string) {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationBlocked: v}}}
+		for uid, since := range readBlocked(n, t0) {
+			var rec blockRecord
+			if err := json.Unmarshal([]byte(v), &rec); err != nil {
+				t.Fatalf("read %v from a record that does not parse", since)
+			}
+			if written, err := time.Parse(time.RFC3339Nano, rec.Pods[uid].Since); err != nil || since.Before(written) {
+				t.Errorf("pod %s: since %v read as %v", uid, rec.Pods[uid].Since, since)
+			}
+		}
+	})
+}
+
+// FuzzReadMove: a Deployment's move record is cluster input; whatever it
+// holds, reading it never fails, and a record it returns names a node, a positive surge and
+// replicas that are not negative (an undo never scales to nonsense).
+func FuzzReadMove(f *testing.F) {
+	f.Add(`{"node":"n1","replicas":1,"surge":1,"pods":{"web-1":""},"since":"2026-11-27T10:00:00.000000000Z"}`)
+	f.Add(`{"node":"n1","replicas":-3,"surge":1}`)
+	f.Add(`{"surge":"x"}`)
+	f.Fuzz(func(t *testing.T, v string) {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationMove: v}}}
+		if r := readMove(d); r != nil && (r.Node == "" || r.Surge <= 0 || r.Replicas < 0) {
+			t.Errorf("record %+v from %q", r, v)
+		}
 	})
 }

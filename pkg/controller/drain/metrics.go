@@ -15,6 +15,7 @@ type metrics struct {
 	evictions      *prometheus.CounterVec
 	blockedByPDB   prometheus.Counter
 	drainDurations *prometheus.HistogramVec
+	moves          *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,9 +46,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Evictions refused (429) because a PodDisruptionBudget allows no disruption now; each is retried with backoff."}),
 		drainDurations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "nodeshepherd", Subsystem: "drain", Name: "duration_seconds",
 			Help: "Time from a drain's start to its end, by result.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}, result),
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "drain", Name: "moves_total",
+			Help: "Move-before-evict, by result: started (a Deployment surged), moved (scaled back once the new pods were available), aborted (replicas changed by someone else, or the drain ended), failed (the new pods did not come), refused (a workload that cannot surge, named in DrainMoveRefused)."}, result),
 	}
 	reg.MustRegister(m.cordoned, m.uncordoned, m.drained, m.scheduled, m.inFlight, m.cordonedNodes, m.waiting, m.skipped, m.forceDeleted, m.breakerOpen,
-		m.evictions, m.blockedByPDB, m.drainDurations)
+		m.evictions, m.blockedByPDB, m.drainDurations, m.moves)
 	for _, c := range []*prometheus.CounterVec{m.cordoned, m.uncordoned, m.drained, m.scheduled} {
 		c.WithLabelValues(resultSucceeded).Add(0)
 		c.WithLabelValues(resultFailed).Add(0)

@@ -23,10 +23,16 @@ const (
 	AnnotationAttempts = "nodeshepherd.io/drain-attempts"
 	// AnnotationRetry, Draino's, set to "true" retries a failed drain at once.
 	AnnotationRetry = "draino/drain-retry"
-	// AnnotationBlockedSince is when a PodDisruptionBudget first refused an
-	// eviction of this cordon's drains (for force-after), with sub-second
-	// precision; it goes with the cordon.
+	// AnnotationBlockedSince is the earliest time since which every eviction
+	// of one of the drain's pods has been refused by a PodDisruptionBudget
+	// (AnnotationBlocked has each pod), with sub-second precision; it goes
+	// when no pod is blocked any more, and with the cordon.
 	AnnotationBlockedSince = "nodeshepherd.io/drain-blocked-since"
+	// AnnotationDrainStarted is when the node's latest drain sent its first
+	// eviction: the drain buffer counts from the latest on any node, also
+	// for a new leader. It stays after the uncordon (the buffer outlives
+	// the cordon) and is overwritten by the next drain.
+	AnnotationDrainStarted = "nodeshepherd.io/drain-started"
 
 	// ConditionDrainScheduled is Draino's node condition: True while a drain
 	// is scheduled or running, False with "| Completed: ts" or "| Failed: ts"
@@ -61,6 +67,8 @@ type nodeState struct {
 	retryNow    bool
 	// blockedSince is AnnotationBlockedSince (zero when absent).
 	blockedSince time.Time
+	// startedAt is AnnotationDrainStarted (zero when absent).
+	startedAt time.Time
 }
 
 func readState(n *v1.Node) nodeState {
@@ -69,6 +77,9 @@ func readState(n *v1.Node) nodeState {
 	s.attempts, _ = strconv.Atoi(n.Annotations[AnnotationAttempts])
 	if v, ok := n.Annotations[AnnotationBlockedSince]; ok {
 		s.blockedSince, _ = parseTime(v)
+	}
+	if v, ok := n.Annotations[AnnotationDrainStarted]; ok {
+		s.startedAt, _ = parseTime(v)
 	}
 	c := kube.NodeCondition(n, ConditionDrainScheduled)
 	if c == nil {
@@ -153,6 +164,7 @@ func cordon(n *v1.Node, matched []rules.Condition) {
 	setAnnotation(n, AnnotationConditions, formatConditions(matched))
 	delete(n.Annotations, AnnotationAttempts)
 	delete(n.Annotations, AnnotationBlockedSince)
+	delete(n.Annotations, AnnotationBlocked)
 }
 
 // release forgets the node; with uncordon it also becomes schedulable.
@@ -163,6 +175,18 @@ func release(n *v1.Node, uncordon bool) {
 	delete(n.Annotations, AnnotationConditions)
 	delete(n.Annotations, AnnotationAttempts)
 	delete(n.Annotations, AnnotationBlockedSince)
+	delete(n.Annotations, AnnotationBlocked)
+}
+
+// latestOf is the latest of the times.
+func latestOf(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
 }
 
 // setDrainCondition writes DrainScheduled, keeping the other conditions.

@@ -26,9 +26,25 @@ type Condition struct {
 	Status      v1.ConditionStatus   `json:"status"`
 	MinDuration time.Duration        `json:"minDuration,omitempty"`
 	// ForceAfter, when set, lets a drain of a node this rule matched delete
-	// the pods whose eviction a PodDisruptionBudget has refused for this
-	// long (nodeshepherd's extension; off by default).
+	// the pods whose every eviction a PodDisruptionBudget has refused for
+	// this long, without a break (nodeshepherd's extension; off by default;
+	// at least MinForceAfter).
 	ForceAfter time.Duration `json:"forceAfter,omitempty"`
+}
+
+// MinForceAfter is the least force-after accepted: below it, refusals that
+// last as long as a pod's start (a rolling update, a rescheduled replica)
+// would be forced, which is PodDisruptionBudgets turned off.
+const MinForceAfter = time.Minute
+
+// CheckForceAfter refuses a force-after below MinForceAfter; what names the
+// setting in the error.
+func CheckForceAfter(what string, d time.Duration) error {
+	if d > 0 && d < MinForceAfter {
+		return fmt.Errorf("%s %v is below the least force-after, %v: a shorter one would delete pods whose PodDisruptionBudget is short only while a replica starts, which turns budgets off; give at least %v, or leave force-after off",
+			what, d, MinForceAfter, MinForceAfter)
+	}
+	return nil
 }
 
 func (c Condition) String() string {
@@ -79,6 +95,9 @@ func ParseCondition(s string) (Condition, error) {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
 				return c, fmt.Errorf("condition %q: force-after %q is not a positive duration (e.g. 2h)", s, v)
+			}
+			if err := CheckForceAfter("force-after", d); err != nil {
+				return c, fmt.Errorf("condition %q: %w", s, err)
 			}
 			c.ForceAfter = d
 		}

@@ -33,6 +33,8 @@ func TestParseCondition(t *testing.T) {
 		"KernelDeadlock=True,10m,force=2h":         "unknown option",
 		"KernelDeadlock=True,10m,force-after=soon": "not a positive duration",
 		"KernelDeadlock=True,10m,force-after=0s":   "not a positive duration",
+		"KernelDeadlock=True,10m,force-after=1s":   "below the least force-after, 1m0s",
+		"KernelDeadlock=True,10m,force-after=59s":  "give at least 1m0s",
 	}
 	for in, want := range bad {
 		if _, err := ParseCondition(in); err == nil || !strings.Contains(err.Error(), want) {

@@ -1,0 +1,517 @@
+package drain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/klog/v2"
+)
+
+// Move before evict (issue 32, point 1). A drain that a PodDisruptionBudget
+// blocks (0 disruptions allowed) on a Deployment's pod makes the
+// replacement first: the Deployment is scaled up by its pods on the node
+// (at most its maxSurge at a time), those pods get the lowest
+// pod-deletion-cost, and once the Deployment has that many more available
+// replicas it is scaled back, so that its ReplicaSet deletes the pods with
+// the lowest cost: the ones on the node. The healthy count never drops below
+// what it was, so the budget is never violated and a Service never lacks a
+// ready endpoint: the new pods are Ready before the old ones go.
+//
+// Why a surge of replicas rather than a rolling restart (`kubectl rollout
+// restart`): a restart replaces every pod of the workload, not only those on
+// the node, and writes the pod template, which GitOps tools report as drift;
+// the surge changes only spec.replicas, for the time a pod takes to start,
+// and moves exactly the pods on the node. A HorizontalPodAutoscaler owns
+// replicas and would undo the surge within its sync period: such
+// Deployments are not moved, and the drain says so. A GitOps tool that owns
+// replicas may revert the surge on its next sync: the move then sees
+// replicas changed by someone else, leaves them as they are, and stops (said
+// in an event); the drain evicts as usual.
+
+const (
+	// AnnotationMoveBeforeEvict, "true" or "false" on a Deployment or a
+	// Namespace, turns move-before-evict on or off for it (the Deployment's
+	// wins, then the Namespace's, then --drain-move-before-evict).
+	AnnotationMoveBeforeEvict = "nodeshepherd.io/move-before-evict"
+	// AnnotationMove is on a Deployment while a move runs (JSON, moveRecord):
+	// a new leader resumes it, a drain that ends undoes it.
+	AnnotationMove = "nodeshepherd.io/move"
+	// annotationDeletionCost is the ReplicaSet controller's ranking hint:
+	// pods with a lower cost are deleted first on a scale-down.
+	annotationDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+	// maxMoveRounds bounds the rounds of one Deployment's move per drain.
+	maxMoveRounds = 10
+)
+
+var lowestDeletionCost = strconv.Itoa(math.MinInt32)
+
+// moveRecord is AnnotationMove's value.
+type moveRecord struct {
+	Node     string `json:"node"`
+	Replicas int32  `json:"replicas"` // before the surge
+	Surge    int32  `json:"surge"`
+	// Pods moved in this round, with their deletion cost before ("" none).
+	Pods  map[string]string `json:"pods"`
+	Since string            `json:"since"`
+}
+
+// moveState is a drain's view of one Deployment's move.
+type moveState struct {
+	// refused says why the Deployment's pods are not moved ("" while they
+	// may be); said once.
+	refused string
+	rounds  int
+	next    time.Time
+	// movedAt is when the last round scaled back, and lastRound its pods:
+	// the ReplicaSet deletes them moments later, so they wait movedGrace
+	// before they count as not moved.
+	movedAt   time.Time
+	lastRound map[string]bool
+}
+
+// movedGrace is how long after a round its pods wait for the ReplicaSet.
+const movedGrace = 10 * time.Second
+
+// Move results, as nodeshepherd_drain_moves_total counts them.
+const (
+	moveStarted = "started"
+	moveMoved   = "moved"
+	moveAborted = "aborted"
+	moveFailed  = "failed"
+	moveRefused = "refused"
+)
+
+// Move is a move in flight, as `explain node` shows it.
+type Move struct {
+	Deployment string    `json:"deployment"`
+	Node       string    `json:"node"`
+	Replicas   int32     `json:"replicas"`
+	Surge      int32     `json:"surge"`
+	Since      time.Time `json:"since"`
+}
+
+// MoveOf reads the move in flight recorded on a Deployment (ok false: none).
+func MoveOf(d *appsv1.Deployment) (Move, bool) {
+	r := readMove(d)
+	if r == nil {
+		return Move{}, false
+	}
+	since, _ := parseTime(r.Since)
+	return Move{Deployment: d.Namespace + "/" + d.Name, Node: r.Node, Replicas: r.Replicas, Surge: r.Surge, Since: since}, true
+}
+
+func readMove(d *appsv1.Deployment) *moveRecord {
+	v, ok := d.Annotations[AnnotationMove]
+	if !ok {
+		return nil
+	}
+	var r moveRecord
+	if json.Unmarshal([]byte(v), &r) != nil || r.Node == "" || r.Surge <= 0 || r.Replicas < 0 {
+		return nil
+	}
+	return &r
+}
+
+// ownerDeployment returns the Deployment that owns the pod through its
+// ReplicaSet, or why there is none that could surge.
+func (c *Controller) ownerDeployment(ctx context.Context, p *v1.Pod) (*appsv1.Deployment, string, error) {
+	owner := metav1.GetControllerOf(p)
+	switch {
+	case owner == nil:
+		return nil, "a pod without a controller: nothing would make its replacement", nil
+	case owner.Kind == "StatefulSet":
+		return nil, "StatefulSet " + p.Namespace + "/" + owner.Name + ": its pods cannot surge (each has its own identity and volumes)", nil
+	case owner.Kind != "ReplicaSet":
+		return nil, owner.Kind + " " + p.Namespace + "/" + owner.Name + ": only a Deployment's pods are moved", nil
+	}
+	rs, err := c.client.AppsV1().ReplicaSets(p.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	d := metav1.GetControllerOf(rs)
+	if d == nil || d.Kind != "Deployment" {
+		return nil, "ReplicaSet " + p.Namespace + "/" + owner.Name + " without a Deployment: only a Deployment's pods are moved", nil
+	}
+	dep, err := c.client.AppsV1().Deployments(p.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+	return dep, "", err
+}
+
+// moveEnabled says whether move-before-evict is on for the Deployment.
+func (c *Controller) moveEnabled(ctx context.Context, d *appsv1.Deployment) (bool, error) {
+	if v, ok := d.Annotations[AnnotationMoveBeforeEvict]; ok {
+		return v == "true", nil
+	}
+	ns, err := c.client.CoreV1().Namespaces().Get(ctx, d.Namespace, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	if v, ok := ns.Annotations[AnnotationMoveBeforeEvict]; ok {
+		return v == "true", nil
+	}
+	return c.cfg.MoveBeforeEvict, nil
+}
+
+// maxSurge is how many pods the Deployment may run above its replicas
+// during a rollout, as the deployment controller resolves it (rounded up);
+// 0 with why when it allows none.
+func maxSurge(d *appsv1.Deployment) (int32, string) {
+	name := "Deployment " + d.Namespace + "/" + d.Name
+	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		return 0, name + " uses the Recreate strategy, which allows no surge"
+	}
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	surge := intstr.FromString("25%")
+	if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxSurge != nil {
+		surge = *ru.MaxSurge
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(&surge, int(replicas), true)
+	if err != nil || n <= 0 {
+		return 0, name + " has maxSurge " + surge.String() + ", which allows no surge"
+	}
+	return int32(n), ""
+}
+
+// cannotMove says why the Deployment's pods cannot be moved ("" when they can).
+func (c *Controller) cannotMove(ctx context.Context, d *appsv1.Deployment) (string, error) {
+	name := "Deployment " + d.Namespace + "/" + d.Name
+	if d.Spec.Paused {
+		return name + " is paused", nil
+	}
+	if _, why := maxSurge(d); why != "" {
+		return why, nil
+	}
+	hpas, err := c.client.AutoscalingV2().HorizontalPodAutoscalers(d.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hpas.Items {
+		if r := h.Spec.ScaleTargetRef; r.Kind == "Deployment" && r.Name == d.Name {
+			return name + "'s replicas are owned by HorizontalPodAutoscaler " + h.Name + ", which would undo a surge", nil
+		}
+	}
+	return "", nil
+}
+
+// gitOpsOwner names a GitOps tool that manages the Deployment, from the
+// labels and annotations Argo CD and Flux put on what they apply ("" none).
+func gitOpsOwner(d *appsv1.Deployment) string {
+	switch {
+	case d.Labels["argocd.argoproj.io/instance"] != "":
+		return "Argo CD application " + d.Labels["argocd.argoproj.io/instance"]
+	case d.Annotations["argocd.argoproj.io/tracking-id"] != "":
+		return "Argo CD (" + d.Annotations["argocd.argoproj.io/tracking-id"] + ")"
+	case d.Labels["kustomize.toolkit.fluxcd.io/name"] != "":
+		return "Flux Kustomization " + d.Labels["kustomize.toolkit.fluxcd.io/name"]
+	case d.Labels["helm.toolkit.fluxcd.io/name"] != "":
+		return "Flux HelmRelease " + d.Labels["helm.toolkit.fluxcd.io/name"]
+	}
+	return ""
+}
+
+// ownedBy says whether the pod belongs to the Deployment (through one of its
+// ReplicaSets: the ReplicaSet's name starts with the Deployment's).
+func ownedBy(p *v1.Pod, d *appsv1.Deployment, rsOwner map[string]string) bool {
+	o := metav1.GetControllerOf(p)
+	return o != nil && o.Kind == "ReplicaSet" && rsOwner[p.Namespace+"/"+o.Name] == d.Name
+}
+
+// moveStep advances the move of the Deployment of a pod whose eviction a
+// PodDisruptionBudget refused. It says whether the pod is being moved: no
+// eviction is sent for it meanwhile (why says what it waits for).
+func (c *Controller) moveStep(ctx context.Context, node *v1.Node, e *podEviction, moves map[types.UID]*moveState, onNode []*v1.Pod, now time.Time) (moving bool, why string) {
+	logger := klog.FromContext(ctx)
+	owner := metav1.GetControllerOf(e.pod)
+	key := e.pod.UID
+	if owner != nil {
+		key = owner.UID
+	}
+	ms := moves[key]
+	if ms == nil {
+		ms = &moveState{}
+		moves[key] = ms
+	}
+	if ms.refused != "" {
+		return false, ""
+	}
+	if now.Before(ms.next) {
+		return e.moving, e.lastErr
+	}
+	ms.next = now.Add(time.Second)
+	d, notDeployment, err := c.ownerDeployment(ctx, e.pod)
+	if err != nil {
+		logger.V(2).Info("Reading the pod's Deployment for a move; will retry", "pod", klog.KObj(e.pod), "err", err)
+		return e.moving, e.lastErr
+	}
+	if notDeployment != "" {
+		if on, err := c.moveEnabledForPod(ctx, e.pod); err != nil || !on {
+			ms.refused = "off"
+			return false, ""
+		}
+		c.refuseMove(node, ms, notDeployment)
+		return false, ""
+	}
+	rec := readMove(d)
+	switch {
+	case rec != nil && rec.Node != node.Name:
+		return true, "waiting: Deployment " + d.Namespace + "/" + d.Name + " is moving pods off node " + rec.Node
+	case rec != nil:
+		return c.continueMove(ctx, node, d, rec, ms, now)
+	case ms.lastRound[e.pod.Name] && now.Before(ms.movedAt.Add(movedGrace)):
+		return true, "moved: the ReplicaSet deletes it"
+	}
+	on, err := c.moveEnabled(ctx, d)
+	if err != nil {
+		return e.moving, e.lastErr
+	}
+	if !on {
+		ms.refused = "off"
+		return false, ""
+	}
+	why, err = c.cannotMove(ctx, d)
+	if err != nil {
+		return e.moving, e.lastErr
+	}
+	if why != "" {
+		c.refuseMove(node, ms, why)
+		return false, ""
+	}
+	if rolling := deploymentRollingOut(d); rolling != "" {
+		return false, "" // its rollout moves it anyway; the budget refuses meanwhile
+	}
+	if ms.rounds >= maxMoveRounds {
+		c.refuseMove(node, ms, fmt.Sprintf("Deployment %s/%s: %d moves in this drain did not take its pods off the node", d.Namespace, d.Name, ms.rounds))
+		return false, ""
+	}
+	return c.startMove(ctx, node, d, ms, onNode, now)
+}
+
+// moveEnabledForPod: move-before-evict for a pod that is no Deployment's,
+// from its Namespace or the flag (for saying why it is not moved only to
+// those who asked for moves).
+func (c *Controller) moveEnabledForPod(ctx context.Context, p *v1.Pod) (bool, error) {
+	ns, err := c.client.CoreV1().Namespaces().Get(ctx, p.Namespace, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	if v, ok := ns.Annotations[AnnotationMoveBeforeEvict]; ok {
+		return v == "true", nil
+	}
+	return c.cfg.MoveBeforeEvict, nil
+}
+
+func (c *Controller) refuseMove(node *v1.Node, ms *moveState, why string) {
+	ms.refused = why
+	c.metrics.moves.WithLabelValues(moveRefused).Inc()
+	c.eventOnce(node, EventDrainMoveRefused, "refused: "+why, "Not moving before evicting: "+why+"; evicting as usual")
+}
+
+// startMove surges the Deployment by its pods on the node (at most maxSurge).
+func (c *Controller) startMove(ctx context.Context, node *v1.Node, d *appsv1.Deployment, ms *moveState, onNode []*v1.Pod, now time.Time) (bool, string) {
+	rsOwner := map[string]string{}
+	var here []*v1.Pod
+	for _, p := range onNode {
+		o := metav1.GetControllerOf(p)
+		// A pod an earlier round marked is not moved twice.
+		if o == nil || o.Kind != "ReplicaSet" || p.DeletionTimestamp != nil || c.cfg.skipReason(p) != "" || p.Annotations[annotationDeletionCost] == lowestDeletionCost {
+			continue
+		}
+		if _, ok := rsOwner[p.Namespace+"/"+o.Name]; !ok {
+			rs, err := c.client.AppsV1().ReplicaSets(p.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			if do := metav1.GetControllerOf(rs); do != nil && do.Kind == "Deployment" {
+				rsOwner[p.Namespace+"/"+o.Name] = do.Name
+			}
+		}
+		if p.Namespace == d.Namespace && ownedBy(p, d, rsOwner) {
+			here = append(here, p)
+		}
+	}
+	if len(here) == 0 {
+		return false, ""
+	}
+	surge, _ := maxSurge(d)
+	if int(surge) > len(here) {
+		surge = int32(len(here))
+	}
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	rec := moveRecord{Node: node.Name, Replicas: replicas, Surge: surge, Pods: map[string]string{}, Since: formatTime(now)}
+	for _, p := range here[:surge] {
+		rec.Pods[p.Name] = p.Annotations[annotationDeletionCost]
+	}
+	// The pods first: were the surge written and these not, the scale-down
+	// could take a new pod.
+	for name := range rec.Pods {
+		if err := c.setDeletionCost(ctx, d.Namespace, name, lowestDeletionCost); err != nil {
+			klog.FromContext(ctx).V(2).Info("Marking a pod to move; will retry", "pod", klog.KRef(d.Namespace, name), "err", err)
+			return false, ""
+		}
+	}
+	if err := c.patchDeployment(ctx, d, replicas+surge, &rec); err != nil {
+		klog.FromContext(ctx).V(2).Info("Surging a Deployment to move its pods; will retry", "deployment", klog.KObj(d), "err", err)
+		c.restoreCosts(ctx, d.Namespace, rec.Pods)
+		return false, ""
+	}
+	ms.rounds++
+	c.metrics.moves.WithLabelValues(moveStarted).Inc()
+	msg := fmt.Sprintf("Moving %d pods of Deployment %s/%s off the node before evicting (a PodDisruptionBudget allows no disruption): replicas %d -> %d until the new pods are available, then back to %d, and the ReplicaSet deletes the pods here first (pod-deletion-cost)",
+		surge, d.Namespace, d.Name, replicas, replicas+surge, replicas)
+	if g := gitOpsOwner(d); g != "" {
+		msg += "; managed by " + g + ", which may revert replicas meanwhile: then the move stops"
+	}
+	c.eventOnce(node, EventDrainMoving, fmt.Sprintf("%s/%s round %d", d.Namespace, d.Name, ms.rounds), msg)
+	klog.FromContext(ctx).Info("Moving pods before evicting", "node", node.Name, "deployment", klog.KObj(d), "replicas", replicas, "surge", surge)
+	return true, "moving: Deployment surged by " + strconv.Itoa(int(surge))
+}
+
+// continueMove scales back once the surge is available, or stops the move
+// when someone changed replicas or the new pods did not come.
+func (c *Controller) continueMove(ctx context.Context, node *v1.Node, d *appsv1.Deployment, rec *moveRecord, ms *moveState, now time.Time) (bool, string) {
+	name := d.Namespace + "/" + d.Name
+	want := rec.Replicas + rec.Surge
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != want {
+		got := "unset"
+		if d.Spec.Replicas != nil {
+			got = strconv.Itoa(int(*d.Spec.Replicas))
+		}
+		// Someone else owns replicas now (an autoscaler, a GitOps sync, a
+		// person): theirs stands; the move ends without touching them.
+		if err := c.patchDeployment(ctx, d, -1, nil); err != nil {
+			return true, "moving"
+		}
+		c.restoreCosts(ctx, d.Namespace, rec.Pods)
+		c.metrics.moves.WithLabelValues(moveAborted).Inc()
+		ms.refused = "replicas changed"
+		c.eventOnce(node, EventDrainMoveRefused, "aborted: "+name, fmt.Sprintf(
+			"Stopped moving pods of Deployment %s: its replicas were changed from %d to %s by someone else (a HorizontalPodAutoscaler or a GitOps tool?); left as they are, evicting as usual", name, want, got))
+		return false, ""
+	}
+	since, _ := parseTime(rec.Since)
+	available := d.Status.ObservedGeneration >= d.Generation && d.Status.AvailableReplicas >= want && d.Status.UpdatedReplicas >= want
+	if available {
+		if err := c.patchDeployment(ctx, d, rec.Replicas, nil); err != nil {
+			return true, "moving"
+		}
+		c.metrics.moves.WithLabelValues(moveMoved).Inc()
+		ms.movedAt, ms.lastRound = now, map[string]bool{}
+		for p := range rec.Pods {
+			ms.lastRound[p] = true
+		}
+		c.eventOnce(node, EventDrainMoved, fmt.Sprintf("%s round %d", name, ms.rounds), fmt.Sprintf(
+			"Moved %d pods of Deployment %s: %d replicas available, scaled back to %d; the ReplicaSet deletes the pods on this node (after %s)",
+			rec.Surge, name, d.Status.AvailableReplicas, rec.Replicas, c.clock.Since(since).Round(time.Second)))
+		return true, "moved: the ReplicaSet deletes it"
+	}
+	if timeout := c.moveTimeout(); !since.IsZero() && !now.Before(since.Add(timeout)) {
+		if err := c.patchDeployment(ctx, d, rec.Replicas, nil); err != nil {
+			return true, "moving"
+		}
+		c.restoreCosts(ctx, d.Namespace, rec.Pods)
+		c.metrics.moves.WithLabelValues(moveFailed).Inc()
+		ms.refused = "timed out"
+		c.eventOnce(node, EventDrainMoveRefused, "failed: "+name, fmt.Sprintf(
+			"Stopped moving pods of Deployment %s: the new pods were not available after %s (%d of %d available); scaled back to %d, evicting as usual",
+			name, timeout, d.Status.AvailableReplicas, want, rec.Replicas))
+		return false, ""
+	}
+	return true, fmt.Sprintf("moving: waiting for %d available replicas of Deployment %s (%d now)", want, name, d.Status.AvailableReplicas)
+}
+
+// moveTimeout is how long the surged pods have to become available.
+func (c *Controller) moveTimeout() time.Duration { return max(c.cfg.DrainTimeout/2, time.Minute) }
+
+// patchDeployment sets replicas (unless negative) and the move record (nil
+// removes it), with the Deployment's resourceVersion as a precondition so
+// that a concurrent change of replicas is never overwritten.
+func (c *Controller) patchDeployment(ctx context.Context, d *appsv1.Deployment, replicas int32, rec *moveRecord) error {
+	meta := map[string]any{"resourceVersion": d.ResourceVersion}
+	if rec != nil {
+		b, _ := json.Marshal(rec)
+		meta["annotations"] = map[string]any{AnnotationMove: string(b)}
+	} else {
+		meta["annotations"] = map[string]any{AnnotationMove: nil}
+	}
+	patch := map[string]any{"metadata": meta}
+	if replicas >= 0 {
+		patch["spec"] = map[string]any{"replicas": replicas}
+	}
+	b, _ := json.Marshal(patch)
+	if c.dryRun.Enabled() {
+		c.dryRun.Report(ctx, d, "move", "patch Deployment "+d.Namespace+"/"+d.Name+": "+string(b))
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	_, err := c.client.AppsV1().Deployments(d.Namespace).Patch(wctx, d.Name, types.MergePatchType, b, metav1.PatchOptions{})
+	return err
+}
+
+func (c *Controller) setDeletionCost(ctx context.Context, ns, pod, cost string) error {
+	var v any = cost
+	if cost == "" {
+		v = nil
+	}
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotationDeletionCost: v}}})
+	if c.dryRun.Enabled() {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	_, err := c.client.CoreV1().Pods(ns).Patch(wctx, pod, types.MergePatchType, b, metav1.PatchOptions{})
+	return err
+}
+
+// restoreCosts puts back the deletion costs the pods had before the move.
+func (c *Controller) restoreCosts(ctx context.Context, ns string, pods map[string]string) {
+	for name, cost := range pods {
+		if err := c.setDeletionCost(ctx, ns, name, cost); err != nil {
+			klog.FromContext(ctx).V(2).Info("Restoring a pod's deletion cost", "pod", klog.KRef(ns, name), "err", err)
+		}
+	}
+}
+
+// undoMoves ends the moves a drain that stops (failed, or stopped by a
+// decision) still has in flight: replicas back as they were, costs restored.
+// A drain stopped because the controller stops leaves them for the next
+// leader, which resumes them.
+func (c *Controller) undoMoves(ctx context.Context, node string, pods []*v1.Pod) {
+	seen := map[string]bool{}
+	for _, p := range pods {
+		d, notDeployment, err := c.ownerDeployment(ctx, p)
+		if err != nil || notDeployment != "" || seen[d.Namespace+"/"+d.Name] {
+			continue
+		}
+		seen[d.Namespace+"/"+d.Name] = true
+		rec := readMove(d)
+		if rec == nil || rec.Node != node {
+			continue
+		}
+		replicas := rec.Replicas
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != rec.Replicas+rec.Surge {
+			replicas = -1 // changed by someone else: theirs stands
+		}
+		if err := c.patchDeployment(ctx, d, replicas, nil); err != nil {
+			klog.FromContext(ctx).Error(err, "Undoing a move", "deployment", klog.KObj(d))
+			continue
+		}
+		c.restoreCosts(ctx, d.Namespace, rec.Pods)
+		c.metrics.moves.WithLabelValues(moveAborted).Inc()
+		klog.FromContext(ctx).Info("Undid a move as its drain ended", "node", node, "deployment", klog.KObj(d), "replicas", rec.Replicas)
+	}
+}

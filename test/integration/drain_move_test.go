@@ -1,0 +1,233 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+// availability watches, from informers of its own, each Service's ready
+// endpoints and each PodDisruptionBudget's health: how long a Service had
+// no ready endpoint once it had one, and the fewest healthy pods a budget
+// counted once its status was current. (Its desiredHealthy is no measure
+// during a move: it follows the surged replicas.)
+type availability struct {
+	mu        sync.Mutex
+	ready     map[string]map[string]int // service -> slice -> ready endpoints
+	zeroSince map[string]time.Time
+	down      map[string]time.Duration
+	healthy   map[string]int32
+}
+
+func watchAvailability(t *testing.T, client kubernetes.Interface) *availability {
+	t.Helper()
+	a := &availability{ready: map[string]map[string]int{}, zeroSince: map[string]time.Time{}, down: map[string]time.Duration{}, healthy: map[string]int32{}}
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"))
+	slice := func(obj any) {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		n := 0
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				n++
+			}
+		}
+		a.set(s.Labels[discoveryv1.LabelServiceName], s.Name, n)
+	}
+	_, _ = f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: slice, UpdateFunc: func(_, obj any) { slice(obj) },
+		DeleteFunc: func(obj any) {
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				a.set(s.Labels[discoveryv1.LabelServiceName], s.Name, 0)
+			}
+		}})
+	pdb := func(obj any) {
+		b, ok := obj.(*policyv1.PodDisruptionBudget)
+		if !ok || b.Status.ObservedGeneration != b.Generation || b.Status.ExpectedPods == 0 {
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if old, ok := a.healthy[b.Name]; !ok || b.Status.CurrentHealthy < old {
+			a.healthy[b.Name] = b.Status.CurrentHealthy
+		}
+	}
+	_, _ = f.Policy().V1().PodDisruptionBudgets().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: pdb, UpdateFunc: func(_, obj any) { pdb(obj) }})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	return a
+}
+
+func (a *availability) set(svc, slice string, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ready[svc] == nil {
+		a.ready[svc] = map[string]int{}
+	}
+	before := a.total(svc)
+	a.ready[svc][slice] = n
+	after := a.total(svc)
+	now := time.Now()
+	switch {
+	case before > 0 && after == 0:
+		a.zeroSince[svc] = now
+	case before == 0 && after > 0 && !a.zeroSince[svc].IsZero():
+		a.down[svc] += now.Sub(a.zeroSince[svc])
+		a.zeroSince[svc] = time.Time{}
+	}
+}
+
+func (a *availability) total(svc string) int {
+	n := 0
+	for _, r := range a.ready[svc] {
+		n += r
+	}
+	return n
+}
+
+// readyEndpoints is the Service's ready endpoints now.
+func (a *availability) readyEndpoints(svc string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.total(svc)
+}
+
+// downtime is how long the Service had no ready endpoint (until now).
+func (a *availability) downtime(svc string) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d := a.down[svc]
+	if z := a.zeroSince[svc]; !z.IsZero() {
+		d += time.Since(z)
+	}
+	return d
+}
+
+func (a *availability) leastHealthy(pdb string) (int32, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m, ok := a.healthy[pdb]
+	return m, ok
+}
+
+func createService(t *testing.T, client kubernetes.Interface, app string) {
+	t.Helper()
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: "default"},
+		Spec: v1.ServiceSpec{Selector: map[string]string{"app": app}, Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	if _, err := client.CoreV1().Services("default").Create(framework.Context(t), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDrainMovesBeforeEvicting (issue 32, point 1): with
+// --drain-move-before-evict, a drain blocked by PodDisruptionBudgets that
+// allow no disruption (a 1-replica Deployment with minAvailable 1, a
+// 3-replica one with maxUnavailable 0) makes the replacements first, through
+// the real Deployment and ReplicaSet controllers: each Deployment is scaled
+// up by one (its maxSurge, 25%, rounded up), scaled back once the new pod is
+// available, and its ReplicaSet deletes the pod on the node. Measured from
+// the EndpointSlices: 0 s without a ready endpoint for either Service; no
+// budget ever counted fewer healthy pods than it required before the drain
+// (1 and 3); no eviction needed; replicas as they were and no move record
+// left. As deploy/'s ServiceAccount.
+func TestDrainMovesBeforeEvicting(t *testing.T) {
+	asServiceAccount(t)
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
+	names := m.NodeNames()
+	sick := names[0]
+	ns := framework.StartNodeShepherd(t, cfg, drainConfig(func(d *drain.Config) {
+		d.MoveBeforeEvict, d.DrainTimeout = true, 3*time.Minute
+	}), nil)
+	waitNodesReady(t, client, names...)
+	avail := watchAvailability(t, client)
+	apps := map[string]int32{"solo": 1, "trio": 3}
+	for app, replicas := range apps {
+		pinDeployment(t, client, names[1:], deployment(app, replicas))
+		createService(t, client, app)
+	}
+	createPDB(t, client, "solo", ptr.To(intstr.FromInt32(1)), nil)
+	createPDB(t, client, "trio", nil, ptr.To(intstr.FromInt32(0)))
+	framework.Eventually(t, 60*time.Second, "every pod a ready endpoint", func(ctx context.Context) (bool, string, error) {
+		for app, replicas := range apps {
+			if got := avail.readyEndpoints(app); got != int(replicas) {
+				return false, app + " not all ready endpoints", nil
+			}
+		}
+		return true, "", nil
+	})
+	required := map[string]int32{}
+	for app := range apps {
+		framework.Eventually(t, 30*time.Second, "PodDisruptionBudget "+app+" counts every pod", func(ctx context.Context) (bool, string, error) {
+			b, err := client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, app, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			required[app] = b.Status.DesiredHealthy
+			return b.Status.CurrentHealthy == apps[app] && b.Status.DisruptionsAllowed == 0, fmt.Sprintf("%+v", b.Status), nil
+		})
+	}
+	before := map[string][]v1.Pod{}
+	for app, replicas := range apps {
+		before[app], _ = podsOn(framework.Context(t), client, sick, app)
+		if len(before[app]) != int(replicas) {
+			t.Fatalf("%d %s pods on %s, want %d", len(before[app]), app, sick, replicas)
+		}
+	}
+
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	start := time.Now()
+	framework.Eventually(t, 3*time.Minute, "drain completed", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
+	t.Logf("drained in %v", time.Since(start).Round(time.Second))
+
+	for app, replicas := range apps {
+		down := avail.downtime(app)
+		t.Logf("Service %s: %v without a ready endpoint during the drain", app, down)
+		if down != 0 {
+			t.Errorf("Service %s had no ready endpoint for %v", app, down)
+		}
+		if h, ok := avail.leastHealthy(app); !ok || h < required[app] {
+			t.Errorf("PodDisruptionBudget %s counted %d healthy pods at the least (seen: %v), below the %d it required", app, h, ok, required[app])
+		}
+		d, err := client.AppsV1().Deployments("default").Get(framework.Context(t), app, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *d.Spec.Replicas != replicas || d.Annotations[drain.AnnotationMove] != "" {
+			t.Errorf("Deployment %s after the drain: replicas %d (want %d), move record %q", app, *d.Spec.Replicas, replicas, d.Annotations[drain.AnnotationMove])
+		}
+		if left, _ := podsOn(framework.Context(t), client, sick, app); len(left) != 0 {
+			t.Errorf("%d %s pods still on %s", len(left), app, sick)
+		}
+	}
+	if got := ns.Metric(t, "nodeshepherd_drain_moves_total", map[string]string{"result": "moved"}); got != 4 {
+		t.Errorf("moves_total{result=moved} = %v, want 4 (solo once, trio three times, one pod each: maxSurge 25%%)", got)
+	}
+	if got := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "evicted"}); got != 0 {
+		t.Errorf("%v evictions accepted; every pod should have been moved", got)
+	}
+	if got, msgs := eventCount(t, client, sick, drain.EventDrainMoving); got != 4 {
+		t.Errorf("%d DrainMoving events, want 4: %q", got, msgs)
+	}
+}
