@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,15 +76,19 @@ func TestFreePortsDistinct(t *testing.T) {
 	}
 }
 
-// The start lock excludes a second holder until the first lets go.
+// The start lock excludes a second holder until the first lets go. On a
+// file of its own: the machine-wide one is also taken by every control
+// plane that other test processes start meanwhile, and the second holder
+// here would wait for them all.
 func TestStartPortLockIsExclusive(t *testing.T) {
-	unlock, err := startPortLock()
+	path := filepath.Join(t.TempDir(), "ports.lock")
+	unlock, err := lockFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan func(), 1)
 	go func() {
-		u, err := startPortLock()
+		u, err := lockFile(path)
 		if err != nil {
 			t.Error(err)
 			u = func() {}

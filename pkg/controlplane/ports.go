@@ -87,11 +87,16 @@ func kernelPorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// startPortLock takes a machine-wide lock (a flock on a file in the
-// temporary directory) for the time between choosing ports and the
-// components listening on them; unlock releases it.
-func startPortLock() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "nodeshepherd-controlplane-ports.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+// portLockFile is the machine-wide lock of startPortLock.
+var portLockFile = filepath.Join(os.TempDir(), "nodeshepherd-controlplane-ports.lock")
+
+// startPortLock takes a machine-wide lock (a flock on portLockFile) for the
+// time between choosing ports and the components listening on them; unlock
+// releases it.
+func startPortLock() (unlock func(), err error) { return lockFile(portLockFile) }
+
+func lockFile(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("port lock: %w", err)
 	}
