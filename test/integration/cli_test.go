@@ -104,6 +104,8 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-window=Mon-Fry 22:00-06:00"}, `--drain-window/--drain-window-time-zone: window "Mon-Fry 22:00-06:00": "Fry" is not a day`},
 		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-window=* 01:00-02:00", "--drain-window-time-zone=Mars/Olympus"}, `time zone "Mars/Olympus"`},
 		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-force-after=-1s"}, "--drain-force-after must not be negative"},
+		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-force-after=10s"}, "--drain-force-after 10s is below the least force-after, 1m0s"},
+		{[]string{"run", "--drain-condition=KernelDeadlock=True,10m,force-after=5s"}, `--drain-condition: condition "KernelDeadlock=True,10m,force-after=5s": force-after 5s is below the least force-after, 1m0s`},
 		{[]string{"run", "--controllers=scheduler", "--scheduler-parallelism=0"}, "--scheduler-parallelism must be at least 1, got 0"},
 		{[]string{"run", "--controllers=scheduler", "--percentage-of-nodes-to-score=101"}, "--percentage-of-nodes-to-score must be in [0, 100], got 101"},
 		{[]string{"run", "--controllers=scheduler", "--min-candidate-nodes-percentage=0", "--min-candidate-nodes-absolute=0"}, "cannot both be zero"},

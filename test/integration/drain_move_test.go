@@ -231,3 +231,31 @@ func TestDrainMovesBeforeEvicting(t *testing.T) {
 		t.Errorf("%d DrainMoving events, want 4: %q", got, msgs)
 	}
 }
+
+// TestDrainUndoesMovesLeftBehind (issue 32, point 1): a move whose drain no
+// longer runs (its process stopped mid-move, and the node was released
+// before a new leader resumed the drain) is undone when nodeshepherd starts:
+// replicas back to what they were, unless someone else changed them since
+// (theirs stands); the record goes either way.
+func TestDrainUndoesMovesLeftBehind(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 2, false))
+	names := m.NodeNames()
+	record := `{"node":"` + names[0] + `","replicas":1,"surge":1,"pods":{},"since":"2026-11-27T10:00:00.000000000Z"}`
+	for name, replicas := range map[string]int32{"surged": 2, "rescaled": 3} {
+		d := deployment(name, replicas)
+		d.Annotations = map[string]string{drain.AnnotationMove: record}
+		createDeployment(t, client, d)
+	}
+	framework.StartNodeShepherd(t, cfg, drainConfig(nil), nil)
+	for name, want := range map[string]int32{"surged": 1, "rescaled": 3} {
+		framework.Eventually(t, 60*time.Second, "move on "+name+" undone", func(ctx context.Context) (bool, string, error) {
+			d, err := client.AppsV1().Deployments("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			_, left := d.Annotations[drain.AnnotationMove]
+			return !left && *d.Spec.Replicas == want, fmt.Sprintf("replicas %d, record left: %v", *d.Spec.Replicas, left), nil
+		})
+	}
+}

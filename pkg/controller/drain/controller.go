@@ -232,6 +232,9 @@ func (c *Controller) Run(ctx context.Context) error {
 				"maxCordonedNodes", c.cfg.Budget.MaxCordonedNodes, "groupByLabel", c.cfg.Budget.GroupByLabel,
 				"drainBuffer", c.cfg.Budget.DrainBuffer, "maxUnhealthyNodes", c.cfg.Budget.MaxUnhealthyNodes, "dryRun", c.dryRun.Enabled())
 			c.Every(ctx, "resync loop", c.cfg.ResyncPeriod, func(context.Context) { c.enqueueAll() })
+			// A move whose drain stopped with the previous leader and will not
+			// be resumed is undone (drains in flight resume theirs).
+			c.Every(ctx, "moves left behind", max(c.cfg.ResyncPeriod, 10*time.Minute), func(ctx context.Context) { c.sweepMoves(ctx, "") })
 			controllerutil.Workers(ctx, c.Base, 1, c.queue, "node", "Syncing node; will retry", c.sync)
 			return nil
 		},
@@ -720,6 +723,7 @@ func (c *Controller) release(ctx context.Context, n *v1.Node, uncordon bool) err
 	}
 	c.dryWrites.Forget(n.Name)
 	c.requeueWaiting()
+	c.sweepMoves(ctx, n.Name) // one its drain, stopped with a previous leader, left
 	return nil
 }
 

@@ -515,3 +515,41 @@ func (c *Controller) undoMoves(ctx context.Context, node string, pods []*v1.Pod)
 		klog.FromContext(ctx).Info("Undid a move as its drain ended", "node", node, "deployment", klog.KObj(d), "replicas", rec.Replicas)
 	}
 }
+
+// sweepMoves ends the moves whose drain no longer runs: a move is recorded
+// on its Deployment for the drain of its node, and a drain that ended
+// without undoing it (its process stopped, and the node was then released
+// or deleted before a new leader resumed the drain) would leave the surge
+// for good. A move whose node's drain is in flight (DrainScheduled=True on
+// a node the controller owns) is left to that drain, which resumes it;
+// node "" sweeps every node, else only that one.
+func (c *Controller) sweepMoves(ctx context.Context, node string) {
+	l, err := c.client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing Deployments for moves left behind")
+		return
+	}
+	for i := range l.Items {
+		d := &l.Items[i]
+		rec := readMove(d)
+		if rec == nil || (node != "" && rec.Node != node) {
+			continue
+		}
+		if n, err := c.nodes.Get(rec.Node); err == nil {
+			if st := readState(c.view(n)); st.owned && st.phase == phaseInFlight {
+				continue
+			}
+		}
+		replicas := rec.Replicas
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != rec.Replicas+rec.Surge {
+			replicas = -1 // changed by someone else: theirs stands
+		}
+		if err := c.patchDeployment(ctx, d, replicas, nil); err != nil {
+			klog.FromContext(ctx).Error(err, "Undoing a move left behind", "deployment", klog.KObj(d))
+			continue
+		}
+		c.restoreCosts(ctx, d.Namespace, rec.Pods)
+		c.metrics.moves.WithLabelValues(moveAborted).Inc()
+		klog.FromContext(ctx).Info("Undid a move whose drain no longer runs", "node", rec.Node, "deployment", klog.KObj(d), "replicas", rec.Replicas)
+	}
+}
