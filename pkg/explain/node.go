@@ -294,24 +294,18 @@ func Node(ctx context.Context, cs kubernetes.Interface, name string, o NodeOptio
 	var pdbs []policyv1.PodDisruptionBudget
 	if o.Drain.Configured() {
 		l, err := cs.PolicyV1().PodDisruptionBudgets("").List(ctx, metav1.ListOptions{})
-		switch {
-		case apierrors.IsForbidden(err):
-			warnings = append(warnings, fmt.Sprintf("cannot list PodDisruptionBudgets (%v): pods they keep are not shown", err))
-		case err != nil:
-			return nil, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
-		default:
+		if ok, err := optionalList(err, "PodDisruptionBudgets", "pods they keep are not shown", &warnings); err != nil {
+			return nil, err
+		} else if ok {
 			pdbs = l.Items
 		}
 	}
 	var moves []drain.Move
 	if o.Drain.Configured() {
 		l, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
-		switch {
-		case apierrors.IsForbidden(err):
-			warnings = append(warnings, fmt.Sprintf("cannot list Deployments (%v): moves before eviction are not shown", err))
-		case err != nil:
-			return nil, fmt.Errorf("listing Deployments: %w", err)
-		default:
+		if ok, err := optionalList(err, "Deployments", "moves before eviction are not shown", &warnings); err != nil {
+			return nil, err
+		} else if ok {
 			for i := range l.Items {
 				if m, ok := drain.MoveOf(&l.Items[i]); ok && m.Node == name {
 					moves = append(moves, m)
@@ -325,6 +319,19 @@ func Node(ctx context.Context, cs kubernetes.Interface, name string, o NodeOptio
 		e.Drain.Moves = moves
 	}
 	return e, err
+}
+
+// optionalList judges a list explain can answer without: forbidden is a
+// warning saying what is not shown, any other error ends the answer.
+func optionalList(err error, what, missing string, warnings *[]string) (bool, error) {
+	switch {
+	case apierrors.IsForbidden(err):
+		*warnings = append(*warnings, fmt.Sprintf("cannot list %s (%v): %s", what, err, missing))
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("listing %s: %w", what, err)
+	}
+	return true, nil
 }
 
 // explainNode judges what was read; it is pure.

@@ -502,18 +502,25 @@ func (c *Controller) undoMoves(ctx context.Context, node string, pods []*v1.Pod)
 		if rec == nil || rec.Node != node {
 			continue
 		}
-		replicas := rec.Replicas
-		if d.Spec.Replicas == nil || *d.Spec.Replicas != rec.Replicas+rec.Surge {
-			replicas = -1 // changed by someone else: theirs stands
-		}
-		if err := c.patchDeployment(ctx, d, replicas, nil); err != nil {
-			klog.FromContext(ctx).Error(err, "Undoing a move", "deployment", klog.KObj(d))
-			continue
-		}
-		c.restoreCosts(ctx, d.Namespace, rec.Pods)
-		c.metrics.moves.WithLabelValues(moveAborted).Inc()
-		klog.FromContext(ctx).Info("Undid a move as its drain ended", "node", node, "deployment", klog.KObj(d), "replicas", rec.Replicas)
+		c.undoMove(ctx, d, rec, "its drain ended")
 	}
+}
+
+// undoMove scales the Deployment back to the replicas before the move,
+// unless someone else changed them since (theirs stands), removes the
+// record and restores the pods' deletion costs.
+func (c *Controller) undoMove(ctx context.Context, d *appsv1.Deployment, rec *moveRecord, why string) {
+	replicas := rec.Replicas
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != rec.Replicas+rec.Surge {
+		replicas = -1
+	}
+	if err := c.patchDeployment(ctx, d, replicas, nil); err != nil {
+		klog.FromContext(ctx).Error(err, "Undoing a move; will retry", "deployment", klog.KObj(d), "why", why)
+		return
+	}
+	c.restoreCosts(ctx, d.Namespace, rec.Pods)
+	c.metrics.moves.WithLabelValues(moveAborted).Inc()
+	klog.FromContext(ctx).Info("Undid a move", "why", why, "node", rec.Node, "deployment", klog.KObj(d), "replicas", rec.Replicas, "replicasKept", replicas < 0)
 }
 
 // sweepMoves ends the moves whose drain no longer runs: a move is recorded
@@ -540,16 +547,6 @@ func (c *Controller) sweepMoves(ctx context.Context, node string) {
 				continue
 			}
 		}
-		replicas := rec.Replicas
-		if d.Spec.Replicas == nil || *d.Spec.Replicas != rec.Replicas+rec.Surge {
-			replicas = -1 // changed by someone else: theirs stands
-		}
-		if err := c.patchDeployment(ctx, d, replicas, nil); err != nil {
-			klog.FromContext(ctx).Error(err, "Undoing a move left behind", "deployment", klog.KObj(d))
-			continue
-		}
-		c.restoreCosts(ctx, d.Namespace, rec.Pods)
-		c.metrics.moves.WithLabelValues(moveAborted).Inc()
-		klog.FromContext(ctx).Info("Undid a move whose drain no longer runs", "node", rec.Node, "deployment", klog.KObj(d), "replicas", rec.Replicas)
+		c.undoMove(ctx, d, rec, "its drain no longer runs")
 	}
 }
