@@ -472,3 +472,35 @@ func TestDrainDryRun(t *testing.T) {
 		t.Errorf("%v eviction requests in dry run", got)
 	}
 }
+
+// TestDrainCordonLiftedWhenItsRuleIsRemoved (issue 32, point 3): a cordon
+// whose owner no longer wants it is lifted, not left behind: nodeshepherd
+// restarted with a configuration without the rule that cordoned the node
+// uncordons it at once (not after --uncordon-after), with an event saying
+// which rule it was, although the condition still holds.
+func TestDrainCordonLiftedWhenItsRuleIsRemoved(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 2, false))
+	names := m.NodeNames()
+	sick := names[0]
+	before := framework.StartNodeShepherd(t, cfg, drainConfig(func(d *drain.Config) { d.UncordonAfter = time.Hour }), nil)
+	waitNodesReady(t, client, names...)
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	framework.Eventually(t, 60*time.Second, "drain completed", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
+	before.Stop()
+
+	framework.StartNodeShepherd(t, cfg, drainConfig(func(d *drain.Config) {
+		d.Conditions, d.UncordonAfter = []string{"DiskPressure=True"}, time.Hour
+	}), nil)
+	framework.Eventually(t, 60*time.Second, sick+" uncordoned", func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, sick, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return !n.Spec.Unschedulable && !ownedByDrain(n), fmt.Sprintf("unschedulable %v, owned %v", n.Spec.Unschedulable, ownedByDrain(n)), nil
+	})
+	_, msgs := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventUncordonStarting), 1)
+	if want := "Uncordoning node: the drain rules that cordoned it (KernelDeadlock=True,3s) are no longer configured"; msgs[0] != want {
+		t.Errorf("UncordonStarting says %q, want %q", msgs[0], want)
+	}
+}

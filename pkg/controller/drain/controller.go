@@ -353,16 +353,29 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// Someone uncordoned a node we cordoned: they take it over.
 		c.abort(name, errors.New("the node was uncordoned by someone else"))
 		c.setWaiting(name, nil)
-		return c.release(ctx, n, false)
+		return c.release(ctx, n, false, "")
 	}
 	if since, cleared := clearedSince(n, c.rules.Conditions); cleared || !selected {
-		c.abort(name, errors.New("no drain condition matches the node any more"))
-		c.setWaiting(name, nil)
-		if due := since.Add(c.cfg.UncordonAfter); selected && now.Before(due) {
-			c.queue.AddAfter(name, due.Sub(now))
-			return nil
+		// The owner no longer wants the cordon: the rule's condition cleared
+		// (after --uncordon-after), or the configuration changed under it
+		// (at once, saying so).
+		why := "no drain condition matched for " + c.cfg.UncordonAfter.String()
+		switch gone := rulesGone(n, c.rules.Conditions); {
+		case !selected:
+			why = "the drain rules' node selection no longer takes the node"
+		case gone != "":
+			why = gone
+		default:
+			if due := since.Add(c.cfg.UncordonAfter); now.Before(due) {
+				c.abort(name, errors.New("no drain condition matches the node any more"))
+				c.setWaiting(name, nil)
+				c.queue.AddAfter(name, due.Sub(now))
+				return nil
+			}
 		}
-		return c.release(ctx, n, true)
+		c.abort(name, errors.New(why))
+		c.setWaiting(name, nil)
+		return c.release(ctx, n, true, why)
 	}
 	if c.cfg.SkipDrain {
 		return nil
@@ -690,12 +703,13 @@ func (c *Controller) cordon(ctx context.Context, n *v1.Node, matched []rules.Con
 // release gives the node up: uncordon it (no rule matches any more), or
 // only drop ownership (someone uncordoned it). DrainScheduled goes too, so a
 // later cordon starts afresh.
-func (c *Controller) release(ctx context.Context, n *v1.Node, uncordon bool) error {
+// why says why the cordon is lifted.
+func (c *Controller) release(ctx context.Context, n *v1.Node, uncordon bool, why string) error {
 	owned := func(cur *v1.Node) bool { _, ok := cur.Annotations[AnnotationConditions]; return ok }
 	action, msg := "release", "forget the node (it was uncordoned by someone else)"
 	if uncordon {
-		action, msg = "uncordon", "uncordon the node: no drain condition matched for --uncordon-after="+c.cfg.UncordonAfter.String()
-		c.event(n, EventUncordonStarting, "Uncordoning node: no drain condition matched for "+c.cfg.UncordonAfter.String())
+		action, msg = "uncordon", "uncordon the node: "+why
+		c.event(n, EventUncordonStarting, "Uncordoning node: "+why)
 	}
 	if kube.NodeCondition(n, ConditionDrainScheduled) != nil {
 		if _, err := c.write(ctx, n, true, action+"-condition", "remove the DrainScheduled condition", owned, removeDrainCondition); err != nil && !errors.Is(err, errSkip) {

@@ -506,3 +506,21 @@ func TestForcePending(t *testing.T) {
 		t.Error("pending although a pod fails otherwise than by a refusal")
 	}
 }
+
+// A cordon whose rules are all gone from the configuration is lifted at
+// once, saying which rules they were; one still configured keeps it.
+func TestRulesGone(t *testing.T) {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationConditions: "KernelDeadlock=True,10m0s;Ready=Unknown,30m0s"}}}
+	kd := rules.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue}
+	disk := rules.Condition{Type: "DiskPressure", Status: v1.ConditionTrue}
+	if got := rulesGone(n, []rules.Condition{disk, kd}); got != "" {
+		t.Errorf("KernelDeadlock=True is still a rule: %q", got)
+	}
+	if got := rulesGone(n, []rules.Condition{disk, {Type: "KernelDeadlock", Status: v1.ConditionFalse}}); !strings.Contains(got, "(KernelDeadlock=True,10m0s;Ready=Unknown,30m0s) are no longer configured") {
+		t.Errorf("rules gone: %q", got)
+	}
+	delete(n.Annotations, AnnotationConditions)
+	if got := rulesGone(n, nil); got != "" {
+		t.Errorf("no record: %q", got)
+	}
+}

@@ -232,6 +232,25 @@ func finishedMessage(scheduled time.Time, ok bool, now time.Time, detail string)
 	return msg
 }
 
+// rulesGone says, when none of the rules that cordoned the node (recorded
+// in AnnotationConditions) is configured any more, which they were ("" when
+// one still is, or the record names none).
+func rulesGone(n *v1.Node, rs []rules.Condition) string {
+	recorded := n.Annotations[AnnotationConditions]
+	if recorded == "" {
+		return ""
+	}
+	for _, part := range strings.Split(recorded, ";") {
+		spec, _, _ := strings.Cut(part, ",")
+		for _, r := range rs {
+			if spec == string(r.Type)+"="+string(r.Status) {
+				return ""
+			}
+		}
+	}
+	return "the drain rules that cordoned it (" + recorded + ") are no longer configured"
+}
+
 // clearedSince is when the node last stopped matching any rule: the latest
 // transition of a rule's condition type that no longer has the rule's
 // status, rounded up to the end of its second. ok is false while some
