@@ -714,10 +714,13 @@ func (r *recorder) finish(recovery time.Time) map[string]*float64 {
 	if len(r.services) > 0 {
 		count("serviceReadyEndpointsMin", r.minEndpoints)
 		count("serviceReadyEndpointsAtEnd", r.readyEndpointsLocked())
-		// An outage still open at the end lasts until the end.
+		// An outage still open at the end lasts until the end (a run
+		// stopped during the setup has had no timeline, so no outage).
 		longest := r.maxNoEndpoints
 		for _, since := range r.noEndpointsSince {
-			longest = max(longest, end.Sub(later(since, r.t0)))
+			if r.started() {
+				longest = max(longest, end.Sub(later(since, r.t0)))
+			}
 		}
 		dur("maxServiceWithoutReadyEndpoints", longest)
 	} else {

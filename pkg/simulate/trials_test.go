@@ -276,4 +276,14 @@ func TestServiceOutageMeasure(t *testing.T) {
 	if m := quiet.finish(now); str(m["maxServiceWithoutReadyEndpoints"]) != "0" {
 		t.Errorf("a Service never out: %s s, want 0", str(m["maxServiceWithoutReadyEndpoints"]))
 	}
+
+	// A run stopped during the setup (Ctrl-C) had no timeline: no outage.
+	early := newRecorder(func() time.Time { return now })
+	early.watchServices([]string{"default/web"})
+	early.onEndpointSlice(slice("web-1", "web", true), false)
+	early.onEndpointSlice(slice("web-1", "web", false), false)
+	now = now.Add(time.Minute)
+	if m := early.finish(now); str(m["maxServiceWithoutReadyEndpoints"]) != "0" {
+		t.Errorf("an outage during the setup: %s s, want 0", str(m["maxServiceWithoutReadyEndpoints"]))
+	}
 }
