@@ -39,6 +39,7 @@ var Measures = []Measure{
 	{"podsNotReadyAtEnd", kindCount, "pods NotReady at the end", "bound pods NotReady when the run ended"},
 	{"serviceReadyEndpointsMin", kindCount, "fewest ready Service endpoints", "fewest ready endpoints (EndpointSlices, conditions.ready) of the scenario's Services together, at any moment of the timeline"},
 	{"serviceReadyEndpointsAtEnd", kindCount, "ready Service endpoints at the end", "ready endpoints of the scenario's Services together when the run ended"},
+	{"maxServiceWithoutReadyEndpoints", kindDuration, "longest without a ready Service endpoint", "longest time one of the scenario's Services had no ready endpoint (EndpointSlices, conditions.ready) after having had one, during the timeline (to the end if none came back)"},
 	{"rescheduledPods", kindCount, "replacement pods", "pods created during the timeline, burst pods aside"},
 	{"maxPendingTime", kindDuration, "longest pending (replacements)", "longest time a replacement pod waited for a node (to the end if it never got one)"},
 	{"podsPendingAtEnd", kindCount, "pods pending at the end", "pods without a node when the run ended"},
@@ -59,6 +60,10 @@ var Measures = []Measure{
 // with volumes on a node that failed): the report leaves out their rows
 // when no run has them.
 var optionalMeasures = map[string]bool{"statefulReplicasOnFailedNodes": true, "timeToVolumeAttachedElsewhere": true, "timeToReplicaRunningElsewhere": true}
+
+// serviceMeasures are figures of the scenario's Services' endpoints: a
+// scenario without a Service has none, and an expectation on one is an error.
+var serviceMeasures = map[string]bool{"serviceReadyEndpointsMin": true, "serviceReadyEndpointsAtEnd": true, "maxServiceWithoutReadyEndpoints": true}
 
 func measure(name string) *Measure {
 	for i := range Measures {

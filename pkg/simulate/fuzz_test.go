@@ -23,6 +23,10 @@ func FuzzLoad(f *testing.F) {
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\ntimeline: [{at: 1s, action: partition, zone: b}]\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {nodeGroups: [{name: g, zone: a, nodes: 2, shape: {cpu: '4'}, labels: {pool: x}, taints: [{key: k, effect: NoSchedule}]}]}\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {nodeGroups: [{name: g, zone: a, nodes: 1, taints: [{key: k, effect: Never}]}], zones: [{name: a, nodes: 1}]}\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 2}]}\ncontrollers: {drain: {drainCondition: [KernelDeadlock=True], drainMoveBeforeEvict: true}}\n" +
+			"workloads: [{apiVersion: v1, kind: Service, metadata: {name: s}, spec: {selector: {app: s}, ports: [{port: 80}]}}]\n" +
+			"timeline: [{at: 1s, action: set-condition, condition: KernelDeadlock=True, nodes: [fake-node-0000]}]\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 0s}]\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 1}]\n",
 		"{{{",
 	} {
 		f.Add(seed)

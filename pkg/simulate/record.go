@@ -55,6 +55,13 @@ type recorder struct {
 	services     map[string]bool
 	slices       map[string]sliceRec
 	minEndpoints int
+	// A Service's outage: hadEndpoints once it had a ready endpoint,
+	// noEndpointsSince while it has none after that (an outage, not a
+	// Service still starting); maxNoEndpoints is the longest outage that
+	// ended during the timeline.
+	hadEndpoints     map[string]bool
+	noEndpointsSince map[string]time.Time
+	maxNoEndpoints   time.Duration
 
 	// Stateful replicas and their volumes: claims (namespace/name) to their
 	// volumes, the fake driver's attachments, and each StatefulSet pod with
@@ -116,6 +123,7 @@ func newRecorder(now func() time.Time) *recorder {
 	return &recorder{now: now, nodes: map[string]*nodeRec{}, pods: map[types.UID]*podRec{},
 		tainted: map[string]bool{}, cordoned: map[string]bool{}, notReadyPods: map[types.UID]bool{},
 		services: map[string]bool{}, slices: map[string]sliceRec{},
+		hadEndpoints: map[string]bool{}, noEndpointsSince: map[string]time.Time{},
 		claims: map[string]string{}, attachments: map[string]attachRec{}, replicas: map[string]*replicaRec{}}
 }
 
@@ -182,6 +190,7 @@ func (r *recorder) start() {
 	defer r.mu.Unlock()
 	r.t0 = r.now()
 	r.minEndpoints = r.readyEndpointsLocked()
+	r.endpointOutagesLocked(r.t0)
 	for name, n := range r.nodes {
 		if n.unschedulable {
 			r.cordoned[name] = true
@@ -466,6 +475,29 @@ func (r *recorder) onEndpointSlice(es *discoveryv1.EndpointSlice, deleted bool) 
 	if r.started() {
 		r.minEndpoints = min(r.minEndpoints, r.readyEndpointsLocked())
 	}
+	r.endpointOutagesLocked(r.now())
+}
+
+// endpointOutagesLocked follows each Service's outages: a Service that had
+// a ready endpoint and has none now is out since now; one that has one again
+// ends its outage, measured from the timeline's start at the earliest
+// (outages during the setup are not the scenario's).
+func (r *recorder) endpointOutagesLocked(now time.Time) {
+	for svc, n := range r.readyEndpointsByServiceLocked() {
+		since, out := r.noEndpointsSince[svc]
+		switch {
+		case n > 0 && out:
+			delete(r.noEndpointsSince, svc)
+			if r.started() {
+				r.maxNoEndpoints = max(r.maxNoEndpoints, now.Sub(later(since, r.t0)))
+			}
+		case n == 0 && !out && r.hadEndpoints[svc]:
+			r.noEndpointsSince[svc] = now
+		}
+		if n > 0 {
+			r.hadEndpoints[svc] = true
+		}
+	}
 }
 
 // readyEndpointsLocked counts the distinct ready addresses of each of the
@@ -682,8 +714,19 @@ func (r *recorder) finish(recovery time.Time) map[string]*float64 {
 	if len(r.services) > 0 {
 		count("serviceReadyEndpointsMin", r.minEndpoints)
 		count("serviceReadyEndpointsAtEnd", r.readyEndpointsLocked())
+		// An outage still open at the end lasts until the end (a run
+		// stopped during the setup has had no timeline, so no outage).
+		longest := r.maxNoEndpoints
+		for _, since := range r.noEndpointsSince {
+			if r.started() {
+				longest = max(longest, end.Sub(later(since, r.t0)))
+			}
+		}
+		dur("maxServiceWithoutReadyEndpoints", longest)
 	} else {
-		out["serviceReadyEndpointsMin"], out["serviceReadyEndpointsAtEnd"] = nil, nil
+		for name := range serviceMeasures {
+			out[name] = nil
+		}
 	}
 
 	maxNotReady, afterRecovery := r.maxNotReady, r.maxAfterRecovery

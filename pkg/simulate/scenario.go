@@ -434,7 +434,7 @@ func (s *Scenario) validate() error {
 	for i := range s.Expect {
 		if e := s.Expect[i].check(); e != "" {
 			at(item(expectNode, i), "expect[%d]: %s", i, e)
-		} else if strings.HasPrefix(s.Expect[i].Metric, "serviceReadyEndpoints") && !hasServices {
+		} else if serviceMeasures[s.Expect[i].Metric] && !hasServices {
 			at(item(expectNode, i), "expect[%d]: %s counts the endpoints of the scenario's Services, but its workloads have no Service", i, s.Expect[i].Metric)
 		}
 	}

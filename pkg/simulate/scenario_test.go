@@ -145,6 +145,8 @@ func TestBadScenariosNameFileAndLine(t *testing.T) {
 		{"unknown metric", replace("metric: maxNodesCordoned", "metric: maxNodesCordonned"), `:35: expect[1]: unknown metric "maxNodesCordonned"`},
 		{"count given as duration", replace("maxNodesCordoned, atMost: 2", "maxNodesCordoned, atMost: 2s"), "maxNodesCordoned is a count"},
 		{"duration given as count", replace("atMost: 60s", "atMost: sixty"), "podNotReadyAfterRecovery is a duration"},
+		{"endpoint outage without a Service", replace("metric: maxNodesCordoned, atMost: 2", "metric: maxServiceWithoutReadyEndpoints, atMost: 0s"), ":35: expect[1]: maxServiceWithoutReadyEndpoints counts the endpoints of the scenario's Services, but its workloads have no Service"},
+		{"bad move-before-evict", replace(`drain: {drainCondition: ["KernelDeadlock=True,2m"]}`, `drain: {drainCondition: ["KernelDeadlock=True,2m"], drainMoveBeforeEvict: maybe}`), `:9: controllers.drain.drainMoveBeforeEvict: invalid argument "maybe"`},
 		{"bad run", replace("run: upstream", "run: kcm"), `run "kcm": must be nodeshepherd, upstream or both`},
 		{"no zones", replace("  - {name: zone-a, nodes: 2}\n  - {name: zone-b, nodes: 1}\n", ""), "cluster.zones: list at least one zone"},
 		{"zone without nodes", replace("{name: zone-b, nodes: 1}", "{name: zone-b, nodes: 0}"), ":13: cluster.zones[1]: nodes must be at least 1"},
@@ -282,5 +284,43 @@ func TestExamplesStateTheirMaxTimeScale(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), f+":") || !strings.Contains(err.Error(), "maxTimeScale") {
 			t.Errorf("%s at %g: %v, want a refusal naming the file's line and maxTimeScale", f, sc.MaxTimeScale+1, err)
 		}
+	}
+}
+
+// A scenario's drain section sets move-before-evict under its flag's
+// camelCase name (the configuration file's key), and takes a Service among
+// its workloads for the endpoint measures.
+func TestMoveBeforeEvictScenario(t *testing.T) {
+	text := strings.Replace(validScenario, `drain: {drainCondition: ["KernelDeadlock=True,2m"]}`,
+		`drain: {drainCondition: ["KernelDeadlock=True,2m"], drainMoveBeforeEvict: true}`, 1)
+	text = strings.Replace(text, "timeline:\n", `- apiVersion: v1
+  kind: Service
+  metadata: {name: web}
+  spec:
+    selector: {app: web}
+    ports: [{port: 80}]
+timeline:
+`, 1)
+	text = strings.Replace(text, "- {metric: maxNodesCordoned, atMost: 2}", "- {metric: maxServiceWithoutReadyEndpoints, atMost: 0s}", 1)
+	sc, err := Load(writeScenario(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sc.services()["default/web"]; !ok {
+		t.Errorf("Service web not among the scenario's Services: %v", sc.services())
+	}
+	cfg, _, err := sc.Controllers.scaled(sc.path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Drain.MoveBeforeEvict {
+		t.Error("drain.drainMoveBeforeEvict: true did not turn move-before-evict on")
+	}
+	def, _, err := (&Settings{}).scaled(sc.path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Drain.MoveBeforeEvict {
+		t.Error("move-before-evict is on without being asked for")
 	}
 }

@@ -228,7 +228,62 @@ func TestServiceEndpointsMeasures(t *testing.T) {
 
 	none := newRecorder(func() time.Time { return now })
 	none.start()
-	if m := none.finish(now); m["serviceReadyEndpointsMin"] != nil || m["serviceReadyEndpointsAtEnd"] != nil {
+	if m := none.finish(now); m["serviceReadyEndpointsMin"] != nil || m["serviceReadyEndpointsAtEnd"] != nil || m["maxServiceWithoutReadyEndpoints"] != nil {
 		t.Error("a scenario without Services must have no endpoint figures")
+	}
+}
+
+// maxServiceWithoutReadyEndpoints is the longest outage of one Service
+// during the timeline: from its last ready endpoint to the next, the part
+// before the timeline left out, an outage still open counted to the end,
+// and a Service that never had a ready endpoint not out at all.
+func TestServiceOutageMeasure(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := newRecorder(func() time.Time { return now })
+	r.watchServices([]string{"default/web", "default/api", "default/idle"})
+	r.onEndpointSlice(slice("web-1", "web", true), false)
+	r.onEndpointSlice(slice("api-1", "api", true, true), false)
+	r.onEndpointSlice(slice("idle-1", "idle", false), false) // never ready: starting, not out
+	now = now.Add(time.Second)
+	r.onEndpointSlice(slice("web-1", "web", false), false) // out 4 s before the timeline...
+	now = now.Add(4 * time.Second)
+	r.start()
+	now = now.Add(3 * time.Second)
+	r.onEndpointSlice(slice("web-1", "web", true), false) // ...and 3 s of it counted
+	if m := r.finish(now); str(m["maxServiceWithoutReadyEndpoints"]) != "3" {
+		t.Fatalf("after web's outage across the start: %s s, want 3", str(m["maxServiceWithoutReadyEndpoints"]))
+	}
+	// One of two ready endpoints going is no outage; the pod moving out
+	// while its replacement is ready (move-before-evict) is none either.
+	r.onEndpointSlice(slice("api-1", "api", true, false), false)
+	r.onEndpointSlice(slice("api-2", "api", true), false)
+	r.onEndpointSlice(slice("api-1", "api"), true)
+	now = now.Add(time.Second)
+	r.onEndpointSlice(slice("web-1", "web", false), false)
+	now = now.Add(10 * time.Second)
+	r.onEndpointSlice(slice("web-1", "web", true), false)
+	r.onEndpointSlice(slice("api-2", "api", false), false) // out to the end: 20 s
+	now = now.Add(20 * time.Second)
+	if m := r.finish(now); str(m["maxServiceWithoutReadyEndpoints"]) != "20" {
+		t.Fatalf("with api out to the end: %s s, want 20", str(m["maxServiceWithoutReadyEndpoints"]))
+	}
+
+	quiet := newRecorder(func() time.Time { return now })
+	quiet.watchServices([]string{"default/web"})
+	quiet.onEndpointSlice(slice("web-1", "web", true), false)
+	quiet.start()
+	now = now.Add(time.Minute)
+	if m := quiet.finish(now); str(m["maxServiceWithoutReadyEndpoints"]) != "0" {
+		t.Errorf("a Service never out: %s s, want 0", str(m["maxServiceWithoutReadyEndpoints"]))
+	}
+
+	// A run stopped during the setup (Ctrl-C) had no timeline: no outage.
+	early := newRecorder(func() time.Time { return now })
+	early.watchServices([]string{"default/web"})
+	early.onEndpointSlice(slice("web-1", "web", true), false)
+	early.onEndpointSlice(slice("web-1", "web", false), false)
+	now = now.Add(time.Minute)
+	if m := early.finish(now); str(m["maxServiceWithoutReadyEndpoints"]) != "0" {
+		t.Errorf("an outage during the setup: %s s, want 0", str(m["maxServiceWithoutReadyEndpoints"]))
 	}
 }

@@ -45,6 +45,10 @@ var scenarioRuns = map[string][]string{
 	"dead-node-statefulset.yaml": {"--compare=upstream"},
 	// Companion mode: readinessrestore next to kube-controller-manager's node lifecycle.
 	"companion-readiness-restore.yaml": {},
+	// Issue 32: a drain a 1-replica PodDisruptionBudget blocks, with move-before-evict (drained,
+	// 0 s without a ready endpoint) and without (blocked to the end). Upstream has no such drain.
+	"move-before-evict.yaml":     {},
+	"move-before-evict-off.yaml": {},
 }
 
 // exampleArgs are simulate's flags for an example scenario: its largest
