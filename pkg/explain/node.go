@@ -204,17 +204,20 @@ type DrainState struct {
 	CordonedBy string `json:"cordonedBy,omitempty"`
 	// CordonedByDrain: nodeshepherd's drain controller owns the cordon
 	// (annotation nodeshepherd.io/drain-conditions).
-	CordonedByDrain bool       `json:"cordonedByDrain"`
-	Conditions      string     `json:"conditions,omitempty"`
-	ScheduledAt     *time.Time `json:"scheduledAt,omitempty"`
-	FinishedAt      *time.Time `json:"finishedAt,omitempty"`
-	Message         string     `json:"message,omitempty"`
-	Attempts        int        `json:"attempts,omitempty"`
-	RetryRequested  bool       `json:"retryRequested,omitempty"`
-	RetryAt         *time.Time `json:"retryAt,omitempty"`
-	BlockedSince    *time.Time `json:"blockedSince,omitempty"`
-	Budget          *Verdict   `json:"budget,omitempty"`
-	Blockers        []Blocker  `json:"blockers,omitempty"`
+	CordonedByDrain bool `json:"cordonedByDrain"`
+	// CordonedAt is when the drain controller cordoned the node
+	// (nodeshepherd.io/drain-cordoned-at).
+	CordonedAt     *time.Time `json:"cordonedAt,omitempty"`
+	Conditions     string     `json:"conditions,omitempty"`
+	ScheduledAt    *time.Time `json:"scheduledAt,omitempty"`
+	FinishedAt     *time.Time `json:"finishedAt,omitempty"`
+	Message        string     `json:"message,omitempty"`
+	Attempts       int        `json:"attempts,omitempty"`
+	RetryRequested bool       `json:"retryRequested,omitempty"`
+	RetryAt        *time.Time `json:"retryAt,omitempty"`
+	BlockedSince   *time.Time `json:"blockedSince,omitempty"`
+	Budget         *Verdict   `json:"budget,omitempty"`
+	Blockers       []Blocker  `json:"blockers,omitempty"`
 	// MoveBeforeEvict is --drain-move-before-evict (Namespaces and
 	// Deployments may say otherwise); Moves the moves in flight off the node.
 	MoveBeforeEvict bool         `json:"moveBeforeEvict"`
@@ -597,6 +600,7 @@ func drainState(n *v1.Node, nodes []*v1.Node, pods []v1.Pod, pdbs []policyv1.Pod
 	}
 	d.Conditions, d.Attempts, d.RetryRequested = st.Conditions, st.Attempts, st.RetryNow
 	d.ScheduledAt, d.FinishedAt, d.BlockedSince = ptrTime(st.ScheduledAt), ptrTime(st.FinishedAt), ptrTime(st.BlockedSince)
+	d.CordonedAt = ptrTime(st.CordonedAt)
 	d.RetryAt = ptrTime(st.RetryAt)
 	if c := kube.NodeCondition(n, drain.ConditionDrainScheduled); c != nil {
 		d.Message = c.Message

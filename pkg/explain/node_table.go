@@ -95,6 +95,10 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 		owner := "someone else (nodeshepherd leaves it)"
 		if d.CordonedByDrain {
 			owner = "nodeshepherd's drain controller"
+			if d.CordonedAt != nil {
+				owner += " since " + at(*d.CordonedAt)
+			}
+			owner += ", until no drain rule's condition has held for --uncordon-after"
 		}
 		p("  Cordoned by:\t%s; spec.unschedulable last written by %s", owner, dash(d.CordonedBy))
 	}

@@ -682,7 +682,7 @@ func (c *Controller) cordon(ctx context.Context, n *v1.Node, matched []rules.Con
 			_, owned := cur.Annotations[AnnotationConditions]
 			return !cur.Spec.Unschedulable && !owned
 		},
-		func(m *v1.Node) { cordon(m, matched) })
+		func(m *v1.Node) { cordon(m, matched, c.clock.Now()) })
 	switch {
 	case errors.Is(err, errSkip):
 		c.queue.Add(n.Name)

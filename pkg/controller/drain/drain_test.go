@@ -92,9 +92,12 @@ func TestStateRoundTrip(t *testing.T) {
 	if s := readState(n); s.owned || s.phase != phaseNone {
 		t.Fatalf("fresh node: %+v", s)
 	}
-	cordon(n, []rules.Condition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute}})
+	cordon(n, []rules.Condition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute}}, t0.Add(-time.Second))
 	if got := n.Annotations[AnnotationConditions]; got != "KernelDeadlock=True,10m0s" {
 		t.Errorf("annotation %q (Draino's Type=Status,duration)", got)
+	}
+	if s := readState(n); !s.cordonedAt.Equal(t0.Add(-time.Second)) {
+		t.Errorf("cordoned at %v", s.cordonedAt)
 	}
 	setDrainCondition(n, v1.ConditionTrue, scheduledMessage(t0), t0)
 	s := readState(n)
@@ -161,7 +164,7 @@ func TestOldSecondPrecisionRoundsUp(t *testing.T) {
 		t.Errorf("drain started %v, want rounded up a second", s.startedAt)
 	}
 	setAnnotation(n, AnnotationBlocked, `{"drain":"x"}`)
-	cordon(n, nil)
+	cordon(n, nil, t0)
 	for _, a := range []string{AnnotationBlockedSince, AnnotationBlocked} {
 		if _, ok := n.Annotations[a]; ok {
 			t.Errorf("a new cordon must forget %s", a)

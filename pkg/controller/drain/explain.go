@@ -39,6 +39,9 @@ type NodeState struct {
 	Attempts     int
 	RetryNow     bool
 	BlockedSince time.Time
+	// CordonedAt is when the drain controller cordoned the node (zero when
+	// it did not, or before it recorded that).
+	CordonedAt time.Time
 	// RetryAt is when a failed drain is tried again (backoff only; zero
 	// unless Phase is failed).
 	RetryAt time.Time
@@ -48,7 +51,8 @@ type NodeState struct {
 func (c *Config) ReadNodeState(n *v1.Node) NodeState {
 	st := readState(n)
 	out := NodeState{Owned: st.owned, Cordoned: st.cordoned, Conditions: n.Annotations[AnnotationConditions], Phase: PhaseNone,
-		ScheduledAt: st.scheduledAt, FinishedAt: st.finishedAt, Attempts: st.attempts, RetryNow: st.retryNow, BlockedSince: st.blockedSince}
+		ScheduledAt: st.scheduledAt, FinishedAt: st.finishedAt, Attempts: st.attempts, RetryNow: st.retryNow, BlockedSince: st.blockedSince,
+		CordonedAt: st.cordonedAt}
 	switch st.phase {
 	case phaseInFlight:
 		out.Phase = PhaseDraining

@@ -23,6 +23,9 @@ const (
 	AnnotationAttempts = "nodeshepherd.io/drain-attempts"
 	// AnnotationRetry, Draino's, set to "true" retries a failed drain at once.
 	AnnotationRetry = "draino/drain-retry"
+	// AnnotationCordonedAt is when the drain controller cordoned the node:
+	// with AnnotationConditions (why), the cordon's owner record.
+	AnnotationCordonedAt = "nodeshepherd.io/drain-cordoned-at"
 	// AnnotationBlockedSince is the earliest time since which every eviction
 	// of one of the drain's pods has been refused by a PodDisruptionBudget
 	// (AnnotationBlocked has each pod), with sub-second precision; it goes
@@ -67,8 +70,9 @@ type nodeState struct {
 	retryNow    bool
 	// blockedSince is AnnotationBlockedSince (zero when absent).
 	blockedSince time.Time
-	// startedAt is AnnotationDrainStarted (zero when absent).
-	startedAt time.Time
+	// startedAt is AnnotationDrainStarted, cordonedAt AnnotationCordonedAt
+	// (zero when absent).
+	startedAt, cordonedAt time.Time
 }
 
 func readState(n *v1.Node) nodeState {
@@ -80,6 +84,9 @@ func readState(n *v1.Node) nodeState {
 	}
 	if v, ok := n.Annotations[AnnotationDrainStarted]; ok {
 		s.startedAt, _ = parseTime(v)
+	}
+	if v, ok := n.Annotations[AnnotationCordonedAt]; ok {
+		s.cordonedAt, _ = parseTime(v)
 	}
 	c := kube.NodeCondition(n, ConditionDrainScheduled)
 	if c == nil {
@@ -158,10 +165,11 @@ func setAnnotation(n *v1.Node, k, v string) {
 	n.Annotations[k] = v
 }
 
-// cordon marks the node unschedulable and owned.
-func cordon(n *v1.Node, matched []rules.Condition) {
+// cordon marks the node unschedulable and owned, with why and since when.
+func cordon(n *v1.Node, matched []rules.Condition, now time.Time) {
 	n.Spec.Unschedulable = true
 	setAnnotation(n, AnnotationConditions, formatConditions(matched))
+	setAnnotation(n, AnnotationCordonedAt, formatTime(now))
 	delete(n.Annotations, AnnotationAttempts)
 	delete(n.Annotations, AnnotationBlockedSince)
 	delete(n.Annotations, AnnotationBlocked)
@@ -173,6 +181,7 @@ func release(n *v1.Node, uncordon bool) {
 		n.Spec.Unschedulable = false
 	}
 	delete(n.Annotations, AnnotationConditions)
+	delete(n.Annotations, AnnotationCordonedAt)
 	delete(n.Annotations, AnnotationAttempts)
 	delete(n.Annotations, AnnotationBlockedSince)
 	delete(n.Annotations, AnnotationBlocked)
