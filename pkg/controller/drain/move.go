@@ -355,6 +355,14 @@ func (c *Controller) startMove(ctx context.Context, node *v1.Node, d *appsv1.Dep
 	for _, p := range here[:surge] {
 		rec.Pods[p.Name] = p.Annotations[annotationDeletionCost]
 	}
+	if c.dryRun.Enabled() {
+		// Said once; the dry run then evicts as usual (server-side dry runs),
+		// as nothing it reported was written.
+		c.dryRun.Report(ctx, d, "move", fmt.Sprintf("surge Deployment %s/%s from %d to %d replicas to move %d pods off node %s first",
+			d.Namespace, d.Name, replicas, replicas+surge, surge, node.Name))
+		ms.refused = "dry run"
+		return false, ""
+	}
 	// The pods first: were the surge written and these not, the scale-down
 	// could take a new pod.
 	for name := range rec.Pods {
