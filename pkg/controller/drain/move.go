@@ -145,19 +145,40 @@ func (c *Controller) ownerDeployment(ctx context.Context, p *v1.Pod) (*appsv1.De
 	return dep, "", err
 }
 
-// moveEnabled says whether move-before-evict is on for the Deployment.
-func (c *Controller) moveEnabled(ctx context.Context, d *appsv1.Deployment) (bool, error) {
+// moveEnabled says whether move-before-evict is on for the Deployment, or
+// why its setting is refused (bad: a value that is neither true nor false).
+func (c *Controller) moveEnabled(ctx context.Context, d *appsv1.Deployment) (on bool, bad string, err error) {
 	if v, ok := d.Annotations[AnnotationMoveBeforeEvict]; ok {
-		return v == "true", nil
+		on, bad := optIn("Deployment "+d.Namespace+"/"+d.Name, v)
+		return on, bad, nil
 	}
-	ns, err := c.client.CoreV1().Namespaces().Get(ctx, d.Namespace, metav1.GetOptions{})
+	return c.namespaceOptIn(ctx, d.Namespace)
+}
+
+// namespaceOptIn is move-before-evict as the Namespace's annotation or, without
+// one, the flag sets it.
+func (c *Controller) namespaceOptIn(ctx context.Context, namespace string) (on bool, bad string, err error) {
+	ns, err := c.client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	if v, ok := ns.Annotations[AnnotationMoveBeforeEvict]; ok {
-		return v == "true", nil
+		on, bad := optIn("Namespace "+namespace, v)
+		return on, bad, nil
 	}
-	return c.cfg.MoveBeforeEvict, nil
+	return c.cfg.MoveBeforeEvict, "", nil
+}
+
+// optIn reads AnnotationMoveBeforeEvict's value on what; anything but
+// "true" or "false" is refused, visibly, rather than taken as either.
+func optIn(what, v string) (on bool, bad string) {
+	switch v {
+	case "true":
+		return true, ""
+	case "false":
+		return false, ""
+	}
+	return false, fmt.Sprintf("%s has %s=%q, which is neither \"true\" nor \"false\"", what, AnnotationMoveBeforeEvict, v)
 }
 
 // maxSurge is how many pods the Deployment may run above its replicas
@@ -255,11 +276,18 @@ func (c *Controller) moveStep(ctx context.Context, node *v1.Node, e *podEviction
 		return e.moving, e.lastErr
 	}
 	if notDeployment != "" {
-		if on, err := c.moveEnabledForPod(ctx, e.pod); err != nil || !on {
+		// Said only where moves were asked for.
+		on, bad, err := c.namespaceOptIn(ctx, e.pod.Namespace)
+		switch {
+		case err != nil:
+			return e.moving, e.lastErr
+		case bad != "":
+			c.refuseMove(node, ms, bad)
+		case on:
+			c.refuseMove(node, ms, notDeployment)
+		default:
 			ms.refused = "off"
-			return false, ""
 		}
-		c.refuseMove(node, ms, notDeployment)
 		return false, ""
 	}
 	rec := readMove(d)
@@ -271,11 +299,14 @@ func (c *Controller) moveStep(ctx context.Context, node *v1.Node, e *podEviction
 	case ms.lastRound[e.pod.Name] && now.Before(ms.movedAt.Add(movedGrace)):
 		return true, "moved: the ReplicaSet deletes it"
 	}
-	on, err := c.moveEnabled(ctx, d)
-	if err != nil {
+	on, bad, err := c.moveEnabled(ctx, d)
+	switch {
+	case err != nil:
 		return e.moving, e.lastErr
-	}
-	if !on {
+	case bad != "":
+		c.refuseMove(node, ms, bad)
+		return false, ""
+	case !on:
 		ms.refused = "off"
 		return false, ""
 	}
@@ -295,20 +326,6 @@ func (c *Controller) moveStep(ctx context.Context, node *v1.Node, e *podEviction
 		return false, ""
 	}
 	return c.startMove(ctx, node, d, ms, onNode, now)
-}
-
-// moveEnabledForPod: move-before-evict for a pod that is no Deployment's,
-// from its Namespace or the flag (for saying why it is not moved only to
-// those who asked for moves).
-func (c *Controller) moveEnabledForPod(ctx context.Context, p *v1.Pod) (bool, error) {
-	ns, err := c.client.CoreV1().Namespaces().Get(ctx, p.Namespace, metav1.GetOptions{})
-	if err != nil {
-		return false, err
-	}
-	if v, ok := ns.Annotations[AnnotationMoveBeforeEvict]; ok {
-		return v == "true", nil
-	}
-	return c.cfg.MoveBeforeEvict, nil
 }
 
 func (c *Controller) refuseMove(node *v1.Node, ms *moveState, why string) {

@@ -93,3 +93,16 @@ func TestGitOpsOwner(t *testing.T) {
 		t.Errorf("gitOpsOwner = %q for a Deployment nothing manages", got)
 	}
 }
+
+// The opt-in annotation takes "true" or "false"; anything else is refused,
+// named, rather than read as either.
+func TestOptIn(t *testing.T) {
+	for v, want := range map[string]bool{"true": true, "false": false} {
+		if on, bad := optIn("Namespace shop", v); on != want || bad != "" {
+			t.Errorf("optIn(%q) = %v, %q", v, on, bad)
+		}
+	}
+	if on, bad := optIn("Namespace shop", "yes"); on || !strings.Contains(bad, `Namespace shop has nodeshepherd.io/move-before-evict="yes", which is neither "true" nor "false"`) {
+		t.Errorf("optIn(yes) = %v, %q", on, bad)
+	}
+}
