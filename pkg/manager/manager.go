@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/record"
@@ -287,8 +286,9 @@ func runWith(ctx context.Context, client kubernetes.Interface, opts Options, m *
 	if err != nil {
 		return err
 	}
-	m.broadcaster = startEvents(ctx, client)
-	defer m.broadcaster.Shutdown()
+	events := startEvents(ctx, client)
+	m.broadcaster = events
+	defer events.shutdown(ctx, 5*time.Second)
 
 	if opts.LeaderElection.Enabled {
 		err = m.lead(ctx)
@@ -307,16 +307,6 @@ func runWith(ctx context.Context, client kubernetes.Interface, opts Options, m *
 	}
 }
 
-// startEvents starts the broadcaster that the controllers' event recorders
-// write through, to the API server and the log. It outlives ctx (cancelling
-// its context would shut it down) so that stopping controllers' events are
-// still sent; the caller shuts it down.
-func startEvents(ctx context.Context, client kubernetes.Interface) record.EventBroadcaster {
-	b := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
-	b.StartStructuredLogging(3)
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	return b
-}
 
 // serve starts the servers of /metrics, /healthz, /livez and /readyz:
 // HTTPS with delegated authentication and authorization (Options.Secure),

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -66,18 +67,28 @@ func (l *evictionLog) first(pod string) time.Time {
 	return l.sent[pod][0]
 }
 
-// eventCount sums the counts of a node's events with a reason.
-func eventCount(t *testing.T, client kubernetes.Interface, node, reason string) (int32, []string) {
+// eventCount counts the node's events of reason, summing their counts,
+// once at least want have arrived (or after a minute): events are sent
+// asynchronously, after the write they report, so a count read at once may
+// miss one. want 0 counts at once.
+func eventCount(t *testing.T, client kubernetes.Interface, node, reason string, want int32) (int32, []string) {
 	t.Helper()
-	evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(framework.Context(t), metav1.ListOptions{FieldSelector: nodeEvents(node, reason)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n int32
 	var msgs []string
-	for _, e := range evs.Items {
-		n += max(e.Count, 1)
-		msgs = append(msgs, e.Message)
+	err := wait.PollUntilContextTimeout(framework.Context(t), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: nodeEvents(node, reason)})
+		if err != nil {
+			return false, err
+		}
+		n, msgs = 0, nil
+		for _, e := range evs.Items {
+			n += max(e.Count, 1)
+			msgs = append(msgs, e.Message)
+		}
+		return n >= want, nil
+	})
+	if err != nil && !wait.Interrupted(err) {
+		t.Fatal(err)
 	}
 	return n, msgs
 }
@@ -188,7 +199,7 @@ func TestDrainDaemonSetPodEvictedOnce(t *testing.T) {
 	if got := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "evicted"}); got != 4 {
 		t.Errorf("%v evictions accepted, want 4: the DaemonSet's pod must be evicted once per drain", got)
 	}
-	if n, _ := eventCount(t, client, sick, drain.EventDrainFailed); n != 0 {
+	if n, _ := eventCount(t, client, sick, drain.EventDrainFailed, 0); n != 0 {
 		t.Errorf("%d DrainFailed events", n)
 	}
 }
@@ -250,11 +261,11 @@ func TestDrainBufferExactAndEventsOnce(t *testing.T) {
 		for _, reason := range []string{drain.EventCordonStarting, drain.EventCordonSucceeded, drain.EventDrainScheduled,
 			drain.EventDrainStarting, drain.EventDrainSucceeded} {
 			framework.WaitEvents(t, client, nodeEvents(n, reason), 1)
-			if got, msgs := eventCount(t, client, n, reason); got != 1 {
+			if got, msgs := eventCount(t, client, n, reason, 1); got != 1 {
 				t.Errorf("%s: %d %s events, want one: %q", n, got, reason, msgs)
 			}
 		}
-		got, msgs := eventCount(t, client, n, drain.EventDrainWaiting)
+		got, msgs := eventCount(t, client, n, drain.EventDrainWaiting, 0)
 		if got > 1 {
 			t.Errorf("%s: %d DrainWaiting events, want one per change of decision: %q", n, got, msgs)
 		}
@@ -357,7 +368,7 @@ func TestDrainSkipsHumanCordonVisibly(t *testing.T) {
 		return err == nil && ownedByDrain(n), "", err
 	})
 	framework.WaitEvents(t, client, nodeEvents(other, drain.EventCordonSucceeded), 1)
-	if got, msgs := eventCount(t, client, human, drain.EventDrainSkipped); got != 1 {
+	if got, msgs := eventCount(t, client, human, drain.EventDrainSkipped, 1); got != 1 {
 		t.Errorf("%d DrainSkipped events, want one: %q", got, msgs)
 	}
 	if n := getNode(t, client, human); ownedByDrain(n) || kube.NodeCondition(n, drain.ConditionDrainScheduled) != nil {
@@ -440,10 +451,10 @@ func TestDrainBlockedByPDBExplainedThenForced(t *testing.T) {
 	}
 
 	framework.Eventually(t, 2*forceAfter, "drain completed by force-after", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
-	if got, msgs := eventCount(t, client, sick, drain.EventDrainFailed); got != 0 {
+	if got, msgs := eventCount(t, client, sick, drain.EventDrainFailed, 0); got != 0 {
 		t.Errorf("%d DrainFailed events for a drain that force-after ended: %q", got, msgs)
 	}
-	if got, msgs := eventCount(t, client, sick, drain.EventDrainBlocked); got != 1 {
+	if got, msgs := eventCount(t, client, sick, drain.EventDrainBlocked, 1); got != 1 {
 		t.Errorf("%d DrainBlocked events, want one (the blockers did not change): %q", got, msgs)
 	}
 	_, forced := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainForceDeleted), 2)
@@ -501,7 +512,7 @@ func TestDrainMaintenanceWindow(t *testing.T) {
 	if at := scheduledAt(t, getNode(t, client, sick)); at.Before(opens) {
 		t.Errorf("the drain started at %v, before the window opened at %v", at, opens)
 	}
-	if got, _ := eventCount(t, client, sick, drain.EventDrainWaiting); got != 1 {
+	if got, _ := eventCount(t, client, sick, drain.EventDrainWaiting, 1); got != 1 {
 		t.Errorf("%d DrainWaiting events, want one", got)
 	}
 }

@@ -227,7 +227,7 @@ func TestDrainMovesBeforeEvicting(t *testing.T) {
 	if got := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "evicted"}); got != 0 {
 		t.Errorf("%v evictions accepted; every pod should have been moved", got)
 	}
-	if got, msgs := eventCount(t, client, sick, drain.EventDrainMoving); got != 4 {
+	if got, msgs := eventCount(t, client, sick, drain.EventDrainMoving, 4); got != 4 {
 		t.Errorf("%d DrainMoving events, want 4: %q", got, msgs)
 	}
 }

@@ -391,7 +391,7 @@ func TestDrainBlockedByPDBFailsAndRetries(t *testing.T) {
 	// By now every event of the failed attempts has long been sent.
 	framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainSucceeded), 1)
 	for _, reason := range []string{drain.EventDrainScheduled, drain.EventDrainStarting, drain.EventDrainFailed} {
-		if got, msgs := eventCount(t, client, sick, reason); got != 1 {
+		if got, msgs := eventCount(t, client, sick, reason, 1); got != 1 {
 			t.Errorf("%d %s events over %v failed attempts, want one (nothing changed between them): %q", got, reason,
 				ns.Metric(t, "draino_drained_nodes_total", map[string]string{"result": "failed"}), msgs)
 		}

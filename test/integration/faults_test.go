@@ -232,11 +232,11 @@ func TestDrainUnderAPIFaults(t *testing.T) {
 		}
 	}
 	for reason, want := range map[string]int32{drain.EventCordonSucceeded: 1, drain.EventDrainScheduled: 1, drain.EventDrainSucceeded: 1} {
-		if got, msgs := eventCount(t, client, sick, reason); got != want {
+		if got, msgs := eventCount(t, client, sick, reason, want); got != want {
 			t.Errorf("%d %s events, want %d: %q", got, reason, want, msgs)
 		}
 	}
-	if got, _ := eventCount(t, client, sick, drain.EventCordonFailed); got != 1 {
+	if got, _ := eventCount(t, client, sick, drain.EventCordonFailed, 1); got != 1 {
 		t.Errorf("%d CordonFailed events, want 1 (the 500)", got)
 	}
 	if got := ns.Metric(t, "draino_cordoned_nodes_total", map[string]string{"result": "succeeded"}); got != 1 {
@@ -256,7 +256,7 @@ func TestDrainUnderAPIFaults(t *testing.T) {
 	if got := ns.Metric(t, "rest_client_requests_total", map[string]string{"code": "429", "method": "POST", "host": host}); int(got) != proxy.Injected("429-evict") {
 		t.Errorf("rest_client_requests_total{429,POST} = %v, want %d", got, proxy.Injected("429-evict"))
 	}
-	_, msgs := eventCount(t, client, sick, drain.EventDrainSucceeded)
+	_, msgs := eventCount(t, client, sick, drain.EventDrainSucceeded, 1)
 	if len(msgs) != 1 || !strings.Contains(msgs[0], "evicted 6 pods") {
 		t.Errorf("DrainSucceeded %q: want the 6 web pods counted, those whose eviction never answered too", msgs)
 	}
@@ -388,7 +388,7 @@ func TestAPIServerRestartMidEvictionAndDrain(t *testing.T) {
 		}
 	}
 	for reason, want := range map[string]int32{drain.EventCordonSucceeded: 1, drain.EventDrainSucceeded: 1} {
-		if got, msgs := eventCount(t, client, sick, reason); got != want {
+		if got, msgs := eventCount(t, client, sick, reason, want); got != want {
 			t.Errorf("%d %s events, want %d: %q", got, reason, want, msgs)
 		}
 	}

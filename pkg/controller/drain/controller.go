@@ -234,7 +234,18 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.Every(ctx, "resync loop", c.cfg.ResyncPeriod, func(context.Context) { c.enqueueAll() })
 			// A move whose drain stopped with the previous leader and will not
 			// be resumed is undone (drains in flight resume theirs).
-			c.Every(ctx, "moves left behind", max(c.cfg.ResyncPeriod, 10*time.Minute), func(ctx context.Context) { c.sweepMoves(ctx, "") })
+			// One that could not be undone (the API server refused) is tried
+			// again soon, backing off, rather than at the next sweep.
+			sweep := max(c.cfg.ResyncPeriod, 10*time.Minute)
+			c.Every(ctx, "moves left behind", sweep, func(ctx context.Context) {
+				for delay := time.Second; !c.sweepMoves(ctx, "") && delay < sweep; delay *= 2 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-c.clock.After(delay):
+					}
+				}
+			})
 			controllerutil.Workers(ctx, c.Base, 1, c.queue, "node", "Syncing node; will retry", c.sync)
 			return nil
 		},

@@ -10,9 +10,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 )
 
@@ -533,19 +535,47 @@ func (c *Controller) undoMoves(ctx context.Context, node string, pods []*v1.Pod)
 
 // undoMove scales the Deployment back to the replicas before the move,
 // unless someone else changed them since (theirs stands), removes the
-// record and restores the pods' deletion costs.
-func (c *Controller) undoMove(ctx context.Context, d *appsv1.Deployment, rec *moveRecord, why string) {
-	replicas := rec.Replicas
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != rec.Replicas+rec.Surge {
-		replicas = -1
-	}
-	if err := c.patchDeployment(ctx, d, replicas, nil); err != nil {
+// record and restores the pods' deletion costs. The patch is bound to the
+// resourceVersion it read, and the Deployment controller writes status right
+// after any change, so a conflict is read again and retried at once: the
+// same move (same node and start) is undone; one undone or replaced
+// meanwhile is left alone. It reports whether the move is over.
+func (c *Controller) undoMove(ctx context.Context, d *appsv1.Deployment, rec *moveRecord, why string) bool {
+	var replicas int32
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if cur := readMove(d); cur == nil || cur.Node != rec.Node || cur.Since != rec.Since {
+			replicas = -2 // not ours to undo any more
+			return nil
+		}
+		replicas = rec.Replicas
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != rec.Replicas+rec.Surge {
+			replicas = -1
+		}
+		err := c.patchDeployment(ctx, d, replicas, nil)
+		if apierrors.IsConflict(err) {
+			fresh, gerr := c.client.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(gerr) {
+				replicas = -2
+				return nil
+			}
+			if gerr != nil {
+				return gerr
+			}
+			d = fresh
+		}
+		return err
+	})
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Undoing a move; will retry", "deployment", klog.KObj(d), "why", why)
-		return
+		return false
+	}
+	if replicas == -2 {
+		return true
 	}
 	c.restoreCosts(ctx, d.Namespace, rec.Pods)
 	c.metrics.moves.WithLabelValues(moveAborted).Inc()
 	klog.FromContext(ctx).Info("Undid a move", "why", why, "node", rec.Node, "deployment", klog.KObj(d), "replicas", rec.Replicas, "replicasKept", replicas < 0)
+	return true
 }
 
 // sweepMoves ends the moves whose drain no longer runs: a move is recorded
@@ -555,12 +585,14 @@ func (c *Controller) undoMove(ctx context.Context, d *appsv1.Deployment, rec *mo
 // for good. A move whose node's drain is in flight (DrainScheduled=True on
 // a node the controller owns) is left to that drain, which resumes it;
 // node "" sweeps every node, else only that one.
-func (c *Controller) sweepMoves(ctx context.Context, node string) {
+// It reports whether every such move is over.
+func (c *Controller) sweepMoves(ctx context.Context, node string) bool {
 	l, err := c.client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Deployments for moves left behind")
-		return
+		return false
 	}
+	done := true
 	for i := range l.Items {
 		d := &l.Items[i]
 		rec := readMove(d)
@@ -572,6 +604,7 @@ func (c *Controller) sweepMoves(ctx context.Context, node string) {
 				continue
 			}
 		}
-		c.undoMove(ctx, d, rec, "its drain no longer runs")
+		done = c.undoMove(ctx, d, rec, "its drain no longer runs") && done
 	}
+	return done
 }
