@@ -307,7 +307,6 @@ func runWith(ctx context.Context, client kubernetes.Interface, opts Options, m *
 	}
 }
 
-
 // serve starts the servers of /metrics, /healthz, /livez and /readyz:
 // HTTPS with delegated authentication and authorization (Options.Secure),
 // plain HTTP (Options.MetricsBindAddress), either, both or none. They stop
