@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 )
 
 // UpdateTaintBackoff is upstream's retry schedule for taint writes.
@@ -76,13 +78,19 @@ outer:
 // node as it is at the time of each write attempt.
 type TaintChange func(node *v1.Node) (add, remove []v1.Taint)
 
+// TaintOwner gives the owner record (package owner) of a taint the
+// controller adds to a node, as the node is at the write; Since is filled in
+// from the taint's timeAdded.
+type TaintOwner func(node *v1.Node, t v1.Taint) owner.Record
+
 // PatchTaints writes a node's taints with its resourceVersion as a
 // precondition, re-reading the node from the API server on conflict, so a
 // concurrent writer is never overwritten. get returns the node to start from
 // (the controller's freshest view); the written node is returned, or nil when
-// nothing needed to change.
+// nothing needed to change. The same patch writes the owner records: own's
+// for the taints added, none for those removed.
 func PatchTaints(ctx context.Context, client kubernetes.Interface, name string, get func() (*v1.Node, error),
-	change TaintChange, now time.Time) (*v1.Node, error) {
+	change TaintChange, now time.Time, own TaintOwner) (*v1.Node, error) {
 	var written *v1.Node
 	first := true
 	err := retry.RetryOnConflict(UpdateTaintBackoff, func() error {
@@ -103,8 +111,12 @@ func PatchTaints(ctx context.Context, client kubernetes.Interface, name string, 
 			written = nil
 			return nil
 		}
+		meta := map[string]any{"resourceVersion": node.ResourceVersion}
+		if recs, ok := ownerRecords(node, taints, add, remove, own); ok {
+			meta["annotations"] = map[string]any{owner.Annotation: recs}
+		}
 		patch, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+			"metadata": meta,
 			"spec":     map[string]any{"taints": taints},
 		})
 		if err != nil {
@@ -120,6 +132,55 @@ func PatchTaints(ctx context.Context, client kubernetes.Interface, name string, 
 		return nil, fmt.Errorf("updating taints of node %s: %w", name, err)
 	}
 	return written, nil
+}
+
+// ownerRecords computes the owners annotation after a taint change: a
+// record for each taint added (now in taints), none for each removed. It
+// returns the new value (nil: remove the annotation) and whether it changed.
+func ownerRecords(node *v1.Node, taints, add, remove []v1.Taint, own TaintOwner) (any, bool) {
+	m := &v1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}}
+	before, had := node.Annotations[owner.Annotation]
+	if had {
+		m.Annotations[owner.Annotation] = before
+	}
+	for _, r := range remove {
+		owner.Remove(m, owner.TaintKey(r))
+	}
+	if own != nil {
+		for _, a := range add {
+			var t *v1.Taint
+			for i := range taints {
+				if taints[i].Key == a.Key && taints[i].Effect == a.Effect {
+					t = &taints[i]
+				}
+			}
+			if t == nil {
+				continue
+			}
+			// timeAdded is stored to the second: the record says what
+			// the taint will say.
+			var added time.Time
+			if t.TimeAdded != nil {
+				added = t.TimeAdded.Rfc3339Copy().Time
+			}
+			if rec, ok := owner.Of(m, owner.TaintKey(*t)); ok && !added.IsZero() && rec.Since.Equal(added) {
+				continue // the same taint, already recorded
+			}
+			rec := own(node, *t)
+			if !added.IsZero() {
+				rec.Since = added
+			}
+			owner.Set(m, owner.TaintKey(*t), rec)
+		}
+	}
+	after, has := m.Annotations[owner.Annotation]
+	switch {
+	case has == had && after == before:
+		return nil, false
+	case !has:
+		return nil, true
+	}
+	return after, true
 }
 
 // Overlay remembers objects a controller wrote (or, in dry-run, would have

@@ -25,6 +25,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 )
 
 // NodeOptions are the settings a node is judged against (nodeshepherd's
@@ -141,9 +142,12 @@ type Taint struct {
 	Effect string `json:"effect"`
 	// SetBy is the field manager that last wrote the node's taint list
 	// (managedFields hold the list as one field).
-	SetBy string     `json:"setBy,omitempty"`
-	Why   string     `json:"why,omitempty"`
-	Since *time.Time `json:"since,omitempty"`
+	SetBy string `json:"setBy,omitempty"`
+	// Owner is nodeshepherd's owner record of the taint (annotation
+	// nodeshepherd.io/owners); nil: not nodeshepherd's, it leaves it.
+	Owner *owner.Record `json:"owner,omitempty"`
+	Why   string        `json:"why,omitempty"`
+	Since *time.Time    `json:"since,omitempty"`
 	// SinceFrom is timeAdded, or managedFields (when the taint list was
 	// last written) for taints without timeAdded.
 	SinceFrom string `json:"sinceFrom,omitempty"`
@@ -207,17 +211,20 @@ type DrainState struct {
 	CordonedByDrain bool `json:"cordonedByDrain"`
 	// CordonedAt is when the drain controller cordoned the node
 	// (nodeshepherd.io/drain-cordoned-at).
-	CordonedAt     *time.Time `json:"cordonedAt,omitempty"`
-	Conditions     string     `json:"conditions,omitempty"`
-	ScheduledAt    *time.Time `json:"scheduledAt,omitempty"`
-	FinishedAt     *time.Time `json:"finishedAt,omitempty"`
-	Message        string     `json:"message,omitempty"`
-	Attempts       int        `json:"attempts,omitempty"`
-	RetryRequested bool       `json:"retryRequested,omitempty"`
-	RetryAt        *time.Time `json:"retryAt,omitempty"`
-	BlockedSince   *time.Time `json:"blockedSince,omitempty"`
-	Budget         *Verdict   `json:"budget,omitempty"`
-	Blockers       []Blocker  `json:"blockers,omitempty"`
+	CordonedAt *time.Time `json:"cordonedAt,omitempty"`
+	// CordonOwner is nodeshepherd's owner record of the cordon (annotation
+	// nodeshepherd.io/owners); nil: the cordon is someone else's.
+	CordonOwner    *owner.Record `json:"cordonOwner,omitempty"`
+	Conditions     string        `json:"conditions,omitempty"`
+	ScheduledAt    *time.Time    `json:"scheduledAt,omitempty"`
+	FinishedAt     *time.Time    `json:"finishedAt,omitempty"`
+	Message        string        `json:"message,omitempty"`
+	Attempts       int           `json:"attempts,omitempty"`
+	RetryRequested bool          `json:"retryRequested,omitempty"`
+	RetryAt        *time.Time    `json:"retryAt,omitempty"`
+	BlockedSince   *time.Time    `json:"blockedSince,omitempty"`
+	Budget         *Verdict      `json:"budget,omitempty"`
+	Blockers       []Blocker     `json:"blockers,omitempty"`
 	// MoveBeforeEvict is --drain-move-before-evict (Namespaces and
 	// Deployments may say otherwise); Moves the moves in flight off the node.
 	MoveBeforeEvict bool         `json:"moveBeforeEvict"`
@@ -318,7 +325,7 @@ func Node(ctx context.Context, cs kubernetes.Interface, name string, o NodeOptio
 	}
 	e, err := explainNode(node, nodes, pods, lease, pdbs, o, now)
 	if e != nil {
-		e.Warnings = warnings
+		e.Warnings = append(warnings, e.Warnings...)
 		e.Drain.Moves = moves
 	}
 	return e, err
@@ -343,7 +350,7 @@ func explainNode(node *v1.Node, nodes []*v1.Node, pods []v1.Pod, lease *time.Tim
 	e.Settings = settingsOf(o)
 	e.Heartbeats, e.Health = health(node, lease, o.NodeLifecycle, now)
 	e.Zone = zoneOf(node, nodes, o.NodeLifecycle.UnhealthyZoneThreshold)
-	e.Taints = taints(node)
+	e.Taints = taints(node, &e.Warnings)
 	e.Evictions = evictions(node, pods, now)
 	d, err := drainState(node, nodes, pods, pdbs, o.Drain, now)
 	if err != nil {
@@ -458,11 +465,19 @@ func zoneOf(n *v1.Node, nodes []*v1.Node, threshold float32) Zone {
 	return z
 }
 
-func taints(n *v1.Node) []Taint {
+func taints(n *v1.Node, warnings *[]string) []Taint {
 	out := []Taint{}
 	manager, written, _ := companion.LastWrite(n, taintsPath)
+	recs, err := owner.Read(n)
+	if err != nil {
+		*warnings = append(*warnings, err.Error()+": owners of taints and cordon not shown")
+	}
 	for _, t := range n.Spec.Taints {
 		tt := Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect), SetBy: manager, Why: taintWhy(n, t)}
+		if rec, ok := recs[owner.TaintKey(t)]; ok {
+			tt.Owner = &rec
+			tt.Why = rec.Why
+		}
 		switch {
 		case t.TimeAdded != nil && !t.TimeAdded.IsZero():
 			tt.Since, tt.SinceFrom = ptrTime(t.TimeAdded.Time), "timeAdded"
@@ -601,6 +616,9 @@ func drainState(n *v1.Node, nodes []*v1.Node, pods []v1.Pod, pdbs []policyv1.Pod
 	d.Conditions, d.Attempts, d.RetryRequested = st.Conditions, st.Attempts, st.RetryNow
 	d.ScheduledAt, d.FinishedAt, d.BlockedSince = ptrTime(st.ScheduledAt), ptrTime(st.FinishedAt), ptrTime(st.BlockedSince)
 	d.CordonedAt = ptrTime(st.CordonedAt)
+	if rec, ok := owner.Of(n, owner.Cordon); ok && n.Spec.Unschedulable {
+		d.CordonOwner = &rec
+	}
 	d.RetryAt = ptrTime(st.RetryAt)
 	if c := kube.NodeCondition(n, drain.ConditionDrainScheduled); c != nil {
 		d.Message = c.Message

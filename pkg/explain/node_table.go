@@ -50,7 +50,7 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "  none")
 	} else {
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "  KEY\tEFFECT\tSET BY\tSINCE\tWHY")
+		fmt.Fprintln(tw, "  KEY\tEFFECT\tOWNER\tSINCE\tWHY\tUNTIL")
 		for _, t := range e.Taints {
 			key := t.Key
 			if t.Value != "" {
@@ -60,7 +60,16 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 			if t.Since != nil {
 				since = at(*t.Since)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", key, t.Effect, dash(t.SetBy), since, dash(t.Why))
+			// A taint without nodeshepherd's owner record is someone
+			// else's: named by the field manager that last wrote the list.
+			by, until := "not nodeshepherd's: "+dash(t.SetBy), "-"
+			if t.Owner != nil {
+				by, until = "nodeshepherd "+t.Owner.Controller, t.Owner.Until
+				if t.Owner.Expires != nil {
+					until += ", expires " + at(*t.Owner.Expires)
+				}
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", key, t.Effect, by, since, dash(t.Why), until)
 		}
 		tw.Flush()
 	}
@@ -93,7 +102,10 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 	p("Drain:\t%s: %s", d.State, d.Summary)
 	if d.Cordoned {
 		owner := "someone else (nodeshepherd leaves it)"
-		if d.CordonedByDrain {
+		switch r := d.CordonOwner; {
+		case r != nil:
+			owner = fmt.Sprintf("nodeshepherd's %s controller since %s (%s), until %s", r.Controller, at(r.Since), r.Why, r.Until)
+		case d.CordonedByDrain: // cordoned before owner records
 			owner = "nodeshepherd's drain controller"
 			if d.CordonedAt != nil {
 				owner += " since " + at(*d.CordonedAt)

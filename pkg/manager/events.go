@@ -11,6 +11,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // flushReason marks the last event sent through the broadcaster on shutdown;
@@ -43,15 +44,15 @@ func startEvents(ctx context.Context, client kubernetes.Interface) *eventBroadca
 
 // shutdown waits up to timeout for the events already recorded to be sent,
 // then shuts the broadcaster down.
-func (e *eventBroadcaster) shutdown(ctx context.Context, timeout time.Duration) {
+func (e *eventBroadcaster) shutdown(ctx context.Context, clk clock.Clock, timeout time.Duration) {
 	defer e.Shutdown()
 	marker := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: flushReason}
 	e.NewRecorder(scheme.Scheme, v1.EventSource{Component: flushReason}).Event(marker, v1.EventTypeNormal, flushReason, "flush")
-	t := time.NewTimer(timeout)
+	t := clk.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-e.sink.flushed:
-	case <-t.C:
+	case <-t.C():
 		klog.FromContext(ctx).Info("Events still unsent at shutdown are dropped", "waited", timeout)
 	}
 }

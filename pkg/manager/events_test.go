@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 )
 
 // The events recorded just before shutdown are written, not dropped with
@@ -23,7 +24,7 @@ func TestShutdownSendsQueuedEvents(t *testing.T) {
 		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i), UID: "u"}}
 		rec.Event(node, v1.EventTypeNormal, "DrainAborted", "Drain stopped: lost leadership")
 	}
-	e.shutdown(context.Background(), time.Minute)
+	e.shutdown(context.Background(), clock.RealClock{}, time.Minute)
 	l, err := client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -288,7 +288,7 @@ func runWith(ctx context.Context, client kubernetes.Interface, opts Options, m *
 	}
 	events := startEvents(ctx, client)
 	m.broadcaster = events
-	defer events.shutdown(ctx, 5*time.Second)
+	defer events.shutdown(ctx, m.clock, 5*time.Second)
 
 	if opts.LeaderElection.Enabled {
 		err = m.lead(ctx)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -132,9 +134,18 @@ func TestMachineShutdownTaint(t *testing.T) {
 	waitNodesReady(t, client, names...)
 	machine(t, m, fakenode.MachineShutdown, names[0])
 	framework.Eventually(t, time.Minute, "shutdown taint", nodeTainted(client, names[0], cloudnodelifecycle.ShutdownTaint, true))
+	// Its owner record came with it (issue 32, point 3), and goes with it.
+	n := getNode(t, client, names[0])
+	if rec, ok := owner.Of(n, owner.TaintKey(cloudnodelifecycle.ShutdownTaint)); !ok || rec.Controller != cloudnodelifecycle.Name ||
+		!strings.Contains(rec.Why, "shut down") || rec.Until == "" || !rec.Since.Equal(kube.FindTaint(n, cloudnodelifecycle.ShutdownTaint).TimeAdded.Time) {
+		t.Errorf("owner record of the shutdown taint: %+v, %v (annotation %q)", rec, ok, n.Annotations[owner.Annotation])
+	}
 	machine(t, m, fakenode.MachineStart, names[0])
 	framework.Eventually(t, time.Minute, "node Ready again", nodeCondition(client, names[0], v1.NodeReady, v1.ConditionTrue))
 	framework.Eventually(t, time.Minute, "shutdown taint removed", nodeTainted(client, names[0], cloudnodelifecycle.ShutdownTaint, false))
+	if rec, ok := owner.Of(getNode(t, client, names[0]), owner.TaintKey(cloudnodelifecycle.ShutdownTaint)); ok {
+		t.Errorf("owner record left after the taint went: %+v", rec)
+	}
 }
 
 // TestCloudNeverDeletesOnDoubt: a Ready node reported missing, a not-ready

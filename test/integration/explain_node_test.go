@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/explain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
@@ -102,6 +103,13 @@ func TestExplainNodeStates(t *testing.T) {
 	if _, err := humanClient.CoreV1().Nodes().Patch(ctx, human, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// And taints it, as kubectl taint would: someone else's taint.
+	foreign := v1.Taint{Key: "example.com/maintenance", Value: "disk", Effect: v1.TaintEffectNoSchedule}
+	hn := getNode(t, client, human)
+	hn.Spec.Taints = append(hn.Spec.Taints, foreign)
+	if _, err := humanClient.CoreV1().Nodes().Update(ctx, hn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, human, blocked)
 	framework.Eventually(t, 60*time.Second, "a PodDisruptionBudget refused the drain of "+blocked, func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, blocked, metav1.GetOptions{})
@@ -159,8 +167,15 @@ func TestExplainNodeStates(t *testing.T) {
 				noExecute = &e.Taints[i]
 			}
 		}
-		if noExecute == nil || noExecute.SetBy == "" || noExecute.SinceFrom != "timeAdded" || !strings.Contains(noExecute.Why, "Ready=Unknown") {
+		if noExecute == nil || noExecute.SetBy == "" || noExecute.SinceFrom != "timeAdded" || !strings.Contains(noExecute.Why, "Ready is Unknown") {
 			t.Fatalf("taints %+v", e.Taints)
+		}
+		// Every taint here is nodelifecycle's, each with its owner record
+		// (issue 32, point 3): why, since its timeAdded, until when.
+		for _, tt := range e.Taints {
+			if o := tt.Owner; o == nil || o.Controller != nodelifecycle.Name || o.Until == "" || tt.Since == nil || !o.Since.Equal(*tt.Since) {
+				t.Errorf("taint %s:%s owner %+v, since %v", tt.Key, tt.Effect, tt.Owner, tt.Since)
+			}
 		}
 		if len(e.Evictions) != 1 {
 			t.Fatalf("evictions %+v", e.Evictions)
@@ -175,10 +190,29 @@ func TestExplainNodeStates(t *testing.T) {
 	})
 
 	t.Run("human-cordon", func(t *testing.T) {
-		d := explainNode(human).Drain
-		if d.State != "left-to-human" || d.CordonedByDrain || d.CordonedBy != "kubectl-cordon" || !strings.Contains(d.Summary, "nodeshepherd leaves it") ||
+		e := explainNode(human)
+		d := e.Drain
+		if d.State != "left-to-human" || d.CordonedByDrain || d.CordonOwner != nil || d.CordonedBy != "kubectl-cordon" || !strings.Contains(d.Summary, "nodeshepherd leaves it") ||
 			len(d.Matched) != 1 || d.MatchedSince == nil {
 			t.Errorf("drain %+v", d)
+		}
+		// The person's taint has no owner record: shown as theirs. The
+		// unschedulable taint mirroring their cordon is nodelifecycle's.
+		for _, tt := range e.Taints {
+			switch tt.Key {
+			case foreign.Key:
+				if tt.Owner != nil {
+					t.Errorf("the person's taint shown as nodeshepherd's: %+v", tt.Owner)
+				}
+			case v1.TaintNodeUnschedulable:
+				if tt.Owner == nil || tt.Owner.Controller != nodelifecycle.Name {
+					t.Errorf("unschedulable taint owner %+v", tt.Owner)
+				}
+			}
+		}
+		out, code := runExplain(t, bin, "explain", "node", human, "--kubeconfig", kubeconfig, "--config", configFile)
+		if code != 0 || !strings.Contains(out, "not nodeshepherd's: kubectl-taint") && !strings.Contains(out, "not nodeshepherd's:") || !strings.Contains(out, "someone else (nodeshepherd leaves it)") {
+			t.Errorf("explain node %s (exit %d) does not show the person's taint and cordon as theirs:\n%s", human, code, out)
 		}
 	})
 
@@ -186,6 +220,10 @@ func TestExplainNodeStates(t *testing.T) {
 		d := explainNode(blocked).Drain
 		if d.State != "draining" || !d.CordonedByDrain || d.ScheduledAt == nil || d.BlockedSince == nil || d.Conditions == "" {
 			t.Errorf("drain %+v", d)
+		}
+		if o := d.CordonOwner; o == nil || o.Controller != drain.Name || !strings.Contains(o.Why, "KernelDeadlock=True") || !strings.Contains(o.Until, "--uncordon-after") ||
+			d.CordonedAt == nil || o.Since.Sub(*d.CordonedAt).Abs() > time.Millisecond {
+			t.Errorf("cordon owner %+v (cordoned at %v)", d.CordonOwner, d.CordonedAt)
 		}
 		if len(d.Blockers) != 2 {
 			t.Fatalf("blockers %+v", d.Blockers)
@@ -202,12 +240,19 @@ func TestExplainNodeStates(t *testing.T) {
 		if o.State != "out-of-service" || o.BootID == "" || !strings.Contains(o.ConfirmedBy, "power supply failed") || o.Confirmation == nil || o.Since == nil {
 			t.Errorf("out of service %+v", o)
 		}
+		for _, tt := range explainNode(dead).Taints {
+			if tt.Key == v1.TaintNodeOutOfService && (tt.Owner == nil || tt.Owner.Controller != outofservice.Name ||
+				!strings.Contains(tt.Owner.Why, "power supply failed") || !strings.Contains(tt.Owner.Until, "reboot")) {
+				t.Errorf("out-of-service taint owner %+v", tt.Owner)
+			}
+		}
 	})
 
 	t.Run("table-and-errors", func(t *testing.T) {
 		out, code := runExplain(t, bin, "explain", "node", blocked, "--kubeconfig", kubeconfig, "--config", configFile)
 		t.Logf("explain node %s:\n%s", blocked, out)
-		for _, want := range []string{"Heartbeats:", "Health:", "Taints:", "Evictions", "Drain:", "draining", "default/web", "Out of service:"} {
+		for _, want := range []string{"Heartbeats:", "Health:", "Taints:", "Evictions", "Drain:", "draining", "default/web", "Out of service:",
+			"Cordoned by:", "nodeshepherd's drain controller since", "nodeshepherd nodelifecycle"} {
 			if code != 0 || !strings.Contains(out, want) {
 				t.Errorf("table (exit %d) lacks %q:\n%s", code, want, out)
 			}

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -495,6 +497,13 @@ func TestConditionAndUnschedulableNoScheduleTaints(t *testing.T) {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, time.Minute, "memory-pressure taint", nodeTainted(client, node, memory, true))
+	if rec, ok := owner.Of(getNode(t, client, node), owner.TaintKey(memory)); !ok || rec.Controller != nodelifecycle.Name ||
+		!strings.HasPrefix(rec.Why, "MemoryPressure is True since ") || rec.Until != "MemoryPressure is False" {
+		t.Errorf("owner record of the memory-pressure taint: %+v, %v", rec, ok)
+	}
+	if _, ok := owner.Of(getNode(t, client, node), owner.TaintKey(foreign)); ok {
+		t.Errorf("someone else's taint got an owner record")
+	}
 	cordon := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := client.CoreV1().Nodes().Patch(ctx, node, "application/merge-patch+json", cordon, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -515,7 +524,8 @@ func TestConditionAndUnschedulableNoScheduleTaints(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		return len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == foreign.Key, fmt.Sprint(n.Spec.Taints), nil
+		_, recs := n.Annotations[owner.Annotation]
+		return len(n.Spec.Taints) == 1 && n.Spec.Taints[0].Key == foreign.Key && !recs, fmt.Sprint(n.Spec.Taints, n.Annotations[owner.Annotation]), nil
 	})
 	if got := getNode(t, client, node).Labels["beta.kubernetes.io/os"]; got != "linux" {
 		t.Errorf("beta os label = %q, want it reconciled to linux", got)

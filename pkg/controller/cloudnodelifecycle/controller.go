@@ -34,6 +34,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 )
 
 // Name is the controller's name in --controllers.
@@ -380,7 +381,11 @@ func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) 
 	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
 	defer cancel()
 	written, err := controllerutil.PatchTaints(wctx, c.client, n.Name, func() (*v1.Node, error) { return n, nil },
-		func(*v1.Node) ([]v1.Taint, []v1.Taint) { return add, remove }, c.clock.Now())
+		func(*v1.Node) ([]v1.Taint, []v1.Taint) { return add, remove }, c.clock.Now(),
+		func(*v1.Node, v1.Taint) owner.Record {
+			return owner.Record{Controller: Name, Why: "the cloud provider reports the machine shut down",
+				Until: "the provider reports the machine running (or the Node is deleted with its machine)"}
+		})
 	if err != nil {
 		return err
 	}

@@ -685,6 +685,11 @@ func (c *Controller) eventOnce(n *v1.Node, reason, key, msg string) {
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 }
 
+// cordonUntil says what lifts the drain's cordon, for its owner record.
+func (c *Controller) cordonUntil() string {
+	return fmt.Sprintf("no drain rule's condition has held for --uncordon-after=%s (or the rule is removed, or the node leaves the rules' selection); only the drain controller lifts it", c.cfg.UncordonAfter)
+}
+
 func (c *Controller) cordon(ctx context.Context, n *v1.Node, matched []rules.Condition) error {
 	why := formatConditions(matched)
 	c.event(n, EventCordonStarting, "Cordoning node: "+why)
@@ -693,7 +698,7 @@ func (c *Controller) cordon(ctx context.Context, n *v1.Node, matched []rules.Con
 			_, owned := cur.Annotations[AnnotationConditions]
 			return !cur.Spec.Unschedulable && !owned
 		},
-		func(m *v1.Node) { cordon(m, matched, c.clock.Now()) })
+		func(m *v1.Node) { cordon(m, matched, c.clock.Now(), c.cordonUntil()) })
 	switch {
 	case errors.Is(err, errSkip):
 		c.queue.Add(n.Name)

@@ -92,7 +92,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if s := readState(n); s.owned || s.phase != phaseNone {
 		t.Fatalf("fresh node: %+v", s)
 	}
-	cordon(n, []rules.Condition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute}}, t0.Add(-time.Second))
+	cordon(n, []rules.Condition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute}}, t0.Add(-time.Second), "")
 	if got := n.Annotations[AnnotationConditions]; got != "KernelDeadlock=True,10m0s" {
 		t.Errorf("annotation %q (Draino's Type=Status,duration)", got)
 	}
@@ -164,7 +164,7 @@ func TestOldSecondPrecisionRoundsUp(t *testing.T) {
 		t.Errorf("drain started %v, want rounded up a second", s.startedAt)
 	}
 	setAnnotation(n, AnnotationBlocked, `{"drain":"x"}`)
-	cordon(n, nil, t0)
+	cordon(n, nil, t0, "")
 	for _, a := range []string{AnnotationBlockedSince, AnnotationBlocked} {
 		if _, ok := n.Annotations[a]; ok {
 			t.Errorf("a new cordon must forget %s", a)

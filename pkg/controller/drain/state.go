@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 )
 
 // Everything the controller must remember lives on the Node, so that a
@@ -165,11 +166,13 @@ func setAnnotation(n *v1.Node, k, v string) {
 	n.Annotations[k] = v
 }
 
-// cordon marks the node unschedulable and owned, with why and since when.
-func cordon(n *v1.Node, matched []rules.Condition, now time.Time) {
+// cordon marks the node unschedulable and owned, with why, since when and
+// until when (the owner record, package owner).
+func cordon(n *v1.Node, matched []rules.Condition, now time.Time, until string) {
 	n.Spec.Unschedulable = true
 	setAnnotation(n, AnnotationConditions, formatConditions(matched))
 	setAnnotation(n, AnnotationCordonedAt, formatTime(now))
+	owner.Set(n, owner.Cordon, owner.Record{Controller: Name, Why: "drain rules matched: " + formatConditions(matched), Since: now, Until: until})
 	delete(n.Annotations, AnnotationAttempts)
 	delete(n.Annotations, AnnotationBlockedSince)
 	delete(n.Annotations, AnnotationBlocked)
@@ -182,6 +185,7 @@ func release(n *v1.Node, uncordon bool) {
 	}
 	delete(n.Annotations, AnnotationConditions)
 	delete(n.Annotations, AnnotationCordonedAt)
+	owner.Remove(n, owner.Cordon)
 	delete(n.Annotations, AnnotationAttempts)
 	delete(n.Annotations, AnnotationBlockedSince)
 	delete(n.Annotations, AnnotationBlocked)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 )
 
 // The NoExecute taints this controller owns.
@@ -125,6 +126,41 @@ func (c *Controller) swapTaints(ctx context.Context, name string, add, remove v1
 	return nil
 }
 
+// taintOwner is the owner record of a taint this controller adds: the
+// condition it mirrors, since when, and what lifts it (package owner).
+func taintOwner(n *v1.Node, t v1.Taint) owner.Record {
+	rec := owner.Record{Controller: Name}
+	if t.Key == v1.TaintNodeUnschedulable {
+		rec.Why, rec.Until = "spec.unschedulable is true (the node is cordoned)", "spec.unschedulable is false"
+		return rec
+	}
+	for cond, byStatus := range conditionTaints {
+		for status, key := range byStatus {
+			if key != t.Key {
+				continue
+			}
+			rec.Why = fmt.Sprintf("%s is %s", cond, status)
+			if c := kube.NodeCondition(n, cond); c != nil && c.Status == status {
+				rec.Why += " since " + c.LastTransitionTime.UTC().Format(time.RFC3339)
+				if c.Reason != "" {
+					rec.Why += " (" + c.Reason + ")"
+				}
+			}
+			healthy := v1.ConditionFalse
+			if cond == v1.NodeReady {
+				healthy = v1.ConditionTrue
+			}
+			rec.Until = fmt.Sprintf("%s is %s", cond, healthy)
+			if t.Effect == v1.TaintEffectNoExecute {
+				rec.Until += "; meanwhile pods that do not tolerate it are evicted"
+			}
+			return rec
+		}
+	}
+	rec.Why = "taint " + owner.TaintKey(t)
+	return rec
+}
+
 // writeTaints changes a node's taints, or reports the change in dry run.
 // Every write also brings the owned NoSchedule taints in line with the
 // node's conditions, so a failing node gets its NoSchedule and NoExecute
@@ -171,7 +207,7 @@ func (c *Controller) writeTaints(ctx context.Context, name string, add, remove [
 			return n, err
 		}
 	}
-	written, err := controllerutil.PatchTaints(wctx, c.client, node.Name, get, change, now)
+	written, err := controllerutil.PatchTaints(wctx, c.client, node.Name, get, change, now, taintOwner)
 	if lost(err) {
 		setLost(&c.lost.mu, &c.lost.taints, name, true)
 		return fmt.Errorf("%w (no answer: the next write re-reads the node first)", err)

@@ -39,6 +39,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 )
 
 // Name is the controller's name in --controllers.
@@ -400,7 +401,11 @@ func change(n *v1.Node, v verdict, in input, now time.Time) {
 		n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, []v1.Taint{Taint}, nil, now)
 		n.Annotations[AnnotationBootID] = in.bootID
 		n.Annotations[AnnotationConfirmedBy] = describe(in.confirmations)
+		owner.Set(n, owner.TaintKey(Taint), owner.Record{Controller: Name, Since: now,
+			Why:   "machine confirmed dead: " + describe(in.confirmations),
+			Until: fmt.Sprintf("the node is Ready again after a reboot (a boot ID other than %q), or Ready and no longer confirmed dead", in.bootID)})
 	case actUntaint:
+		owner.Remove(n, owner.TaintKey(Taint))
 		n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, nil, []v1.Taint{Taint}, now)
 		delete(n.Annotations, AnnotationBootID)
 		delete(n.Annotations, AnnotationConfirmedBy)
