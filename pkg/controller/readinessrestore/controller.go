@@ -109,14 +109,16 @@ type Controller struct {
 	// update does not push its pods' checks further away.
 	mu     sync.Mutex
 	queued map[string]bool
-	// lost are the restores whose answer never came, by pod (guarded by
-	// mu): the next read of the pod tells whether they landed.
-	lost map[types.UID]lostRestore
+	// lost are the restores whose answer never came, by pod key (guarded
+	// by mu): the next read of the pod tells whether they landed; a pod
+	// found gone takes its entry with it.
+	lost map[string]lostRestore
 }
 
-// lostRestore is a restore whose answer was lost: the Ready transition
-// time it wrote, and its event's message.
+// lostRestore is a restore whose answer was lost: the pod it was for, the
+// Ready transition time it wrote, and its event's message.
 type lostRestore struct {
+	uid types.UID
 	at  time.Time
 	msg string
 }
@@ -256,12 +258,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	defer cancel()
 	pod, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		c.takeLost(key, "")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if l, ok := c.takeLost(pod.UID); ok {
+	if l, ok := c.takeLost(key, pod.UID); ok {
 		if r := kube.PodCondition(pod, v1.PodReady); r != nil && r.Status == v1.ConditionTrue && r.LastTransitionTime.Unix() == l.at.Unix() {
 			// The restore whose answer was lost landed: it counts, once.
 			c.done(ctx, pod, l.msg)
@@ -307,9 +310,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if !kube.Answered(err) {
 			c.mu.Lock()
 			if c.lost == nil {
-				c.lost = map[types.UID]lostRestore{}
+				c.lost = map[string]lostRestore{}
 			}
-			c.lost[pod.UID] = lostRestore{at: now.Time, msg: msg}
+			c.lost[key] = lostRestore{uid: pod.UID, at: now.Time, msg: msg}
 			c.mu.Unlock()
 		}
 		return errors.Join(fmt.Errorf("restoring readiness of pod %s", key), err)
@@ -327,11 +330,13 @@ func (c *Controller) done(ctx context.Context, written *v1.Pod, msg string) {
 	klog.FromContext(ctx).Info("Restored pod readiness after its node recovered", "pod", klog.KObj(written), "node", written.Spec.NodeName)
 }
 
-// takeLost returns and forgets the pod's restore whose answer was lost.
-func (c *Controller) takeLost(uid types.UID) (lostRestore, bool) {
+// takeLost forgets the restore of the pod key whose answer was lost, and
+// returns it if it was for the pod uid (a pod of the same name created
+// since is another pod).
+func (c *Controller) takeLost(key string, uid types.UID) (lostRestore, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l, ok := c.lost[uid]
-	delete(c.lost, uid)
-	return l, ok
+	l, ok := c.lost[key]
+	delete(c.lost, key)
+	return l, ok && l.uid == uid
 }

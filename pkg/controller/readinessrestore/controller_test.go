@@ -181,3 +181,29 @@ func TestLostRestoreAnswerCountedOnce(t *testing.T) {
 		t.Errorf("%d events, want 1", len(rec.Events))
 	}
 }
+
+// TestLostRestoreOfDeletedPodForgotten: a pod whose restore's answer was
+// lost and which is deleted before the retry takes its entry with it (no
+// entry per deleted pod left for the process's life).
+func TestLostRestoreOfDeletedPodForgotten(t *testing.T) {
+	ctx := context.Background()
+	c, client, _ := newController(t, readyNode(), markedPod(companion.KubeControllerManager))
+	client.PrependReactor("update", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, context.DeadlineExceeded
+	})
+	if err := c.sync(ctx, "default/web-1"); err == nil {
+		t.Fatal("a restore without an answer reported success")
+	}
+	if len(c.lost) != 1 {
+		t.Fatalf("%d lost restores remembered, want 1", len(c.lost))
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "web-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, "default/web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.lost) != 0 {
+		t.Errorf("the deleted pod's lost restore is still remembered: %v", c.lost)
+	}
+}
