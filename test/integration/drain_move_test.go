@@ -3,14 +3,17 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -257,5 +260,84 @@ func TestDrainUndoesMovesLeftBehind(t *testing.T) {
 			_, left := d.Annotations[drain.AnnotationMove]
 			return !left && *d.Spec.Replicas == want, fmt.Sprintf("replicas %d, record left: %v", *d.Spec.Replicas, left), nil
 		})
+	}
+}
+
+// TestDrainMoveNextToHPAAndGitOps (issue 32, point 1): move-before-evict
+// never fights whoever owns a Deployment's replicas. A Deployment that a
+// HorizontalPodAutoscaler scales is not moved, and the event names the
+// autoscaler; a Deployment an Argo CD application manages is moved, the
+// event says the tool may revert replicas, and when it does (the test syncs
+// replicas back mid-move) the move stops, says so, and leaves replicas as
+// the tool set them. The surge's new pod is kept Pending (the other node is
+// cordoned) so that the sync lands mid-move. Against the real Deployment,
+// ReplicaSet and HPA controllers.
+func TestDrainMoveNextToHPAAndGitOps(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 2, false))
+	names := m.NodeNames()
+	sick, other := names[0], names[1]
+	ns := framework.StartNodeShepherd(t, cfg, drainConfig(func(d *drain.Config) {
+		d.MoveBeforeEvict, d.DrainTimeout = true, 5*time.Minute
+	}), nil)
+	waitNodesReady(t, client, names...)
+	ctx := framework.Context(t)
+	scaled, gitops := deployment("scaled", 1), deployment("gitops", 1)
+	gitops.Labels = map[string]string{"argocd.argoproj.io/instance": "shop"}
+	pinDeployment(t, client, []string{other}, scaled)
+	pinDeployment(t, client, []string{other}, gitops)
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: "scaled", Namespace: "default"},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "scaled"},
+			MinReplicas:    ptr.To(int32(1)), MaxReplicas: 3,
+			Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.ResourceMetricSourceType, Resource: &autoscalingv2.ResourceMetricSource{
+				Name: v1.ResourceCPU, Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To(int32(80))}}}}}}
+	if _, err := client.AutoscalingV2().HorizontalPodAutoscalers("default").Create(ctx, hpa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPDB(t, client, "scaled", ptr.To(intstr.FromInt32(1)), nil)
+	createPDB(t, client, "gitops", ptr.To(intstr.FromInt32(1)), nil)
+	framework.SetUnschedulable(t, client, other, true)
+
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	framework.Eventually(t, time.Minute, "gitops surged", func(ctx context.Context) (bool, string, error) {
+		d, err := client.AppsV1().Deployments("default").Get(ctx, "gitops", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return *d.Spec.Replicas == 2 && d.Annotations[drain.AnnotationMove] != "", fmt.Sprintf("replicas %d", *d.Spec.Replicas), nil
+	})
+	_, moving := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainMoving), 1)
+	if len(moving) != 1 || !strings.Contains(moving[0], "Deployment default/gitops") || !strings.Contains(moving[0], "managed by Argo CD application shop") {
+		t.Errorf("DrainMoving %q: want the gitops move, naming Argo CD", moving)
+	}
+	// The GitOps tool syncs replicas back to what Git says.
+	if _, err := client.AppsV1().Deployments("default").Patch(ctx, "gitops", types.MergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, refused := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainMoveRefused), 2)
+	var hpaSaid, stopSaid bool
+	for _, msg := range refused {
+		hpaSaid = hpaSaid || strings.Contains(msg, "Deployment default/scaled's replicas are owned by HorizontalPodAutoscaler scaled")
+		stopSaid = stopSaid || strings.Contains(msg, "Stopped moving pods of Deployment default/gitops: its replicas were changed from 2 to 1 by someone else")
+	}
+	if !hpaSaid || !stopSaid || len(refused) != 2 {
+		t.Errorf("DrainMoveRefused %q: want one naming the HPA, one saying the move stopped", refused)
+	}
+	framework.Eventually(t, 30*time.Second, "gitops left as the tool set it, no move record", func(ctx context.Context) (bool, string, error) {
+		d, err := client.AppsV1().Deployments("default").Get(ctx, "gitops", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		_, rec := d.Annotations[drain.AnnotationMove]
+		return *d.Spec.Replicas == 1 && !rec, fmt.Sprintf("replicas %d, record %v", *d.Spec.Replicas, rec), nil
+	})
+	if d, err := client.AppsV1().Deployments("default").Get(ctx, "scaled", metav1.GetOptions{}); err != nil || *d.Spec.Replicas != 1 || d.Annotations[drain.AnnotationMove] != "" {
+		t.Errorf("the HPA's Deployment was touched: %v", err)
+	}
+	for result, want := range map[string]float64{"refused": 1, "aborted": 1, "moved": 0} {
+		if got := ns.Metric(t, "nodeshepherd_drain_moves_total", map[string]string{"result": result}); got != want {
+			t.Errorf("moves_total{result=%s} = %v, want %v", result, got, want)
+		}
 	}
 }
