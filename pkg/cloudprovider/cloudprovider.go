@@ -4,6 +4,10 @@
 package cloudprovider
 
 import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
 	cloudprovider "k8s.io/cloud-provider"
 )
 
@@ -17,3 +21,45 @@ func (Base) Zones() (cloudprovider.Zones, bool)               { return nil, fals
 func (Base) Clusters() (cloudprovider.Clusters, bool)         { return nil, false }
 func (Base) Routes() (cloudprovider.Routes, bool)             { return nil, false }
 func (Base) HasClusterID() bool                               { return false }
+
+// Repairer reboots and replaces machines: the reboot and replace steps of
+// a remediation ladder (issue 33). A provider without it cannot, and the
+// ladder skips those steps, saying so.
+//
+// A request is an action, not a question, so it carries an ID (RequestID):
+// a request sent again after its answer was lost names the same ID, and the
+// provider must treat it as the one request (reboot once, not twice). A
+// nil error means the provider accepted the request; whether it worked
+// shows on the Node (a new boot ID, a new Node), not in the answer.
+type Repairer interface {
+	Reboot(ctx context.Context, node *v1.Node, requestID string) error
+	Replace(ctx context.Context, node *v1.Node, requestID string) error
+}
+
+// RepairerOf returns the provider's Repairer, if it has one.
+func RepairerOf(p cloudprovider.Interface) (Repairer, bool) {
+	r, ok := p.(Repairer)
+	return r, ok && p != nil
+}
+
+// RequestID names one repair request: the Node (its UID), the boot it is
+// for and the step. The boot is part of it because a request is about one
+// boot of the machine: once the machine has booted again, the same step is
+// a new request.
+func RequestID(node *v1.Node, step string) string {
+	return string(node.UID) + "/" + node.Status.NodeInfo.BootID + "/" + step
+}
+
+// RefusedError is a provider's explicit refusal of a repair request (an
+// answer, unlike an error or a timeout, which are none).
+type RefusedError struct {
+	Step, Node, Message string
+}
+
+func (e *RefusedError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = "no reason given"
+	}
+	return fmt.Sprintf("%s of node %s refused by the provider: %s", e.Step, e.Node, msg)
+}

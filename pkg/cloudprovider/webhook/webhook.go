@@ -40,6 +40,11 @@ const (
 	// controller (--out-of-service-fencing-webhook-url): is the machine
 	// confirmed powered off?
 	QuestionPoweredOff = "PoweredOff"
+	// QuestionReboot and QuestionReplace are repair requests of a
+	// remediation ladder (nscloud.Repairer): reboot the machine, or replace
+	// it by a new one. The answer says whether the provider accepted.
+	QuestionReboot  = "Reboot"
+	QuestionReplace = "Replace"
 )
 
 // Config is the provider's configuration, from the --cloud-provider-webhook-* flags.
@@ -55,6 +60,9 @@ type Request struct {
 	Kind       string      `json:"kind"` // "InstanceQuestion"
 	Question   string      `json:"question"`
 	Node       RequestNode `json:"node"`
+	// RequestID identifies a repair request (Reboot, Replace): the same ID
+	// again is the same request, sent again after its answer was lost.
+	RequestID string `json:"requestID,omitempty"`
 }
 
 // RequestNode identifies the machine: by providerID when set, else by name.
@@ -62,6 +70,8 @@ type RequestNode struct {
 	Name       string            `json:"name"`
 	ProviderID string            `json:"providerID,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	// BootID is the boot the node reports (status.nodeInfo.bootID).
+	BootID string `json:"bootID,omitempty"`
 }
 
 // Response is the answer; the field named by the question is required.
@@ -72,6 +82,10 @@ type Response struct {
 	Shutdown   *bool     `json:"shutdown,omitempty"`
 	PoweredOff *bool     `json:"poweredOff,omitempty"`
 	Metadata   *Metadata `json:"metadata,omitempty"`
+	// Accepted answers a repair request; Message says why when it is
+	// false.
+	Accepted *bool  `json:"accepted,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 // Metadata is the answer to InstanceMetadata.
@@ -152,8 +166,13 @@ func (p *Provider) InstancesV2() (cloudprovider.InstancesV2, bool)              
 
 // ask posts one question and decodes the answer strictly.
 func (p *Provider) ask(ctx context.Context, question string, node *v1.Node) (*Response, error) {
-	body, _ := json.Marshal(Request{APIVersion: APIVersion, Kind: "InstanceQuestion", Question: question,
-		Node: RequestNode{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels}})
+	return p.send(ctx, question, node, "")
+}
+
+// send posts one question or request and decodes the answer strictly.
+func (p *Provider) send(ctx context.Context, question string, node *v1.Node, requestID string) (*Response, error) {
+	body, _ := json.Marshal(Request{APIVersion: APIVersion, Kind: "InstanceQuestion", Question: question, RequestID: requestID,
+		Node: RequestNode{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels, BootID: node.Status.NodeInfo.BootID}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -241,4 +260,35 @@ func (p *Provider) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudp
 	}
 	m := r.Metadata
 	return &cloudprovider.InstanceMetadata{ProviderID: m.ProviderID, InstanceType: m.InstanceType, Zone: m.Zone, Region: m.Region, NodeAddresses: m.NodeAddresses}, nil
+}
+
+var _ nscloud.Repairer = (*Provider)(nil)
+
+// Reboot asks the webhook to reboot the node's machine (QuestionReboot).
+func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string) error {
+	return p.repair(ctx, QuestionReboot, node, requestID)
+}
+
+// Replace asks the webhook to replace the node's machine (QuestionReplace).
+func (p *Provider) Replace(ctx context.Context, node *v1.Node, requestID string) error {
+	return p.repair(ctx, QuestionReplace, node, requestID)
+}
+
+// repair sends a repair request: accepted is nil; "accepted": false is a
+// RefusedError; anything else (no answer, no "accepted") is an error.
+func (p *Provider) repair(ctx context.Context, question string, node *v1.Node, requestID string) error {
+	if requestID == "" {
+		return fmt.Errorf("webhook %s for node %s: no request ID", question, node.Name)
+	}
+	r, err := p.send(ctx, question, node, requestID)
+	if err != nil {
+		return err
+	}
+	if r.Accepted == nil {
+		return fmt.Errorf("webhook %s for node %s: malformed answer: no \"accepted\" field", question, node.Name)
+	}
+	if !*r.Accepted {
+		return &nscloud.RefusedError{Step: question, Node: node.Name, Message: r.Message}
+	}
+	return nil
 }

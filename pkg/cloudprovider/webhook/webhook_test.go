@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
 )
 
 func TestNewValidation(t *testing.T) {
@@ -91,4 +94,53 @@ func FuzzDecodeAnswer(f *testing.F) {
 			t.Fatalf("re-decoding %s: %v", again, err)
 		}
 	})
+}
+
+// TestRepairRequests: Reboot and Replace send the request ID and the boot
+// they are for; "accepted": true is nil, false a RefusedError with the
+// provider's message, and anything without "accepted" (or no answer) an
+// error that is not a refusal.
+func TestRepairRequests(t *testing.T) {
+	var got []Request
+	answer := `{"accepted":true}`
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("request body: %v", err)
+		}
+		got = append(got, req)
+		_, _ = w.Write([]byte(answer))
+	}))
+	defer srv.Close()
+	p, err := New(Config{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.client = srv.Client()
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u-1"}, Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{BootID: "boot-1"}}}
+	ctx := context.Background()
+	id := nscloud.RequestID(node, "reboot")
+	if err := p.Reboot(ctx, node, id); err != nil {
+		t.Fatalf("accepted reboot: %v", err)
+	}
+	if r := got[0]; r.Question != QuestionReboot || r.RequestID != "u-1/boot-1/reboot" || r.Node.BootID != "boot-1" {
+		t.Errorf("request %+v", r)
+	}
+	answer = `{"accepted":false,"message":"machine is in a maintenance hold"}`
+	var refused *nscloud.RefusedError
+	if err := p.Replace(ctx, node, nscloud.RequestID(node, "replace")); !errors.As(err, &refused) || !strings.Contains(err.Error(), "maintenance hold") {
+		t.Errorf("refused replace: %v", err)
+	}
+	for _, a := range []string{`{}`, `{"exists":true}`, `{"accepted":"yes"}`} {
+		answer = a
+		if err := p.Reboot(ctx, node, id); err == nil || errors.As(err, &refused) {
+			t.Errorf("answer %s: %v, want an error that is not a refusal", a, err)
+		}
+	}
+	if err := p.Reboot(ctx, node, ""); err == nil {
+		t.Error("a request without an ID was sent")
+	}
+	if _, ok := nscloud.RepairerOf(p); !ok {
+		t.Error("the webhook provider is no Repairer")
+	}
 }
