@@ -90,6 +90,11 @@ type Config struct {
 	// VolumeAttachDelay is how long the fake driver takes to attach or
 	// detach a volume.
 	VolumeAttachDelay time.Duration
+	// RebootDowntime is how long a machine the fake cloud provider reboots
+	// is off; ReplaceDowntime how long a replaced machine's Node is gone
+	// before the new machine registers it (package cloudprovider/fake).
+	RebootDowntime  time.Duration
+	ReplaceDowntime time.Duration
 	// Workers is the number of goroutines doing API writes.
 	Workers int
 	// KubeletVersion is reported in node info.
@@ -108,6 +113,8 @@ const (
 	DefaultNodeStatusUpdateFrequency = 10 * time.Second
 	DefaultNodeStatusReportFrequency = 5 * time.Minute
 	DefaultPodStartDelay             = time.Second
+	DefaultRebootDowntime            = 20 * time.Second
+	DefaultReplaceDowntime           = 30 * time.Second
 	DefaultWorkers                   = 16
 	DefaultMaxPods                   = 110
 	DefaultKubeletVersion            = "v1.37.1"
@@ -153,6 +160,8 @@ func (c *Config) Complete() {
 	setDefault(&c.LeaseRenewInterval, DefaultLeaseRenewInterval)
 	setDefault(&c.NodeStatusUpdateFrequency, DefaultNodeStatusUpdateFrequency)
 	setDefault(&c.NodeStatusReportFrequency, DefaultNodeStatusReportFrequency)
+	setDefault(&c.RebootDowntime, DefaultRebootDowntime)
+	setDefault(&c.ReplaceDowntime, DefaultReplaceDowntime)
 	if c.KubeletVersion == "" {
 		c.KubeletVersion = DefaultKubeletVersion
 	}
@@ -203,6 +212,7 @@ func (c *Config) ValidateSettings() error {
 	for name, d := range map[string]time.Duration{
 		"node lease duration": c.LeaseDuration, "node lease renew interval": c.LeaseRenewInterval,
 		"node status update frequency": c.NodeStatusUpdateFrequency, "node status report frequency": c.NodeStatusReportFrequency,
+		"reboot downtime": c.RebootDowntime, "replace downtime": c.ReplaceDowntime,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))

@@ -51,6 +51,8 @@ type Manager struct {
 	podsMu sync.Mutex
 	pods   map[types.UID]*podState
 
+	repairs repairs
+
 	ready chan struct{}
 	stats struct {
 		leases, statuses, podPosts, podDeletes, errors atomic.Int64
@@ -190,7 +192,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	nodeFactory.Start(ctx.Done())
 	defer podFactory.Shutdown()
 	defer nodeFactory.Shutdown()
-	synced := []cache.InformerSynced{podInformer.HasSynced, nodeInformer.Informer().HasSynced}
+	repairsSynced, stopRepairs := m.startRepairs(ctx)
+	defer stopRepairs()
+	synced := []cache.InformerSynced{podInformer.HasSynced, nodeInformer.Informer().HasSynced, repairsSynced}
 	if m.vols != nil {
 		synced = append(synced, m.vols.synced...)
 	}

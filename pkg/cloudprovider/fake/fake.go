@@ -111,3 +111,7 @@ func (p *Provider) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudp
 		Zone: node.Labels[v1.LabelTopologyZone], Region: node.Labels[v1.LabelTopologyRegion],
 	}, nil
 }
+
+// New returns the provider reading and writing through client, for callers
+// outside the cloud-provider registry (tests, simulate).
+func New(client kubernetes.Interface) *Provider { return &Provider{client: client} }

@@ -85,6 +85,8 @@ Faults are injected into the running process with 'nodeshepherd fakenodes fault'
 	f.BoolVar(&o.cfg.EmulateStalePodStatus, "emulate-stale-pod-status", false, "Reproduce the kubelet 1.15 bug: never re-post a pod status that someone else changed.")
 	f.StringVar(&o.cfg.CSIDriver, "csi-driver", fakecsi.DefaultDriverName, "Name of the fake CSI driver to run for these nodes (CSIDriver, StorageClass "+fakecsi.DefaultStorageClassName+", attacher, provisioner); empty: none.")
 	f.DurationVar(&o.cfg.VolumeAttachDelay, "volume-attach-delay", 0, "How long the fake CSI driver takes to attach or detach a volume.")
+	f.DurationVar(&o.cfg.RebootDowntime, "reboot-downtime", fakenode.DefaultRebootDowntime, "How long a machine the fake cloud provider reboots (--cloud-provider=fake) is off before it boots again, with a new boot ID.")
+	f.DurationVar(&o.cfg.ReplaceDowntime, "replace-downtime", fakenode.DefaultReplaceDowntime, "How long a machine the fake cloud provider replaces is gone (its Node, Lease and pods deleted) before the new machine registers the Node anew.")
 	f.IntVar(&o.cfg.Workers, "workers", fakenode.DefaultWorkers, "Goroutines writing to the API server.")
 	f.StringVar(&o.controlSocket, "control-socket", fakenode.DefaultControlSocket(), "Unix socket on which fault commands are accepted.")
 	c.AddCommand(newFaultCommand(), newStatusCommand())

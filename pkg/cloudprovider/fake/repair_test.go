@@ -1,0 +1,75 @@
+package fake
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+)
+
+func TestRepairRequestWrittenOnceAndRefusedForGoneMachines(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ConfigMapNamespace},
+		Data: map[string]string{"gone": Deleted, "off": Shutdown}})
+	p := New(client)
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u"}}
+	if err := p.Reboot(ctx, n, "u/b/reboot"); err != nil {
+		t.Fatal(err)
+	}
+	read := func() Request {
+		cm, err := client.CoreV1().ConfigMaps(ConfigMapNamespace).Get(ctx, RequestsConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ParseRequest(cm.Data["n"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := read(); r.ID != "u/b/reboot" || r.Action != ActionReboot || r.Done != nil {
+		t.Errorf("request %+v", r)
+	}
+	// fakenodes marks it done; the same request again leaves it done.
+	cm, _ := client.CoreV1().ConfigMaps(ConfigMapNamespace).Get(ctx, RequestsConfigMapName, metav1.GetOptions{})
+	cm.Data["n"] = `{"id":"u/b/reboot","action":"reboot","done":"2026-11-28T10:00:00Z"}`
+	if _, err := client.CoreV1().ConfigMaps(ConfigMapNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reboot(ctx, n, "u/b/reboot"); err != nil {
+		t.Fatal(err)
+	}
+	if r := read(); r.Done == nil || !r.Done.Equal(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)) {
+		t.Errorf("the request sent again was written again: %+v", r)
+	}
+	if err := p.Replace(ctx, n, "u/b/replace"); err != nil || read().Action != ActionReplace {
+		t.Errorf("a new request: %v, %+v", err, read())
+	}
+	var refused *nscloud.RefusedError
+	for _, name := range []string{"gone", "off"} {
+		if err := p.Reboot(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, "x/y/reboot"); !errors.As(err, &refused) {
+			t.Errorf("%s: %v, want a refusal", name, err)
+		}
+	}
+	if err := p.Reboot(ctx, n, ""); err == nil {
+		t.Error("a request without an ID was written")
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{`{"id":"a","action":"reboot"}`, `{"id":"a","action":"replace","done":"2026-11-28T10:00:00Z"}`, `{}`, `x`, `null`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRequest(s)
+		if err == nil && (r.ID == "" || (r.Action != ActionReboot && r.Action != ActionReplace)) {
+			t.Fatalf("accepted %q as %+v", s, r)
+		}
+	})
+}
