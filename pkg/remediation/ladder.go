@@ -1,0 +1,255 @@
+package remediation
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+)
+
+// Health is a node's health as a policy judges it.
+type Health struct {
+	Unhealthy bool
+	// Why names the condition and since when (unhealthy), or what keeps it
+	// from counting (healthy).
+	Why string
+	// Since is when the node became unhealthy (the condition's status plus
+	// its For) or healthy (the latest condition's change back).
+	Since time.Time
+	// Pending is when a condition that holds but not yet long enough makes
+	// the node unhealthy (zero: none).
+	Pending time.Time
+	// Holding: some condition has its unhealthy status now, however
+	// briefly. A node in repair is healthy only when none does (its Since
+	// is then when the last one changed back), so that a flapping condition
+	// never counts as a recovery.
+	Holding bool
+}
+
+// Judge says whether the node is unhealthy under the policy's conditions
+// at now. A condition whose heartbeat is older than its StaleAfter counts
+// as Unknown from then on; a condition absent counts as Unknown since the
+// node's creation.
+func (s *PolicySpec) Judge(n *v1.Node, now time.Time) Health {
+	var h Health
+	var healthySince time.Time
+	for _, uc := range s.Unhealthy {
+		status, since := v1.ConditionUnknown, n.CreationTimestamp.Time
+		var heartbeat time.Time
+		for _, c := range n.Status.Conditions {
+			if c.Type == uc.Type {
+				status, since, heartbeat = c.Status, c.LastTransitionTime.Time, c.LastHeartbeatTime.Time
+			}
+		}
+		if uc.StaleAfter != nil && !heartbeat.IsZero() && status != v1.ConditionUnknown {
+			if stale := heartbeat.Add(uc.StaleAfter.Duration); !now.Before(kube.NotBefore(stale)) {
+				status, since = v1.ConditionUnknown, stale
+			}
+		}
+		if status != uc.Status {
+			if since.After(healthySince) {
+				healthySince = since
+			}
+			continue
+		}
+		h.Holding = true
+		due := kube.NotBefore(since).Add(uc.For.Duration)
+		if now.Before(due) {
+			if h.Pending.IsZero() || due.Before(h.Pending) {
+				h.Pending = due
+			}
+			continue
+		}
+		if !h.Unhealthy || due.Before(h.Since) {
+			h.Unhealthy, h.Since = true, due
+			h.Why = fmt.Sprintf("%s=%s since %s (for %v)", uc.Type, uc.Status, since.UTC().Format(time.RFC3339), uc.For.Duration)
+		}
+	}
+	if !h.Unhealthy {
+		h.Since = healthySince
+	}
+	return h
+}
+
+// State is where a node is on the ladder (kept on the Node by the
+// controller; zero: not in repair).
+type State struct {
+	// Step is the index of the step under way; -1 when not in repair.
+	Step int
+	// StepSince is when it started; RepairSince when the repair did.
+	StepSince, RepairSince time.Time
+	// BootID is the boot the step was started for: a Reboot step is
+	// judged by the node reporting another one.
+	BootID string
+}
+
+// NotInRepair is the State of a node not in repair.
+var NotInRepair = State{Step: -1}
+
+// Pool is what the brakes need about the policy's nodes.
+type Pool struct {
+	Name string
+	// Nodes, Unhealthy and InRepair count the pool's nodes.
+	Nodes, Unhealthy, InRepair int
+	// ZoneNodes and ZoneInRepair count them in the node's zone.
+	Zone                    string
+	ZoneNodes, ZoneInRepair int
+	// StormEnded is when the unhealthy share last went back under
+	// MaxUnhealthy (zero: never above).
+	StormEnded time.Time
+}
+
+// Capabilities say which steps can run.
+type Capabilities struct {
+	Reboot, Replace bool
+}
+
+// Verdict is the decision for one node.
+type Verdict string
+
+// Verdicts.
+const (
+	// Nothing to do: healthy and not in repair, or a step under way that
+	// has time left (Next says when to look again).
+	VerdictNone Verdict = "None"
+	// Start the repair at Step.
+	VerdictStart Verdict = "Start"
+	// Climb to Step: the one under way timed out.
+	VerdictAdvance Verdict = "Advance"
+	// The node is healthy for the hold time: the repair ends.
+	VerdictDone Verdict = "Done"
+	// A brake (or a person's cordon, or the pause) holds the repair back.
+	VerdictBlocked Verdict = "Blocked"
+	// The last step timed out and the node is still unhealthy: it stays
+	// there, for a person (an alert fires).
+	VerdictExhausted Verdict = "Exhausted"
+)
+
+// Decision is what to do with one node, and why.
+type Decision struct {
+	Verdict Verdict
+	// Step is the step to run (Start, Advance) or under way.
+	Step int
+	// Skipped are the steps passed over on the way, with why.
+	Skipped []string
+	Reason  string
+	// Next is when the decision may change without a change of the node
+	// (zero: only on a change).
+	Next time.Time
+}
+
+// Input is what Decide reads.
+type Input struct {
+	Node *v1.Node
+	// CordonedByOther: the node is cordoned by someone else (a person,
+	// another tool): left alone.
+	CordonedByOther bool
+	State           State
+	Pool            Pool
+	Can             Capabilities
+	Paused          bool
+	Now             time.Time
+}
+
+// Decide is the ladder for one node. It is pure.
+func (s *PolicySpec) Decide(in Input) Decision {
+	h := s.Judge(in.Node, in.Now)
+	st := in.State
+	if st.Step < 0 || st.Step >= len(s.Steps) {
+		return s.decideStart(in, h)
+	}
+	if !h.Unhealthy && !h.Holding {
+		done := kube.NotBefore(h.Since).Add(s.HealthyHold.Duration)
+		if h.Since.IsZero() || !in.Now.Before(done) {
+			return Decision{Verdict: VerdictDone, Step: st.Step, Reason: fmt.Sprintf("healthy for %v", s.HealthyHold.Duration)}
+		}
+		return Decision{Verdict: VerdictNone, Step: st.Step, Reason: "healthy since " + stamp(h.Since) + ", for the hold time", Next: done}
+	}
+	timeout := st.StepSince.Add(s.Steps[st.Step].Timeout.Duration) // our own time, exact
+	why := h.Why
+	if !h.Unhealthy {
+		why = "a condition holds again, not yet long enough"
+	}
+	if in.Now.Before(timeout) {
+		return Decision{Verdict: VerdictNone, Step: st.Step, Reason: fmt.Sprintf("step %d (%s) under way; next at %s", st.Step+1, s.Steps[st.Step].Action, stamp(timeout)), Next: timeout}
+	}
+	if in.Paused {
+		return Decision{Verdict: VerdictBlocked, Step: st.Step, Reason: "repair paused"}
+	}
+	next, skipped := s.nextStep(st.Step+1, in.Can)
+	if next < 0 {
+		return Decision{Verdict: VerdictExhausted, Step: st.Step, Skipped: skipped,
+			Reason: fmt.Sprintf("the last step (%s) timed out and the node is still unhealthy: %s", s.Steps[st.Step].Action, why)}
+	}
+	return Decision{Verdict: VerdictAdvance, Step: next, Skipped: skipped,
+		Reason: fmt.Sprintf("step %d (%s) timed out after %v; still unhealthy: %s", st.Step+1, s.Steps[st.Step].Action, s.Steps[st.Step].Timeout.Duration, why)}
+}
+
+func (s *PolicySpec) decideStart(in Input, h Health) Decision {
+	if !h.Unhealthy {
+		return Decision{Verdict: VerdictNone, Step: -1, Reason: "healthy", Next: h.Pending}
+	}
+	if brake := s.brake(in); brake != "" {
+		return Decision{Verdict: VerdictBlocked, Step: -1, Reason: "repair blocked: " + brake}
+	}
+	first, skipped := s.nextStep(0, in.Can)
+	if first < 0 {
+		return Decision{Verdict: VerdictBlocked, Step: -1, Skipped: skipped, Reason: "repair blocked: no step of the ladder can run"}
+	}
+	return Decision{Verdict: VerdictStart, Step: first, Skipped: skipped, Reason: "unhealthy: " + h.Why}
+}
+
+// nextStep is the first step from i that can run, and why the ones before
+// it were skipped (-1: none).
+func (s *PolicySpec) nextStep(i int, can Capabilities) (int, []string) {
+	var skipped []string
+	for ; i < len(s.Steps); i++ {
+		switch a := s.Steps[i].Action; {
+		case a == ActionReboot && !can.Reboot, a == ActionReplace && !can.Replace:
+			skipped = append(skipped, fmt.Sprintf("step %d (%s): the cloud provider cannot %s machines", i+1, a, strings.ToLower(string(a))))
+		default:
+			return i, skipped
+		}
+	}
+	return -1, skipped
+}
+
+// brake says which brake holds a new repair back ("" none).
+func (s *PolicySpec) brake(in Input) string {
+	p, b := in.Pool, s.Brakes
+	switch {
+	case in.CordonedByOther:
+		return "the node is cordoned by someone else"
+	case in.Paused:
+		return "paused"
+	}
+	if b.MaxUnhealthy != nil {
+		limit, _ := scaled(b.MaxUnhealthy, p.Nodes)
+		if p.Unhealthy > limit {
+			return fmt.Sprintf("%d of %d nodes of pool %s unhealthy, limit %s", p.Unhealthy, p.Nodes, p.Name, b.MaxUnhealthy.String())
+		}
+		if !p.StormEnded.IsZero() && b.Cooldown.Duration > 0 {
+			if until := kube.NotBefore(p.StormEnded).Add(b.Cooldown.Duration); in.Now.Before(until) {
+				return fmt.Sprintf("cooling down after more than %s of pool %s were unhealthy, until %s", b.MaxUnhealthy.String(), p.Name, stamp(until))
+			}
+		}
+	}
+	if b.MaxInRepair != nil {
+		limit, _ := scaled(b.MaxInRepair, p.Nodes)
+		if p.InRepair >= max(limit, 1) {
+			return fmt.Sprintf("%d of %d nodes of pool %s in repair, limit %s", p.InRepair, p.Nodes, p.Name, b.MaxInRepair.String())
+		}
+	}
+	if b.MaxInRepairPerZone != nil {
+		limit, _ := scaled(b.MaxInRepairPerZone, p.ZoneNodes)
+		if p.ZoneInRepair >= max(limit, 1) {
+			return fmt.Sprintf("%d of %d nodes of pool %s in zone %q in repair, limit %s", p.ZoneInRepair, p.ZoneNodes, p.Name, p.Zone, b.MaxInRepairPerZone.String())
+		}
+	}
+	return ""
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

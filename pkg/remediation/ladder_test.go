@@ -1,0 +1,172 @@
+package remediation
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+)
+
+var t0 = time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+
+func d(x time.Duration) metav1.Duration { return metav1.Duration{Duration: x} }
+
+// policy is a general pool's ladder: KernelDeadlock for 1m or Ready
+// Unknown for 5m; taint, drain, reboot, replace, fence, 5m each; a 2m hold.
+func policy() *PolicySpec {
+	return &PolicySpec{
+		Unhealthy: []UnhealthyCondition{
+			{Type: "KernelDeadlock", Status: v1.ConditionTrue, For: d(time.Minute), StaleAfter: ptr.To(d(10 * time.Minute))},
+			{Type: v1.NodeReady, Status: v1.ConditionUnknown, For: d(5 * time.Minute)},
+		},
+		HealthyHold: d(2 * time.Minute),
+		Steps: []Step{
+			{Action: ActionTaint, Timeout: d(5 * time.Minute), Taint: &v1.Taint{Key: "example.com/unhealthy", Effect: v1.TaintEffectNoSchedule}},
+			{Action: ActionDrain, Timeout: d(5 * time.Minute)},
+			{Action: ActionReboot, Timeout: d(5 * time.Minute)},
+			{Action: ActionReplace, Timeout: d(5 * time.Minute)},
+			{Action: ActionFence, Timeout: d(5 * time.Minute)},
+		},
+	}
+}
+
+func node(conds ...v1.NodeCondition) *v1.Node {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))}}
+	n.Status.Conditions = append([]v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue,
+		LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour)), LastHeartbeatTime: metav1.NewTime(t0)}}, conds...)
+	return n
+}
+
+// deadlock is KernelDeadlock with status since since, last heard at beat.
+func deadlock(status v1.ConditionStatus, since, beat time.Time) v1.NodeCondition {
+	return v1.NodeCondition{Type: "KernelDeadlock", Status: status, LastTransitionTime: metav1.NewTime(since), LastHeartbeatTime: metav1.NewTime(beat)}
+}
+
+func TestValidate(t *testing.T) {
+	if errs := policy().Validate(field.NewPath("spec")); len(errs) != 0 {
+		t.Fatalf("a good policy: %v", errs)
+	}
+	bad := policy()
+	bad.Unhealthy[0].Status = "Maybe"
+	bad.Steps[0].Taint.Effect = v1.TaintEffectPreferNoSchedule
+	bad.Steps[1].Timeout = d(time.Minute) // below the 2m hold
+	bad.Steps[2].Action = "Reimage"
+	bad.Steps[3].Taint = &v1.Taint{Key: "x", Effect: v1.TaintEffectNoSchedule}
+	bad.Brakes.MaxInRepair = ptr.To(intstr.FromString("twenty"))
+	bad.Brakes.MaxUnhealthy = ptr.To(intstr.FromString("-5%"))
+	errs := bad.Validate(field.NewPath("spec"))
+	for _, want := range []string{"spec.unhealthy[0].status", "spec.steps[0].taint.effect", "spec.steps[1].timeout", "spec.steps[2].action",
+		"spec.steps[3].taint", "spec.brakes.maxInRepair", "spec.brakes.maxUnhealthy"} {
+		if !strings.Contains(errs.ToAggregate().Error(), want) {
+			t.Errorf("no error at %s: %v", want, errs)
+		}
+	}
+	if errs := (&PolicySpec{}).Validate(field.NewPath("spec")); len(errs) != 2 {
+		t.Errorf("an empty policy: %v, want the conditions and the steps required", errs)
+	}
+}
+
+func TestJudge(t *testing.T) {
+	p := policy()
+	for name, c := range map[string]struct {
+		node      *v1.Node
+		unhealthy bool
+		since     time.Time
+		pending   time.Time
+	}{
+		"healthy":          {node: node(deadlock(v1.ConditionFalse, t0.Add(-time.Hour), t0)), since: t0.Add(-time.Hour)},
+		"deadlock for 2m":  {node: node(deadlock(v1.ConditionTrue, t0.Add(-2*time.Minute), t0)), unhealthy: true, since: t0.Add(-time.Minute + time.Second)},
+		"deadlock for 30s": {node: node(deadlock(v1.ConditionTrue, t0.Add(-30*time.Second), t0)), since: t0.Add(-time.Hour), pending: t0.Add(31 * time.Second)},
+		// The reporter stopped 11m ago: the condition is Unknown from 1m ago,
+		// so it no longer holds the node unhealthy.
+		"stale deadlock": {node: node(deadlock(v1.ConditionTrue, t0.Add(-time.Hour), t0.Add(-11*time.Minute))), since: t0.Add(-time.Minute)},
+	} {
+		h := p.Judge(c.node, t0)
+		if h.Unhealthy != c.unhealthy || !h.Since.Equal(c.since) || !h.Pending.Equal(c.pending) {
+			t.Errorf("%s: %+v, want unhealthy %v since %v pending %v", name, h, c.unhealthy, c.since, c.pending)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	sick := node(deadlock(v1.ConditionTrue, t0.Add(-10*time.Minute), t0))
+	flapping := node(deadlock(v1.ConditionTrue, t0.Add(-5*time.Second), t0))
+	recovered := func(ago time.Duration) *v1.Node { return node(deadlock(v1.ConditionFalse, t0.Add(-ago), t0)) }
+	inRepair := func(step int, since time.Duration) State {
+		return State{Step: step, StepSince: t0.Add(-since), RepairSince: t0.Add(-time.Hour)}
+	}
+	pool := Pool{Name: "gpu", Nodes: 10, Unhealthy: 1, InRepair: 0, Zone: "a", ZoneNodes: 5}
+	all := Capabilities{Reboot: true, Replace: true}
+	pct := func(s string) *intstr.IntOrString { return ptr.To(intstr.FromString(s)) }
+	for name, c := range map[string]struct {
+		mut     func(*PolicySpec)
+		in      Input
+		verdict Verdict
+		step    int
+		reason  string
+		next    time.Time
+	}{
+		"healthy": {in: Input{Node: recovered(time.Hour), State: NotInRepair, Pool: pool, Can: all}, verdict: VerdictNone, step: -1},
+		"unhealthy: the first step": {in: Input{Node: sick, State: NotInRepair, Pool: pool, Can: all},
+			verdict: VerdictStart, step: 0, reason: "unhealthy: KernelDeadlock=True since"},
+		"no provider: reboot and replace skipped": {mut: func(p *PolicySpec) { p.Steps = p.Steps[2:] },
+			in: Input{Node: sick, State: NotInRepair, Pool: pool}, verdict: VerdictStart, step: 2},
+		"a person's cordon": {in: Input{Node: sick, State: NotInRepair, Pool: pool, Can: all, CordonedByOther: true},
+			verdict: VerdictBlocked, step: -1, reason: "repair blocked: the node is cordoned by someone else"},
+		"paused": {in: Input{Node: sick, State: NotInRepair, Pool: pool, Can: all, Paused: true}, verdict: VerdictBlocked, step: -1, reason: "repair blocked: paused"},
+		"storm": {mut: func(p *PolicySpec) { p.Brakes.MaxUnhealthy = pct("20%") },
+			in:      Input{Node: sick, State: NotInRepair, Pool: Pool{Name: "gpu", Nodes: 10, Unhealthy: 3}, Can: all},
+			verdict: VerdictBlocked, step: -1, reason: "repair blocked: 3 of 10 nodes of pool gpu unhealthy, limit 20%"},
+		"cooldown": {mut: func(p *PolicySpec) { p.Brakes.MaxUnhealthy, p.Brakes.Cooldown = pct("20%"), d(10*time.Minute) },
+			in:      Input{Node: sick, State: NotInRepair, Pool: Pool{Name: "gpu", Nodes: 10, Unhealthy: 2, StormEnded: t0.Add(-5 * time.Minute)}, Can: all},
+			verdict: VerdictBlocked, step: -1, reason: "cooling down"},
+		"two in repair, 20%": {mut: func(p *PolicySpec) { p.Brakes.MaxInRepair = pct("20%") },
+			in:      Input{Node: sick, State: NotInRepair, Pool: Pool{Name: "gpu", Nodes: 10, Unhealthy: 3, InRepair: 2}, Can: all},
+			verdict: VerdictBlocked, step: -1, reason: "repair blocked: 2 of 10 nodes of pool gpu in repair, limit 20%"},
+		"one in repair, 20%": {mut: func(p *PolicySpec) { p.Brakes.MaxInRepair = pct("20%") },
+			in:      Input{Node: sick, State: NotInRepair, Pool: Pool{Name: "gpu", Nodes: 10, Unhealthy: 3, InRepair: 1}, Can: all},
+			verdict: VerdictStart, step: 0},
+		"zone full": {mut: func(p *PolicySpec) { p.Brakes.MaxInRepairPerZone = ptr.To(intstr.FromInt32(1)) },
+			in:      Input{Node: sick, State: NotInRepair, Pool: Pool{Name: "gpu", Nodes: 10, Zone: "a", ZoneNodes: 5, ZoneInRepair: 1}, Can: all},
+			verdict: VerdictBlocked, step: -1, reason: `in zone "a" in repair, limit 1`},
+		"step under way": {in: Input{Node: sick, State: inRepair(1, time.Minute), Pool: pool, Can: all},
+			verdict: VerdictNone, step: 1, next: t0.Add(4 * time.Minute)},
+		"step timed out": {in: Input{Node: sick, State: inRepair(1, 5*time.Minute), Pool: pool, Can: all},
+			verdict: VerdictAdvance, step: 2, reason: "step 2 (Drain) timed out after 5m0s"},
+		"timed out, paused": {in: Input{Node: sick, State: inRepair(1, 5*time.Minute), Pool: pool, Can: all, Paused: true},
+			verdict: VerdictBlocked, step: 1, reason: "repair paused"},
+		"timed out, no provider: fence next": {in: Input{Node: sick, State: inRepair(1, 5*time.Minute), Pool: pool},
+			verdict: VerdictAdvance, step: 4},
+		"last step timed out": {in: Input{Node: sick, State: inRepair(4, 6*time.Minute), Pool: pool, Can: all},
+			verdict: VerdictExhausted, step: 4, reason: "the last step (Fence) timed out"},
+		"healthy, not for the hold time": {in: Input{Node: recovered(time.Minute), State: inRepair(2, 3*time.Minute), Pool: pool, Can: all},
+			verdict: VerdictNone, step: 2, next: t0.Add(time.Minute + time.Second)},
+		// A transition stamped 2m ago (to the second) may have happened up
+		// to a second later: not yet the whole hold time.
+		"healthy for 2m by the stamp": {in: Input{Node: recovered(2 * time.Minute), State: inRepair(2, 3*time.Minute), Pool: pool, Can: all},
+			verdict: VerdictNone, step: 2, next: t0.Add(time.Second)},
+		"healthy for the hold time": {in: Input{Node: recovered(2*time.Minute + time.Second), State: inRepair(2, 3*time.Minute), Pool: pool, Can: all},
+			verdict: VerdictDone, step: 2},
+		// The condition came back 5 s ago (not yet for its minute): not a
+		// recovery, so a flap every 30 s never ends the repair.
+		"flapping": {in: Input{Node: flapping, State: inRepair(2, time.Minute), Pool: pool, Can: all},
+			verdict: VerdictNone, step: 2, next: t0.Add(4 * time.Minute)},
+		"flapping past the timeout": {in: Input{Node: flapping, State: inRepair(2, 5*time.Minute), Pool: pool, Can: all},
+			verdict: VerdictAdvance, step: 3, reason: "a condition holds again"},
+	} {
+		p := policy()
+		if c.mut != nil {
+			c.mut(p)
+		}
+		c.in.Now = t0
+		got := p.Decide(c.in)
+		if got.Verdict != c.verdict || got.Step != c.step || !strings.Contains(got.Reason, c.reason) || !got.Next.Equal(c.next) {
+			t.Errorf("%s: %+v, want %s at step %d, reason with %q, next %v", name, got, c.verdict, c.step, c.reason, c.next)
+		}
+	}
+}

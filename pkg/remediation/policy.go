@@ -1,0 +1,192 @@
+// Package remediation is the repair ladder of issue 33: a policy per pool of
+// nodes says when a node is unhealthy, which steps repair it (taint, drain,
+// reboot, replace, fence), how long each may take, and the brakes that hold
+// repairs back. This package holds the policy's types, their validation and
+// the decision for one node; it writes nothing. The controller that runs
+// it, the CustomResourceDefinition and the Node's state are not built yet:
+// nothing in `nodeshepherd run` uses this package so far.
+package remediation
+
+import (
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Action is what one step of the ladder does.
+type Action string
+
+// Actions, in the order a ladder usually climbs them.
+const (
+	// ActionTaint puts the policy's taint on the node (NoSchedule or
+	// NoExecute, a key of the policy's choosing).
+	ActionTaint Action = "Taint"
+	// ActionDrain cordons and drains the node through the drain
+	// controller's own drain (its budgets, windows and escalation).
+	ActionDrain Action = "Drain"
+	// ActionReboot and ActionReplace ask the cloud provider
+	// (cloudprovider.Repairer); without one they are skipped, visibly.
+	ActionReboot  Action = "Reboot"
+	ActionReplace Action = "Replace"
+	// ActionFence puts the out-of-service taint on the node.
+	ActionFence Action = "Fence"
+)
+
+// Actions are the known actions.
+var Actions = []Action{ActionTaint, ActionDrain, ActionReboot, ActionReplace, ActionFence}
+
+// PolicySpec is one pool's policy.
+type PolicySpec struct {
+	// NodeSelector selects the pool's nodes; empty selects every node.
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// Unhealthy lists the conditions that make a node unhealthy (any of
+	// them).
+	Unhealthy []UnhealthyCondition `json:"unhealthy"`
+	// HealthyHold is how long a node must be healthy before it counts as
+	// healthy again (hysteresis): a step is done, a repair ends.
+	HealthyHold metav1.Duration `json:"healthyHold"`
+	// Steps are the ladder, climbed in order.
+	Steps []Step `json:"steps"`
+	// Brakes hold new repairs back.
+	Brakes Brakes `json:"brakes,omitempty"`
+	// Paused stops new repairs and new steps (the annotation
+	// nodeshepherd.io/remediation-paused=true on the policy does too).
+	Paused bool `json:"paused,omitempty"`
+}
+
+// UnhealthyCondition is a node condition with a status held for a while.
+type UnhealthyCondition struct {
+	Type   v1.NodeConditionType `json:"type"`
+	Status v1.ConditionStatus   `json:"status"`
+	// For is how long the condition must have had the status.
+	For metav1.Duration `json:"for"`
+	// StaleAfter, when set, makes a condition whose lastHeartbeatTime is
+	// older than this count as Unknown from then on, so that a condition its
+	// reporter (node-problem-detector) stopped updating does not hold a node
+	// in either state for ever.
+	StaleAfter *metav1.Duration `json:"staleAfter,omitempty"`
+}
+
+// Step is one rung of the ladder.
+type Step struct {
+	Action Action `json:"action"`
+	// Timeout is how long the step has to make the node healthy (for the
+	// hold time) before the next step starts.
+	Timeout metav1.Duration `json:"timeout"`
+	// Taint is the taint of a Taint step.
+	Taint *v1.Taint `json:"taint,omitempty"`
+}
+
+// Brakes hold new repairs back; a repair under way climbs on.
+type Brakes struct {
+	// MaxInRepair is how many of the pool's nodes may be in repair at once:
+	// a number or a percentage of the pool's nodes (rounded down, at least
+	// 1). Unset: no limit.
+	MaxInRepair *intstr.IntOrString `json:"maxInRepair,omitempty"`
+	// MaxInRepairPerZone is the same per zone (of the pool's nodes there).
+	MaxInRepairPerZone *intstr.IntOrString `json:"maxInRepairPerZone,omitempty"`
+	// MaxUnhealthy stops new repairs while more of the pool's nodes than
+	// this are unhealthy (a number or a percentage): a storm is not repaired
+	// node by node. Unset: no limit.
+	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
+	// Cooldown keeps new repairs stopped this long after MaxUnhealthy last
+	// held.
+	Cooldown metav1.Duration `json:"cooldown,omitempty"`
+}
+
+// MinStepTimeout is the shortest step timeout: a step must outlast the
+// hold time and a second of timestamp precision to be judged at all.
+const MinStepTimeout = 10 * time.Second
+
+// Validate reports every problem of the spec, each with its field path.
+func (s *PolicySpec) Validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.NodeSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(s.NodeSelector); err != nil {
+			errs = append(errs, field.Invalid(path.Child("nodeSelector"), s.NodeSelector, err.Error()))
+		}
+	}
+	if len(s.Unhealthy) == 0 {
+		errs = append(errs, field.Required(path.Child("unhealthy"), "at least one condition makes a node unhealthy"))
+	}
+	for i, c := range s.Unhealthy {
+		p := path.Child("unhealthy").Index(i)
+		if c.Type == "" {
+			errs = append(errs, field.Required(p.Child("type"), "a node condition type"))
+		}
+		switch c.Status {
+		case v1.ConditionTrue, v1.ConditionFalse, v1.ConditionUnknown:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("status"), c.Status, []string{"True", "False", "Unknown"}))
+		}
+		if c.For.Duration < 0 {
+			errs = append(errs, field.Invalid(p.Child("for"), c.For.Duration.String(), "must not be negative"))
+		}
+		if c.StaleAfter != nil && c.StaleAfter.Duration <= 0 {
+			errs = append(errs, field.Invalid(p.Child("staleAfter"), c.StaleAfter.Duration.String(), "must be positive"))
+		}
+	}
+	if s.HealthyHold.Duration < 0 {
+		errs = append(errs, field.Invalid(path.Child("healthyHold"), s.HealthyHold.Duration.String(), "must not be negative"))
+	}
+	if len(s.Steps) == 0 {
+		errs = append(errs, field.Required(path.Child("steps"), "at least one step"))
+	}
+	for i, st := range s.Steps {
+		p := path.Child("steps").Index(i)
+		known := false
+		for _, a := range Actions {
+			known = known || st.Action == a
+		}
+		if !known {
+			names := make([]string, len(Actions))
+			for j, a := range Actions {
+				names[j] = string(a)
+			}
+			errs = append(errs, field.NotSupported(p.Child("action"), st.Action, names))
+		}
+		if min := max(MinStepTimeout, s.HealthyHold.Duration+time.Second); st.Timeout.Duration < min {
+			errs = append(errs, field.Invalid(p.Child("timeout"), st.Timeout.Duration.String(),
+				fmt.Sprintf("must be at least %v (the healthy hold time %v and a second, or %v)", min, s.HealthyHold.Duration, MinStepTimeout)))
+		}
+		switch {
+		case st.Action == ActionTaint && st.Taint == nil:
+			errs = append(errs, field.Required(p.Child("taint"), "the taint a Taint step puts on the node"))
+		case st.Action == ActionTaint && st.Taint.Effect != v1.TaintEffectNoSchedule && st.Taint.Effect != v1.TaintEffectNoExecute:
+			errs = append(errs, field.NotSupported(p.Child("taint", "effect"), st.Taint.Effect, []string{"NoSchedule", "NoExecute"}))
+		case st.Action == ActionTaint && st.Taint.Key == "":
+			errs = append(errs, field.Required(p.Child("taint", "key"), "a taint key"))
+		case st.Action != ActionTaint && st.Taint != nil:
+			errs = append(errs, field.Forbidden(p.Child("taint"), "only a Taint step has a taint"))
+		}
+	}
+	b := path.Child("brakes")
+	for name, v := range map[string]*intstr.IntOrString{"maxInRepair": s.Brakes.MaxInRepair, "maxInRepairPerZone": s.Brakes.MaxInRepairPerZone, "maxUnhealthy": s.Brakes.MaxUnhealthy} {
+		if v == nil {
+			continue
+		}
+		if _, err := scaled(v, 100); err != nil {
+			errs = append(errs, field.Invalid(b.Child(name), v.String(), err.Error()))
+		}
+	}
+	if s.Brakes.Cooldown.Duration < 0 {
+		errs = append(errs, field.Invalid(b.Child("cooldown"), s.Brakes.Cooldown.Duration.String(), "must not be negative"))
+	}
+	return errs
+}
+
+// scaled is v of total: a number, or a percentage rounded down.
+func scaled(v *intstr.IntOrString, total int) (int, error) {
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, total, false)
+	if err != nil {
+		return 0, fmt.Errorf("a number or a percentage: %w", err)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("must not be negative")
+	}
+	return n, nil
+}
