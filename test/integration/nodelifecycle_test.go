@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -486,9 +487,14 @@ func TestConditionAndUnschedulableNoScheduleTaints(t *testing.T) {
 	waitNodesReady(t, client, m.NodeNames()...)
 	ctx := framework.Context(t)
 	foreign := v1.Taint{Key: "example.com/dedicated", Value: "infra", Effect: v1.TaintEffectNoSchedule}
-	n := getNode(t, client, node)
-	n.Spec.Taints = append(n.Spec.Taints, foreign)
-	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	// Read and written again on a conflict: the fake kubelet writes the
+	// Node's status meanwhile.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := getNode(t, client, node)
+		n.Spec.Taints = append(n.Spec.Taints, foreign)
+		_, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	memory := v1.Taint{Key: v1.TaintNodeMemoryPressure, Effect: v1.TaintEffectNoSchedule}
