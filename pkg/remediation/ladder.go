@@ -6,6 +6,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
@@ -253,3 +255,40 @@ func (s *PolicySpec) brake(in Input) string {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// Selects says whether the policy's node selector takes the node (an
+// invalid selector, refused by Validate, takes none).
+func (s *PolicySpec) Selects(n *v1.Node) bool {
+	if s.NodeSelector == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s.NodeSelector)
+	return err == nil && sel.Matches(labels.Set(n.Labels))
+}
+
+// PoolOf counts the policy's nodes for the brakes of a node in zone:
+// selected, unhealthy now (Judge) and in repair (inRepair), in the pool and
+// in the zone. StormEnded is the caller's to keep.
+func (s *PolicySpec) PoolOf(name, zone string, nodes []*v1.Node, inRepair func(*v1.Node) bool, now time.Time) Pool {
+	p := Pool{Name: name, Zone: zone}
+	for _, n := range nodes {
+		if !s.Selects(n) {
+			continue
+		}
+		here := n.Labels[v1.LabelTopologyZone] == zone
+		p.Nodes++
+		if here {
+			p.ZoneNodes++
+		}
+		if s.Judge(n, now).Unhealthy {
+			p.Unhealthy++
+		}
+		if inRepair(n) {
+			p.InRepair++
+			if here {
+				p.ZoneInRepair++
+			}
+		}
+	}
+	return p
+}

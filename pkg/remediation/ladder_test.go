@@ -1,6 +1,7 @@
 package remediation
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,40 @@ func TestDecide(t *testing.T) {
 		if got.Verdict != c.verdict || got.Step != c.step || !strings.Contains(got.Reason, c.reason) || !got.Next.Equal(c.next) {
 			t.Errorf("%s: %+v, want %s at step %d, reason with %q, next %v", name, got, c.verdict, c.step, c.reason, c.next)
 		}
+	}
+}
+
+// The case: 3 of 10 gpu nodes unhealthy, 20% in repair at most:
+// two start, the third is held back and says why.
+func TestPoolOfThreeUnhealthyTwentyPercent(t *testing.T) {
+	p := policy()
+	p.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "gpu"}}
+	p.Brakes.MaxInRepair = ptr.To(intstr.FromString("20%"))
+	var nodes []*v1.Node
+	for i := range 12 {
+		n := node(deadlock(v1.ConditionFalse, t0.Add(-time.Hour), t0))
+		if i < 3 {
+			n = node(deadlock(v1.ConditionTrue, t0.Add(-time.Hour), t0))
+		}
+		n.Name = fmt.Sprintf("n%d", i)
+		n.Labels = map[string]string{"pool": "gpu", v1.LabelTopologyZone: "a"}
+		if i >= 10 {
+			n.Labels["pool"] = "cpu" // not the policy's
+			n.Status.Conditions = node(deadlock(v1.ConditionTrue, t0.Add(-time.Hour), t0)).Status.Conditions
+		}
+		nodes = append(nodes, n)
+	}
+	repairing := map[string]bool{}
+	var verdicts []string
+	for _, n := range nodes[:3] {
+		pool := p.PoolOf("gpu", "a", nodes, func(m *v1.Node) bool { return repairing[m.Name] }, t0)
+		d := p.Decide(Input{Node: n, State: NotInRepair, Pool: pool, Can: Capabilities{Reboot: true, Replace: true}, Now: t0})
+		if d.Verdict == VerdictStart {
+			repairing[n.Name] = true
+		}
+		verdicts = append(verdicts, string(d.Verdict)+": "+d.Reason)
+	}
+	if len(repairing) != 2 || !strings.HasPrefix(verdicts[2], "Blocked: repair blocked: 2 of 10 nodes of pool gpu in repair, limit 20%") {
+		t.Errorf("verdicts %q", verdicts)
 	}
 }

@@ -1,0 +1,67 @@
+package remediation
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// AnnotationState holds a node's place on its policy's ladder, on the
+// Node, so that a restarted process or a new leader climbs on from there.
+const AnnotationState = "nodeshepherd.io/remediation"
+
+// stateRecord is AnnotationState's JSON.
+type stateRecord struct {
+	Policy      string    `json:"policy"`
+	Step        int       `json:"step"`
+	Action      Action    `json:"action"`
+	StepSince   time.Time `json:"stepSince"`
+	RepairSince time.Time `json:"repairSince"`
+	BootID      string    `json:"bootID,omitempty"`
+}
+
+// ReadState returns the node's place on the ladder of policy, NotInRepair
+// when it has none (or one of another policy). A malformed annotation is an
+// error, and the node counts as in repair at no known step: the controller
+// must not start a second repair over one it cannot read.
+func ReadState(n *v1.Node, policy string, steps int) (State, error) {
+	s, ok := n.Annotations[AnnotationState]
+	if !ok {
+		return NotInRepair, nil
+	}
+	r, err := parseState(s)
+	if err != nil {
+		return NotInRepair, fmt.Errorf("node %s: annotation %s: %w", n.Name, AnnotationState, err)
+	}
+	if r.Policy != policy {
+		return NotInRepair, nil
+	}
+	if r.Step >= steps {
+		return NotInRepair, fmt.Errorf("node %s: annotation %s: step %d, but policy %s has %d steps", n.Name, AnnotationState, r.Step+1, policy, steps)
+	}
+	return State{Step: r.Step, StepSince: r.StepSince, RepairSince: r.RepairSince, BootID: r.BootID}, nil
+}
+
+func parseState(s string) (stateRecord, error) {
+	var r stateRecord
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return stateRecord{}, err
+	}
+	switch {
+	case r.Policy == "":
+		return stateRecord{}, fmt.Errorf("no policy")
+	case r.Step < 0:
+		return stateRecord{}, fmt.Errorf("step %d", r.Step)
+	case r.StepSince.IsZero() || r.RepairSince.IsZero() || r.StepSince.Before(r.RepairSince):
+		return stateRecord{}, fmt.Errorf("times: step since %v, repair since %v", r.StepSince, r.RepairSince)
+	}
+	return r, nil
+}
+
+// EncodeState is the annotation's value for the node at step of policy.
+func EncodeState(policy string, action Action, st State) string {
+	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, StepSince: st.StepSince, RepairSince: st.RepairSince, BootID: st.BootID})
+	return string(b)
+}

@@ -1,0 +1,51 @@
+package remediation
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestStateRoundTrip(t *testing.T) {
+	st := State{Step: 2, StepSince: t0.Add(123 * time.Nanosecond), RepairSince: t0.Add(-time.Hour), BootID: "b"}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationState: EncodeState("gpu", ActionReboot, st)}}}
+	got, err := ReadState(n, "gpu", 5)
+	if err != nil || got != st {
+		t.Fatalf("%+v, %v; want %+v", got, err, st)
+	}
+	if got, err := ReadState(n, "general", 5); err != nil || got != NotInRepair {
+		t.Errorf("another policy's state: %+v, %v", got, err)
+	}
+	if _, err := ReadState(n, "gpu", 2); err == nil {
+		t.Error("a step beyond the policy's ladder was accepted")
+	}
+	for _, bad := range []string{`{`, `{"step":1}`, `{"policy":"gpu","step":-1}`, `{"policy":"gpu","step":0}`,
+		`{"policy":"gpu","step":0,"stepSince":"2026-11-28T09:00:00Z","repairSince":"2026-11-28T10:00:00Z"}`} {
+		n.Annotations[AnnotationState] = bad
+		if _, err := ReadState(n, "gpu", 5); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func FuzzReadState(f *testing.F) {
+	f.Add(EncodeState("gpu", ActionDrain, State{Step: 1, StepSince: t0, RepairSince: t0}))
+	f.Add(`{"policy":"gpu","step":7}`)
+	f.Add(`null`)
+	f.Fuzz(func(t *testing.T, s string) {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationState: s}}}
+		st, err := ReadState(n, "gpu", 5)
+		if err != nil || st == NotInRepair {
+			return
+		}
+		if st.Step < 0 || st.Step >= 5 || st.StepSince.Before(st.RepairSince) {
+			t.Fatalf("%q read as %+v", s, st)
+		}
+		again, err := ReadState(&v1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationState: EncodeState("gpu", ActionDrain, st)}}}, "gpu", 5)
+		if err != nil || !again.StepSince.Equal(st.StepSince) || again.Step != st.Step {
+			t.Fatalf("re-encoded %+v: %+v, %v", st, again, err)
+		}
+	})
+}
