@@ -27,7 +27,7 @@ func policy() *PolicySpec {
 		},
 		HealthyHold: d(2 * time.Minute),
 		Steps: []Step{
-			{Action: ActionTaint, Timeout: d(5 * time.Minute), Taint: &v1.Taint{Key: "example.com/unhealthy", Effect: v1.TaintEffectNoSchedule}},
+			{Action: ActionTaint, Timeout: d(5 * time.Minute), Taint: &TaintSpec{Key: "example.com/unhealthy", Effect: v1.TaintEffectNoSchedule}},
 			{Action: ActionDrain, Timeout: d(5 * time.Minute)},
 			{Action: ActionReboot, Timeout: d(5 * time.Minute)},
 			{Action: ActionReplace, Timeout: d(5 * time.Minute)},
@@ -57,7 +57,7 @@ func TestValidate(t *testing.T) {
 	bad.Steps[0].Taint.Effect = v1.TaintEffectPreferNoSchedule
 	bad.Steps[1].Timeout = d(time.Minute) // below the 2m hold
 	bad.Steps[2].Action = "Reimage"
-	bad.Steps[3].Taint = &v1.Taint{Key: "x", Effect: v1.TaintEffectNoSchedule}
+	bad.Steps[3].Taint = &TaintSpec{Key: "x", Effect: v1.TaintEffectNoSchedule}
 	bad.Brakes.MaxInRepair = ptr.To(intstr.FromString("twenty"))
 	bad.Brakes.MaxUnhealthy = ptr.To(intstr.FromString("-5%"))
 	errs := bad.Validate(field.NewPath("spec"))

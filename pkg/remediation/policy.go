@@ -78,7 +78,15 @@ type Step struct {
 	// hold time) before the next step starts.
 	Timeout metav1.Duration `json:"timeout"`
 	// Taint is the taint of a Taint step.
-	Taint *v1.Taint `json:"taint,omitempty"`
+	Taint *TaintSpec `json:"taint,omitempty"`
+}
+
+// TaintSpec is the taint a Taint step puts on the node (its timeAdded is
+// when the step starts).
+type TaintSpec struct {
+	Key    string         `json:"key"`
+	Value  string         `json:"value,omitempty"`
+	Effect v1.TaintEffect `json:"effect"`
 }
 
 // Brakes hold new repairs back; a repair under way climbs on.

@@ -1,0 +1,61 @@
+package remediation
+
+import (
+	_ "embed"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The custom resource: cluster-scoped RemediationPolicy objects of
+// nodeshepherd.io/v1alpha1, one per pool of nodes.
+const (
+	Group    = "nodeshepherd.io"
+	Version  = "v1alpha1"
+	Kind     = "RemediationPolicy"
+	Resource = "remediationpolicies"
+)
+
+// GroupVersionResource is the policies' resource, for the dynamic client.
+var GroupVersionResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: Resource}
+
+// CRD is the CustomResourceDefinition (crd.yaml): its schema follows the
+// types below (TestCRDSchemaMatchesTypes), and its validation rules refuse
+// what Validate refuses, so a bad policy never reaches the controller.
+//
+//go:embed crd.yaml
+var CRD []byte
+
+// RemediationPolicy is one pool's policy.
+type RemediationPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              PolicySpec   `json:"spec"`
+	Status            PolicyStatus `json:"status,omitempty"`
+}
+
+// PolicyStatus is what the controller reports about the pool.
+type PolicyStatus struct {
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Nodes, Unhealthy and InRepair count the pool's nodes; Blocked those
+	// whose repair a brake holds back.
+	Nodes     int32 `json:"nodes"`
+	Unhealthy int32 `json:"unhealthy"`
+	InRepair  int32 `json:"inRepair"`
+	Blocked   int32 `json:"blocked"`
+	// Repairs are the nodes in repair: step, since when, what comes next.
+	Repairs []NodeRepair `json:"repairs,omitempty"`
+	// Conditions: Blocked (a brake holds, with its reason), Paused.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeRepair is one node's place on the ladder.
+type NodeRepair struct {
+	Node   string      `json:"node"`
+	Step   int32       `json:"step"`
+	Action Action      `json:"action"`
+	Since  metav1.Time `json:"since"`
+	// Next says what comes next and when (the next step at the timeout,
+	// or done after the hold time).
+	Next string `json:"next,omitempty"`
+}

@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+const generalPool = `
+apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: general}
+spec:
+  nodeSelector: {matchLabels: {pool: general}}
+  unhealthy:
+  - {type: KernelDeadlock, status: "True", for: 1m, staleAfter: 10m}
+  - {type: Ready, status: Unknown, for: 5m}
+  healthyHold: 2m
+  steps:
+  - {action: Taint, timeout: 5m, taint: {key: example.com/unhealthy, effect: NoSchedule}}
+  - {action: Drain, timeout: 30m}
+  - {action: Reboot, timeout: 10m}
+  - {action: Replace, timeout: 20m}
+  - {action: Fence, timeout: 10m}
+  brakes: {maxInRepair: 20%, maxInRepairPerZone: 1, maxUnhealthy: 40%, cooldown: 15m}
+`
+
+// TestRemediationPolicyCRD (issue 33, point 1): the CustomResourceDefinition
+// is accepted by kube-apiserver; a policy per common case is stored and
+// reads back into the Go types, valid by Validate too; policies that
+// Validate refuses are refused by the API server, each naming its field;
+// kubectl get shows the pool's counts.
+func TestRemediationPolicyCRD(t *testing.T) {
+	cp := framework.StartControlPlane(t, controlplane.Config{})
+	ctx := framework.Context(t)
+	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
+	var crd unstructured.Unstructured
+	if err := yaml.Unmarshal(remediation.CRD, &crd.Object); err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the CustomResourceDefinition: %v", err)
+	}
+	framework.Eventually(t, 30*time.Second, "the CRD established", func(ctx context.Context) (bool, string, error) {
+		got, err := crds.Get(ctx, crd.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return true, "", nil
+			}
+		}
+		return false, "not established", nil
+	})
+	policies := dyn.Resource(remediation.GroupVersionResource)
+	create := func(doc string) (*unstructured.Unstructured, error) {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		var out *unstructured.Unstructured
+		var err error
+		// The discovery of a new resource may lag its Established condition.
+		framework.Eventually(t, 30*time.Second, "the policies resource served", func(ctx context.Context) (bool, string, error) {
+			out, err = policies.Create(ctx, &u, metav1.CreateOptions{})
+			return err == nil || !strings.Contains(err.Error(), "the server could not find the requested resource"), "", nil
+		})
+		return out, err
+	}
+
+	stored, err := create(generalPool)
+	if err != nil {
+		t.Fatalf("a valid policy refused: %v", err)
+	}
+	var p remediation.RemediationPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(stored.Object, &p); err != nil {
+		t.Fatal(err)
+	}
+	if errs := p.Spec.Validate(field.NewPath("spec")); len(errs) != 0 || len(p.Spec.Steps) != 5 || p.Spec.Steps[1].Timeout.Duration != 30*time.Minute ||
+		p.Spec.Brakes.MaxInRepair.String() != "20%" || p.Spec.Brakes.MaxInRepairPerZone.IntValue() != 1 {
+		t.Errorf("read back: %+v, %v", p.Spec, errs)
+	}
+
+	for name, c := range map[string]struct{ mut, want string }{
+		"unknown action":      {`- {action: Reimage, timeout: 10m}`, "spec.steps[1].action: Unsupported value"},
+		"taint step no taint": {`- {action: Taint, timeout: 10m}`, "a Taint step has a taint"},
+		"drain with a taint":  {`- {action: Drain, timeout: 10m, taint: {key: a, effect: NoSchedule}}`, "a Taint step has a taint"},
+		"timeout too short":   {`- {action: Drain, timeout: 5s}`, "at least 10s"},
+		"timeout below hold":  {`- {action: Drain, timeout: 90s}`, "at least healthyHold"},
+		"bad percentage":      {`  brakes: {maxInRepair: twenty}`, "spec.brakes.maxInRepair"},
+		"PreferNoSchedule":    {`- {action: Taint, timeout: 10m, taint: {key: a, effect: PreferNoSchedule}}`, "spec.steps[1].taint.effect"},
+	} {
+		doc := `
+apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: bad}
+spec:
+  unhealthy: [{type: Ready, status: Unknown, for: 5m}]
+  healthyHold: 2m
+  steps:
+  - {action: Drain, timeout: 10m}
+`
+		if strings.HasPrefix(c.mut, "  brakes") {
+			doc += c.mut + "\n"
+		} else {
+			doc += "  " + c.mut + "\n"
+		}
+		if _, err := create(doc); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a refusal with %q", name, err, c.want)
+		}
+	}
+
+	out := framework.Kubectl(t, cp.RESTConfig(), "get", "remediationpolicies")
+	for _, col := range []string{"NAME", "NODES", "UNHEALTHY", "IN REPAIR", "BLOCKED", "general"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("kubectl get remediationpolicies lacks %q:\n%s", col, out)
+		}
+	}
+}
