@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,25 +20,6 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
-
-const generalPool = `
-apiVersion: nodeshepherd.io/v1alpha1
-kind: RemediationPolicy
-metadata: {name: general}
-spec:
-  nodeSelector: {matchLabels: {pool: general}}
-  unhealthy:
-  - {type: KernelDeadlock, status: "True", for: 1m, staleAfter: 10m}
-  - {type: Ready, status: Unknown, for: 5m}
-  healthyHold: 2m
-  steps:
-  - {action: Taint, timeout: 5m, taint: {key: example.com/unhealthy, effect: NoSchedule}}
-  - {action: Drain, timeout: 30m}
-  - {action: Reboot, timeout: 10m}
-  - {action: Replace, timeout: 20m}
-  - {action: Fence, timeout: 10m}
-  brakes: {maxInRepair: 20%, maxInRepairPerZone: 1, maxUnhealthy: 40%, cooldown: 15m}
-`
 
 // TestRemediationPolicyCRD (issue 33, point 1): the CustomResourceDefinition
 // is accepted by kube-apiserver; a policy per common case is stored and
@@ -85,17 +68,33 @@ func TestRemediationPolicyCRD(t *testing.T) {
 		return out, err
 	}
 
-	stored, err := create(generalPool)
-	if err != nil {
-		t.Fatalf("a valid policy refused: %v", err)
+	// Every example of docs/remediation.md is accepted, reads back into the
+	// Go types and passes Validate too.
+	examples, err := filepath.Glob(filepath.Join(framework.RepoRoot(t), "examples", "remediation", "*.yaml"))
+	if err != nil || len(examples) < 3 {
+		t.Fatalf("examples/remediation: %v, %v", examples, err)
 	}
-	var p remediation.RemediationPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(stored.Object, &p); err != nil {
-		t.Fatal(err)
-	}
-	if errs := p.Spec.Validate(field.NewPath("spec")); len(errs) != 0 || len(p.Spec.Steps) != 5 || p.Spec.Steps[1].Timeout.Duration != 30*time.Minute ||
-		p.Spec.Brakes.MaxInRepair.String() != "20%" || p.Spec.Brakes.MaxInRepairPerZone.IntValue() != 1 {
-		t.Errorf("read back: %+v, %v", p.Spec, errs)
+	for _, file := range examples {
+		doc, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := create(string(doc))
+		if err != nil {
+			t.Errorf("%s refused: %v", file, err)
+			continue
+		}
+		var p remediation.RemediationPolicy
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(stored.Object, &p); err != nil {
+			t.Fatal(err)
+		}
+		if errs := p.Spec.Validate(field.NewPath("spec")); len(errs) != 0 || len(p.Spec.Steps) == 0 {
+			t.Errorf("%s read back: %+v, %v", file, p.Spec, errs)
+		}
+		if p.Name == "general" && (p.Spec.Steps[1].Timeout.Duration != 30*time.Minute || p.Spec.Brakes.MaxInRepair.String() != "20%" ||
+			p.Spec.Brakes.MaxInRepairPerZone.IntValue() != 1) {
+			t.Errorf("general read back: %+v", p.Spec)
+		}
 	}
 
 	for name, c := range map[string]struct{ mut, want string }{
