@@ -397,8 +397,12 @@ func (c *Controller) startMove(ctx context.Context, node *v1.Node, d *appsv1.Dep
 	}
 	ms.rounds++
 	c.metrics.moves.WithLabelValues(moveStarted).Inc()
-	msg := fmt.Sprintf("Moving %d pods of Deployment %s/%s off the node before evicting (a PodDisruptionBudget allows no disruption): replicas %d -> %d until the new pods are available, then back to %d, and the ReplicaSet deletes the pods here first (pod-deletion-cost)",
-		surge, d.Namespace, d.Name, replicas, replicas+surge, replicas)
+	pods, them := fmt.Sprintf("%d pods", surge), "the new pods are"
+	if surge == 1 {
+		pods, them = "1 pod", "the new pod is"
+	}
+	msg := fmt.Sprintf("Moving %s of Deployment %s/%s off the node before evicting (a PodDisruptionBudget allows no disruption): replicas %d -> %d until %s available, then back to %d, and the ReplicaSet deletes the pods here first (pod-deletion-cost)",
+		pods, d.Namespace, d.Name, replicas, replicas+surge, them, replicas)
 	if g := gitOpsOwner(d); g != "" {
 		msg += "; managed by " + g + ", which may revert replicas meanwhile: then the move stops"
 	}
