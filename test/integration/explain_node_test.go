@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
@@ -106,16 +105,7 @@ func TestExplainNodeStates(t *testing.T) {
 	}
 	// And taints it, as kubectl taint would: someone else's taint.
 	foreign := v1.Taint{Key: "example.com/maintenance", Value: "disk", Effect: v1.TaintEffectNoSchedule}
-	// (Read and written again on a conflict: the controllers and the fake
-	// kubelet write the Node too.)
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		hn := getNode(t, client, human)
-		hn.Spec.Taints = append(hn.Spec.Taints, foreign)
-		_, err := humanClient.CoreV1().Nodes().Update(ctx, hn, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	addTaint(t, humanClient, human, foreign)
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, human, blocked)
 	framework.Eventually(t, 60*time.Second, "a PodDisruptionBudget refused the drain of "+blocked, func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, blocked, metav1.GetOptions{})

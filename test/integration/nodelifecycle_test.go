@@ -54,6 +54,25 @@ func zonedNodes(client kubernetes.Interface, zones string, stale bool) fakenode.
 	return cfg
 }
 
+// addTaint adds a taint to a node as kubectl taint would, as the client's
+// user: the node is read and written again on a conflict, since the fake
+// kubelet and the controllers write it meanwhile.
+func addTaint(t *testing.T, client kubernetes.Interface, node string, taint v1.Taint) {
+	t.Helper()
+	ctx := framework.Context(t)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, taint)
+		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("tainting node %s: %v", node, err)
+	}
+}
+
 func getNode(t *testing.T, client kubernetes.Interface, name string) *v1.Node {
 	t.Helper()
 	n, err := client.CoreV1().Nodes().Get(framework.Context(t), name, metav1.GetOptions{})
@@ -487,16 +506,7 @@ func TestConditionAndUnschedulableNoScheduleTaints(t *testing.T) {
 	waitNodesReady(t, client, m.NodeNames()...)
 	ctx := framework.Context(t)
 	foreign := v1.Taint{Key: "example.com/dedicated", Value: "infra", Effect: v1.TaintEffectNoSchedule}
-	// Read and written again on a conflict: the fake kubelet writes the
-	// Node's status meanwhile.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n := getNode(t, client, node)
-		n.Spec.Taints = append(n.Spec.Taints, foreign)
-		_, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	addTaint(t, client, node, foreign)
 	memory := v1.Taint{Key: v1.TaintNodeMemoryPressure, Effect: v1.TaintEffectNoSchedule}
 	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{node}},
 		Condition: &fakenode.Condition{Type: v1.NodeMemoryPressure, Status: v1.ConditionTrue}}); err != nil {
