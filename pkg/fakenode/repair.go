@@ -35,6 +35,8 @@ import (
 type repairs struct {
 	mu    sync.Mutex
 	doing map[string]string // node -> request ID in progress or done
+	// running are the replacements under way; Run waits for them.
+	running sync.WaitGroup
 }
 
 // startRepairs watches the requests ConfigMap; it returns its informer's
@@ -50,7 +52,10 @@ func (m *Manager) startRepairs(ctx context.Context) (cache.InformerSynced, func(
 		UpdateFunc: func(_, obj any) { m.onRepairs(ctx, obj.(*v1.ConfigMap)) },
 	})
 	f.Start(ctx.Done())
-	return inf.HasSynced, f.Shutdown
+	return inf.HasSynced, func() {
+		f.Shutdown()
+		m.repairs.running.Wait()
+	}
 }
 
 func (m *Manager) onRepairs(ctx context.Context, cm *v1.ConfigMap) {
@@ -86,7 +91,7 @@ func (m *Manager) onRepairs(ctx context.Context, cm *v1.ConfigMap) {
 			}
 			m.repairDone(ctx, name, r)
 		case fakecloud.ActionReplace:
-			go m.replace(ctx, n, r)
+			m.repairs.running.Go(func() { m.replace(ctx, n, r) })
 		}
 	}
 }
