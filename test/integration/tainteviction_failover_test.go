@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
@@ -195,16 +196,25 @@ func TestTaintEvictionFailoverShortenedToleration(t *testing.T) {
 	framework.Eventually(t, 20*time.Second, "8s into the countdown", func(context.Context) (bool, string, error) {
 		return time.Since(added) >= 8*time.Second, "", nil
 	})
-	pod, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range pod.Spec.Tolerations {
-		if pod.Spec.Tolerations[i].Key == key {
-			pod.Spec.Tolerations[i].TolerationSeconds = ptr.To[int64](25)
+	// Read and written again on a conflict: the fake kubelet writes the
+	// pod's status meanwhile.
+	name := pod.Name
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	pod, err = client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{})
+		for i := range cur.Spec.Tolerations {
+			if cur.Spec.Tolerations[i].Key == key {
+				cur.Spec.Tolerations[i].TolerationSeconds = ptr.To[int64](25)
+			}
+		}
+		updated, err := client.CoreV1().Pods("default").Update(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			pod = updated
+		}
+		return err
+	})
 	if err != nil {
 		t.Fatalf("shortening tolerationSeconds on a running pod: %v", err)
 	}
