@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 )
 
 // Action is what one step of the ladder does.
@@ -187,14 +189,8 @@ func (s *PolicySpec) Validate(path *field.Path) field.ErrorList {
 	return errs
 }
 
-// scaled is v of total: a number, or a percentage rounded down.
+// scaled is v of total: a count, or a percentage rounded down
+// (controllerutil.ParseLimit, as the drain's budgets are written).
 func scaled(v *intstr.IntOrString, total int) (int, error) {
-	n, err := intstr.GetScaledValueFromIntOrPercent(v, total, false)
-	if err != nil {
-		return 0, fmt.Errorf("a number or a percentage: %w", err)
-	}
-	if n < 0 {
-		return 0, fmt.Errorf("must not be negative")
-	}
-	return n, nil
+	return controllerutil.ParseLimit(v.String(), total)
 }

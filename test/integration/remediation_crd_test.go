@@ -104,6 +104,7 @@ func TestRemediationPolicyCRD(t *testing.T) {
 		"timeout too short":   {`- {action: Drain, timeout: 5s}`, "at least 10s"},
 		"timeout below hold":  {`- {action: Drain, timeout: 90s}`, "at least healthyHold"},
 		"bad percentage":      {`  brakes: {maxInRepair: twenty}`, "spec.brakes.maxInRepair"},
+		"above 100%":          {`  brakes: {maxUnhealthy: 150%}`, "spec.brakes.maxUnhealthy"},
 		"PreferNoSchedule":    {`- {action: Taint, timeout: 10m, taint: {key: a, effect: PreferNoSchedule}}`, "spec.steps[1].taint.effect"},
 	} {
 		doc := `
