@@ -86,6 +86,11 @@ type State struct {
 	// BootID is the boot the step was started for: a Reboot step is
 	// judged by the node reporting another one.
 	BootID string
+	// Drain: a Drain step is at or below Step (the drain controller keeps
+	// the node drained until the repair ends). FenceBootID: a Fence step is,
+	// and it was taken for this boot of the machine.
+	Drain       bool
+	FenceBootID string
 }
 
 // NotInRepair is the State of a node not in repair.

@@ -20,6 +20,13 @@ type stateRecord struct {
 	StepSince   time.Time `json:"stepSince"`
 	RepairSince time.Time `json:"repairSince"`
 	BootID      string    `json:"bootID,omitempty"`
+	// Drain: the ladder has reached a Drain step; the drain controller
+	// keeps the node cordoned and drained until the record goes.
+	Drain bool `json:"drain,omitempty"`
+	// FenceBootID: the ladder has reached a Fence step, for this boot of
+	// the machine; the outofservice controller counts it as a confirmation
+	// of that boot only.
+	FenceBootID string `json:"fenceBootID,omitempty"`
 }
 
 // ReadState returns the node's place on the ladder of policy, NotInRepair
@@ -41,7 +48,7 @@ func ReadState(n *v1.Node, policy string, steps int) (State, error) {
 	if r.Step >= steps {
 		return NotInRepair, fmt.Errorf("node %s: annotation %s: step %d, but policy %s has %d steps", n.Name, AnnotationState, r.Step+1, policy, steps)
 	}
-	return State{Step: r.Step, StepSince: r.StepSince, RepairSince: r.RepairSince, BootID: r.BootID}, nil
+	return State{Step: r.Step, StepSince: r.StepSince, RepairSince: r.RepairSince, BootID: r.BootID, Drain: r.Drain, FenceBootID: r.FenceBootID}, nil
 }
 
 func parseState(s string) (stateRecord, error) {
@@ -62,6 +69,40 @@ func parseState(s string) (stateRecord, error) {
 
 // EncodeState is the annotation's value for the node at step of policy.
 func EncodeState(policy string, action Action, st State) string {
-	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, StepSince: st.StepSince, RepairSince: st.RepairSince, BootID: st.BootID})
+	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, StepSince: st.StepSince, RepairSince: st.RepairSince,
+		BootID: st.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID})
 	return string(b)
+}
+
+// Request is what a node's repair asks of the other controllers: the drain
+// controller drains a node whose Drain is set, the outofservice controller
+// takes a Fence for the boot it names as a confirmation of that boot's
+// death. Why names the policy and step, for their events and records.
+type Request struct {
+	Policy      string
+	Step        int
+	Action      Action
+	Since       time.Time
+	Drain       bool
+	FenceBootID string
+}
+
+// Why words the request for another controller's messages.
+func (r Request) Why() string {
+	return fmt.Sprintf("remediation policy %s, step %d (%s)", r.Policy, r.Step+1, r.Action)
+}
+
+// RequestOf reads the node's repair request (ok false: no repair under
+// way). A malformed record is an error: it asks nothing, and the caller
+// says so rather than acting on it.
+func RequestOf(n *v1.Node) (r Request, ok bool, err error) {
+	s, found := n.Annotations[AnnotationState]
+	if !found {
+		return Request{}, false, nil
+	}
+	rec, err := parseState(s)
+	if err != nil {
+		return Request{}, false, fmt.Errorf("node %s: annotation %s: %w", n.Name, AnnotationState, err)
+	}
+	return Request{Policy: rec.Policy, Step: rec.Step, Action: rec.Action, Since: rec.StepSince, Drain: rec.Drain, FenceBootID: rec.FenceBootID}, true, nil
 }

@@ -49,3 +49,26 @@ func FuzzReadState(f *testing.F) {
 		}
 	})
 }
+
+func TestRequestOf(t *testing.T) {
+	st := State{Step: 1, StepSince: t0, RepairSince: t0.Add(-time.Minute), BootID: "b", Drain: true, FenceBootID: "b"}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationState: EncodeState("gpu", ActionFence, st)}}}
+	r, ok, err := RequestOf(n)
+	if err != nil || !ok || !r.Drain || r.FenceBootID != "b" || r.Policy != "gpu" || r.Step != 1 || !r.Since.Equal(t0) {
+		t.Fatalf("%+v %v %v", r, ok, err)
+	}
+	if want := "remediation policy gpu, step 2 (Fence)"; r.Why() != want {
+		t.Errorf("Why() = %q, want %q", r.Why(), want)
+	}
+	if got, err := ReadState(n, "gpu", 3); err != nil || got != st {
+		t.Errorf("ReadState: %+v %v; want %+v", got, err, st)
+	}
+	n.Annotations[AnnotationState] = `{"policy":"gpu"`
+	if _, ok, err := RequestOf(n); ok || err == nil {
+		t.Errorf("malformed record: ok %v, err %v", ok, err)
+	}
+	delete(n.Annotations, AnnotationState)
+	if _, ok, err := RequestOf(n); ok || err != nil {
+		t.Errorf("no record: ok %v, err %v", ok, err)
+	}
+}
