@@ -6,6 +6,7 @@ package controllers
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/readinessrestore"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
@@ -40,6 +42,7 @@ type Config struct {
 	Scheduler          scheduler.Config
 	OutOfService       outofservice.Config
 	ReadinessRestore   readinessrestore.Config
+	Remediation        remediation.Config
 }
 
 // registry lists every controller once, in start order: its descriptor and
@@ -57,6 +60,11 @@ var registry = []entry{
 		return &c.OutOfService
 	}),
 	bind(readinessrestore.Descriptor, func(c *Config) *readinessrestore.Config { return &c.ReadinessRestore }),
+	// remediation asks cloudnodelifecycle's provider to reboot and replace.
+	bind(remediation.Descriptor, func(c *Config) *remediation.Config {
+		c.Remediation.Cloud = c.CloudNodeLifecycle.Cloud
+		return &c.Remediation
+	}),
 }
 
 // Names lists the controllers in start order.
@@ -114,6 +122,12 @@ func (c *Config) Validate(selected []string) error {
 	for _, e := range registry {
 		if slices.Contains(selected, e.info().Name) {
 			errs = append(errs, e.validate(c))
+			for _, need := range e.info().Needs {
+				if !slices.Contains(selected, need) {
+					errs = append(errs, fmt.Errorf("--controllers: %s needs %s, which carries out part of its work; select %s too, or leave %s out",
+						e.info().Name, need, need, e.info().Name))
+				}
+			}
 		}
 	}
 	return joinUnique(errs)
@@ -141,6 +155,10 @@ func joinUnique(errs []error) error {
 // Select drops controllers that "*" selected but that are off by
 // configuration, as kube-controller-manager does: nodeipam runs only with
 // --allocate-node-cidrs. explicit are the names given one by one.
+//
+// A controller that a selected one Needs stays, off by configuration or
+// not: remediation's Drain steps are the drain controller's work even when
+// no drain rule is configured.
 func (c *Config) Select(resolved, explicit []string) []string {
 	out := slices.Clone(resolved)
 	for _, e := range registry {
@@ -149,7 +167,21 @@ func (c *Config) Select(resolved, explicit []string) []string {
 			out = slices.DeleteFunc(out, func(n string) bool { return n == name })
 		}
 	}
-	return out
+	needed := map[string]bool{}
+	for _, e := range registry {
+		if slices.Contains(out, e.info().Name) {
+			for _, n := range e.info().Needs {
+				needed[n] = true
+			}
+		}
+	}
+	var kept []string
+	for _, name := range resolved {
+		if slices.Contains(out, name) || needed[name] {
+			kept = append(kept, name)
+		}
+	}
+	return kept
 }
 
 // Constructors builds every controller from a copy of cfg; dry run comes

@@ -51,7 +51,7 @@ func TestRegistryListsEveryControllerOnce(t *testing.T) {
 			t.Errorf("pkg/controller/%s is not in the registry (pkg/controllers/controllers.go)", dir)
 		}
 	}
-	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice", "readinessrestore"}) {
+	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice", "readinessrestore", "remediation"}) {
 		t.Errorf("start order changed: %v", Names)
 	}
 	if got, want := KubeControllerManagerFlag(), "*,-nodelifecycle,-taint-eviction-controller,-nodeipam"; got != want {
@@ -146,7 +146,7 @@ func TestRegistryRolesAreInDeploy(t *testing.T) {
 // kube-controller-manager, and those that write what it writes, with the
 // evidence nodeshepherd looks for.
 func TestCompanionsAndConflicts(t *testing.T) {
-	if got, want := Companions(), []string{"drain", "scheduler", "outofservice", "readinessrestore"}; !slices.Equal(got, want) {
+	if got, want := Companions(), []string{"drain", "scheduler", "outofservice", "readinessrestore", "remediation"}; !slices.Equal(got, want) {
 		t.Errorf("companions %v, want %v", got, want)
 	}
 	for _, d := range Registry() {
@@ -158,5 +158,28 @@ func TestCompanionsAndConflicts(t *testing.T) {
 	c.Companion.AllowConflictingWriters = []string{"nodelifecycle", "nodelifecycel"}
 	if err := c.Validate([]string{"drain"}); err == nil || !strings.Contains(err.Error(), `unknown controller "nodelifecycel" in --allow-conflicting-writers`) {
 		t.Errorf("error %v", err)
+	}
+}
+
+// A controller that another needs runs with it, though off by its own
+// settings (drain has no rule here), and leaving it out is refused.
+func TestNeededControllersRunAlong(t *testing.T) {
+	c := Default()
+	if got := c.Select([]string{"drain", "remediation"}, []string{"remediation"}); !slices.Equal(got, []string{"drain", "remediation"}) {
+		t.Errorf("Select with remediation named: %v, want drain kept", got)
+	}
+	if got := c.Select([]string{"drain", "scheduler"}, nil); slices.Contains(got, "drain") {
+		t.Errorf("Select without remediation: %v, drain has no rule and should be dropped", got)
+	}
+	err := c.Validate([]string{"remediation"})
+	if err == nil || !strings.Contains(err.Error(), "remediation needs drain") {
+		t.Errorf("Validate without drain: %v", err)
+	}
+	for _, e := range registry {
+		for _, need := range e.info().Needs {
+			if !slices.Contains(Names, need) {
+				t.Errorf("%s needs %q, which is no controller", e.info().Name, need)
+			}
+		}
 	}
 }

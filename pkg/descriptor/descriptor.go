@@ -58,6 +58,15 @@ type Info struct {
 	// writer active, nodeshepherd refuses to run the controller, unless
 	// --allow-conflicting-writers names it (pkg/companion).
 	Conflicts []companion.Claim
+	// Needs are the controllers that carry out part of this one's work
+	// (remediation's Drain steps are the drain controller's): selecting it
+	// runs them even when their own settings would not, and excluding one
+	// of them while it runs is refused.
+	Needs []string
+	// CRD is the CustomResourceDefinition the controller's configuration
+	// lives in (nil: none): `make generate` puts it into the controller's
+	// component and the Helm chart's crds/.
+	CRD []byte
 }
 
 // Section is one section of the configuration file, bound to settings C.

@@ -80,7 +80,11 @@ func TestHelmChartSameAsKustomize(t *testing.T) {
 		}
 		list, _ := yaml.Marshal(map[string]any{"controllers": controllers.Names})
 		got := helmTemplate(t, chart, string(list))
-		compareRendered(t, "deploy/base with every component", decodeObjects(t, out), got, false)
+		// Helm installs the chart's crds/ apart from its templates; make
+		// generate writes them from the same source as the components'
+		// (TestGeneratedFilesAreCurrent).
+		want := slices.DeleteFunc(decodeObjects(t, out), func(o map[string]any) bool { return o["kind"] == "CustomResourceDefinition" })
+		compareRendered(t, "deploy/base with every component", want, got, false)
 	})
 }
 

@@ -71,7 +71,7 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 var errBuilt = errors.New("every controller built")
 
 // exported runs the manager as `nodeshepherd run` does, with every controller
-// (nodeipam, cloudnodelifecycle, drain, outofservice and readinessrestore on by their
+// (nodeipam, cloudnodelifecycle, drain, outofservice, readinessrestore and remediation on by their
 // settings), until the controllers are built; it scrapes /metrics then, and
 // returns every metric name with its kind. No API server is needed: building
 // a controller makes no request, and the run stops before the informers start.
@@ -88,7 +88,7 @@ func exported(t *testing.T) map[string]kind {
 	if err := cfg.Validate(names); err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Select(names, []string{"outofservice", "readinessrestore"}); !slices.Equal(got, names) {
+	if got := cfg.Select(names, []string{"outofservice", "readinessrestore", "remediation"}); !slices.Equal(got, names) {
 		t.Fatalf("the settings select %v, want every controller %v", got, names)
 	}
 

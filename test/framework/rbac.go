@@ -211,13 +211,16 @@ func checkRegistryRoles(t testing.TB, ctx context.Context, client kubernetes.Int
 }
 
 // grantFakeCloud lets the ServiceAccount read the fake cloud's machine
-// states: the fake provider is a test double that keeps them in a ConfigMap;
-// real providers are asked outside Kubernetes and deploy/ grants nothing for it.
+// states and write its repair requests: the fake provider is a test double
+// that keeps them in ConfigMaps; real providers are asked outside
+// Kubernetes and deploy/ grants nothing for it.
 func grantFakeCloud(t testing.TB, ctx context.Context, client kubernetes.Interface) {
 	t.Helper()
 	name := "nodeshepherd:test-fake-cloud"
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fakecloud.ConfigMapNamespace},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{fakecloud.ConfigMapName}, Verbs: []string{"get"}}}}
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{fakecloud.ConfigMapName}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{fakecloud.RequestsConfigMapName}, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}}}}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: fakecloud.ConfigMapNamespace},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: DeployServiceAccount, Namespace: DeployNamespace}}}

@@ -33,6 +33,7 @@ var serviceAccountScenarios = map[string][]string{
 	"TestSchedulerPreemption":                      {"scheduler"},          // binding, status, preemption, PDBs
 	"TestOutOfServiceAnnotationForceDeletesPods":   {"outofservice"},       // taint and annotations added, then removed
 	"TestCompanionReadinessRestore":                {"readinessrestore"},   // pods/status next to kube-controller-manager
+	"TestRemediationRebootThenReplace":             {"remediation"},        // policies and their status, taints and records, provider requests
 }
 
 const leaderElection = "leader election"

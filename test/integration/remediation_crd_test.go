@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,10 +27,11 @@ import (
 // reads back into the Go types, valid by Validate too; policies that
 // Validate refuses are refused by the API server, each naming its field;
 // kubectl get shows the pool's counts.
-func TestRemediationPolicyCRD(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.Config{})
+// installRemediationCRD creates the RemediationPolicy CRD and waits until
+// it is established and its resource served; it returns the resource.
+func installRemediationCRD(t *testing.T, dyn dynamic.Interface) dynamic.NamespaceableResourceInterface {
+	t.Helper()
 	ctx := framework.Context(t)
-	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
 	var crd unstructured.Unstructured
 	if err := yaml.Unmarshal(remediation.CRD, &crd.Object); err != nil {
 		t.Fatal(err)
@@ -53,6 +55,18 @@ func TestRemediationPolicyCRD(t *testing.T) {
 		return false, "not established", nil
 	})
 	policies := dyn.Resource(remediation.GroupVersionResource)
+	// The discovery of a new resource may lag its Established condition.
+	framework.Eventually(t, 30*time.Second, "the policies resource served", func(ctx context.Context) (bool, string, error) {
+		_, err := policies.List(ctx, metav1.ListOptions{})
+		return err == nil, fmt.Sprint(err), nil
+	})
+	return policies
+}
+
+func TestRemediationPolicyCRD(t *testing.T) {
+	cp := framework.StartControlPlane(t, controlplane.Config{})
+	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
+	policies := installRemediationCRD(t, dyn)
 	create := func(doc string) (*unstructured.Unstructured, error) {
 		var u unstructured.Unstructured
 		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {

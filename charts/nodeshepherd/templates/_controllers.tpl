@@ -2,13 +2,13 @@
 
 {{- /* Every controller, in start order, as a JSON list. */ -}}
 {{- define "nodeshepherd.knownControllers" -}}
-["nodelifecycle","tainteviction","nodeipam","cloudnodelifecycle","drain","scheduler","outofservice","readinessrestore"]
+["nodelifecycle","tainteviction","nodeipam","cloudnodelifecycle","drain","scheduler","outofservice","readinessrestore","remediation"]
 {{- end -}}
 
 {{- /* The controllers companion mode allows: none of them writes what
 kube-controller-manager or cloud-controller-manager writes (docs/companion.md). */ -}}
 {{- define "nodeshepherd.companionControllers" -}}
-["drain","scheduler","outofservice","readinessrestore"]
+["drain","scheduler","outofservice","readinessrestore","remediation"]
 {{- end -}}
 
 {{- /* Each controller's ClusterRole rules (pkg/controller/NAME/rbac.yaml). */ -}}
@@ -21,7 +21,8 @@ kube-controller-manager or cloud-controller-manager writes (docs/companion.md). 
   "drain": [{"verbs":["get","list","watch","patch"],"apiGroups":[""],"resources":["nodes"]},{"verbs":["patch"],"apiGroups":[""],"resources":["nodes/status"]},{"verbs":["list","watch","delete","patch"],"apiGroups":[""],"resources":["pods"]},{"verbs":["list"],"apiGroups":["policy"],"resources":["poddisruptionbudgets"]},{"verbs":["create"],"apiGroups":[""],"resources":["pods/eviction"]},{"verbs":["get"],"apiGroups":["apps"],"resources":["replicasets","statefulsets"]},{"verbs":["get","list","patch"],"apiGroups":["apps"],"resources":["deployments"]},{"verbs":["get"],"apiGroups":[""],"resources":["namespaces"]},{"verbs":["list"],"apiGroups":["autoscaling"],"resources":["horizontalpodautoscalers"]}],
   "scheduler": [{"verbs":["list","watch"],"apiGroups":[""],"resources":["nodes"]},{"verbs":["list","watch","delete"],"apiGroups":[""],"resources":["pods"]},{"verbs":["list","watch"],"apiGroups":[""],"resources":["namespaces"]},{"verbs":["create"],"apiGroups":[""],"resources":["pods/binding"]},{"verbs":["patch"],"apiGroups":[""],"resources":["pods/status"]},{"verbs":["list","watch"],"apiGroups":["policy"],"resources":["poddisruptionbudgets"]},{"verbs":["list","watch"],"apiGroups":[""],"resources":["services","replicationcontrollers"]},{"verbs":["list","watch"],"apiGroups":["apps"],"resources":["replicasets","statefulsets"]},{"verbs":["list","watch","update"],"apiGroups":[""],"resources":["persistentvolumes","persistentvolumeclaims"]},{"verbs":["list","watch"],"apiGroups":["storage.k8s.io"],"resources":["storageclasses","csinodes","csidrivers","csistoragecapacities","volumeattachments"]}],
   "outofservice": [{"verbs":["list","watch","update"],"apiGroups":[""],"resources":["nodes"]}],
-  "readinessrestore": [{"verbs":["list","watch"],"apiGroups":[""],"resources":["nodes"]},{"verbs":["get","list","watch"],"apiGroups":[""],"resources":["pods"]},{"verbs":["update"],"apiGroups":[""],"resources":["pods/status"]}]
+  "readinessrestore": [{"verbs":["list","watch"],"apiGroups":[""],"resources":["nodes"]},{"verbs":["get","list","watch"],"apiGroups":[""],"resources":["pods"]},{"verbs":["update"],"apiGroups":[""],"resources":["pods/status"]}],
+  "remediation": [{"verbs":["get","list","watch","patch"],"apiGroups":[""],"resources":["nodes"]},{"verbs":["get","list","watch"],"apiGroups":["nodeshepherd.io"],"resources":["remediationpolicies"]},{"verbs":["update"],"apiGroups":["nodeshepherd.io"],"resources":["remediationpolicies/status"]}]
 }
 {{- end -}}
 
@@ -35,6 +36,7 @@ kube-controller-manager or cloud-controller-manager writes (docs/companion.md). 
   "drain": [],
   "scheduler": [],
   "outofservice": [],
-  "readinessrestore": []
+  "readinessrestore": [],
+  "remediation": []
 }
 {{- end -}}

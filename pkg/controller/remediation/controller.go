@@ -1,0 +1,548 @@
+// Package remediation runs the repair ladder of the RemediationPolicy
+// resources: pkg/remediation decides, this package acts. Each step is
+// carried out by the part of nodeshepherd that owns it: Taint steps here
+// (with owner records), Drain steps by the drain controller (its budgets
+// and windows; it reads the node's repair record), Reboot and Replace by
+// the cloud provider (cloudprovider.Repairer, with a request ID), Fence by
+// the outofservice controller (the record is a confirmation of one boot).
+package remediation
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+)
+
+// Name is the controller's name in --controllers.
+const Name = "remediation"
+
+// EventSource is the component name on its events.
+const EventSource = "nodeshepherd-remediation"
+
+// AnnotationPaused on a policy pauses it like spec.paused.
+const AnnotationPaused = "nodeshepherd.io/remediation-paused"
+
+// Event reasons.
+const (
+	EventStarted   = "RemediationStarted"
+	EventStep      = "RemediationStep"
+	EventSkipped   = "RemediationStepSkipped"
+	EventDone      = "RemediationDone"
+	EventBlocked   = "RemediationBlocked"
+	EventExhausted = "RemediationExhausted"
+	EventConflict  = "RemediationConflict"
+	EventRefused   = "RemediationPolicyRefused"
+	EventEnded     = "RemediationEnded"
+	EventProvider  = "RemediationProviderRefused"
+)
+
+// Config holds the controller's settings.
+type Config struct {
+	DryRun bool
+	// Cloud is cloudnodelifecycle's --cloud-provider (set by the
+	// registry): its Repairer reboots and replaces.
+	Cloud providers.Options
+}
+
+// Deps are the controller's collaborators.
+type Deps struct {
+	Client   kubernetes.Interface
+	Dynamic  dynamic.Interface
+	Nodes    coreinformers.NodeInformer
+	Recorder record.EventRecorder
+	Registry prometheus.Registerer
+	Clock    clock.WithTicker
+	// Repairer reboots and replaces machines (nil: no provider can; the
+	// ladder skips those steps, saying so).
+	Repairer        nscloud.Repairer
+	ProgressTimeout time.Duration
+}
+
+// policy is a policy as the controller acts on it.
+type policy struct {
+	name string
+	obj  *unstructured.Unstructured
+	spec rem.PolicySpec
+	// refused says why the controller does not act on it ("" when it does).
+	refused string
+	paused  bool
+	// stormEnded is when the pool's unhealthy share last went back under
+	// MaxUnhealthy (zero: not seen above it by this process); storm: above
+	// it now.
+	stormEnded time.Time
+	storm      bool
+}
+
+// Controller climbs the ladders.
+type Controller struct {
+	*controllerutil.Base
+	client   kubernetes.Interface
+	dynamic  dynamic.Interface
+	clock    clock.WithTicker
+	recorder record.EventRecorder
+	repairer nscloud.Repairer
+	nodes    corelisters.NodeLister
+	synced   []cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	statusQ  workqueue.TypedRateLimitingInterface[string]
+	factory  dynamicinformer.DynamicSharedInformerFactory
+	metrics  *metrics
+
+	mu       sync.Mutex
+	policies map[string]*policy
+	// said is the last message said per node and event reason (events once
+	// per change of decision or reason).
+	said map[string]map[string]string
+	// verdicts is each node's last decision (for the status, metrics and
+	// explain); requested the last provider request answered, by node.
+	verdicts  map[string]nodeVerdict
+	requested map[string]string
+	// written is the last status written per policy.
+	written map[string]rem.PolicyStatus
+}
+
+// nodeVerdict is the last decision about a node under its policy.
+type nodeVerdict struct {
+	policy string
+	d      rem.Decision
+}
+
+// New builds the controller; Run starts it.
+func New(cfg Config, d Deps) (*Controller, error) {
+	reg := d.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	b, err := controllerutil.NewBase(controllerutil.Setup{Name: Name, DryRun: cfg.DryRun, Registry: reg, Recorder: d.Recorder,
+		ProgressTimeout: d.ProgressTimeout}, &d.Clock)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{Base: b, client: d.Client, dynamic: d.Dynamic, clock: d.Clock, recorder: d.Recorder, repairer: d.Repairer,
+		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
+		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
+		requested: map[string]string{}, written: map[string]rem.PolicyStatus{},
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation", Clock: d.Clock})),
+		statusQ: controllerutil.Track(b, "policy", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation_status", Clock: d.Clock})),
+	}
+	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, 0)
+	pinf := c.factory.ForResource(rem.GroupVersionResource).Informer()
+	if _, err := pinf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onPolicy(obj, false) },
+		UpdateFunc: func(_, obj any) { c.onPolicy(obj, false) },
+		DeleteFunc: func(obj any) { c.onPolicy(kube.Untombstone(obj), true) },
+	}); err != nil {
+		return nil, err
+	}
+	onNode := func(obj any) {
+		if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
+			c.queue.Add(n.Name)
+		}
+	}
+	if _, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode,
+		UpdateFunc: func(_, obj any) { onNode(obj) }, DeleteFunc: onNode}); err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{d.Nodes.Informer().HasSynced, pinf.HasSynced}
+	return c, nil
+}
+
+// onPolicy reads a policy; one the controller cannot act on is refused,
+// with the reason on the policy (an event, its Accepted condition) and in
+// the log.
+func (c *Controller) onPolicy(obj any, deleted bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	if deleted {
+		delete(c.policies, u.GetName())
+		delete(c.written, u.GetName())
+		c.metrics.forget(u.GetName())
+	} else {
+		var p rem.RemediationPolicy
+		pol := &policy{name: u.GetName(), obj: u}
+		if prev := c.policies[pol.name]; prev != nil {
+			pol.stormEnded, pol.storm = prev.stormEnded, prev.storm
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+			pol.refused = "unreadable: " + err.Error()
+		} else if errs := p.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
+			pol.refused = errs.ToAggregate().Error()
+		} else {
+			pol.spec = p.Spec
+			pol.paused = p.Spec.Paused || u.GetAnnotations()[AnnotationPaused] == "true"
+		}
+		if prev := c.policies[pol.name]; pol.refused != "" && (prev == nil || prev.refused != pol.refused) && c.recorder != nil {
+			c.recorder.Event(u, v1.EventTypeWarning, EventRefused, "Not acting on this policy: "+pol.refused)
+		}
+		c.policies[pol.name] = pol
+	}
+	c.mu.Unlock()
+	c.statusQ.Add(u.GetName())
+	c.enqueueAll()
+}
+
+func (c *Controller) enqueueAll() {
+	nodes, _ := c.nodes.List(labels.Everything())
+	for _, n := range nodes {
+		c.queue.Add(n.Name)
+	}
+}
+
+// Run works until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced, Queues: []interface{ ShutDown() }{c.queue, c.statusQ},
+		Start: func(ctx context.Context) error {
+			controllerutil.Workers(ctx, c.Base, 1, c.queue, "node", "Remediating node; will retry", c.sync)
+			controllerutil.Workers(ctx, c.Base, 1, c.statusQ, "policy", "Writing the remediation policy's status; will retry", c.writeStatus)
+			return nil
+		}})
+}
+
+// selecting returns the policies that select the node, acted on or not,
+// by name.
+func (c *Controller) selecting(n *v1.Node) []*policy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*policy
+	for _, p := range c.policies {
+		if p.refused == "" && p.spec.Selects(n) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+func (c *Controller) policy(name string) *policy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.policies[name]
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	n, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forgetNode(name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	req, inRepair, err := rem.RequestOf(n)
+	if err != nil {
+		c.eventOnce(n, EventBlocked, "Repair record unreadable, not acting on the node: "+err.Error())
+		return nil
+	}
+	pols := c.selecting(n)
+	if inRepair {
+		// A repair under way belongs to its policy. It ends, visibly, when
+		// the policy is deleted or stops selecting the node; a policy that
+		// is refused (a bad edit) freezes it instead: nothing is undone on
+		// the strength of a configuration the controller cannot read.
+		p := c.policy(req.Policy)
+		switch {
+		case p == nil:
+			return c.end(ctx, n, req.Policy, "policy "+req.Policy+" was deleted")
+		case p.refused != "":
+			c.eventOnce(n, EventBlocked, fmt.Sprintf("Policy %s: refused (%s); the repair at step %d waits", p.name, p.refused, req.Step+1))
+			return nil
+		case !p.spec.Selects(n):
+			return c.end(ctx, n, p.name, "policy "+p.name+" no longer selects the node")
+		}
+		return c.climb(ctx, n, p)
+	}
+	switch {
+	case len(pols) == 0:
+		c.setVerdict(n.Name, "", nil)
+		return nil
+	case len(pols) > 1:
+		c.setVerdict(n.Name, "", nil)
+		c.eventOnce(n, EventConflict, fmt.Sprintf("Node selected by %d remediation policies (%s and %s): none repairs it until one alone selects it",
+			len(pols), pols[0].name, pols[1].name))
+		for _, p := range pols {
+			c.statusQ.Add(p.name)
+		}
+		return nil
+	}
+	c.forgetSaid(n.Name, EventConflict)
+	return c.climb(ctx, n, pols[0])
+}
+
+// decide is the policy's decision for n among nodes.
+func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Time) (rem.Decision, rem.State, error) {
+	st, err := rem.ReadState(n, p.name, len(p.spec.Steps))
+	if err != nil {
+		return rem.Decision{}, st, err
+	}
+	if st.Step < 0 {
+		// Most nodes are healthy: they need no count of the pool.
+		if h := p.spec.Judge(n, now); !h.Unhealthy {
+			return rem.Decision{Verdict: rem.VerdictNone, Step: -1, Reason: "healthy", Next: h.Pending}, st, nil
+		}
+	}
+	pool := p.spec.PoolOf(p.name, n.Labels[v1.LabelTopologyZone], nodes, func(m *v1.Node) bool {
+		_, ok, err := rem.RequestOf(m)
+		return ok || err != nil // an unreadable record counts as a repair
+	}, now)
+	c.mu.Lock()
+	pool.StormEnded = p.stormEnded
+	c.mu.Unlock()
+	// A cordon with a nodeshepherd record is the drain controller's (for a
+	// rule, or for this repair); any other is a person's, left alone.
+	_, byDrain := owner.Of(n, owner.Cordon)
+	can := rem.Capabilities{Reboot: c.repairer != nil, Replace: c.repairer != nil}
+	d := p.spec.Decide(rem.Input{Node: n, State: st, Pool: pool, Now: now, Paused: p.paused, Can: can,
+		CordonedByOther: n.Spec.Unschedulable && !byDrain && st.Step < 0})
+	return d, st, nil
+}
+
+// climb makes the one next decision for a node of policy p.
+func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
+	now := c.clock.Now()
+	all, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	d, st, err := c.decide(p, n, all, now)
+	if err != nil {
+		c.eventOnce(n, EventBlocked, "Repair record unreadable, not acting on the node: "+err.Error())
+		return nil
+	}
+	if d.Verdict == rem.VerdictStart || d.Verdict == rem.VerdictAdvance {
+		// Before acting, make sure what the cache shows is so: a stalled
+		// watch or a process that has just become leader may hold a node's
+		// old unhealthy condition, or miss the other nodes failing with it.
+		// The decision is made again on a fresh list from the API server.
+		fresh, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		all = make([]*v1.Node, 0, len(fresh.Items))
+		var cur *v1.Node
+		for i := range fresh.Items {
+			all = append(all, &fresh.Items[i])
+			if fresh.Items[i].Name == n.Name {
+				cur = &fresh.Items[i]
+			}
+		}
+		if cur == nil {
+			return nil
+		}
+		c.noteStorm(p, all, now)
+		again, _, err := c.decide(p, cur, all, now)
+		if err != nil {
+			return err
+		}
+		if again.Verdict != d.Verdict || again.Step != d.Step {
+			c.queue.AddAfter(n.Name, time.Second) // the cache is behind; it catches up
+			return nil
+		}
+		n = cur
+	}
+	c.setVerdict(n.Name, p.name, &d)
+	if d.Verdict != rem.VerdictNone || st.Step >= 0 {
+		defer c.statusQ.AddAfter(p.name, statusDelay)
+	}
+	for _, s := range d.Skipped {
+		c.eventOnce(n, EventSkipped, fmt.Sprintf("Policy %s: skipping %s", p.name, s))
+	}
+	switch d.Verdict {
+	case rem.VerdictStart, rem.VerdictAdvance:
+		next := rem.State{Step: d.Step, StepSince: now, RepairSince: st.RepairSince, BootID: n.Status.NodeInfo.BootID,
+			Drain: st.Drain, FenceBootID: st.FenceBootID}
+		if d.Verdict == rem.VerdictStart {
+			next.RepairSince = now
+		}
+		switch p.spec.Steps[d.Step].Action {
+		case rem.ActionDrain:
+			next.Drain = true
+		case rem.ActionFence:
+			next.FenceBootID = n.Status.NodeInfo.BootID
+		}
+		if err := c.write(ctx, n, p, &next, d.Reason); err != nil {
+			return err
+		}
+		action := p.spec.Steps[d.Step].Action
+		c.metrics.steps.WithLabelValues(p.name, string(action)).Inc()
+		reason := EventStep
+		if d.Verdict == rem.VerdictStart {
+			reason = EventStarted
+		}
+		c.eventOnce(n, reason, fmt.Sprintf("Policy %s, step %d (%s): %s; %s", p.name, d.Step+1, action, d.Reason, p.nextWords(d.Step, now)))
+		c.forgetSaid(n.Name, EventBlocked)
+		c.queue.AddAfter(n.Name, p.spec.Steps[d.Step].Timeout.Duration)
+		return c.ask(ctx, n, p, next)
+	case rem.VerdictNone:
+		if st.Step >= 0 {
+			if err := c.ask(ctx, n, p, st); err != nil {
+				return err
+			}
+		}
+		c.forgetSaid(n.Name, EventBlocked)
+	case rem.VerdictDone:
+		if err := c.write(ctx, n, p, nil, d.Reason); err != nil {
+			return err
+		}
+		c.eventOnce(n, EventDone, fmt.Sprintf("Policy %s: repaired at step %d (%s), %s", p.name, st.Step+1, p.spec.Steps[st.Step].Action, d.Reason))
+		c.forget(n.Name)
+	case rem.VerdictBlocked:
+		c.eventOnce(n, EventBlocked, fmt.Sprintf("Policy %s: %s", p.name, d.Reason))
+		if d.Next.IsZero() {
+			// A brake lifts with other nodes' changes (they enqueue this
+			// one through the policy's status) or with time (the cooldown).
+			c.queue.AddAfter(n.Name, time.Minute)
+		}
+	case rem.VerdictExhausted:
+		c.eventOnce(n, EventExhausted, fmt.Sprintf("Policy %s: %s; the node waits for a person", p.name, d.Reason))
+	}
+	if !d.Next.IsZero() {
+		c.queue.AddAfter(n.Name, d.Next.Sub(now))
+	}
+	return nil
+}
+
+// nextWords says what comes after step i, started at now.
+func (p *policy) nextWords(i int, now time.Time) string {
+	at := now.Add(p.spec.Steps[i].Timeout.Duration).UTC().Format(time.RFC3339)
+	if i+1 < len(p.spec.Steps) {
+		return fmt.Sprintf("next: step %d (%s) at %s unless healthy for %v", i+2, p.spec.Steps[i+1].Action, at, p.spec.HealthyHold.Duration)
+	}
+	return fmt.Sprintf("the last step: a person is asked at %s unless healthy for %v", at, p.spec.HealthyHold.Duration)
+}
+
+// noteStorm keeps when the pool's unhealthy share last went back under
+// MaxUnhealthy, for the cooldown, and says a storm once.
+func (c *Controller) noteStorm(p *policy, nodes []*v1.Node, now time.Time) {
+	if p.spec.Brakes.MaxUnhealthy == nil {
+		return
+	}
+	pool := p.spec.PoolOf(p.name, "", nodes, func(*v1.Node) bool { return false }, now)
+	limit, err := controllerutil.ParseLimit(p.spec.Brakes.MaxUnhealthy.String(), pool.Nodes)
+	if err != nil {
+		return
+	}
+	storm := pool.Unhealthy > limit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case storm:
+		p.storm = true
+	case p.storm:
+		p.storm, p.stormEnded = false, now
+	}
+}
+
+// end takes a repair back: taints, drain and fence requests go with the
+// record.
+func (c *Controller) end(ctx context.Context, n *v1.Node, policyName, why string) error {
+	p := c.policy(policyName)
+	if p == nil {
+		p = &policy{name: policyName}
+	}
+	if err := c.write(ctx, n, p, nil, why); err != nil {
+		return err
+	}
+	c.eventOnce(n, EventEnded, fmt.Sprintf("Repair ended without a verdict: %s", why))
+	c.forget(n.Name)
+	c.statusQ.Add(policyName)
+	return nil
+}
+
+func (c *Controller) setVerdict(node, policy string, d *rem.Decision) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev, had := c.verdicts[node]
+	if d == nil || d.Verdict == rem.VerdictNone && d.Step < 0 {
+		delete(c.verdicts, node)
+	} else {
+		c.verdicts[node] = nodeVerdict{policy: policy, d: *d}
+	}
+	// The counts change with a node's verdict (blocked, exhausted).
+	if had && (prev.policy != policy || d == nil || prev.d.Verdict != d.Verdict) {
+		c.statusQ.AddAfter(prev.policy, statusDelay)
+	}
+}
+
+func (c *Controller) forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.verdicts, node)
+	delete(c.requested, node)
+}
+
+func (c *Controller) forgetNode(name string) {
+	c.mu.Lock()
+	prev, had := c.verdicts[name]
+	delete(c.said, name)
+	delete(c.verdicts, name)
+	delete(c.requested, name)
+	c.mu.Unlock()
+	if had {
+		c.statusQ.Add(prev.policy)
+	}
+}
+
+func (c *Controller) forgetSaid(node, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.said[node], reason)
+}
+
+// eventOnce says msg on the node unless it said the same for reason last.
+func (c *Controller) eventOnce(n *v1.Node, reason, msg string) {
+	c.mu.Lock()
+	said := c.said[n.Name]
+	if said == nil {
+		said = map[string]string{}
+		c.said[n.Name] = said
+	}
+	if said[reason] == msg {
+		c.mu.Unlock()
+		return
+	}
+	said[reason] = msg
+	c.mu.Unlock()
+	typ := v1.EventTypeNormal
+	switch reason {
+	case EventBlocked, EventExhausted, EventConflict, EventProvider, EventSkipped:
+		typ = v1.EventTypeWarning
+	}
+	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
+	klog.Background().WithName(Name).Info(msg, "node", n.Name, "reason", reason)
+}

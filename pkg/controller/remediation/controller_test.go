@@ -1,0 +1,267 @@
+package remediation
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+)
+
+var t0 = time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+
+// A taint-only policy: DiskPressure for 2m taints the node; healthy for
+// 10m lifts the taint, with its owner record and the state.
+func TestTaintStepAndDone(t *testing.T) {
+	ctx := context.Background()
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"pool": "batch"}, CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeDiskPressure, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-3 * time.Minute))}}}}
+	client := fake.NewClientset(n)
+	clk := clocktesting.NewFakeClock(t0)
+	f := informers.NewSharedInformerFactory(client, 0)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
+	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), f.Core().V1().Nodes().Informer().HasSynced)
+	c.onPolicy(&unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nodeshepherd.io/v1alpha1", "kind": "RemediationPolicy", "metadata": map[string]any{"name": "taint-only"},
+		"spec": map[string]any{
+			"nodeSelector": map[string]any{"matchLabels": map[string]any{"pool": "batch"}},
+			"unhealthy":    []any{map[string]any{"type": "DiskPressure", "status": "True", "for": "2m"}},
+			"healthyHold":  "10m",
+			"steps":        []any{map[string]any{"action": "Taint", "timeout": "24h", "taint": map[string]any{"key": "nodeshepherd.io/degraded", "effect": "NoSchedule"}}},
+		}}}, false)
+	if p := c.policies["taint-only"]; p == nil || p.refused != "" {
+		t.Fatalf("policy %+v", p)
+	}
+	if err := c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	taint := v1.Taint{Key: "nodeshepherd.io/degraded", Effect: v1.TaintEffectNoSchedule}
+	if kube.FindTaint(got, taint) == nil || got.Annotations[rem.AnnotationState] == "" {
+		t.Fatalf("after the start: taints %v, annotations %v", got.Spec.Taints, got.Annotations)
+	}
+	if r, ok := owner.Of(got, owner.TaintKey(taint)); !ok || r.Controller != Name {
+		t.Errorf("owner record %+v, %v", r, ok)
+	}
+	// Healthy for 10m (and a second): done, taint and state gone.
+	got.Status.Conditions[0].Status, got.Status.Conditions[0].LastTransitionTime = v1.ConditionFalse, metav1.NewTime(t0.Add(-11*time.Minute))
+	if _, err := client.CoreV1().Nodes().Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), func() bool {
+		m, err := c.nodes.Get("n")
+		return err == nil && m.Status.Conditions[0].Status == v1.ConditionFalse
+	}) {
+		t.Fatal("informer")
+	}
+	if err := c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	if kube.FindTaint(got, taint) != nil || got.Annotations[rem.AnnotationState] != "" || got.Annotations[owner.Annotation] != "" {
+		t.Errorf("after the repair: taints %v, annotations %v", got.Spec.Taints, got.Annotations)
+	}
+}
+
+// fakeRepairer records requests; err, when set, is its answer.
+type fakeRepairer struct {
+	mu   sync.Mutex
+	ids  []string
+	errs []error
+}
+
+func (r *fakeRepairer) answer(id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ids = append(r.ids, id)
+	if len(r.errs) > 0 {
+		err := r.errs[0]
+		r.errs = r.errs[1:]
+		return err
+	}
+	return nil
+}
+func (r *fakeRepairer) Reboot(_ context.Context, _ *v1.Node, id string) error  { return r.answer(id) }
+func (r *fakeRepairer) Replace(_ context.Context, _ *v1.Node, id string) error { return r.answer(id) }
+
+type harness struct {
+	c      *Controller
+	client *fake.Clientset
+	clk    *clocktesting.FakeClock
+}
+
+func newHarness(t *testing.T, repairer nscloud.Repairer, policy map[string]any, nodes ...*v1.Node) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	objs := make([]runtime.Object, len(nodes))
+	for i, n := range nodes {
+		objs[i] = n
+	}
+	client := fake.NewClientset(objs...)
+	clk := clocktesting.NewFakeClock(t0)
+	f := informers.NewSharedInformerFactory(client, 0)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
+	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clk, Repairer: repairer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), f.Core().V1().Nodes().Informer().HasSynced)
+	c.onPolicy(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "nodeshepherd.io/v1alpha1", "kind": "RemediationPolicy",
+		"metadata": map[string]any{"name": "gpu"}, "spec": policy}}, false)
+	if p := c.policies["gpu"]; p == nil || p.refused != "" {
+		t.Fatalf("policy %+v", p)
+	}
+	return &harness{c: c, client: client, clk: clk}
+}
+
+func (h *harness) node(t *testing.T, name string) *v1.Node {
+	t.Helper()
+	n, err := h.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// update writes the node and waits until the informer has it (the fake
+// clientset keeps no resourceVersion: the object is compared).
+func (h *harness) update(t *testing.T, n *v1.Node) {
+	t.Helper()
+	got, err := h.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(t.Context().Done(), func() bool {
+		m, err := h.c.nodes.Get(n.Name)
+		return err == nil && equality.Semantic.DeepEqual(m, got)
+	}) {
+		t.Fatal("informer")
+	}
+}
+
+var rebootPolicy = map[string]any{
+	"unhealthy":   []any{map[string]any{"type": "KernelDeadlock", "status": "True", "for": "1m"}},
+	"healthyHold": "2m",
+	"steps": []any{map[string]any{"action": "Reboot", "timeout": "10m"}, map[string]any{"action": "Replace", "timeout": "30m"},
+		map[string]any{"action": "Fence", "timeout": "10m"}},
+}
+
+func deadlocked(name, boot string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))},
+		Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{BootID: boot},
+			Conditions: []v1.NodeCondition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-5 * time.Minute))}}}}
+}
+
+// A reboot is asked once per boot: an error is no answer and is asked
+// again with the same ID; after the answer, re-checks ask nothing; once the
+// node reports another boot, the step is never asked again.
+func TestRebootAskedOncePerBoot(t *testing.T) {
+	r := &fakeRepairer{errs: []error{errors.New("timeout")}}
+	h := newHarness(t, r, rebootPolicy, deadlocked("n", "b1"))
+	ctx := context.Background()
+	if err := h.c.sync(ctx, "n"); err == nil {
+		t.Fatal("a provider error was taken for an answer")
+	}
+	st, err := rem.ReadState(h.node(t, "n"), "gpu", 3)
+	if err != nil || st.Step != 0 || st.BootID != "b1" {
+		t.Fatalf("state %+v, %v", st, err)
+	}
+	h.update(t, h.node(t, "n")) // the informer sees the record
+	for range 3 {
+		if err := h.c.sync(ctx, "n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "uid-n/b1/gpu/1/Reboot"
+	if len(r.ids) != 2 || r.ids[0] != want || r.ids[1] != want {
+		t.Fatalf("requests %v, want %q twice (the first failed)", r.ids, want)
+	}
+	n := h.node(t, "n")
+	n.Status.NodeInfo.BootID = "b2"
+	h.update(t, n)
+	if err := h.c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.ids) != 2 {
+		t.Errorf("asked again after the reboot: %v", r.ids)
+	}
+	// Still unhealthy at the timeout: Replace, for this boot.
+	h.clk.Step(10*time.Minute + time.Second)
+	if err := h.c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.ids) != 3 || r.ids[2] != "uid-n/b2/gpu/2/Replace" {
+		t.Errorf("requests %v, want the replace for boot b2", r.ids)
+	}
+	var m dto.Metric
+	if err := h.c.metrics.requests.WithLabelValues("Reboot", "error").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
+		v := m.GetCounter().GetValue()
+		t.Errorf("reboot errors counted %v", v)
+	}
+}
+
+// The Fence step records the boot it was taken for, for outofservice.
+func TestFenceRecordsBoot(t *testing.T) {
+	h := newHarness(t, nil, rebootPolicy, deadlocked("n", "b1"))
+	if err := h.c.sync(context.Background(), "n"); err != nil {
+		t.Fatal(err)
+	}
+	r, ok, err := rem.RequestOf(h.node(t, "n"))
+	if err != nil || !ok || r.Action != rem.ActionFence || r.FenceBootID != "b1" || r.Step != 2 {
+		t.Fatalf("without a provider the ladder skips to Fence: %+v %v %v", r, ok, err)
+	}
+}
+
+// A cache that still shows a node unhealthy after it recovered starts no
+// repair: the decision is made again on a fresh list. The informer here
+// feeds from another clientset, which holds the node as it was.
+func TestStaleCacheStartsNothing(t *testing.T) {
+	ctx := t.Context()
+	recovered := deadlocked("n", "b1")
+	recovered.Status.Conditions[0].Status = v1.ConditionFalse
+	client := fake.NewClientset(recovered)
+	f := informers.NewSharedInformerFactory(fake.NewClientset(deadlocked("n", "b1")), 0)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
+	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clocktesting.NewFakeClock(t0), Repairer: &fakeRepairer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	cache.WaitForCacheSync(ctx.Done(), f.Core().V1().Nodes().Informer().HasSynced)
+	c.onPolicy(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "nodeshepherd.io/v1alpha1", "kind": "RemediationPolicy",
+		"metadata": map[string]any{"name": "gpu"}, "spec": rebootPolicy}}, false)
+	if err := c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	if _, ok, _ := rem.RequestOf(n); ok {
+		t.Error("a repair started on the cache's stale view")
+	}
+}

@@ -1,0 +1,38 @@
+package remediation
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the controller's own; the per-policy gauges are set from
+// the same count as the policy's status.
+type metrics struct {
+	nodes, unhealthy, blocked, exhausted *prometheus.GaugeVec
+	inStep                               *prometheus.GaugeVec
+	steps                                *prometheus.CounterVec
+	requests                             *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "remediation", Name: name, Help: help}, labels)
+	}
+	m := &metrics{
+		nodes:     gauge("pool_nodes", "Nodes a remediation policy selects.", "policy"),
+		unhealthy: gauge("unhealthy_nodes", "Nodes of a remediation policy's pool that are unhealthy under its conditions.", "policy"),
+		blocked:   gauge("blocked_nodes", "Unhealthy nodes whose repair a brake (or the pause, or a person's cordon) holds back.", "policy"),
+		exhausted: gauge("exhausted_nodes", "Nodes whose last step timed out while still unhealthy: they wait for a person.", "policy"),
+		inStep:    gauge("nodes_in_step", "Nodes in repair, by policy and step (1-based) and the step's action.", "policy", "step", "action"),
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "remediation", Name: "steps_started_total",
+			Help: "Steps of the repair ladder started, by policy and action."}, []string{"policy", "action"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "remediation", Name: "provider_requests_total",
+			Help: "Reboot and Replace requests sent to the cloud provider, by action and result (accepted, refused, error)."}, []string{"action", "result"}),
+	}
+	reg.MustRegister(m.nodes, m.unhealthy, m.blocked, m.exhausted, m.inStep, m.steps, m.requests)
+	return m
+}
+
+// forget drops a deleted policy's series.
+func (m *metrics) forget(policy string) {
+	for _, g := range []*prometheus.GaugeVec{m.nodes, m.unhealthy, m.blocked, m.exhausted, m.inStep} {
+		g.DeletePartialMatch(prometheus.Labels{"policy": policy})
+	}
+}

@@ -1,0 +1,138 @@
+package remediation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+)
+
+// write moves the node to state next of policy p (nil: out of repair): the
+// Taint steps' taints up to next's step are on the node, with their owner
+// records, and none of this controller's when it leaves repair; the repair
+// record (which the drain and outofservice controllers read) in the same
+// patch, bound to the node's resourceVersion.
+func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		m := cur.DeepCopy()
+		now := c.clock.Now()
+		var add, remove []v1.Taint
+		want := map[string]bool{}
+		if next != nil {
+			for i, s := range p.spec.Steps[:next.Step+1] {
+				if s.Action != rem.ActionTaint {
+					continue
+				}
+				t := v1.Taint{Key: s.Taint.Key, Value: s.Taint.Value, Effect: s.Taint.Effect}
+				want[owner.TaintKey(t)] = true
+				add = append(add, t)
+				if _, ok := owner.Of(m, owner.TaintKey(t)); !ok {
+					owner.Set(m, owner.TaintKey(t), owner.Record{Controller: Name, Since: now.Truncate(1e9),
+						Why:   fmt.Sprintf("remediation policy %s, step %d: %s", p.name, i+1, why),
+						Until: fmt.Sprintf("the node is healthy for %v (policy %s)", p.spec.HealthyHold.Duration, p.name)})
+				}
+			}
+		}
+		recs, _ := owner.Read(m)
+		for _, t := range m.Spec.Taints {
+			if r, ok := recs[owner.TaintKey(t)]; ok && r.Controller == Name && !want[owner.TaintKey(t)] {
+				remove = append(remove, t)
+				owner.Remove(m, owner.TaintKey(t))
+			}
+		}
+		m.Spec.Taints, _ = controllerutil.ChangeTaints(m.Spec.Taints, add, remove, now)
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		if next != nil {
+			m.Annotations[rem.AnnotationState] = rem.EncodeState(p.name, p.spec.Steps[next.Step].Action, *next)
+		} else {
+			delete(m.Annotations, rem.AnnotationState)
+		}
+		ann := map[string]any{}
+		for _, k := range []string{rem.AnnotationState, owner.Annotation} {
+			if v, ok := m.Annotations[k]; ok {
+				ann[k] = v
+			} else {
+				ann[k] = nil
+			}
+		}
+		taints := m.Spec.Taints
+		if taints == nil {
+			taints = []v1.Taint{}
+		}
+		// A merge patch: the taints are replaced as a whole, as read at
+		// this resourceVersion.
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cur.ResourceVersion, "annotations": ann},
+			"spec": map[string]any{"taints": taints}})
+		if c.DryRun.Enabled() {
+			c.DryRun.Report(ctx, cur, "remediate", string(patch))
+			return nil
+		}
+		_, err = c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// ask sends the provider the request of the Reboot or Replace step st is
+// at, once per boot the step was started for: a reboot that happened is
+// never asked again, and a request whose answer was lost is sent again
+// with the same ID, which the provider takes as the same request. An error
+// or a timeout is no answer (retried with backoff); a refusal is one (said,
+// and the step waits for its timeout).
+func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.State) error {
+	i := st.Step
+	action := p.spec.Steps[i].Action
+	if c.repairer == nil || (action != rem.ActionReboot && action != rem.ActionReplace) {
+		return nil
+	}
+	if st.BootID != n.Status.NodeInfo.BootID {
+		return nil // the machine has booted again since the step started
+	}
+	id := nscloud.RequestID(n, fmt.Sprintf("%s/%d/%s", p.name, i+1, action))
+	c.mu.Lock()
+	done := c.requested[n.Name] == id
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	if c.DryRun.Enabled() {
+		c.DryRun.Report(ctx, n, string(action), "request "+id)
+		return nil
+	}
+	call := c.repairer.Reboot
+	if action == rem.ActionReplace {
+		call = c.repairer.Replace
+	}
+	err := call(ctx, n, id)
+	var refused *nscloud.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		c.metrics.requests.WithLabelValues(string(action), "refused").Inc()
+		c.eventOnce(n, EventProvider, fmt.Sprintf("Policy %s, step %d: %v; the step waits for its timeout", p.name, i+1, refused))
+	case err != nil:
+		c.metrics.requests.WithLabelValues(string(action), "error").Inc()
+		return fmt.Errorf("%s of node %s (request %s): %w", action, n.Name, id, err)
+	default:
+		c.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
+		c.eventOnce(n, EventStep, fmt.Sprintf("Policy %s, step %d: the cloud provider accepted the %s (request %s)", p.name, i+1, action, id))
+	}
+	c.mu.Lock()
+	c.requested[n.Name] = id
+	c.mu.Unlock()
+	return nil
+}
