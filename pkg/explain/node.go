@@ -35,6 +35,9 @@ type NodeOptions struct {
 	Source        string
 	NodeLifecycle nodelifecycle.Config
 	Drain         drain.Config
+	// Cloud is the cloud provider the remediation ladder's Reboot and
+	// Replace steps ask.
+	Cloud CloudProvider
 	// Now is the time of the judgment; nil means the wall clock.
 	Now func() time.Time
 }
@@ -70,6 +73,7 @@ type NodeExplanation struct {
 	Evictions    []PodEviction   `json:"evictions"`
 	Drain        DrainState      `json:"drain"`
 	OutOfService OutOfServiceSet `json:"outOfService"`
+	Remediation  Remediation     `json:"remediation"`
 	// Warnings say what could not be read, and what is missing for it.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -323,7 +327,11 @@ func Node(ctx context.Context, cs kubernetes.Interface, name string, o NodeOptio
 			}
 		}
 	}
-	e, err := explainNode(node, nodes, pods, lease, pdbs, o, now)
+	pols, err := readPolicies(ctx, cs, &warnings)
+	if err != nil {
+		return nil, err
+	}
+	e, err := explainNode(node, nodes, pods, lease, pdbs, pols, o, now)
 	if e != nil {
 		e.Warnings = append(warnings, e.Warnings...)
 		e.Drain.Moves = moves
@@ -345,7 +353,7 @@ func optionalList(err error, what, missing string, warnings *[]string) (bool, er
 }
 
 // explainNode judges what was read; it is pure.
-func explainNode(node *v1.Node, nodes []*v1.Node, pods []v1.Pod, lease *time.Time, pdbs []policyv1.PodDisruptionBudget, o NodeOptions, now time.Time) (*NodeExplanation, error) {
+func explainNode(node *v1.Node, nodes []*v1.Node, pods []v1.Pod, lease *time.Time, pdbs []policyv1.PodDisruptionBudget, pols policies, o NodeOptions, now time.Time) (*NodeExplanation, error) {
 	e := &NodeExplanation{Name: node.Name, Now: now, Taints: []Taint{}, Evictions: []PodEviction{}}
 	e.Settings = settingsOf(o)
 	e.Heartbeats, e.Health = health(node, lease, o.NodeLifecycle, now)
@@ -358,6 +366,7 @@ func explainNode(node *v1.Node, nodes []*v1.Node, pods []v1.Pod, lease *time.Tim
 	}
 	e.Drain = d
 	e.OutOfService = outOfService(node)
+	e.Remediation = remediationOf(node, nodes, pols, o.Cloud, now, &e.Warnings)
 	return e, nil
 }
 

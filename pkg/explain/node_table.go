@@ -160,6 +160,7 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 	}
 	o := e.OutOfService
 	fmt.Fprintf(w, "\nOut of service:  %s: %s\n", o.State, o.Summary)
+	e.Remediation.writeTable(w, at)
 	for _, warning := range e.Warnings {
 		fmt.Fprintf(w, "\nWarning: %s\n", warning)
 	}

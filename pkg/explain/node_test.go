@@ -324,7 +324,7 @@ func TestExplainNodeOutputFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"Node:", "Heartbeats:", "Health:", "Unknown", `Zone:`, "Taints:", "node.kubernetes.io/unreachable", "default/web-0", "now",
-		"Drain:", "left-to-human", "Out of service:"} {
+		"Drain:", "left-to-human", "Out of service:", "Remediation:  not-installed: no RemediationPolicy resource (CRD not installed)"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -337,7 +337,7 @@ func TestExplainNodeOutputFormats(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"name", "settings", "heartbeats", "health", "zone", "taints", "evictions", "drain", "outOfService"} {
+	for _, k := range []string{"name", "settings", "heartbeats", "health", "zone", "taints", "evictions", "drain", "outOfService", "remediation"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("json lacks %q: %s", k, js.String())
 		}

@@ -22,7 +22,7 @@ func NewCommand() *cobra.Command {
 	c := cli.Group(&cobra.Command{
 		Use:   "explain",
 		Short: "Say what nodeshepherd sees about a node or a Pending pod, and why (reads only)",
-		Long: `Answer "why is this node tainted, cordoned, not drained?" and "why is this pod Pending?"
+		Long: `Answer "why is this node tainted, cordoned, not drained, not repaired?" and "why is this pod Pending?"
 from the cluster's objects, with your own kubeconfig: no leader needed, nothing written
 (get and list requests only).
 

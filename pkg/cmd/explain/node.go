@@ -2,10 +2,13 @@ package explain
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/run"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
@@ -16,16 +19,19 @@ func newNodeCommand(o *options) *cobra.Command {
 	var configFile string
 	c := &cobra.Command{
 		Use:   "node NAME",
-		Short: "Why a node is (or is not) tainted, cordoned, drained or out of service",
+		Short: "Why a node is (or is not) tainted, cordoned, drained, out of service or repaired",
 		Long: `Say what nodeshepherd sees about a node, reading the cluster with your credentials
 (it needs no leader and writes nothing): its heartbeats (NodeStatus and Lease) against
 the grace period, the health judgment and its zone's state, each taint with who set it,
 why and since when, when each pod on it is evicted by NoExecute taints, the drain state
 (rule matched, who cordoned it, the budget that lets the drain run or blocks it, the
-pods a PodDisruptionBudget keeps) and the out-of-service state.
+pods a PodDisruptionBudget keeps), the out-of-service state and its remediation ladder
+(the RemediationPolicy that selects it, its health under the policy, each step of the
+ladder with the current one, and the decision now, with the brake that holds it back).
 
 The node is judged against the settings of --config (the file 'nodeshepherd run --config'
-takes) or, without it, the defaults; the output says which.`,
+takes) or, without it, the defaults; the output says which. Reboot and Replace steps
+depend on the file's --cloud-provider: without --config it is unknown.`,
 		Example: `  nodeshepherd explain node worker-3
   nodeshepherd explain node worker-3 --config /etc/nodeshepherd/config.yaml -o json
   kubectl shepherd explain node worker-3     # as a kubectl plugin (bin/kubectl-shepherd on $PATH)`,
@@ -75,5 +81,27 @@ func nodeOptions(file string) (explain.NodeOptions, error) {
 			return o, &cli.UsageError{Err: err}
 		}
 	}
+	if file != "" {
+		o.Cloud = cloudProvider(cfg.CloudNodeLifecycle.Cloud)
+	}
 	return o, nil
+}
+
+// cloudProvider says whether the configuration's --cloud-provider reboots
+// and replaces machines, as the remediation controller finds out: by
+// building it. A provider that cannot be built here (its --cloud-config or
+// CA file is on the controller's machine, not this one) is taken to repair,
+// with a note: nodeshepherd would not start with one it cannot build.
+func cloudProvider(c providers.Options) explain.CloudProvider {
+	cp := explain.CloudProvider{Known: true, Name: c.Name}
+	if c.Name == "" {
+		return cp
+	}
+	cloud, err := c.Build(nil)
+	if err != nil {
+		cp.Repairs, cp.Note = true, fmt.Sprintf("cannot tell here whether it reboots and replaces machines (%v): assumed it does", err)
+		return cp
+	}
+	_, cp.Repairs = nscloud.RepairerOf(cloud)
+	return cp
 }
