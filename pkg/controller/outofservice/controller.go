@@ -1,15 +1,17 @@
 // Package outofservice taints a node node.kubernetes.io/out-of-service:NoExecute
 // once its death is confirmed (the cloud provider reports its machine shut
-// down or gone, or a person annotates it) and it has been silent long enough,
-// so that kube-controller-manager's pod garbage collector force-deletes its
-// terminating pods and the attach-detach controller detaches their volumes at
-// once (KEP-2268, non-graceful node shutdown). It takes the taint back when
-// the node is Ready again after a reboot or its confirmation is withdrawn,
-// never while the node is still silent. A person's confirmation applies to
-// the boot of the machine it was given for only. It writes only this taint
-// and its own annotations (and removes a person's confirmation whose boot
-// ended), so it can run next to kube-controller-manager's node lifecycle
-// controller.
+// down or gone, a fencing endpoint reports it powered off, a person annotates
+// it, or a remediation policy reached a Fence step for its current boot) and
+// it has been silent long enough, so that kube-controller-manager's pod
+// garbage collector force-deletes its terminating pods and the attach-detach
+// controller detaches their volumes at once (KEP-2268, non-graceful node
+// shutdown). It takes the taint back when the node is Ready again after a
+// reboot or its confirmation is withdrawn, never while the node is still
+// silent. A person's confirmation, and a remediation policy's Fence, apply
+// to the boot of the machine they were given for only. It writes only this
+// taint and its own annotations (and removes a person's confirmation whose
+// boot ended), so it can run next to kube-controller-manager's node
+// lifecycle controller.
 package outofservice
 
 import (
@@ -40,6 +42,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // Name is the controller's name in --controllers.
@@ -127,6 +130,9 @@ type Controller struct {
 	// lost are the writes whose answer never came, by node: they may have
 	// landed (see recheck).
 	lost map[string]lostWrite
+	// ignored is, per node, why its remediation record was last ignored:
+	// logged once per change, not at every look.
+	ignored map[string]string
 }
 
 // lostWrite is an update of a node whose answer was lost.
@@ -149,7 +155,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
-		lost: map[string]lostWrite{},
+		lost: map[string]lostWrite{}, ignored: map[string]string{},
 	}
 	if cfg.Fencing.URL != "" {
 		f, err := webhook.NewNamed(cfg.Fencing, fencingFlags)
@@ -267,6 +273,11 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 			in.confirmations = append(in.confirmations, confirmation{source: SourceFencing, detail: fmt.Sprintf("%s answers that the machine of %s is powered off", c.cfg.Fencing.URL, n.Name)})
 		}
 	}
+	// Last: the metrics name the first source, and a remediation policy is
+	// the weakest (it never overrides a disruption).
+	if rc, ok := c.remediationConfirmation(ctx, n); ok {
+		in.confirmations = append(in.confirmations, rc)
+	}
 	// Zones and the budget, from every node as this controller sees it.
 	views := make([]*v1.Node, len(all))
 	var conds []*v1.NodeCondition
@@ -344,6 +355,41 @@ func (c *Controller) askFencer(ctx context.Context, n *v1.Node) providerAnswer {
 	return providerRunning
 }
 
+// remediationConfirmation is a remediation policy's Fence step as a
+// confirmation (remediation.RequestOf). It confirms the boot it was taken
+// for only: once the node reports another boot ID, the machine the policy
+// declared dead has started again, and it says nothing about this boot. A
+// malformed record confirms nothing. Why a record is ignored is logged once
+// per change.
+func (c *Controller) remediationConfirmation(ctx context.Context, n *v1.Node) (confirmation, bool) {
+	r, ok, err := remediation.RequestOf(n)
+	var why string
+	switch {
+	case err != nil:
+		why = fmt.Sprintf("Ignoring a malformed remediation record, which confirms nothing: %v", err)
+	case ok && r.FenceBootID != "" && r.FenceBootID != n.Status.NodeInfo.BootID:
+		why = fmt.Sprintf("Ignoring the Fence of %s: it was taken for boot ID %q, the node now reports boot ID %q", r.Why(), r.FenceBootID, n.Status.NodeInfo.BootID)
+	}
+	c.mu.Lock()
+	changed := c.ignored[n.Name] != why
+	if why == "" {
+		delete(c.ignored, n.Name)
+	} else {
+		c.ignored[n.Name] = why
+	}
+	c.mu.Unlock()
+	if why != "" {
+		if changed {
+			klog.FromContext(ctx).V(2).Info(why, "node", n.Name, "annotation", remediation.AnnotationState)
+		}
+		return confirmation{}, false
+	}
+	if !ok || r.FenceBootID == "" {
+		return confirmation{}, false // no repair, or not fenced (yet)
+	}
+	return confirmation{source: SourceRemediation, detail: fmt.Sprintf("%s, for boot ID %q", r.Why(), r.FenceBootID)}, true
+}
+
 // providerDetail words the provider's confirmation; it re-asks nothing:
 // the answer is known to be dead, and the wording need not say which.
 func (c *Controller) providerDetail(n *v1.Node) string {
@@ -385,6 +431,7 @@ func (c *Controller) forgetSaid(name string) {
 func (c *Controller) forget(name string) {
 	c.mu.Lock()
 	delete(c.lost, name)
+	delete(c.ignored, name)
 	c.mu.Unlock()
 	c.forgetSaid(name)
 	c.overlay.Forget(name)

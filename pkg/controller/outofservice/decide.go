@@ -15,6 +15,9 @@ const (
 	SourcePerson        = "person"
 	SourceCloudProvider = "cloud-provider"
 	SourceFencing       = "fencing-webhook"
+	// SourceRemediation is a remediation policy's Fence step
+	// (remediation.AnnotationState), for the boot it was taken for only.
+	SourceRemediation = "remediation-policy"
 )
 
 // confirmation is one piece of evidence that a node's machine is dead.
@@ -121,8 +124,9 @@ func describe(cs []confirmation) string {
 
 // decide is the decision table. It never taints without a confirmation and
 // a long enough silence, never beyond the budget, never on a person's
-// confirmation given for another boot, and never takes its own taint back
-// from a node that is still silent.
+// confirmation given for another boot (a remediation policy's Fence for
+// another boot is no confirmation at all: input leaves it out), and never
+// takes its own taint back from a node that is still silent.
 func decide(in input) verdict {
 	if v, ok := decideConfirmation(in); ok {
 		return v
@@ -147,10 +151,12 @@ func decide(in input) verdict {
 	}
 	// The provider and a person speak for this node's machine, not from
 	// silence, so a disrupted zone or cluster does not hold them back
-	// (docs/outofservice.md); the message says so. A fencing endpoint alone
-	// does not override a disruption: when many nodes fail together its
-	// view may be as cut off as ours.
-	if !overrides(in.confirmations) && (disrupted(in.zoneState) || disrupted(in.clusterState)) {
+	// (docs/outofservice.md); the message says so. A fencing endpoint or a
+	// remediation policy alone does not override a disruption: when many
+	// nodes fail together the endpoint's view may be as cut off as ours, and
+	// a policy may be climbing its ladder on the same correlated failure.
+	by := overriding(in.confirmations)
+	if len(by) == 0 && (disrupted(in.zoneState) || disrupted(in.clusterState)) {
 		state := fmt.Sprintf("zone %q is in %s", in.zone, in.zoneState)
 		if !disrupted(in.zoneState) {
 			state = fmt.Sprintf("the cluster is in %s", in.clusterState)
@@ -162,9 +168,9 @@ func decide(in input) verdict {
 	var during string
 	switch {
 	case disrupted(in.zoneState):
-		during = fmt.Sprintf("; zone %q is in %s, overridden by the confirmation", in.zone, in.zoneState)
+		during = fmt.Sprintf("; zone %q is in %s, overridden by the confirmation of %s", in.zone, in.zoneState, strings.Join(by, " and "))
 	case disrupted(in.clusterState):
-		during = fmt.Sprintf("; the cluster is in %s, overridden by the confirmation", in.clusterState)
+		during = fmt.Sprintf("; the cluster is in %s, overridden by the confirmation of %s", in.clusterState, strings.Join(by, " and "))
 	}
 	if in.outOfService >= in.limit {
 		return verdict{action: actRefuse, code: codeBudget, message: fmt.Sprintf(
@@ -250,15 +256,17 @@ func decideTakeBack(in input) verdict {
 			"its pods may have been replaced while it ran: check the machine, then remove the confirmation", in.node, in.bootID, describe(in.confirmations))}
 }
 
-// overrides says whether a confirmation may override a zone or cluster
-// disruption: the cloud provider's or a person's.
-func overrides(cs []confirmation) bool {
+// overriding are the sources among cs that may override a zone or cluster
+// disruption: the cloud provider and a person, who speak for this machine.
+// Automated sources (the fencing endpoint, a remediation policy) may not.
+func overriding(cs []confirmation) []string {
+	var out []string
 	for _, c := range cs {
-		if c.source != SourceFencing {
-			return true
+		if c.source == SourcePerson || c.source == SourceCloudProvider {
+			out = append(out, c.source)
 		}
 	}
-	return false
+	return out
 }
 
 func taintString() string {

@@ -14,6 +14,9 @@ var (
 	person   = confirmation{source: SourcePerson, detail: `annotation nodeshepherd.io/out-of-service="psu dead"`}
 	provider = confirmation{source: SourceCloudProvider, detail: "test reports the machine shut down or gone"}
 	fenced   = confirmation{source: SourceFencing, detail: "https://fence answers that the machine of n1 is powered off"}
+	// policy is a remediation policy's Fence for the current boot (input
+	// leaves out one for another boot: TestRemediationConfirmationInput).
+	policy = confirmation{source: SourceRemediation, detail: `remediation policy gpu, step 4 (Fence), for boot ID "b1"`}
 )
 
 // base is a node silent for exactly the configured 5 minutes, confirmed by
@@ -62,6 +65,44 @@ func TestDecide(t *testing.T) {
 			in.confirmations = []confirmation{fenced, person}
 			in.zoneState = nodetopology.StateFullDisruption
 		}, actTaint, codeConfirmed, time.Time{}, "overridden by the confirmation"},
+		// A remediation policy's Fence confirms like the fencing endpoint:
+		// after the silence, within the budget, never a Ready node, and
+		// never in a disrupted zone or cluster unless a person or the
+		// provider confirms too.
+		{"remediation, silent long enough", func(in *input) { in.confirmations = []confirmation{policy} }, actTaint, codeConfirmed, time.Time{},
+			`confirmed dead by remediation-policy (remediation policy gpu, step 4 (Fence), for boot ID "b1")`},
+		{"remediation, silent one second too short", func(in *input) {
+			in.confirmations, in.silentSince = []confirmation{policy}, t0.Add(-5*time.Minute+time.Second)
+		}, actWait, codeSilentTooShort, t0.Add(time.Second), "remediation-policy"},
+		{"remediation, Ready", func(in *input) { in.confirmations, in.ready = []confirmation{policy}, true }, actRefuse, codeNodeReady, time.Time{}, "the node is Ready"},
+		{"remediation, budget full", func(in *input) { in.confirmations, in.outOfService = []confirmation{policy}, 1 }, actRefuse, codeBudget, time.Time{}, "the budget is 1"},
+		{"remediation only, zone disrupted", func(in *input) {
+			in.confirmations, in.zoneState = []confirmation{policy}, nodetopology.StatePartialDisruption
+		}, actRefuse, codeDisruption, time.Time{}, `zone "z1" is in PartialDisruption, and only the cloud provider or a person`},
+		{"remediation only, zone fully disrupted", func(in *input) {
+			in.confirmations, in.zoneState = []confirmation{policy}, nodetopology.StateFullDisruption
+		}, actRefuse, codeDisruption, time.Time{}, "FullDisruption"},
+		{"remediation only, cluster disrupted", func(in *input) {
+			in.confirmations, in.clusterState = []confirmation{policy}, nodetopology.StatePartialDisruption
+		}, actRefuse, codeDisruption, time.Time{}, "the cluster is in PartialDisruption"},
+		{"remediation and fencing, zone disrupted", func(in *input) {
+			in.confirmations, in.zoneState = []confirmation{fenced, policy}, nodetopology.StateFullDisruption
+		}, actRefuse, codeDisruption, time.Time{}, ""},
+		{"remediation and the provider, zone disrupted", func(in *input) {
+			in.confirmations, in.provider, in.zoneState = []confirmation{provider, policy}, providerDead, nodetopology.StateFullDisruption
+		}, actTaint, codeConfirmed, time.Time{}, "overridden by the confirmation of cloud-provider"},
+		{"remediation and a person, cluster disrupted", func(in *input) {
+			in.confirmations, in.clusterState = []confirmation{person, policy}, nodetopology.StatePartialDisruption
+		}, actTaint, codeConfirmed, time.Time{}, "overridden by the confirmation of person"},
+		// Tainted on a Fence: its boot ended (input drops it), Ready: off.
+		{"owned on a Fence, Ready after a reboot", func(in *input) { owned(in); in.confirmations, in.ready, in.bootID = nil, true, "b2" },
+			actUntaint, codeRebooted, time.Time{}, `after a reboot (boot ID "b2", was "b1")`},
+		{"owned on a Fence, rebooted, not Ready yet", func(in *input) { owned(in); in.confirmations, in.bootID = nil, "b2" },
+			actRefuse, codeStillSilent, time.Time{}, "still silent"},
+		{"owned on a Fence, Ready, same boot, still fenced", func(in *input) { owned(in); in.confirmations, in.ready = []confirmation{policy}, true },
+			actRefuse, codeNotRebooted, time.Time{}, "remediation-policy"},
+		{"owned on a Fence, Ready, same boot, repair ended", func(in *input) { owned(in); in.confirmations, in.ready = nil, true },
+			actUntaint, codeWithdrawn, time.Time{}, ""},
 		{"owned, silent, fencing error", func(in *input) { owned(in); in.confirmations = nil; in.fencing = providerUnknown }, actNothing, "", time.Time{}, ""},
 		{"owned, Ready, fencing says powered on", func(in *input) { owned(in); in.ready = true; in.confirmations = nil; in.fencing = providerRunning }, actUntaint, codeWithdrawn, time.Time{}, "no longer confirmed"},
 		{"disrupted zone without confirmation", func(in *input) { in.zoneState = nodetopology.StateFullDisruption; in.confirmations = nil }, actNothing, "", time.Time{}, ""},

@@ -25,10 +25,12 @@ var Descriptor = descriptor.Descriptor[Config]{
 	Info: descriptor.Info{
 		Name: Name,
 		Help: "taints node.kubernetes.io/out-of-service:NoExecute a node confirmed dead (the\n" +
-			"--cloud-provider reports its machine shut down or gone, or the annotation\n" +
-			"nodeshepherd.io/out-of-service=REASON) and NotReady for --out-of-service-after,\n" +
-			"within --max-out-of-service-nodes/-percent; removes it after a reboot or when\n" +
-			"the confirmation is withdrawn (runs only when named: --controllers=*,outofservice).",
+			"--cloud-provider reports its machine shut down or gone, the annotation\n" +
+			"nodeshepherd.io/out-of-service=REASON, a fencing endpoint, or a remediation\n" +
+			"policy's Fence step for its current boot) and NotReady for\n" +
+			"--out-of-service-after, within --max-out-of-service-nodes/-percent; removes it\n" +
+			"after a reboot or when the confirmation is withdrawn (runs only when named:\n" +
+			"--controllers=*,outofservice).",
 		ClusterRole: "nodeshepherd:outofservice",
 		RBACRules:   rbacRules,
 		Companion:   true,

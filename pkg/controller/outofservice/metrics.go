@@ -17,7 +17,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		nodes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "outofservice", Name: "nodes",
 			Help: "Nodes carrying the node.kubernetes.io/out-of-service taint, whoever added it (what the budget counts)."}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "outofservice", Name: "decisions_total",
-			Help: "Out-of-service taints added (reason: the confirmation's source, person, cloud-provider or fencing-webhook) and removed (reason: rebooted, confirmation-withdrawn)."},
+			Help: "Out-of-service taints added (reason: the confirmation's source, person, cloud-provider, fencing-webhook or remediation-policy) and removed (reason: rebooted, confirmation-withdrawn)."},
 			[]string{"action", "reason"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "outofservice", Name: "refusals_total",
 			Help: "Refusals to add or remove the taint, once per change of reason per node (budget, disruption, node-ready, not-rebooted, still-silent)."},

@@ -1,0 +1,212 @@
+package outofservice
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllertest"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+)
+
+// fenceRecord is policy gpu's record at its step 4, a Fence taken for boot
+// fenceBoot ("" : a step before any Fence).
+func fenceRecord(fenceBoot string) map[string]string {
+	st := remediation.State{Step: 3, StepSince: t0.Add(-10 * time.Minute), RepairSince: t0.Add(-time.Hour), BootID: "b1", FenceBootID: fenceBoot}
+	action := remediation.ActionFence
+	if fenceBoot == "" {
+		action = remediation.ActionReboot
+	}
+	return map[string]string{remediation.AnnotationState: remediation.EncodeState("gpu", action, st)}
+}
+
+// logLines records the log lines of verbosity 2 and below.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) ctx() context.Context {
+	return klog.NewContext(context.Background(), funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, args)
+	}, funcr.Options{Verbosity: 2}))
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
+// A remediation policy's Fence is a confirmation of the boot it was taken
+// for only; a record without a Fence, or a malformed one, confirms nothing,
+// and why a record is ignored is logged once per change.
+func TestRemediationConfirmationInput(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        string // the confirmation's wording; "" none
+		logged      string // logged once; "" nothing
+	}{
+		{"no record", nil, "", ""},
+		{"Fence for the current boot", fenceRecord("b1"), `remediation-policy (remediation policy gpu, step 4 (Fence), for boot ID "b1")`, ""},
+		{"Fence for another boot", fenceRecord("b0"), "", `taken for boot ID \"b0\", the node now reports boot ID \"b1\"`},
+		{"a step before any Fence", fenceRecord(""), "", ""},
+		{"malformed", map[string]string{remediation.AnnotationState: `{"policy":"gpu","step":3,"fenceBootID":"b1"}`}, "", "malformed"},
+		{"not JSON", map[string]string{remediation.AnnotationState: `fence please`}, "", "malformed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, testConfig(), false, node("n1", false, t0.Add(-time.Hour), "b1", tc.annotations))
+			var logs logLines
+			ctx := logs.ctx()
+			n, err := f.c.nodes.Get("n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				in := f.c.input(ctx, n, []*v1.Node{n})
+				if got := describe(in.confirmations); got != tc.want {
+					t.Fatalf("look %d: confirmations %q, want %q", i, got, tc.want)
+				}
+			}
+			lines := logs.all()
+			switch {
+			case tc.logged == "" && len(lines) != 0:
+				t.Errorf("logged %q about a record that is not ignored", lines)
+			case tc.logged != "" && (len(lines) != 1 || !strings.Contains(lines[0], tc.logged)):
+				t.Errorf("logged %q, want once that the record is ignored (%q)", lines, tc.logged)
+			}
+		})
+	}
+}
+
+// A node whose Fence confirms its boot is tainted after the silence, with
+// the policy named; Ready again with another boot ID the taint goes (the
+// record is the remediation controller's and stays); a later silence of
+// that boot, with the record of the previous one, taints nothing.
+func TestRemediationFenceTaintsUntilTheReboot(t *testing.T) {
+	old := t0.Add(-time.Hour)
+	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", fenceRecord("b1")), node("n2", true, old, "x", nil),
+		node("n3", true, old, "y", nil))
+	f.sync("n1")
+	n := f.apiNode("n1")
+	if !tainted(n) || n.Annotations[AnnotationBootID] != "b1" ||
+		n.Annotations[AnnotationConfirmedBy] != `remediation-policy (remediation policy gpu, step 4 (Fence), for boot ID "b1")` {
+		t.Fatalf("after the Fence: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+	if ev := f.events(); len(ev) != 1 || !hasEvent(ev, EventTaintAdded) || !strings.Contains(ev[0], "remediation policy gpu, step 4 (Fence)") {
+		t.Fatalf("events %v, want one %s naming the policy", ev, EventTaintAdded)
+	}
+	if got := value(f.c.metrics.decisions.WithLabelValues(actTaint, SourceRemediation)); got != 1 {
+		t.Errorf("decisions{taint,%s} = %v", SourceRemediation, got)
+	}
+	f.put(n)
+
+	f.set(boot(n, "b2", true, t0))
+	f.sync("n1")
+	n = f.apiNode("n1")
+	if tainted(n) || n.Annotations[AnnotationBootID] != "" || n.Annotations[remediation.AnnotationState] != fenceRecord("b1")[remediation.AnnotationState] {
+		t.Fatalf("after the reboot: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+	if ev := f.events(); len(ev) != 1 || !hasEvent(ev, EventTaintRemoved) || !strings.Contains(ev[0], "after a reboot") {
+		t.Fatalf("events %v", ev)
+	}
+	f.put(n)
+
+	f.clock.Step(time.Hour)
+	f.set(boot(n, "b2", false, t0))
+	for range 3 {
+		f.sync("n1")
+	}
+	if w := controllertest.TakeWrites(f.client); len(w) != 0 || tainted(f.apiNode("n1")) {
+		t.Fatalf("writes %v: the new boot tainted on the Fence of the previous one", w)
+	}
+	if ev := f.events(); len(ev) != 0 {
+		t.Fatalf("events %v", ev)
+	}
+}
+
+// A node alone in its zone is in FullDisruption: a Fence alone is refused
+// there (once, counted once); a person's confirmation overrides it.
+func TestRemediationFenceRefusedInADisruption(t *testing.T) {
+	old := t0.Add(-time.Hour)
+	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", fenceRecord("b1")))
+	for range 3 {
+		f.sync("n1")
+	}
+	if w := controllertest.TakeWrites(f.client); len(w) != 0 {
+		t.Fatalf("writes %v in a disrupted zone", w)
+	}
+	ev := f.events()
+	if len(ev) != 1 || !hasEvent(ev, EventBlocked) || !strings.Contains(ev[0], `zone "z1" is in FullDisruption`) || !strings.Contains(ev[0], SourceRemediation) {
+		t.Fatalf("events %v, want one disruption refusal naming the policy", ev)
+	}
+	if got := value(f.c.metrics.refusals.WithLabelValues(codeDisruption)); got != 1 {
+		t.Errorf("refusals{disruption} = %v, want 1", got)
+	}
+	ann := maps.Clone(fenceRecord("b1"))
+	maps.Copy(ann, confirmedFor("psu dead", "b1"))
+	n := f.apiNode("n1")
+	n.Annotations = ann
+	f.set(n)
+	f.sync("n1")
+	if n = f.apiNode("n1"); !tainted(n) || !strings.Contains(n.Annotations[AnnotationConfirmedBy], SourceRemediation) {
+		t.Fatalf("not tainted with a person's confirmation too: taints %v annotations %v", n.Spec.Taints, n.Annotations)
+	}
+	if ev := f.events(); len(ev) != 1 || !strings.Contains(ev[0], "overridden by the confirmation of person") {
+		t.Fatalf("events %v", ev)
+	}
+}
+
+// The running controller reacts to the record's arrival and departure (a
+// node's annotations changing is a node event), not only to its timers:
+// the fake clock never moves here.
+func TestRunReactsToTheRemediationRecord(t *testing.T) {
+	old := t0.Add(-time.Hour)
+	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", nil), node("n2", true, old, "x", nil),
+		node("n3", true, old, "y", nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.factory.Start(ctx.Done())
+	done := make(chan error)
+	go func() { done <- f.c.Run(ctx) }()
+	// update writes through the API (the informer delivers it), with a
+	// newer resourceVersion, as another writer's update has.
+	update := func(change func(*v1.Node)) {
+		t.Helper()
+		f.rv++
+		n := f.apiNode("n1")
+		change(n)
+		n.ResourceVersion = fmt.Sprint(f.rv)
+		if _, err := f.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(n *v1.Node) { n.Annotations = fenceRecord("b1") })
+	waitFor(t, "taint after the Fence appeared", func() bool { return tainted(f.apiNode("n1")) })
+	// Ready with the same boot while fenced: kept; the record goes: off.
+	update(func(n *v1.Node) { n.Status.Conditions[0].Status = v1.ConditionTrue })
+	var events []string
+	waitFor(t, "refusal to take the taint back", func() bool {
+		events = append(events, f.events()...)
+		return slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, "same boot ID") })
+	})
+	update(func(n *v1.Node) { delete(n.Annotations, remediation.AnnotationState) })
+	waitFor(t, "taint removed after the record went", func() bool { return !tainted(f.apiNode("n1")) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
