@@ -83,9 +83,9 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		n.kubeletStopped = false
 		n.fullStatus = n.fullStatus || restarted
 	case SetCondition:
-		n.dirty = n.setCondition(*c, now) || n.dirty
+		n.dirty = n.setFault(*c, false, now) || n.dirty
 	case ClearCondition:
-		n.dirty = n.setCondition(Condition{Type: c.Type, Status: healthyStatus(c.Type), Reason: c.Reason, Message: c.Message}, now) || n.dirty
+		n.dirty = n.setFault(*c, true, now) || n.dirty
 	case MachineDelete:
 		n.machine = fakecloud.Deleted
 	case MachineShutdown:
@@ -93,9 +93,13 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 	case MachineStart:
 		// A machine that comes back boots a fresh kubelet.
 		restarted = n.machine != "" && n.machine != fakecloud.Running
+		if n.machine == fakecloud.Deleted {
+			n.lasting = nil // a machine created again is a new machine: no fault of the old one lasts
+		}
 		n.machine = fakecloud.Running
 		if restarted {
 			n.newBoot()
+			n.dirty = n.rebooted(now) || n.dirty
 		}
 		n.fullStatus = n.fullStatus || restarted
 	}

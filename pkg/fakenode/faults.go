@@ -90,6 +90,11 @@ type Condition struct {
 	Status  v1.ConditionStatus   `json:"status,omitempty"`
 	Reason  string               `json:"reason,omitempty"`
 	Message string               `json:"message,omitempty"`
+	// SurvivesReboot keeps a set condition through a reboot of the machine
+	// (a hardware fault, a bad disk). Without it a fresh boot reports the
+	// condition healthy, as node-problem-detector does after a kernel
+	// deadlock. A replaced machine never has it.
+	SurvivesReboot bool `json:"survivesReboot,omitempty"`
 }
 
 // Fault is one injected failure.
@@ -107,6 +112,9 @@ func (f Fault) String() string {
 		s += " " + string(f.Condition.Type)
 		if f.Condition.Status != "" {
 			s += "=" + string(f.Condition.Status)
+		}
+		if f.Condition.SurvivesReboot {
+			s += " (survives reboots)"
 		}
 	}
 	s += " on " + f.Target.String()
@@ -158,6 +166,9 @@ func (f Fault) Validate() error {
 			errs = append(errs, fmt.Errorf("%s needs a condition, e.g. KernelDeadlock=True", f.Action))
 		} else if f.Action == SetCondition && f.Condition.Status == "" {
 			errs = append(errs, fmt.Errorf("%s needs a status, e.g. %s=True", f.Action, f.Condition.Type))
+		}
+		if f.Action == ClearCondition && f.Condition != nil && f.Condition.SurvivesReboot {
+			errs = append(errs, fmt.Errorf("%s takes no survivesReboot: it says how long a condition being set lasts", f.Action))
 		}
 	default:
 		if f.Condition != nil {

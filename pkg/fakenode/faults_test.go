@@ -40,6 +40,7 @@ func TestFaultValidate(t *testing.T) {
 		{Fault{Action: Partition, Target: all, Condition: &Condition{Type: "X"}}, "takes no condition"},
 		{Fault{Action: Heal, Target: all, Duration: time.Second}, "takes no duration"},
 		{Fault{Action: Partition, Target: all, Duration: -time.Second}, "must not be negative"},
+		{Fault{Action: ClearCondition, Target: all, Condition: &Condition{Type: "X", SurvivesReboot: true}}, "takes no survivesReboot"},
 	}
 	for _, tc := range cases {
 		if err := tc.f.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -49,6 +50,10 @@ func TestFaultValidate(t *testing.T) {
 	ok := Fault{Action: SetCondition, Target: Target{Zone: "z"}, Condition: &Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue}, Duration: time.Minute}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid fault rejected: %v", err)
+	}
+	ok.Condition.SurvivesReboot = true
+	if err := ok.Validate(); err != nil || !strings.Contains(ok.String(), "survives reboots") {
+		t.Errorf("a condition that survives reboots: %v, %q", err, ok)
 	}
 }
 

@@ -1,7 +1,10 @@
 package fakenode
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +68,46 @@ func FuzzParseCondition(f *testing.F) {
 			}
 		default:
 			t.Errorf("ParseCondition(%q) accepted status %q", s, c.Status)
+		}
+	})
+}
+
+// FuzzFault: any fault the control socket receives (JSON, unknown fields
+// refused) is refused by Validate, or has a known action and a target, a
+// condition exactly when the action takes one (with a status to set),
+// survivesReboot only on a condition being set, and a duration only where
+// an opposite action undoes it.
+func FuzzFault(f *testing.F) {
+	for _, s := range []string{
+		`{"action":"condition","target":{"nodes":["n"]},"condition":{"type":"KernelDeadlock","status":"True","survivesReboot":true},"duration":60000000000}`,
+		`{"action":"clear-condition","target":{"all":true},"condition":{"type":"KernelDeadlock","survivesReboot":true}}`,
+		`{"action":"partition","target":{"zone":"a"},"condition":{"type":"X","status":"True"}}`,
+		`{"action":"machine-start","target":{"selector":"a=b"},"duration":1}`,
+		`{"action":"condition","target":{"all":true},"condition":{"type":"X"}}`,
+		`{"action":"heal","target":{}}`,
+		`{"action":"x","survivesReboot":true}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var fault Fault
+		dec := json.NewDecoder(bytes.NewReader([]byte(s)))
+		dec.DisallowUnknownFields()
+		if dec.Decode(&fault) != nil || fault.Validate() != nil {
+			return
+		}
+		if !slices.Contains(Actions, fault.Action) || fault.Target.String() == "" {
+			t.Fatalf("accepted %s: unknown action or no target", s)
+		}
+		conditional := fault.Action == SetCondition || fault.Action == ClearCondition
+		if c := fault.Condition; conditional != (c != nil) || c != nil && c.Type == "" || fault.Action == SetCondition && c.Status == "" {
+			t.Fatalf("accepted %s: condition %+v for %s", s, c, fault.Action)
+		}
+		if c := fault.Condition; c != nil && c.SurvivesReboot && fault.Action != SetCondition {
+			t.Fatalf("accepted %s: survivesReboot on %s", s, fault.Action)
+		}
+		if fault.Duration < 0 || fault.Duration > 0 && fault.Action.opposite() == "" {
+			t.Fatalf("accepted %s: duration %v on %s", s, fault.Duration, fault.Action)
 		}
 	})
 }

@@ -271,7 +271,9 @@ func (m *Manager) register(ctx context.Context, n *node) error {
 	}
 	n.mu.Lock()
 	n.uid = created.UID
-	n.conditions = initialConditions(now)
+	// A new Node (a replaced machine, a new process) reports what a fresh
+	// kubelet does: none of the faults' conditions, lasting or not.
+	n.conditions, n.lasting = initialConditions(now), nil
 	n.podCIDR = created.Spec.PodCIDR
 	n.volumesInUse = nil
 	n.mu.Unlock()
@@ -303,7 +305,9 @@ func (m *Manager) processLease(ctx context.Context) bool {
 
 func (m *Manager) renewLease(ctx context.Context, n *node) error {
 	n.mu.Lock()
-	if !n.healthy() {
+	if !n.healthy() || n.uid == "" {
+		// Down, or a new machine whose Node is not registered yet: a
+		// kubelet's Lease is owned by its Node.
 		n.mu.Unlock()
 		return nil
 	}

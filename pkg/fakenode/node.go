@@ -41,6 +41,9 @@ type node struct {
 	boot atomic.Pointer[string]
 	// conditions is what the kubelet believes; posted when the API differs.
 	conditions []v1.NodeCondition
+	// lasting are the conditions a fault set to survive reboots; a reboot
+	// returns every other condition to its healthy status.
+	lasting map[v1.NodeConditionType]bool
 	// fullStatus asks the next post to include capacity, addresses and node
 	// info, as a kubelet does after registering or restarting.
 	fullStatus bool
@@ -137,6 +140,38 @@ func (n *node) setCondition(c Condition, now metav1.Time) bool {
 	n.conditions = append(n.conditions, v1.NodeCondition{Type: c.Type, Status: c.Status, Reason: reason, Message: message,
 		LastHeartbeatTime: now, LastTransitionTime: now})
 	return true
+}
+
+// setFault applies a condition fault: set (SurvivesReboot kept with it)
+// or cleared. It reports whether the status changed. Callers hold mu.
+func (n *node) setFault(c Condition, clear bool, now metav1.Time) bool {
+	delete(n.lasting, c.Type)
+	if clear {
+		return n.setCondition(Condition{Type: c.Type, Status: healthyStatus(c.Type), Reason: c.Reason, Message: c.Message}, now)
+	}
+	if c.SurvivesReboot {
+		if n.lasting == nil {
+			n.lasting = map[v1.NodeConditionType]bool{}
+		}
+		n.lasting[c.Type] = true
+	}
+	return n.setCondition(c, now)
+}
+
+// rebooted is a fresh boot's view of the conditions: what a fault set goes
+// back to its healthy status (node-problem-detector and the kubelet report
+// afresh), unless the fault said it survives reboots. It reports whether a
+// status changed. Callers hold mu.
+func (n *node) rebooted(now metav1.Time) bool {
+	changed := false
+	for _, c := range slices.Clone(n.conditions) {
+		if c.Status == healthyStatus(c.Type) || n.lasting[c.Type] {
+			continue
+		}
+		msg := fmt.Sprintf("%s=%s: cleared by the machine's reboot (nodeshepherd fakenodes)", c.Type, healthyStatus(c.Type))
+		changed = n.setCondition(Condition{Type: c.Type, Status: healthyStatus(c.Type), Message: msg}, now) || changed
+	}
+	return changed
 }
 
 // differsFrom says whether the API server's conditions disagree with the

@@ -122,8 +122,11 @@ func (m *Manager) replace(ctx context.Context, n *node, r fakecloud.Request) {
 			}
 		}
 	}
+	// The old Node's UID goes with it: until the new machine has registered
+	// its Node, it renews no Lease (one owned by the old Node would be
+	// garbage-collected under it).
 	n.mu.Lock()
-	n.lease = nil
+	n.lease, n.uid = nil, ""
 	n.mu.Unlock()
 	select {
 	case <-ctx.Done():

@@ -78,7 +78,8 @@ func kindList(kinds []chaos.Kind) string {
 
 // CheckChaos says whether the checker can follow the scenario's own
 // timeline: its ground truth knows partitions, kubelets, machines shut down
-// and started, and conditions, not machines deleted for good.
+// and started, and conditions, not machines deleted for good, nor the
+// reboots and replacements of remediation policies.
 func (sc *Scenario) CheckChaos() error {
 	var bad []string
 	for _, st := range sc.Timeline {
@@ -89,6 +90,10 @@ func (sc *Scenario) CheckChaos() error {
 	if len(bad) > 0 {
 		return fmt.Errorf("%s: --chaos-seed: the checker's ground truth cannot follow the scenario's step(s) %s (a machine deleted for good); remove them or run without --chaos-seed",
 			sc.path, strings.Join(bad, ", "))
+	}
+	if sc.hasRepairSteps() {
+		return fmt.Errorf("%s: --chaos-seed: the scenario's remediationPolicies reboot or replace machines through the fake cloud, which the checker's ground truth cannot follow (it knows the timeline's faults only); run it without --chaos-seed",
+			sc.path)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -15,6 +16,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodeipam"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/readinessrestore"
+	remediationctl "github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
@@ -44,6 +46,13 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 	res.Settings = runSettings(r.opts.Mode, scale, cfg, sched, kcmArgs, asked.Scheduler.PodInitialBackoff, asked.Scheduler.PodMaxBackoff)
 	tol := fmt.Sprint(scaleSeconds(defaultTolerationSeconds, scale))
 	nodes := r.sc.fakeNodeConfig(scale)
+	if r.sc.hasRepairSteps() && r.opts.Mode == ModeNodeShepherd {
+		cluster := func(d time.Duration) string {
+			return time.Duration(float64(d) * scale).Round(time.Millisecond).String()
+		}
+		res.Settings = append(res.Settings, Setting{Name: settingDowntime, Value: cluster(nodes.RebootDowntime) + " / " + cluster(nodes.ReplaceDowntime),
+			Note: "how long the fake cloud's repairs keep a machine off (Reboot steps) or its Node gone (Replace steps), cluster.machines; upstream repairs nothing"})
+	}
 	lc := localcluster.Config{
 		ControlPlane: controlplane.Config{Dir: r.opts.Dir, BinDir: r.opts.BinDir, ControllerManager: true, ScrubOnStop: true,
 			ControllerManagerArgs: kcmClientArgs(),
@@ -67,19 +76,24 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 	case r.opts.Mode == ModeNodeShepherd && r.sc.Companion:
 		upstream()
 		var names []string
-		if lc.Controllers, names, err = companionControllers(cfg); err != nil {
+		if lc.Controllers, names, err = companionControllers(cfg, r.sc.hasPolicies()); err != nil {
 			return localcluster.Config{}, err
 		}
 		res.Components = "nodeshepherd in companion mode (" + strings.Join(names, ", ") +
 			") next to kube-controller-manager (" + strings.Join(controllers.Replaced(), ", ") + ") and kube-scheduler"
 	case r.opts.Mode == ModeNodeShepherd:
 		var names []string
-		if lc.Controllers, names, err = nodeShepherdControllers(cfg, r.sc.runsOutOfService()); err != nil {
+		if lc.Controllers, names, err = nodeShepherdControllers(cfg, r.sc.runsOutOfService(), r.sc.hasPolicies()); err != nil {
 			return localcluster.Config{}, err
 		}
 		res.Components = "nodeshepherd (" + strings.Join(names, ", ") + ") with kube-controller-manager for the rest"
 	default:
 		return localcluster.Config{}, fmt.Errorf("unknown mode %q", r.opts.Mode)
+	}
+	if r.opts.Mode == ModeNodeShepherd && r.sc.hasPolicies() {
+		// The CRD before the controllers: the remediation controller lists
+		// policies from its start.
+		lc.Controllers = withRemediationCRD(lc.Controllers)
 	}
 	return lc, nil
 }
@@ -88,13 +102,21 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 // `run` would, with node IPAM allocating from podCIDR, and without the cloud
 // node lifecycle controller: upstream's run has none. With outOfService the
 // outofservice controller runs too, asking the fake cloud provider (which
-// answers from the fake nodes' machine-* faults).
-func nodeShepherdControllers(cfg *controllers.Config, outOfService bool) (func(context.Context, *rest.Config) error, []string, error) {
+// answers from the fake nodes' machine-* faults). With remediation the
+// remediation controller runs, and drain with it (its Drain steps), with
+// the same provider: the fake nodes carry out its reboots and replacements.
+func nodeShepherdControllers(cfg *controllers.Config, outOfService, remediation bool) (func(context.Context, *rest.Config) error, []string, error) {
 	cfg.Scheduler.SchedulerName = v1.DefaultSchedulerName
 	cfg.NodeIPAM = nodeipam.Config{AllocateNodeCIDRs: true, ClusterCIDR: podCIDR, ServiceClusterIPRange: controlplane.ServiceClusterIPRange}
-	names := slices.DeleteFunc(cfg.Select(controllers.Names, nil), func(n string) bool { return n == cloudnodelifecycle.Name })
-	if outOfService {
+	var explicit []string
+	if remediation {
+		explicit = append(explicit, remediationctl.Name)
+	}
+	names := slices.DeleteFunc(cfg.Select(controllers.Names, explicit), func(n string) bool { return n == cloudnodelifecycle.Name })
+	if outOfService || remediation {
 		cfg.CloudNodeLifecycle.Cloud.Name = fakecloud.ProviderName
+	}
+	if outOfService {
 		names = append(names, outofservice.Name)
 	}
 	if err := cfg.Validate(names); err != nil {
@@ -110,8 +132,16 @@ func nodeShepherdControllers(cfg *controllers.Config, outOfService bool) (func(c
 // companions `run` would select (drain with drain conditions), without the
 // scheduler (kube-scheduler schedules; a second scheduler would have no pods),
 // and readinessrestore, which is why one runs it there.
-func companionControllers(cfg *controllers.Config) (func(context.Context, *rest.Config) error, []string, error) {
-	selected := cfg.Select(controllers.Names, []string{readinessrestore.Name})
+//
+// With remediation the remediation controller runs too (it is a companion),
+// and drain with it, with the fake cloud provider.
+func companionControllers(cfg *controllers.Config, remediation bool) (func(context.Context, *rest.Config) error, []string, error) {
+	explicit := []string{readinessrestore.Name}
+	if remediation {
+		explicit = append(explicit, remediationctl.Name)
+		cfg.CloudNodeLifecycle.Cloud.Name = fakecloud.ProviderName
+	}
+	selected := cfg.Select(controllers.Names, explicit)
 	var names []string
 	for _, n := range controllers.Companions() {
 		if slices.Contains(selected, n) && n != scheduler.Name {

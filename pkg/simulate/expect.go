@@ -49,6 +49,14 @@ var Measures = []Measure{
 	{"maxNodesCordoned", kindCount, "most nodes cordoned at once", "largest number of unschedulable nodes at any moment"},
 	{"drains", kindCount, "drains finished", "nodes drained (DrainSucceeded events)"},
 	{"podsDrained", kindCount, "pods evicted by drains", "pods evicted through the Eviction API (DisruptionTarget EvictionByEvictionAPI)"},
+	{"repairsStarted", kindCount, "repairs started", "repairs of remediation policies started: a node's repair record (annotation nodeshepherd.io/remediation) appeared"},
+	{"repairStepsStarted", kindCount, "repair steps started", "steps of the repair ladders started: each new step in a node's repair record, the first included"},
+	{"maxNodesInRepair", kindCount, "most nodes in repair at once", "largest number of nodes with a repair record at any moment of the timeline"},
+	{"repairsDone", kindCount, "repairs done", "RemediationDone events: nodes healthy for their policy's hold time, the repair ended"},
+	{"repairsBlocked", kindCount, "nodes whose repair was blocked", "distinct nodes with a RemediationBlocked event: a brake (or a person's cordon, or the pause) held their repair back"},
+	{"repairsExhausted", kindCount, "nodes left for a person", "distinct nodes with a RemediationExhausted event: the last step timed out and the node was still unhealthy"},
+	{"nodesRebooted", kindCount, "nodes rebooted", "nodes whose boot ID (status.nodeInfo.bootID) changed during the timeline: their machine booted again"},
+	{"nodesReplaced", kindCount, "nodes replaced", "nodes whose Node was deleted and registered again (a new UID) during the timeline: a new machine"},
 	{"allReplicasReadyAfterRecovery", kindDuration, "all replicas Ready after recovery", "from the end of the last fault until every Deployment, StatefulSet and DaemonSet has all replicas Ready"},
 	{"podsTerminatingAtEnd", kindCount, "pods Terminating at the end", "pods deleted but still there when the run ended: no kubelet confirmed the deletion (a powered-off node)"},
 	{"statefulReplicasOnFailedNodes", kindCount, "stateful replicas on failed nodes", "StatefulSet pods with volumes that ran at the start of the timeline on a node that then went NotReady"},
@@ -60,6 +68,16 @@ var Measures = []Measure{
 // with volumes on a node that failed): the report leaves out their rows
 // when no run has them.
 var optionalMeasures = map[string]bool{"statefulReplicasOnFailedNodes": true, "timeToVolumeAttachedElsewhere": true, "timeToReplicaRunningElsewhere": true}
+
+// repairMeasures are figures of remediation policies' repairs: only a
+// scenario with remediationPolicies has them (in both runs: upstream's
+// repairs nothing), and an expectation on one elsewhere is an error.
+var repairMeasures = map[string]bool{"repairsStarted": true, "repairStepsStarted": true, "maxNodesInRepair": true, "repairsDone": true,
+	"repairsBlocked": true, "repairsExhausted": true}
+
+// machineMeasures are figures of every run that the report shows only when
+// one is not zero or the scenario repairs: most scenarios reboot nothing.
+var machineMeasures = map[string]bool{"nodesRebooted": true, "nodesReplaced": true}
 
 // serviceMeasures are figures of the scenario's Services' endpoints: a
 // scenario without a Service has none, and an expectation on one is an error.

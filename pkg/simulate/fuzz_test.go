@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	fieldpath "k8s.io/apimachinery/pkg/util/validation/field"
+
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
@@ -28,6 +30,12 @@ func FuzzLoad(f *testing.F) {
 			"timeline: [{at: 1s, action: set-condition, condition: KernelDeadlock=True, nodes: [fake-node-0000]}]\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 0s}]\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 1}]\n",
 		"{{{",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 2}], machines: {rebootDowntime: 5s}}\n" +
+			"remediationPolicies: [{apiVersion: nodeshepherd.io/v1alpha1, kind: RemediationPolicy, metadata: {name: p}, spec: {unhealthy: [{type: KernelDeadlock, status: 'True', for: 20s}], " +
+			"healthyHold: 30s, steps: [{action: Taint, timeout: 60s, taint: {key: k, effect: NoSchedule}}, {action: Reboot, timeout: 2m}], brakes: {maxInRepair: 20%}}}]\n" +
+			"timeline: [{at: 1s, action: set-condition, condition: KernelDeadlock=True, survivesReboot: true, nodes: [fake-node-0000]}]\nexpect: [{metric: repairsDone, atLeast: 1}]\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\n" +
+			"remediationPolicies: [{apiVersion: nodeshepherd.io/v1alpha1, kind: RemediationPolicy, metadata: {name: p}, spec: {unhealthy: [{type: X, status: True}], steps: [{action: Reboot, timeout: 5s, taint: {}}]}}, {file: x.yaml}, 3]\n",
 	} {
 		f.Add(seed)
 	}
@@ -48,6 +56,18 @@ func FuzzLoad(f *testing.F) {
 		}
 		if _, err := fakenode.New(sc.fakeNodeConfig(1)); err != nil && !strings.Contains(err.Error(), "client is required") {
 			t.Fatalf("loaded a scenario whose nodes are invalid: %v", err)
+		}
+		// Its policies are what the API server and the controller accept,
+		// and so are they divided by any scale the scenario allows.
+		names := map[string]bool{}
+		for _, d := range sc.policies() {
+			if errs := d.policy.Spec.Validate(fieldpath.NewPath("spec")); len(errs) > 0 || d.policy.Name == "" || names[d.policy.Name] {
+				t.Fatalf("loaded policy %q: %v (names so far %v)", d.policy.Name, errs, names)
+			}
+			names[d.policy.Name] = true
+			if sc.MaxTimeScale > 0 && sc.CheckTimeScale(sc.MaxTimeScale) != nil {
+				t.Fatalf("policy %q invalid at the scenario's own maxTimeScale %g: %v", d.policy.Name, sc.MaxTimeScale, sc.CheckTimeScale(sc.MaxTimeScale))
+			}
 		}
 	})
 }

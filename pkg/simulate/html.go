@@ -218,6 +218,13 @@ func (rep *Report) charts() []chart {
 			taints.Series = append(taints.Series, s)
 		}
 	}
+	if rep.shows("repairsDone") {
+		out = append(out, build("Repairs (remediation policies)", "nodes",
+			def{"in repair", colorWarn, func(s Sample) int { return s.InRepair }},
+			def{"repairs done (cumulative)", colorGood, func(s Sample) int { return s.RepairsDone }},
+			def{"rebooted (cumulative)", colorInfo, func(s Sample) int { return s.Rebooted }},
+			def{"replaced (cumulative)", colorOther, func(s Sample) int { return s.Replaced }}))
+	}
 	if stateful {
 		out = append(out, build("StatefulSet replicas and their volumes", "pods",
 			def{"replicas Running with volumes attached to their node", colorGood, func(s Sample) int { return s.ReplicasWithVolumes }},

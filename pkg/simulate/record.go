@@ -14,7 +14,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // DisruptionTarget reasons that tell who deleted a pod.
@@ -69,6 +71,28 @@ type recorder struct {
 	claims      map[string]string
 	attachments map[string]attachRec
 	replicas    map[string]*replicaRec
+
+	// Machines: each node's Node UID and boot ID as last seen, to tell a
+	// reboot (a new boot ID) from a replacement (a new Node).
+	machines           map[string]machineRec
+	rebooted, replaced map[string]bool
+
+	// Repairs, recorded when the scenario has remediation policies: each
+	// node's repair record as last seen (by name), what the timeline
+	// started, and the controller's events (by UID, with the count seen:
+	// a repeated event is one object with a higher count).
+	repairs                   bool
+	records                   map[string]rem.Request
+	repairsStarted, stepsDone int
+	maxInRepair, repairsDone  int
+	blocked, exhausted        map[string]bool
+	eventCounts               map[types.UID]int32
+}
+
+// machineRec is the Node and boot a node name last had.
+type machineRec struct {
+	uid  types.UID
+	boot string
 }
 
 // attachRec is a VolumeAttachment: which volume on which node, attached.
@@ -102,6 +126,7 @@ type nodeRec struct {
 	noSchedule    bool // a condition taint other than not-ready
 	outOfService  bool // node.kubernetes.io/out-of-service
 	unschedulable bool
+	inRepair      bool // has a repair record (remediation)
 }
 
 type podRec struct {
@@ -124,8 +149,15 @@ func newRecorder(now func() time.Time) *recorder {
 		tainted: map[string]bool{}, cordoned: map[string]bool{}, notReadyPods: map[types.UID]bool{},
 		services: map[string]bool{}, slices: map[string]sliceRec{},
 		hadEndpoints: map[string]bool{}, noEndpointsSince: map[string]time.Time{},
-		claims: map[string]string{}, attachments: map[string]attachRec{}, replicas: map[string]*replicaRec{}}
+		claims: map[string]string{}, attachments: map[string]attachRec{}, replicas: map[string]*replicaRec{},
+		machines: map[string]machineRec{}, rebooted: map[string]bool{}, replaced: map[string]bool{},
+		records: map[string]rem.Request{}, blocked: map[string]bool{}, exhausted: map[string]bool{}, eventCounts: map[types.UID]int32{}}
 }
+
+// trackRepairs makes the recorder count remediation repairs (a scenario
+// with remediation policies, in both runs). Call it before the informers
+// start.
+func (r *recorder) trackRepairs() { r.repairs = true }
 
 // watchServices names the scenario's Services, whose endpoints are counted.
 func (r *recorder) watchServices(keys []string) {
@@ -191,11 +223,16 @@ func (r *recorder) start() {
 	r.t0 = r.now()
 	r.minEndpoints = r.readyEndpointsLocked()
 	r.endpointOutagesLocked(r.t0)
+	inRepair := 0
 	for name, n := range r.nodes {
 		if n.unschedulable {
 			r.cordoned[name] = true
 		}
+		if n.inRepair {
+			inRepair++
+		}
 	}
+	r.maxInRepair = inRepair
 	for _, p := range r.pods {
 		if p.stateful && len(p.claims) > 0 && p.node != "" && !p.terminating {
 			r.replicas[p.name] = &replicaRec{node: p.node, claims: p.claims}
@@ -221,12 +258,17 @@ func (r *recorder) onNode(n *v1.Node, deleted bool) {
 	now := r.now()
 	if deleted {
 		delete(r.nodes, n.Name)
+		delete(r.records, n.Name)
 		return
 	}
 	rec := r.nodes[n.Name]
 	if rec == nil {
 		rec = &nodeRec{zone: n.Labels[v1.LabelTopologyZone]}
 		r.nodes[n.Name] = rec
+	}
+	r.machineLocked(n)
+	if r.repairs {
+		r.repairLocked(n, rec)
 	}
 	ready := kube.NodeReady(n)
 	if ready && !rec.ready {
@@ -328,6 +370,58 @@ func (r *recorder) onPod(p *v1.Pod, deleted bool) {
 		delete(r.pods, p.UID)
 	}
 	r.checkReplicasLocked(now)
+}
+
+// machineLocked notes a reboot (the same Node with another boot ID) or a
+// replacement (a Node of the same name with another UID) during the
+// timeline.
+func (r *recorder) machineLocked(n *v1.Node) {
+	boot := n.Status.NodeInfo.BootID
+	m, seen := r.machines[n.Name]
+	if seen && r.started() {
+		switch {
+		case m.uid != n.UID:
+			r.replaced[n.Name] = true
+		case m.boot != "" && boot != "" && boot != m.boot:
+			r.rebooted[n.Name] = true
+		}
+	}
+	if boot != "" || !seen || m.uid != n.UID {
+		r.machines[n.Name] = machineRec{uid: n.UID, boot: boot}
+	}
+}
+
+// repairLocked follows the node's repair record: a record that appears is
+// a repair started, each new step in it (policy, step, since) a step
+// started; the nodes with one are in repair. An unreadable record counts
+// as in repair, as the controller counts it, and starts nothing.
+func (r *recorder) repairLocked(n *v1.Node, rec *nodeRec) {
+	req, ok, err := rem.RequestOf(n)
+	rec.inRepair = ok || err != nil
+	prev, had := r.records[n.Name]
+	if ok {
+		r.records[n.Name] = req
+	} else if err == nil {
+		delete(r.records, n.Name)
+	}
+	if !r.started() {
+		return
+	}
+	if ok {
+		if !had {
+			r.repairsStarted++
+		}
+		if !had || prev.Policy != req.Policy || prev.Step != req.Step || !prev.Since.Equal(req.Since) {
+			r.stepsDone++
+		}
+	}
+	c := 0
+	for _, x := range r.nodes {
+		if x.inRepair {
+			c++
+		}
+	}
+	r.maxInRepair = max(r.maxInRepair, c)
 }
 
 // podClaims are the claims (namespace/name) of a pod's volumes.
@@ -446,13 +540,40 @@ func later(a, b time.Time) time.Time {
 }
 
 func (r *recorder) onEvent(e *v1.Event) {
-	if e.Reason != drain.EventDrainSucceeded {
+	switch e.Reason {
+	case drain.EventDrainSucceeded:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.started() && !e.LastTimestamp.Time.Before(r.t0.Truncate(time.Second)) {
+			r.drains++
+		}
+	case remediation.EventDone, remediation.EventBlocked, remediation.EventExhausted:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.repairs && e.InvolvedObject.Kind == "Node" {
+			r.repairEventLocked(e)
+		}
+	}
+}
+
+// repairEventLocked counts the remediation controller's verdicts on nodes
+// during the timeline: each occurrence of RemediationDone, the nodes with
+// RemediationBlocked or RemediationExhausted. An event the recorder saw
+// before the timeline is counted from the count it had then.
+func (r *recorder) repairEventLocked(e *v1.Event) {
+	count := max(e.Count, 1)
+	seen := r.eventCounts[e.UID]
+	r.eventCounts[e.UID] = max(count, seen)
+	if !r.started() || e.LastTimestamp.Time.Before(r.t0.Truncate(time.Second)) || count <= seen {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started() && !e.LastTimestamp.Time.Before(r.t0.Truncate(time.Second)) {
-		r.drains++
+	switch e.Reason {
+	case remediation.EventDone:
+		r.repairsDone += int(count - seen)
+	case remediation.EventBlocked:
+		r.blocked[e.InvolvedObject.Name] = true
+	case remediation.EventExhausted:
+		r.exhausted[e.InvolvedObject.Name] = true
 	}
 }
 
@@ -640,6 +761,13 @@ type Sample struct {
 	OutOfService        int `json:"outOfServiceTainted,omitempty"`
 	Replicas            int `json:"statefulReplicas,omitempty"`
 	ReplicasWithVolumes int `json:"statefulReplicasWithVolumes,omitempty"`
+	// InRepair is the nodes with a remediation repair record; RepairsDone,
+	// Rebooted and Replaced count repairs done and nodes rebooted and
+	// replaced so far.
+	InRepair    int `json:"nodesInRepair,omitempty"`
+	RepairsDone int `json:"repairsDone,omitempty"`
+	Rebooted    int `json:"nodesRebooted,omitempty"`
+	Replaced    int `json:"nodesReplaced,omitempty"`
 }
 
 // sample takes the current state; t is in cluster seconds.
@@ -648,8 +776,12 @@ func (r *recorder) sample(t float64) Sample {
 	defer r.mu.Unlock()
 	s := Sample{T: t, ZoneReady: map[string]int{}, ZoneNotReady: map[string]int{},
 		Evicted: r.evicted, Preempted: r.preempted, DrainEvicted: r.drained, DrainsDone: r.drains,
-		ServiceEndpoints: r.readyEndpointsLocked(), Replicas: len(r.replicas), ReplicasWithVolumes: r.replicasWithVolumesLocked()}
+		ServiceEndpoints: r.readyEndpointsLocked(), Replicas: len(r.replicas), ReplicasWithVolumes: r.replicasWithVolumesLocked(),
+		RepairsDone: r.repairsDone, Rebooted: len(r.rebooted), Replaced: len(r.replaced)}
 	for _, n := range r.nodes {
+		if n.inRepair {
+			s.InRepair++
+		}
 		if n.ready {
 			s.ZoneReady[n.zone]++
 		} else {
@@ -711,6 +843,16 @@ func (r *recorder) finish(recovery time.Time) map[string]*float64 {
 	count("drains", r.drains)
 	count("nodesCordoned", len(r.cordoned))
 	count("maxNodesCordoned", r.maxCordoned)
+	count("nodesRebooted", len(r.rebooted))
+	count("nodesReplaced", len(r.replaced))
+	if r.repairs {
+		count("repairsStarted", r.repairsStarted)
+		count("repairStepsStarted", r.stepsDone)
+		count("maxNodesInRepair", r.maxInRepair)
+		count("repairsDone", r.repairsDone)
+		count("repairsBlocked", len(r.blocked))
+		count("repairsExhausted", len(r.exhausted))
+	}
 	if len(r.services) > 0 {
 		count("serviceReadyEndpointsMin", r.minEndpoints)
 		count("serviceReadyEndpointsAtEnd", r.readyEndpointsLocked())

@@ -12,6 +12,9 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // TestWorkloadsReadyWaitsForExpectedWorkloads: a Deployment the scenario
@@ -145,5 +148,81 @@ func TestRecorderStatefulReplicaMoves(t *testing.T) {
 	}
 	if *m["podsTerminatingAtEnd"] != 0 {
 		t.Errorf("podsTerminatingAtEnd %v", *m["podsTerminatingAtEnd"])
+	}
+}
+
+// TestRecorderRepairs: the repair measures follow the nodes' repair
+// records (a record that appears starts a repair, each new step in it is a
+// step started, the nodes with one are in repair), the remediation
+// controller's events (each RemediationDone occurrence, the nodes with
+// RemediationBlocked or RemediationExhausted; an event seen before the
+// timeline counts from the count it had then), and the nodes' boot IDs and
+// UIDs (a new boot is a reboot, a new Node a replacement). Without
+// policies only the machine measures are recorded.
+func TestRecorderRepairs(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := newRecorder(func() time.Time { return now })
+	r.trackRepairs()
+	node := func(name, uid, boot string, step int, stepSince time.Time) *v1.Node {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)},
+			Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{BootID: boot}, Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+		if step >= 0 {
+			n.Annotations = map[string]string{rem.AnnotationState: rem.EncodeState("general", rem.ActionTaint,
+				rem.State{Step: step, StepSince: stepSince, RepairSince: stepSince.Add(-time.Duration(step) * time.Minute)})}
+		}
+		return n
+	}
+	event := func(uid, reason, nodeName string, count int32) *v1.Event {
+		return &v1.Event{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Namespace: "default", Name: uid}, Reason: reason, Count: count,
+			InvolvedObject: v1.ObjectReference{Kind: "Node", Name: nodeName}, LastTimestamp: metav1.NewTime(now)}
+	}
+	r.onNode(node("a", "ua", "boot-a", -1, time.Time{}), false)
+	r.onNode(node("b", "ub", "boot-b", -1, time.Time{}), false)
+	r.onNode(node("c", "uc", "", -1, time.Time{}), false) // no boot ID reported yet
+	r.onEvent(event("old-done", remediation.EventDone, "a", 3))
+	r.start()
+	r.fault()
+
+	now = now.Add(30 * time.Second)
+	r.onNode(node("c", "uc", "boot-c", -1, time.Time{}), false) // its first boot ID: no reboot
+	r.onNode(node("a", "ua", "boot-a", 0, now), false)
+	r.onNode(node("a", "ua", "boot-a", 0, now), false) // the same step again (a status update)
+	r.onNode(node("b", "ub", "boot-b", 0, now), false)
+	if s := r.sample(30); s.InRepair != 2 {
+		t.Errorf("sample: %d in repair, want 2", s.InRepair)
+	}
+	now = now.Add(90 * time.Second)
+	r.onNode(node("a", "ua", "boot-a", 1, now), false) // Reboot
+	r.onNode(node("a", "ua", "boot-a2", 1, now), false)
+	r.onNode(node("b", "ub", "boot-b", 0, now), true) // replaced: the Node goes ...
+	r.onNode(node("b", "ub2", "boot-b2", -1, time.Time{}), false)
+	r.onNode(node("a", "ua", "boot-a2", -1, time.Time{}), false) // repaired
+	r.onEvent(event("done-a", remediation.EventDone, "a", 1))
+	r.onEvent(event("done-a", remediation.EventDone, "a", 1))   // the same occurrence, seen again
+	r.onEvent(event("old-done", remediation.EventDone, "a", 4)) // one more occurrence of an old event
+	r.onEvent(event("blocked-c1", remediation.EventBlocked, "c", 1))
+	r.onEvent(event("blocked-c2", remediation.EventBlocked, "c", 2))
+	r.onEvent(event("exhausted-b", remediation.EventExhausted, "b", 1))
+	pod := event("pod", remediation.EventBlocked, "x", 1)
+	pod.InvolvedObject.Kind = "Pod" // not about a Node
+	r.onEvent(pod)
+
+	m := r.finish(now)
+	want := map[string]float64{"repairsStarted": 2, "repairStepsStarted": 3, "maxNodesInRepair": 2, "repairsDone": 2,
+		"repairsBlocked": 1, "repairsExhausted": 1, "nodesRebooted": 1, "nodesReplaced": 1}
+	for name, w := range want {
+		if v := m[name]; v == nil || *v != w {
+			t.Errorf("%s = %v, want %v", name, v, w)
+		}
+	}
+	if s := r.sample(120); s.InRepair != 0 || s.RepairsDone != 2 || s.Rebooted != 1 || s.Replaced != 1 {
+		t.Errorf("sample at the end: %+v", s)
+	}
+
+	plain := newRecorder(func() time.Time { return now })
+	plain.start()
+	m = plain.finish(now)
+	if _, ok := m["repairsDone"]; ok || m["nodesRebooted"] == nil || *m["nodesRebooted"] != 0 {
+		t.Errorf("without policies: %v", m)
 	}
 }

@@ -250,10 +250,19 @@ func (rep *Report) writeSettings(w io.Writer) {
 	}
 }
 
-// shows says whether the report has a row for a measure: an optional one
-// only when some run has it.
+// shows says whether the report has a row for a measure: an optional or a
+// repair one only when some run has it, nodesRebooted and nodesReplaced
+// when one is not 0 or the runs count repairs.
 func (rep *Report) shows(name string) bool {
-	if !optionalMeasures[name] {
+	switch {
+	case machineMeasures[name]:
+		for _, r := range rep.Runs {
+			if v := r.Measures[name]; v != nil && *v > 0 {
+				return true
+			}
+		}
+		return rep.shows("repairsDone")
+	case !optionalMeasures[name] && !repairMeasures[name]:
 		return true
 	}
 	for _, r := range rep.Runs {

@@ -218,6 +218,9 @@ func (r *runner) watch(ctx context.Context, res *RunResult) (informers.SharedInf
 	sort.Strings(res.Services)
 	r.rec.watchServices(res.Services)
 	r.rec.expectWorkloads(r.sc.workloadKeys())
+	if r.sc.hasPolicies() {
+		r.rec.trackRepairs()
+	}
 	r.rec.watch(factory)
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
@@ -230,6 +233,11 @@ func (r *runner) setUp(ctx context.Context, f informers.SharedInformerFactory, s
 	ctx, cancel := context.WithTimeout(ctx, r.opts.SetupTimeout)
 	defer cancel()
 	if err := r.waitNodes(ctx); err != nil {
+		return err
+	}
+	// Policies before workloads: the controller judges the nodes as the
+	// workloads start on them, and nothing is unhealthy yet.
+	if err := r.createPolicies(ctx); err != nil {
 		return err
 	}
 	if err := r.applyWorkloads(ctx, r.cluster.RESTConfig()); err != nil {
@@ -440,8 +448,12 @@ func (r *runner) progress() {
 		ready += s.ZoneReady[z]
 		notReady += s.ZoneNotReady[z]
 	}
-	r.printf("t=%-7s nodes Ready %d NotReady %d · NoExecute %d · cordoned %d · pods Ready %d NotReady %d Pending %d · evicted %d · preempted %d · drained %d",
-		fmtDuration(t), ready, notReady, s.NoExecute, s.Cordoned, s.PodsReady, s.PodsNotReady, s.PodsPending, s.Evicted, s.Preempted, s.DrainEvicted)
+	repairs := ""
+	if r.sc.hasPolicies() {
+		repairs = fmt.Sprintf(" · in repair %d · repaired %d · rebooted %d · replaced %d", s.InRepair, s.RepairsDone, s.Rebooted, s.Replaced)
+	}
+	r.printf("t=%-7s nodes Ready %d NotReady %d · NoExecute %d · cordoned %d · pods Ready %d NotReady %d Pending %d · evicted %d · preempted %d · drained %d%s",
+		fmtDuration(t), ready, notReady, s.NoExecute, s.Cordoned, s.PodsReady, s.PodsNotReady, s.PodsPending, s.Evicted, s.Preempted, s.DrainEvicted, repairs)
 }
 
 // resolve turns a step's target into node names.

@@ -70,6 +70,7 @@ const (
 	settingGrace         = "node monitor / startup grace period"
 	settingEviction      = "node eviction rate / secondary (nodes/s)"
 	settingThresholds    = "large cluster size / unhealthy zone threshold"
+	settingDowntime      = "fake cloud reboot / replace downtime"
 )
 
 // runSettings are the settings of one run's mode, from the time-scaled

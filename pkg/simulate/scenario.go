@@ -26,6 +26,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakecsi"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // Kind is the kind of a scenario file.
@@ -63,15 +64,22 @@ type Scenario struct {
 	// MaxTimeScaleWhy says which such delay sets MaxTimeScale; simulate
 	// prints it when it refuses a larger --time-scale.
 	MaxTimeScaleWhy string `yaml:"maxTimeScaleWhy"`
+	// RemediationPolicies are RemediationPolicy objects (docs/remediation.md),
+	// inline or {file: PATH}: nodeshepherd's run installs their CRD, creates
+	// them (durations divided by the time scale) and runs the remediation
+	// controller, and with it drain, with the fake cloud provider, which
+	// the fake nodes' machines answer (reboots, replacements).
+	RemediationPolicies []PolicyEntry `yaml:"remediationPolicies"`
 
 	path string
 }
 
 // CheckTimeScale refuses a time scale above the scenario's maxTimeScale,
-// naming the file's line and why the scenario states it.
+// naming the file's line and why the scenario states it, and one at which
+// a remediation policy's divided timeouts are no longer valid.
 func (s *Scenario) CheckTimeScale(scale float64) error {
 	if s.MaxTimeScale == 0 || scale <= s.MaxTimeScale {
-		return nil
+		return s.checkPolicyScale(scale)
 	}
 	line := 1
 	if root, err := s.rootNode(); err == nil {
@@ -97,6 +105,17 @@ type Cluster struct {
 	NodeGroups []NodeGroup `yaml:"nodeGroups"`
 	Node       NodeShape   `yaml:"node"`
 	Kubelet    KubeletSpec `yaml:"kubelet"`
+	// Machines is how long the fake cloud provider's repairs take.
+	Machines MachineSpec `yaml:"machines"`
+}
+
+// MachineSpec is the fake cloud's repair timing (fakenode defaults when
+// omitted), cluster time: a rebooted machine is off for RebootDowntime; a
+// replaced machine's Node is gone for ReplaceDowntime before the new one
+// registers.
+type MachineSpec struct {
+	RebootDowntime  Duration `yaml:"rebootDowntime"`
+	ReplaceDowntime Duration `yaml:"replaceDowntime"`
 }
 
 // NodeGroup is Nodes identical nodes of one zone.
@@ -235,7 +254,11 @@ type Step struct {
 	Target    `yaml:",inline"`
 	For       Duration `yaml:"for"`
 	Condition string   `yaml:"condition"`
-	Burst     *Burst   `yaml:"burst"`
+	// SurvivesReboot (set-condition) keeps the condition through reboots of
+	// the machine; without it a fresh boot reports it healthy. A replaced
+	// machine never has it.
+	SurvivesReboot bool   `yaml:"survivesReboot"`
+	Burst          *Burst `yaml:"burst"`
 
 	cond *fakenode.Condition
 }
@@ -257,6 +280,9 @@ func (s *Step) String() string {
 	b.WriteString(s.Action)
 	if s.Condition != "" {
 		b.WriteString(" " + s.Condition)
+	}
+	if s.SurvivesReboot {
+		b.WriteString(" (survives reboots)")
 	}
 	if s.Burst != nil {
 		fmt.Fprintf(&b, " %s: %d pods of %s", s.Burst.Name, s.Burst.Replicas, s.Burst.PriorityClassName)
@@ -418,6 +444,20 @@ func (s *Scenario) validate() error {
 	if err := s.loadWorkloads(); err != nil {
 		errs = append(errs, err.Error())
 	}
+	errs = append(errs, s.loadPolicies()...)
+	if s.MaxTimeScale > 0 {
+		for _, d := range s.policies() {
+			if limit := maxPolicyScale(&d.policy.Spec); s.MaxTimeScale > limit {
+				at(field(root, "maxTimeScale"), "maxTimeScale %g: RemediationPolicy %s (%s) allows --time-scale %s at most (every step's timeout divided by it must stay at least %v and at least healthyHold plus a second); lower maxTimeScale or lengthen the timeouts",
+					s.MaxTimeScale, d.policy.Name, d.src(), formatScale(limit), rem.MinStepTimeout)
+			}
+		}
+	}
+	for _, name := range []string{"rebootDowntime", "replaceDowntime"} {
+		if n := field(field(clusterNode, "machines"), name); n != nil && !s.hasRepairSteps() {
+			at(n, "cluster.machines.%s: only the fake cloud provider's repairs take it, and no remediationPolicies step reboots or replaces machines", name)
+		}
+	}
 	timelineNode := field(root, "timeline")
 	for i := range s.Timeline {
 		st := &s.Timeline[i]
@@ -436,6 +476,8 @@ func (s *Scenario) validate() error {
 			at(item(expectNode, i), "expect[%d]: %s", i, e)
 		} else if serviceMeasures[s.Expect[i].Metric] && !hasServices {
 			at(item(expectNode, i), "expect[%d]: %s counts the endpoints of the scenario's Services, but its workloads have no Service", i, s.Expect[i].Metric)
+		} else if repairMeasures[s.Expect[i].Metric] && !s.hasPolicies() {
+			at(item(expectNode, i), "expect[%d]: %s counts the repairs of remediation policies, but the scenario has no remediationPolicies", i, s.Expect[i].Metric)
 		}
 	}
 	if len(errs) > 0 {
@@ -520,6 +562,12 @@ func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []
 	if st.Condition != "" && st.Action != ActionSetCondition && st.Action != ActionClearCondition {
 		errs = append(errs, fmt.Sprintf("%s takes no condition", st.Action))
 	}
+	switch {
+	case st.SurvivesReboot && st.Action != ActionSetCondition:
+		errs = append(errs, fmt.Sprintf("%s takes no survivesReboot: it says whether a condition being set (set-condition) stays through reboots", st.Action))
+	case st.cond != nil && st.Action == ActionSetCondition:
+		st.cond.SurvivesReboot = st.SurvivesReboot
+	}
 	return errs
 }
 
@@ -584,6 +632,8 @@ func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
 		NodeStatusUpdateFrequency: scaleDuration(s.Cluster.Kubelet.NodeStatusUpdateFrequency.Duration, fakenode.DefaultNodeStatusUpdateFrequency, scale),
 		NodeStatusReportFrequency: scaleDuration(s.Cluster.Kubelet.NodeStatusReportFrequency.Duration, fakenode.DefaultNodeStatusReportFrequency, scale),
 		PodStartDelay:             scaleDuration(s.Cluster.Kubelet.PodStartDelay.Duration, fakenode.DefaultPodStartDelay, scale),
+		RebootDowntime:            scaleDuration(s.Cluster.Machines.RebootDowntime.Duration, fakenode.DefaultRebootDowntime, scale),
+		ReplaceDowntime:           scaleDuration(s.Cluster.Machines.ReplaceDowntime.Duration, fakenode.DefaultReplaceDowntime, scale),
 		EmulateStalePodStatus:     s.Cluster.Kubelet.EmulateStalePodStatus,
 		// Every scenario's nodes have the fake CSI driver: claims of its
 		// StorageClass (fake-csi) are provisioned and attached for real.

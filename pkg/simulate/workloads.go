@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // Workload is an entry of `workloads:`: a Kubernetes manifest inline, or
@@ -140,6 +142,9 @@ func decodeManifest(n *yaml.Node, path string) (manifest, error) {
 		return manifest{}, fmt.Errorf("%s: %w", src, err)
 	}
 	obj, gvk, err := strict.Decode(data, nil, nil)
+	if err != nil && gvk != nil && gvk.Kind == rem.Kind && gvk.Group == rem.Group {
+		return manifest{}, fmt.Errorf("%s: a %s is not a workload: list it under remediationPolicies", src, rem.Kind)
+	}
 	if err != nil {
 		if gvk != nil && gvk.Kind != "" && obj == nil {
 			return manifest{}, fmt.Errorf("%s: %s %s: %v (scenarios take built-in Kubernetes kinds)", src, gvk.GroupVersion(), gvk.Kind, err)

@@ -177,6 +177,9 @@ func TestRemediationRebootThenReplace(t *testing.T) {
 		_, ok, _ := remediation.RequestOf(n)
 		return n.UID != oldB.UID && !ok, fmt.Sprintf("uid %s, annotations %v", n.UID, n.Annotations), nil
 	})
+	if n, msgs := eventCount(t, client, b, ctrl.EventDone, 1); n != 1 || !strings.Contains(strings.Join(msgs, ""), "repaired by replacement") {
+		t.Errorf("%s: %d %s events %q, want one for the replacement", b, n, ctrl.EventDone, msgs)
+	}
 	for action, want := range map[string]float64{"Reboot": 2, "Replace": 1} {
 		if v := ns.Metric(t, "nodeshepherd_remediation_provider_requests_total", map[string]string{"action": action, "result": "accepted"}); v != want {
 			t.Errorf("%s requests accepted: %v, want %v", action, v, want)

@@ -49,6 +49,11 @@ var scenarioRuns = map[string][]string{
 	// 0 s without a ready endpoint) and without (blocked to the end). Upstream has no such drain.
 	"move-before-evict.yaml":     {},
 	"move-before-evict-off.yaml": {},
+	// Issue 33: remediation policies (reboot, replace, brakes, flapping); upstream repairs nothing.
+	"remediation-reboot.yaml":   {"--compare=upstream"},
+	"remediation-replace.yaml":  {"--compare=upstream"},
+	"remediation-brakes.yaml":   {"--compare=upstream"},
+	"remediation-flapping.yaml": {"--compare=upstream"},
 }
 
 // exampleArgs are simulate's flags for an example scenario: its largest

@@ -1,6 +1,7 @@
 package fakenodes
 
 import (
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,5 +21,24 @@ func TestParseTaint(t *testing.T) {
 		if _, err := ParseTaint(bad); err == nil {
 			t.Errorf("ParseTaint(%q) accepted", bad)
 		}
+	}
+}
+
+// --survives-reboot goes with the condition being set, and only with it.
+func TestFaultSurvivesReboot(t *testing.T) {
+	o := &faultOptions{survivesReboot: true}
+	o.target.All = true
+	f, err := o.fault([]string{"condition", "KernelDeadlock=True"})
+	if err != nil || f.Condition == nil || !f.Condition.SurvivesReboot {
+		t.Fatalf("condition --survives-reboot: %+v, %v", f, err)
+	}
+	for _, args := range [][]string{{"clear-condition", "KernelDeadlock"}, {"partition"}, {"machine-shutdown"}} {
+		if _, err := o.fault(args); err == nil || !strings.Contains(err.Error(), "--survives-reboot is for condition") {
+			t.Errorf("%v --survives-reboot: %v, want a refusal", args, err)
+		}
+	}
+	o.survivesReboot = false
+	if f, err := o.fault([]string{"condition", "KernelDeadlock=True"}); err != nil || f.Condition.SurvivesReboot {
+		t.Errorf("condition without the flag: %+v, %v", f.Condition, err)
 	}
 }

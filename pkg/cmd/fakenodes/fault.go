@@ -18,6 +18,7 @@ type faultOptions struct {
 	target          fakenode.Target
 	duration        time.Duration
 	reason, message string
+	survivesReboot  bool
 }
 
 func newFaultCommand() *cobra.Command {
@@ -32,7 +33,8 @@ Actions:
   heal                   end a partition
   kubelet-stop           stop the nodes' kubelets
   kubelet-start          start them again (a fresh kubelet re-posts every pod status)
-  condition TYPE=STATUS  set a node condition, e.g. KernelDeadlock=True or MemoryPressure=True
+  condition TYPE=STATUS  set a node condition, e.g. KernelDeadlock=True or MemoryPressure=True;
+                         a reboot of the machine clears it, unless --survives-reboot
   clear-condition TYPE   return a condition to its healthy status
   machine-delete         delete the machine: the kubelet stops for good and the fake cloud
                          provider (nodeshepherd run --cloud-provider=fake) reports it gone
@@ -41,10 +43,16 @@ Actions:
                          re-registers its Node)
 
 Select nodes with --node, --zone, --selector or --all (several intersect). With --for the
-fault is undone after that long (partition, kubelet-stop, condition, machine-shutdown).`,
+fault is undone after that long (partition, kubelet-stop, condition, machine-shutdown).
+
+A machine that boots again (machine-start after machine-shutdown, or a reboot by the fake
+cloud provider) reports every condition a fault set back at its healthy status, as a fresh
+kubelet and node-problem-detector would; --survives-reboot keeps one through reboots (a
+hardware fault). A replaced machine (a new Node) has none of them.`,
 		Example: `  nodeshepherd fakenodes fault partition --node=fake-node-0003 --for=45s
   nodeshepherd fakenodes fault partition --zone=zone-b
   nodeshepherd fakenodes fault condition KernelDeadlock=True --selector=pool=blue --for=10m
+  nodeshepherd fakenodes fault condition KernelDeadlock=True --node=fake-node-0001 --survives-reboot
   nodeshepherd fakenodes fault clear-condition KernelDeadlock --all`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -75,6 +83,7 @@ fault is undone after that long (partition, kubelet-stop, condition, machine-shu
 	fl.DurationVar(&o.duration, "for", 0, "Undo the fault after this long (e.g. 45s, 10m).")
 	fl.StringVar(&o.reason, "reason", "", "Reason of the condition (condition and clear-condition).")
 	fl.StringVar(&o.message, "message", "", "Message of the condition (condition and clear-condition).")
+	fl.BoolVar(&o.survivesReboot, "survives-reboot", false, "With condition: the condition stays through reboots of the machine; only clear-condition, --for or a replaced machine ends it.")
 	return c
 }
 
@@ -92,9 +101,16 @@ func (o *faultOptions) fault(args []string) (fakenode.Fault, error) {
 		}
 		cond.Reason, cond.Message = o.reason, o.message
 		f.Condition = cond
+		if o.survivesReboot && f.Action != fakenode.SetCondition {
+			return f, fmt.Errorf("--survives-reboot is for condition (how long a condition being set lasts), not %s", f.Action)
+		}
+		cond.SurvivesReboot = o.survivesReboot
 	default:
 		if len(args) == 2 {
 			return f, fmt.Errorf("%s takes no argument, got %q", f.Action, args[1])
+		}
+		if o.survivesReboot {
+			return f, fmt.Errorf("--survives-reboot is for condition, not %s", f.Action)
 		}
 	}
 	return f, f.Validate()

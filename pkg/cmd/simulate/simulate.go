@@ -157,8 +157,12 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 		}
 	}
 	if o.validateOnly {
-		fmt.Fprintf(out, "%s: scenario %q is valid: %d zones, %d workload entries, %d timeline steps, %d expectations\n",
-			path, sc.Name, len(sc.ZoneNames()), len(sc.Workloads), len(sc.Timeline), len(sc.Expect))
+		policies := ""
+		if n := sc.PolicyCount(); n > 0 {
+			policies = fmt.Sprintf(", %d remediation policies", n)
+		}
+		fmt.Fprintf(out, "%s: scenario %q is valid: %d zones, %d workload entries%s, %d timeline steps, %d expectations\n",
+			path, sc.Name, len(sc.ZoneNames()), len(sc.Workloads), policies, len(sc.Timeline), len(sc.Expect))
 		return nil
 	}
 	dir := o.output

@@ -128,6 +128,17 @@ type Controller struct {
 	requested map[string]string
 	// written is the last status written per policy.
 	written map[string]rem.PolicyStatus
+	// replacing are the nodes at a Replace step, by name: their Node goes
+	// with the machine, and the one that registers anew under the name
+	// (another UID) ends the repair, said as done.
+	replacing map[string]replacement
+}
+
+// replacement is a node whose machine the provider was asked to replace.
+type replacement struct {
+	policy string
+	uid    string
+	step   int
 }
 
 // nodeVerdict is the last decision about a node under its policy.
@@ -150,7 +161,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	c := &Controller{Base: b, client: d.Client, dynamic: d.Dynamic, clock: d.Clock, recorder: d.Recorder, repairer: d.Repairer,
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
-		requested: map[string]string{}, written: map[string]rem.PolicyStatus{},
+		requested: map[string]string{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{},
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation", Clock: d.Clock})),
 		statusQ: controllerutil.Track(b, "policy", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -269,6 +280,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.eventOnce(n, EventBlocked, "Repair record unreadable, not acting on the node: "+err.Error())
 		return nil
 	}
+	c.noteReplacement(n, req, inRepair)
 	pols := c.selecting(n)
 	if inRepair {
 		// A repair under way belongs to its policy. It ends, visibly, when
@@ -482,6 +494,27 @@ func (c *Controller) end(ctx context.Context, n *v1.Node, policyName, why string
 	c.forget(n.Name)
 	c.statusQ.Add(policyName)
 	return nil
+}
+
+// noteReplacement keeps the nodes at a Replace step, and says a repair done
+// when another Node (a new UID) has registered under the name of one.
+func (c *Controller) noteReplacement(n *v1.Node, req rem.Request, inRepair bool) {
+	c.mu.Lock()
+	r, had := c.replacing[n.Name]
+	switch {
+	case inRepair && req.Action == rem.ActionReplace:
+		c.replacing[n.Name] = replacement{policy: req.Policy, uid: string(n.UID), step: req.Step}
+	case had && r.uid != string(n.UID):
+		delete(c.replacing, n.Name)
+	case had:
+		delete(c.replacing, n.Name) // the repair ended otherwise
+		had = false
+	}
+	c.mu.Unlock()
+	if had && r.uid != string(n.UID) && !inRepair {
+		c.eventOnce(n, EventDone, fmt.Sprintf("Policy %s: repaired by replacement at step %d (Replace): node %s registered anew by a new machine", r.policy, r.step+1, n.Name))
+		c.statusQ.AddAfter(r.policy, statusDelay)
+	}
 }
 
 func (c *Controller) setVerdict(node, policy string, d *rem.Decision) {

@@ -1,0 +1,203 @@
+package fakenode
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/util/workqueue"
+
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
+)
+
+// conditionOf is the node's believed status of typ ("" when absent).
+func conditionOf(n *node, typ v1.NodeConditionType) v1.NodeCondition {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, c := range n.conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return v1.NodeCondition{}
+}
+
+// A reboot (machine-shutdown, then machine-start) brings every condition a
+// fault set back to its healthy status, as a fresh kubelet and
+// node-problem-detector report, except one set to survive reboots; a
+// kubelet restart or a healed partition clears nothing. A cleared
+// condition set again without survivesReboot no longer survives, and a
+// machine deleted and started again is a new machine: nothing survives.
+func TestRebootClearsConditionsUnlessTheySurvive(t *testing.T) {
+	m, err := New(Config{Client: fake.NewClientset(), Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := m.nodes[m.names[0]]
+	n.conditions = initialConditions(metav1.NewTime(time.Now().Add(-time.Hour)))
+	set := func(typ v1.NodeConditionType, status v1.ConditionStatus, survives bool) {
+		m.applyTo(n, SetCondition, &Condition{Type: typ, Status: status, SurvivesReboot: survives})
+	}
+	set("KernelDeadlock", v1.ConditionTrue, false)
+	set("HardwareFault", v1.ConditionTrue, true)
+	set(v1.NodeMemoryPressure, v1.ConditionTrue, false)
+	set(v1.NodeReady, v1.ConditionFalse, false)
+	want := func(when string, statuses map[v1.NodeConditionType]v1.ConditionStatus) {
+		t.Helper()
+		for typ, st := range statuses {
+			if got := conditionOf(n, typ); got.Status != st {
+				t.Errorf("%s: %s=%s (%s), want %s", when, typ, got.Status, got.Reason, st)
+			}
+		}
+	}
+	sick := map[v1.NodeConditionType]v1.ConditionStatus{"KernelDeadlock": v1.ConditionTrue, "HardwareFault": v1.ConditionTrue,
+		v1.NodeMemoryPressure: v1.ConditionTrue, v1.NodeReady: v1.ConditionFalse}
+	for _, a := range []Action{Partition, Heal, KubeletStop, KubeletStart, MachineStart} {
+		m.applyTo(n, a, nil)
+	}
+	want("without a reboot", sick)
+
+	before := conditionOf(n, "KernelDeadlock").LastTransitionTime
+	n.dirty = false
+	m.applyTo(n, MachineShutdown, nil)
+	want("while off", sick)
+	m.applyTo(n, MachineStart, nil)
+	want("after the reboot", map[v1.NodeConditionType]v1.ConditionStatus{"KernelDeadlock": v1.ConditionFalse, "HardwareFault": v1.ConditionTrue,
+		v1.NodeMemoryPressure: v1.ConditionFalse, v1.NodeReady: v1.ConditionTrue})
+	if !n.dirty {
+		t.Error("the cleared conditions are not posted at once")
+	}
+	kd := conditionOf(n, "KernelDeadlock")
+	if kd.LastTransitionTime.Equal(&before) || kd.Reason != "FaultCleared" {
+		t.Errorf("KernelDeadlock after the reboot: %+v, want a new transition time and reason FaultCleared", kd)
+	}
+	if mp := conditionOf(n, v1.NodeMemoryPressure); mp.Reason != "KubeletHasSufficientMemory" {
+		t.Errorf("MemoryPressure after the reboot: reason %q, want the kubelet's", mp.Reason)
+	}
+
+	// Cleared by hand and set again, without survivesReboot: a reboot clears it.
+	m.applyTo(n, ClearCondition, &Condition{Type: "HardwareFault"})
+	set("HardwareFault", v1.ConditionTrue, false)
+	m.applyTo(n, MachineShutdown, nil)
+	m.applyTo(n, MachineStart, nil)
+	want("set again without survivesReboot", map[v1.NodeConditionType]v1.ConditionStatus{"HardwareFault": v1.ConditionFalse})
+
+	// A machine deleted and created again is a new machine.
+	set("HardwareFault", v1.ConditionTrue, true)
+	m.applyTo(n, MachineDelete, nil)
+	m.applyTo(n, MachineStart, nil)
+	want("a machine created again", map[v1.NodeConditionType]v1.ConditionStatus{"HardwareFault": v1.ConditionFalse})
+}
+
+// The fake cloud's repairs, as fakenodes carries them out: a reboot keeps
+// a condition that survives reboots and clears another one; a replaced
+// machine registers a new Node with none of them, whatever the fault said.
+func TestRepairsClearConditions(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	m, err := New(Config{Client: client, Nodes: 2, RebootDowntime: time.Millisecond, ReplaceDowntime: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.statusQ = workqueue.NewTypedDelayingQueue[string]()
+	defer m.statusQ.ShutDown()
+	for _, name := range m.names {
+		if err := m.register(ctx, m.nodes[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebooted, replaced := m.nodes[m.names[0]], m.nodes[m.names[1]]
+	for _, n := range []*node{rebooted, replaced} {
+		m.applyTo(n, SetCondition, &Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue})
+		m.applyTo(n, SetCondition, &Condition{Type: "HardwareFault", Status: v1.ConditionTrue, SurvivesReboot: true})
+	}
+	oldBoot, oldUID := replaced.bootID(), replaced.uid
+
+	requests := map[string]string{}
+	for n, r := range map[string]fakecloud.Request{rebooted.name: {ID: "r1", Action: fakecloud.ActionReboot}, replaced.name: {ID: "r2", Action: fakecloud.ActionReplace}} {
+		b, _ := json.Marshal(r)
+		requests[n] = string(b)
+	}
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fakecloud.RequestsConfigMapName, Namespace: fakecloud.ConfigMapNamespace}, Data: requests}
+	if _, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.onRepairs(ctx, cm)
+
+	// Both repairs end on their own (timers of a millisecond): wait for
+	// them to be marked done, with a deadline.
+	var last map[string]string
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Get(ctx, fakecloud.RequestsConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = got.Data
+		done := 0
+		for _, s := range got.Data {
+			if r, err := fakecloud.ParseRequest(s); err == nil && r.Done != nil {
+				done++
+			}
+		}
+		rebooted.mu.Lock()
+		defer rebooted.mu.Unlock()
+		return done == 2 && rebooted.machine == fakecloud.Running, nil
+	})
+	if err != nil {
+		t.Fatalf("repairs not done: %v; requests %v", err, last)
+	}
+	m.repairs.running.Wait()
+
+	if kd, hf := conditionOf(rebooted, "KernelDeadlock"), conditionOf(rebooted, "HardwareFault"); kd.Status != v1.ConditionFalse || hf.Status != v1.ConditionTrue {
+		t.Errorf("rebooted machine: KernelDeadlock=%s HardwareFault=%s, want False and True (it survives reboots)", kd.Status, hf.Status)
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, replaced.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Status.NodeInfo.BootID == oldBoot || replaced.uid == oldUID && oldUID != "" {
+		t.Errorf("replaced machine: boot %q (was %q), uid %q (was %q)", node.Status.NodeInfo.BootID, oldBoot, replaced.uid, oldUID)
+	}
+	for _, conds := range [][]v1.NodeCondition{node.Status.Conditions, replaced.conditions} {
+		for _, c := range conds {
+			if c.Type == "KernelDeadlock" || c.Type == "HardwareFault" {
+				t.Errorf("the replaced machine's new Node reports %s=%s", c.Type, c.Status)
+			}
+		}
+	}
+	if len(replaced.lasting) != 0 {
+		t.Errorf("the new machine keeps the old one's lasting conditions: %v", replaced.lasting)
+	}
+}
+
+// A new machine renews no Lease before its Node is registered: a Lease
+// owned by the replaced Node would be garbage-collected under it.
+func TestNoLeaseBeforeTheNode(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	m, err := New(Config{Client: client, Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := m.nodes[m.names[0]]
+	if err := m.renewLease(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := client.CoordinationV1().Leases(v1.NamespaceNodeLease).List(ctx, metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Fatalf("a Lease before the Node: %+v", l.Items)
+	}
+	n.uid = "new-node"
+	if err := m.renewLease(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	l, err := client.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != "new-node" {
+		t.Fatalf("Lease once registered: %+v, %v", l, err)
+	}
+}
