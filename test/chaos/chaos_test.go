@@ -1,6 +1,7 @@
 // Package chaos runs seeded random fault schedules (pkg/chaos) on the
 // local control plane against 2-3 leader-elected `nodeshepherd run`
-// replicas, with pkg/chaos's checker watching the API server on its own.
+// replicas, with pkg/chaos's checker watching the API server on its own,
+// and the repair checker (repaircheck_test.go) the remediation ladder.
 // `make chaos` runs it; see docs/chaos.md.
 package chaos
 
@@ -14,6 +15,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,12 +27,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -59,7 +65,7 @@ const (
 const configYAML = `apiVersion: nodeshepherd.io/v1alpha1
 kind: NodeShepherdConfiguration
 manager:
-  controllers: [nodelifecycle, tainteviction, drain, outofservice, nodeipam]
+  controllers: [nodelifecycle, tainteviction, drain, outofservice, nodeipam, remediation]
 leaderElection:
   leaderElect: true
   leaderElectLeaseDuration: 4s
@@ -120,7 +126,12 @@ func TestChaos(t *testing.T) {
 	if *flagDuration <= 0 {
 		t.Fatalf("-duration=%v: give a positive duration, e.g. 60s", *flagDuration)
 	}
-	t.Logf("not checked yet:\n  - %s", strings.Join(chaos.NotChecked, "\n  - "))
+	t.Logf("not checked yet:\n  - %s", strings.Join(append(append([]string(nil), chaos.NotChecked...), repairNotChecked...), "\n  - "))
+	// The repair checker's own cases first: a checker that cannot tell
+	// must not judge a run.
+	if !t.Run("repair-checker", testRepairChecker) {
+		t.FailNow()
+	}
 	for _, seed := range seeds(t) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSeed(t, seed, *flagDuration) })
 	}
@@ -129,7 +140,14 @@ func TestChaos(t *testing.T) {
 // replica is one `nodeshepherd run` process in a slot.
 type replica struct {
 	cmd *exec.Cmd
+	// ended: the runner ended it (a fault), so that its exit is no news.
+	ended atomic.Bool
 }
+
+// restartDelay is how long a replica that exited on its own stays down
+// before the runner starts it again, as its Pod's kubelet would (a
+// replica that loses the Lease exits to come back as a standby).
+const restartDelay = time.Second
 
 type cluster struct {
 	t        *testing.T
@@ -137,11 +155,29 @@ type cluster struct {
 	nodes    *fakenode.Manager
 	proxy    *framework.FaultProxy
 	kc, conf string
-	slots    []*replica
+	// mu guards slots and killed: a replica that exits on its own is
+	// restarted from its own goroutine.
+	mu    sync.Mutex
+	slots []*replica
 	// killed is the slot whose leader was killed last, for its restart.
 	killed int
-	rules  map[int]*framework.FaultRule
-	notes  []chaos.Entry
+	// stopping: the seed is over; exits are the cleanup's. exits counts
+	// the replicas that exited on their own.
+	stopping bool
+	exits    int
+	rules    map[int]*framework.FaultRule
+	// faults are the schedule's, pkg/chaos's and the remediation ones.
+	faults []chaos.Fault
+	// notes are the fault steps and the fake cloud's repairs (noted from
+	// fakenodes' goroutines: hence the lock).
+	notesMu sync.Mutex
+	notes   []chaos.Entry
+}
+
+func (c *cluster) note(at time.Time, what string) {
+	c.notesMu.Lock()
+	defer c.notesMu.Unlock()
+	c.notes = append(c.notes, chaos.Entry{At: at, What: what})
 }
 
 func runSeed(t *testing.T, seed int64, duration time.Duration) {
@@ -149,18 +185,35 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: true})
 	client := framework.Client(t, cp)
 	ctx := framework.Context(t)
-	zones, _ := fakenode.ParseZones("zone-a=4,zone-b=4,zone-c=4")
-	m := framework.StartFakeNodes(t, fakenode.Config{Client: client, Zones: zones, LeaseDuration: 4 * time.Second,
-		LeaseRenewInterval: 500 * time.Millisecond, NodeStatusUpdateFrequency: 500 * time.Millisecond, PodStartDelay: 100 * time.Millisecond})
+	zoneNames := []string{"zone-a", "zone-b", "zone-c"}
+	// The truth is filled as the steps are applied; the zones it needs are
+	// known before the nodes start, and fakenodes' repairs go into it.
 	var czones []chaos.Zone
-	for _, z := range zones {
-		cz := chaos.Zone{Name: z.Name}
-		for _, n := range m.NodeNames() {
-			if m.Zone(n) == z.Name {
-				cz.Nodes = append(cz.Nodes, n)
-			}
+	for i, z := range zoneNames {
+		cz := chaos.Zone{Name: z}
+		for j := 0; j < 4; j++ {
+			cz.Nodes = append(cz.Nodes, fmt.Sprintf("%s%04d", fakenode.DefaultNamePrefix, 4*i+j))
 		}
 		czones = append(czones, cz)
+	}
+	truth := chaos.NewTruth(czones)
+	c := &cluster{t: t, client: client, killed: -1, rules: map[int]*framework.FaultRule{}}
+	defer func() { // before the cleanups kill the replicas
+		c.mu.Lock()
+		c.stopping = true
+		c.mu.Unlock()
+	}()
+	repairs := newRepairTruth(truth, c.note)
+	m := startFakeNodes(t, repairs, fakenode.Config{Client: client, Groups: nodeGroups(zoneNames, 4), LeaseDuration: 4 * time.Second,
+		LeaseRenewInterval: 500 * time.Millisecond, NodeStatusUpdateFrequency: 500 * time.Millisecond, PodStartDelay: 100 * time.Millisecond,
+		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime})
+	c.nodes = m
+	for _, z := range czones {
+		for _, n := range z.Nodes {
+			if m.Zone(n) != z.Name {
+				t.Fatalf("node %s is in zone %q, the schedule's zones want %s", n, m.Zone(n), z.Name)
+			}
+		}
 	}
 	// 2 or 3 replicas, from the seed.
 	replicas := 2 + int(uint64(seed)%2)
@@ -168,17 +221,21 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sched = withRepairFaults(sched, czones)
+	c.faults = sched.Faults
 	t.Logf("%d replicas; schedule %s", replicas, sched)
 
-	// The checker watches before anything else writes.
-	truth := chaos.NewTruth(czones)
+	// The checkers watch before anything else writes.
 	checker := chaos.NewChecker(chaos.Limits{Grace: grace, MonitorPeriod: monitorPeriod, Slack: slack, MaxCordoned: maxCordoned,
 		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS, EvictionSlack: evictionSlack}, truth)
 	if err := chaos.Watch(ctx, client, checker); err != nil {
 		t.Fatal(err)
 	}
-
-	c := &cluster{t: t, client: client, nodes: m, killed: -1, rules: map[int]*framework.FaultRule{}}
+	rc := newRepairChecker(chaosPolicy, slack, true)
+	if err := watchRepairs(ctx, client, rc); err != nil {
+		t.Fatal(err)
+	}
+	installRepairPolicy(t, dynamic.NewForConfigOrDie(cp.RESTConfig()))
 	c.proxy = framework.StartFaultProxy(t, cp.RESTConfig())
 	pcfg := c.proxy.RESTConfig(cp.RESTConfig())
 	c.kc = framework.WriteKubeconfig(t, pcfg.Host, pcfg.CAData, pcfg.BearerToken)
@@ -186,9 +243,12 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 	if err := os.WriteFile(c.conf, []byte(configYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < replicas; i++ {
-		c.slots = append(c.slots, c.startReplica())
+	c.mu.Lock()
+	c.slots = make([]*replica, replicas)
+	for i := range c.slots {
+		c.slots[i] = c.startReplica(i)
 	}
+	c.mu.Unlock()
 	framework.Eventually(t, 90*time.Second, "a leader", func(ctx context.Context) (bool, string, error) {
 		slot, holder := c.leader(ctx)
 		return slot >= 0, holder, nil
@@ -212,26 +272,44 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 		a.Done = time.Now()
 		truth.Record(a)
 		f := sched.Faults[s.Fault]
-		c.notes = append(c.notes, chaos.Entry{At: a.Start, What: fmt.Sprintf("FAULT #%d %s: %s%s", s.Fault, f.Kind, s, what)})
+		c.note(a.Start, fmt.Sprintf("FAULT #%d %s: %s%s", s.Fault, f.Kind, s, what))
 	}
 	faultsEnd := time.Now()
 
 	// Progress: within the bound, every workload whole, every drain done
-	// or explained.
+	// or explained, every repair ended.
 	var deps []chaos.Deployment
 	deadline := time.Now().Add(progressBound)
 	for time.Now().Before(deadline) {
 		deps = deployments(ctx, t, client)
-		if whole(deps) && len(checker.StuckDrains()) == 0 {
+		if whole(deps) && len(checker.StuckDrains()) == 0 && len(rc.InRepair()) == 0 {
 			break
 		}
 		time.Sleep(time.Second) // polling the cluster, not waiting for luck
 	}
-	checker.CheckProgress(time.Now(), deps, time.Since(faultsEnd).Round(time.Second))
+	bound := time.Since(faultsEnd).Round(time.Second)
+	checker.CheckProgress(time.Now(), deps, bound)
+	rc.CheckProgress(time.Now(), bound)
+	// The repair checks still waiting for their window get it (the
+	// watches and their ticker run on meanwhile).
+	for wait := time.Now().Add(slack + 5*time.Second); rc.Pending() > 0 && time.Now().Before(wait); {
+		time.Sleep(100 * time.Millisecond) // polling the checker until its deadline
+	}
+	if n := rc.Pending(); n > 0 {
+		t.Errorf("seed %d: %d repair checks not judged: their window did not pass", seed, n)
+	}
+	for _, p := range repairs.missed(rc.Done()) {
+		t.Errorf("seed %d: ground truth: %s", seed, p)
+	}
 
-	vs := checker.Violations()
-	path := c.writeTimeline(seed, t0, checker)
-	t.Logf("seed %d: %d faults over %v, %d violations, %v in all; timeline %s", seed, len(sched.Faults), duration, len(vs), time.Since(start).Round(time.Second), path)
+	vs := append(checker.Violations(), rc.Violations()...)
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].At.Before(vs[j].At) })
+	path := c.writeTimeline(seed, t0, checker, rc)
+	c.mu.Lock()
+	exits := c.exits
+	c.mu.Unlock()
+	t.Logf("seed %d: %d faults over %v, %d violations, %v in all; repairs: %s; %d replicas restarted after exiting on their own; timeline %s",
+		seed, len(sched.Faults), duration, len(vs), time.Since(start).Round(time.Second), rc.Summary(), exits, path)
 	if len(vs) == 0 {
 		return
 	}
@@ -240,13 +318,58 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 	for _, v := range vs {
 		fmt.Fprintf(&b, "  +%v %s %s: %s\n", v.At.Sub(t0).Round(time.Millisecond), v.Invariant, v.Object, v.Detail)
 	}
-	fmt.Fprintf(&b, "timeline before the first violation (all of it in %s):\n%s", path, excerpt(c.merged(checker), t0, vs[0].At))
+	fmt.Fprintf(&b, "timeline before the first violation (all of it in %s):\n%s", path, excerpt(c.merged(checker, rc), t0, vs[0].At))
 	t.Error(b.String())
 }
 
-func (c *cluster) startReplica() *replica {
-	cmd := framework.StartBinary(c.t, "run", "--kubeconfig", c.kc, "--config", c.conf, "--metrics-bind-address", "0")
-	return &replica{cmd: cmd}
+// startReplica starts a process for slot; c.mu is held. One that exits
+// without the runner ending it is started again after restartDelay, unless
+// a fault has emptied or filled its slot meanwhile.
+func (c *cluster) startReplica(slot int) *replica {
+	r := &replica{cmd: framework.StartBinary(c.t, "run", "--kubeconfig", c.kc, "--config", c.conf, "--metrics-bind-address", "0")}
+	go func() {
+		st, err := r.cmd.Process.Wait()
+		if r.ended.Load() {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.stopping || c.slots[slot] != r {
+			return
+		}
+		how := fmt.Sprint(err)
+		if st != nil {
+			how = st.String()
+		}
+		c.note(time.Now(), fmt.Sprintf("REPLICA slot %d pid %d exited on its own (%s); started again in %v", slot, r.cmd.Process.Pid, how, restartDelay))
+		c.exits++
+		if st != nil && st.ExitCode() == 2 { // a Go panic, not a lost Lease
+			c.t.Errorf("replica slot %d (pid %d) exited with status 2, as a Go panic does; the end of its log:\n%s", slot, r.cmd.Process.Pid, logTail(r.cmd, 4096))
+		}
+		time.AfterFunc(restartDelay, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if !c.stopping && c.slots[slot] == r {
+				c.slots[slot] = c.startReplica(slot)
+				c.note(time.Now(), fmt.Sprintf("REPLICA slot %d started again: pid %d", slot, c.slots[slot].cmd.Process.Pid))
+			}
+		})
+	}()
+	return r
+}
+
+// logTail is the last n bytes of a replica's log (its output file, in the
+// test's temporary directory, which goes with the test).
+func logTail(cmd *exec.Cmd, n int64) string {
+	f, ok := cmd.Stdout.(*os.File)
+	if !ok {
+		return "(no log file)"
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		return err.Error()
+	}
+	return string(b[max(0, int64(len(b))-n):])
 }
 
 // leader returns the slot whose process holds the controllers' Lease (the
@@ -260,6 +383,8 @@ func (c *cluster) leader(ctx context.Context) (int, string) {
 	if l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) > 4*time.Second {
 		return -1, "lease expired, last holder " + holder
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, r := range c.slots {
 		if r != nil && strings.Contains(holder, fmt.Sprintf("_%d_", r.cmd.Process.Pid)) {
 			return i, holder
@@ -297,7 +422,10 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case chaos.OpMachineStart:
 		node(fakenode.MachineStart, nil)
 	case chaos.OpCondition:
-		node(fakenode.SetCondition, cond(true))
+		cd := cond(true)
+		// A lasting condition survives reboots: only a replacement clears it.
+		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting
+		node(fakenode.SetCondition, cd)
 	case chaos.OpClearCondition:
 		node(fakenode.ClearCondition, cond(false))
 	case chaos.OpKillLeader:
@@ -305,18 +433,30 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		if slot < 0 {
 			return " (no leader to kill: " + holder + ")"
 		}
-		_ = syscall.Kill(c.slots[slot].cmd.Process.Pid, syscall.SIGKILL)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		r := c.slots[slot]
+		if r == nil { // emptied since leader() looked
+			return " (no leader to kill: slot emptied)"
+		}
+		r.ended.Store(true)
+		_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL)
 		c.slots[slot], c.killed = nil, slot
 		return fmt.Sprintf(" (SIGKILL slot %d, %s)", slot, holder)
 	case chaos.OpStopReplica:
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		r := c.slots[s.Replica]
 		if r == nil {
 			return " (slot empty)"
 		}
+		r.ended.Store(true)
 		_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGTERM)
 		c.slots[s.Replica] = nil
 		return fmt.Sprintf(" (SIGTERM pid %d)", r.cmd.Process.Pid)
 	case chaos.OpStartReplica:
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		slot := s.Replica
 		if slot < 0 {
 			slot = c.killed
@@ -324,8 +464,10 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		if slot < 0 || c.slots[slot] != nil {
 			return " (nothing to restart: no slot is empty)"
 		}
-		c.slots[slot] = c.startReplica()
+		c.slots[slot] = c.startReplica(slot)
 		return fmt.Sprintf(" (slot %d, pid %d)", slot, c.slots[slot].cmd.Process.Pid)
+	case opPoolLeave, opPoolJoin:
+		return setPoolLabel(ctx, c.client, s.Nodes[0], s.Op == opPoolJoin)
 	case chaos.OpAPIFaultStart:
 		r := framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Kind: framework.FaultStatus, Status: s.Status, Every: 2}
 		if s.Resource == "evictions" {
@@ -418,9 +560,13 @@ func whole(deps []chaos.Deployment) bool {
 	return true
 }
 
-// merged is the faults and the observed writes, in time order.
-func (c *cluster) merged(ch *chaos.Checker) []chaos.Entry {
-	all := append(append([]chaos.Entry(nil), c.notes...), ch.Timeline()...)
+// merged is the faults, the fake cloud's repairs and the observed writes,
+// in time order.
+func (c *cluster) merged(ch *chaos.Checker, rc *repairChecker) []chaos.Entry {
+	c.notesMu.Lock()
+	all := append([]chaos.Entry(nil), c.notes...)
+	c.notesMu.Unlock()
+	all = append(append(all, ch.Timeline()...), rc.Timeline()...)
 	sort.SliceStable(all, func(i, j int) bool { return all[i].At.Before(all[j].At) })
 	return all
 }
@@ -440,7 +586,7 @@ func excerpt(all []chaos.Entry, t0, until time.Time) string {
 	return b.String()
 }
 
-func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker) string {
+func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker, rc *repairChecker) string {
 	dir := *flagOut
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "nodeshepherd-chaos")
@@ -450,7 +596,7 @@ func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker) str
 		return "(not written)"
 	}
 	var b strings.Builder
-	for _, e := range c.merged(ch) {
+	for _, e := range c.merged(ch, rc) {
 		b.WriteString(line(e, t0) + "\n")
 	}
 	path := filepath.Join(dir, fmt.Sprintf("seed-%d.timeline", seed))
@@ -459,4 +605,18 @@ func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker) str
 		return "(not written)"
 	}
 	return path
+}
+
+// startFakeNodes is framework.StartFakeNodes with fakenodes' log passed
+// through the repair truth's sink.
+func startFakeNodes(t *testing.T, h *repairTruth, cfg fakenode.Config) *fakenode.Manager {
+	t.Helper()
+	ctx := framework.Context(t)
+	ctx = klog.NewContext(ctx, h.logger(klog.FromContext(ctx)))
+	n, err := localcluster.StartNodes(ctx, cfg, localcluster.DefaultRegisterTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	return n.Manager()
 }

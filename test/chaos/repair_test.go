@@ -1,0 +1,440 @@
+package chaos
+
+// The remediation ladder in the chaos run (issue 33, point 6): the policy
+// the runner installs, the faults that make its nodes unhealthy or take
+// them out of its pool, and the ground truth of the fake cloud's reboots
+// and replacements.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+// repairStep is one rung of the chaos policy's ladder.
+type repairStep struct {
+	Action  string
+	Timeout time.Duration
+}
+
+// repairPolicy is the RemediationPolicy the runner installs, in the terms
+// the repair checker judges by: both read this one value, so the checker's
+// limits are the policy's.
+type repairPolicy struct {
+	Name                 string
+	PoolLabel, PoolValue string
+	Condition            v1.NodeConditionType
+	Status               v1.ConditionStatus
+	For, HealthyHold     time.Duration
+	Steps                []repairStep
+	TaintKey             string
+	MaxInRepair          intstr.IntOrString
+	MaxInRepairPerZone   intstr.IntOrString
+	MaxUnhealthy         intstr.IntOrString
+	Cooldown             time.Duration
+}
+
+// chaosPolicy: 2 nodes of each zone are its pool (poolPerZone); a read-only
+// filesystem for 2s makes one unhealthy; taint, reboot, replace. The step
+// timeouts are the shortest the CRD takes, except the Reboot's, which must
+// outlast rebootDowntime and the hold time, or a reboot that repairs would
+// be followed by a replacement. The brakes are small enough for the
+// random faults to reach them: 2 of the 6 in repair, 1 per zone, none
+// started while more than 3 are unhealthy.
+var chaosPolicy = repairPolicy{
+	Name: "chaos", PoolLabel: "nodeshepherd.io/chaos-pool", PoolValue: "repair",
+	Condition: "ReadonlyFilesystem", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
+	Steps:       []repairStep{{"Taint", 10 * time.Second}, {"Reboot", 15 * time.Second}, {"Replace", 10 * time.Second}},
+	TaintKey:    "nodeshepherd.io/chaos-unhealthy",
+	MaxInRepair: intstr.FromInt32(2), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(3),
+	Cooldown: 5 * time.Second,
+}
+
+// The fake cloud's repairs, short so that a repaired node is back within a
+// step's timeout; the node lifecycle controller notices a reboot only
+// when it overlaps other silence (grace 3s), as a real one would.
+const (
+	poolPerZone     = 2
+	rebootDowntime  = 5 * time.Second
+	replaceDowntime = 6 * time.Second
+)
+
+// manifest is the policy as a RemediationPolicy object.
+func (p repairPolicy) manifest() string {
+	var steps []string
+	for _, s := range p.Steps {
+		step := fmt.Sprintf("  - {action: %s, timeout: %s", s.Action, s.Timeout)
+		if s.Action == string(remediation.ActionTaint) {
+			step += fmt.Sprintf(", taint: {key: %s, effect: NoSchedule}", p.TaintKey)
+		}
+		steps = append(steps, step+"}")
+	}
+	return fmt.Sprintf(`apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: %s}
+spec:
+  nodeSelector: {matchLabels: {%s: %s}}
+  unhealthy:
+  - {type: %s, status: "%s", for: %s}
+  healthyHold: %s
+  steps:
+%s
+  brakes: {maxInRepair: %s, maxInRepairPerZone: %s, maxUnhealthy: %s, cooldown: %s}
+`, p.Name, p.PoolLabel, p.PoolValue, p.Condition, p.Status, p.For, p.HealthyHold, strings.Join(steps, "\n"),
+		yamlIntOrString(p.MaxInRepair), yamlIntOrString(p.MaxInRepairPerZone), yamlIntOrString(p.MaxUnhealthy), p.Cooldown)
+}
+
+func yamlIntOrString(v intstr.IntOrString) string {
+	if v.Type == intstr.Int {
+		return v.String()
+	}
+	return fmt.Sprintf("%q", v.String())
+}
+
+// selects says whether labels put a node in the pool.
+func (p repairPolicy) selects(labels map[string]string) bool {
+	return labels[p.PoolLabel] == p.PoolValue
+}
+
+// nodeGroups are the 12 nodes of the run as fakenode groups: per zone, the
+// policy's pool first (with its label, which a replacement machine
+// registers with again), then the rest. The names and zones are those of
+// "zone-a=4,zone-b=4,zone-c=4", so seeds keep their schedules.
+func nodeGroups(zones []string, perZone int) []fakenode.NodeGroup {
+	var out []fakenode.NodeGroup
+	for _, z := range zones {
+		out = append(out,
+			fakenode.NodeGroup{Name: z + "-pool", Zone: z, Count: poolPerZone, Labels: map[string]string{chaosPolicy.PoolLabel: chaosPolicy.PoolValue}},
+			fakenode.NodeGroup{Name: z + "-rest", Zone: z, Count: perZone - poolPerZone})
+	}
+	return out
+}
+
+// installRepairPolicy installs the RemediationPolicy CRD, waits until its
+// resource is served, and creates the chaos policy.
+func installRepairPolicy(t *testing.T, dyn dynamic.Interface) {
+	t.Helper()
+	ctx := framework.Context(t)
+	var crd unstructured.Unstructured
+	if err := yaml.Unmarshal(remediation.CRD, &crd.Object); err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the RemediationPolicy CustomResourceDefinition: %v", err)
+	}
+	var pol unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(chaosPolicy.manifest()), &pol.Object); err != nil {
+		t.Fatal(err)
+	}
+	// Established comes before discovery serves the resource: the create
+	// itself is the test that it is served.
+	framework.Eventually(t, 60*time.Second, "the chaos RemediationPolicy created", func(ctx context.Context) (bool, string, error) {
+		_, err := dyn.Resource(remediation.GroupVersionResource).Create(ctx, &pol, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err), nil
+	})
+}
+
+// The remediation faults: kinds and ops of their own, drawn from a stream
+// of their own, so that pkg/chaos's schedule of a seed stays what it was.
+const (
+	// kindRepairCondition: the policy's condition on one node, which a
+	// reboot clears (node-problem-detector reports afresh).
+	kindRepairCondition chaos.Kind = "repair-condition"
+	// kindRepairLasting: the same, surviving reboots (a bad disk): only a
+	// replacement clears it.
+	kindRepairLasting chaos.Kind = "repair-condition-lasting"
+	// kindPoolLeave: a person takes one pool node out of the pool (its
+	// label), and puts it back.
+	kindPoolLeave chaos.Kind = "pool-leave"
+
+	opPoolLeave chaos.Op = "pool-leave"
+	opPoolJoin  chaos.Op = "pool-join"
+)
+
+// repairMeanGap is the mean time between two remediation faults.
+const repairMeanGap = 5 * time.Second
+
+// labelTimeout bounds a pool-leave's label write.
+const labelTimeout = 5 * time.Second
+
+// repairSchedule draws the remediation faults of a seed: conditions on a
+// pool node 4 times in 5 (on another node, they must start nothing),
+// half of them lasting, and pool departures (3 in 20). Fault indexes follow first
+// (the pkg/chaos faults' count). Like chaos.Generate, every fault ends
+// inside the window, and the same seed gives the same faults.
+func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first int) ([]chaos.Fault, []chaos.Step) {
+	r := rand.New(rand.NewPCG(uint64(seed)^0x7265706169722121, uint64(seed)+0x6c6164646572))
+	var pool, rest []string
+	for _, z := range zones {
+		pool = append(pool, z.Nodes[:poolPerZone]...)
+		rest = append(rest, z.Nodes[poolPerZone:]...)
+	}
+	draw := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(r.Int64N(int64(hi-lo)/int64(time.Millisecond)+1))*time.Millisecond
+	}
+	cond := chaosPolicy.Condition
+	var faults []chaos.Fault
+	var steps []chaos.Step
+	at := time.Duration(0)
+	for {
+		at = (at + time.Duration(r.ExpFloat64()*float64(repairMeanGap))).Round(time.Millisecond)
+		if at >= window {
+			break
+		}
+		f := chaos.Fault{At: at}
+		idx := first + len(faults)
+		add := func(off time.Duration, s chaos.Step) {
+			s.At, s.Fault = at+off, idx
+			steps = append(steps, s)
+		}
+		switch x := r.IntN(20); {
+		case x < 17:
+			// A lasting one long enough, from early on, climbs to Replace
+			// (For, the Taint's and the Reboot's timeouts: 27s).
+			f.Kind, f.Duration = kindRepairCondition, draw(4*time.Second, 25*time.Second)
+			if r.IntN(2) == 0 {
+				f.Kind, f.Duration = kindRepairLasting, draw(15*time.Second, 45*time.Second)
+			}
+			if r.IntN(5) < 4 {
+				f.Nodes = []string{pool[r.IntN(len(pool))]}
+			} else {
+				f.Nodes = []string{rest[r.IntN(len(rest))]}
+			}
+		default:
+			f.Kind, f.Duration = kindPoolLeave, draw(5*time.Second, 20*time.Second)
+			f.Nodes = []string{pool[r.IntN(len(pool))]}
+		}
+		f.Duration = min(f.Duration, window-at)
+		if f.Kind == kindPoolLeave {
+			add(0, chaos.Step{Op: opPoolLeave, Nodes: f.Nodes})
+			add(f.Duration, chaos.Step{Op: opPoolJoin, Nodes: f.Nodes})
+		} else {
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: f.Nodes, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: f.Nodes, Condition: string(cond)})
+		}
+		faults = append(faults, f)
+	}
+	return faults, steps
+}
+
+// withRepairFaults merges the remediation faults into a pkg/chaos
+// schedule: its steps in time order, a step of pkg/chaos first at the
+// same instant.
+func withRepairFaults(s chaos.Schedule, zones []chaos.Zone) chaos.Schedule {
+	faults, steps := repairSchedule(s.Seed, s.Duration, zones, len(s.Faults))
+	s.Faults = append(append([]chaos.Fault(nil), s.Faults...), faults...)
+	s.Steps = append(append([]chaos.Step(nil), s.Steps...), steps...)
+	sort.SliceStable(s.Steps, func(i, j int) bool { return s.Steps[i].At < s.Steps[j].At })
+	return s
+}
+
+// setPoolLabel takes a node out of the pool (in false) or puts it back,
+// through the runner's own client; a node being replaced may be gone. A
+// stalled API server fails it within labelTimeout rather than holding
+// the later steps back (the checker judges the labels it sees, whatever
+// the runner meant).
+func setPoolLabel(ctx context.Context, client kubernetes.Interface, node string, in bool) string {
+	var value any // null: a merge patch removes the label
+	if in {
+		value = chaosPolicy.PoolValue
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{chaosPolicy.PoolLabel: value}}})
+	ctx, cancel := context.WithTimeout(ctx, labelTimeout)
+	defer cancel()
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Sprintf(" (%v)", err)
+	}
+	return ""
+}
+
+// repairTruth adds the fake cloud's reboots and replacements to the
+// ground truth (chaos.Truth), which otherwise knows only the schedule's
+// machine faults: without them, an out-of-service taint or a pod deleted
+// on a machine fakenodes rebooted or replaced would look like one on a
+// running machine. fakenodes carries the requests out in this process and
+// says so in its log, before and after each machine change; a log sink
+// wrapped around its logger turns those lines into steps with the moments
+// around them, as the runner does for its own steps. (A hook in
+// fakenode.Config would be sturdier; pkg/fakenode is not this package's.)
+// Every request marked done in the fake cloud's ConfigMap must have been
+// seen here (missed), or the truth is incomplete and the run says so.
+type repairTruth struct {
+	truth *chaos.Truth
+	note  func(at time.Time, what string)
+
+	mu sync.Mutex
+	// requested: the node's request being carried out, from the moment
+	// fakenodes said it had it (before it touched the machine).
+	requested map[string]repairCarried
+	carried   map[string]bool // request IDs carried out
+	problems  []string
+}
+
+type repairCarried struct {
+	id, action string
+	at         time.Time
+	// off: the reboot's shutdown was recorded at off (its start comes at
+	// least rebootDowntime later).
+	off time.Time
+}
+
+func newRepairTruth(truth *chaos.Truth, note func(time.Time, string)) *repairTruth {
+	return &repairTruth{truth: truth, note: note, requested: map[string]repairCarried{}, carried: map[string]bool{}}
+}
+
+// rebootFault is the fault fakenodes applies for a reboot: its String is
+// how its "Fault injected"/"Fault ended" lines name it.
+func rebootFault(node string) string {
+	return fakenode.Fault{Action: fakenode.MachineShutdown, Target: fakenode.Target{Nodes: []string{node}}, Duration: rebootDowntime}.String()
+}
+
+func (h *repairTruth) record(op chaos.Op, node string, start, done time.Time, what string) {
+	h.truth.Record(chaos.Applied{Step: chaos.Step{Op: op, Nodes: []string{node}, Fault: -1, At: -1}, Start: start, Done: done})
+	h.note(start, fmt.Sprintf("FAKE CLOUD %s %s (%s, %.3fs)", op, node, what, done.Sub(start).Seconds()))
+}
+
+// onLog takes one line of fakenodes' log.
+func (h *repairTruth) onLog(msg string, kv []any, err error) {
+	now := time.Now()
+	val := func(key string) string {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if k, _ := kv[i].(string); k == key {
+				return fmt.Sprint(kv[i+1])
+			}
+		}
+		return ""
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch msg {
+	case "Repair requested":
+		node := val("node")
+		r := repairCarried{id: val("request"), action: val("action"), at: now}
+		h.requested[node], h.carried[r.id] = r, true
+		if r.action == "replace" {
+			// The replacement deletes the machine first thing in a goroutine
+			// started right after this line, and its pods a few calls later:
+			// recorded now, so that the truth has it before the pods go. A
+			// second is ample for a goroutine to start; were it later, the
+			// truth would only think the machine off a moment early.
+			h.record(chaos.OpMachineShutdown, node, now, now.Add(time.Second), "replace: machine deleted, request "+r.id)
+		}
+	case "Fault injected", "Fault ended":
+		for node, r := range h.requested {
+			if r.action != "reboot" || val("fault") != rebootFault(node) {
+				continue
+			}
+			if msg == "Fault injected" {
+				h.record(chaos.OpMachineShutdown, node, r.at, now, "reboot: machine off, request "+r.id)
+				r.off = now
+				h.requested[node] = r
+			} else {
+				// The timer that starts it was set after the line that
+				// said it off, for rebootDowntime.
+				h.record(chaos.OpMachineStart, node, r.off.Add(rebootDowntime), now, "reboot: machine on, a new boot")
+				delete(h.requested, node)
+			}
+		}
+	case "Machine replaced":
+		node := val("node")
+		if r, ok := h.requested[node]; ok && r.action == "replace" {
+			h.record(chaos.OpMachineStart, node, r.at.Add(replaceDowntime), now, "replace: a new machine registers the Node")
+			delete(h.requested, node)
+		}
+	case "Rebooting":
+		// The reboot failed after (publishing the state) or before the
+		// shutdown; either way no timer starts the machine again.
+		node := val("node")
+		if r, ok := h.requested[node]; ok {
+			h.record(chaos.OpMachineShutdown, node, r.at, now, fmt.Sprintf("reboot failed: %v; the machine may stay off", err))
+			h.problems = append(h.problems, fmt.Sprintf("fakenodes failed to reboot %s (request %s): %v", node, r.id, err))
+		}
+	}
+}
+
+// missed returns the problems of the truth: requests marked done that no
+// log line announced, and reboots that failed.
+func (h *repairTruth) missed(done []string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := append([]string(nil), h.problems...)
+	for _, id := range done {
+		if !h.carried[id] {
+			out = append(out, fmt.Sprintf("fakenodes carried out request %s but its log did not say so here: the ground truth misses that reboot or replacement (did pkg/fakenode's log lines change?)", id))
+		}
+	}
+	return out
+}
+
+// logger wraps base so that h sees fakenodes' lines.
+func (h *repairTruth) logger(base logr.Logger) logr.Logger {
+	return logr.New(truthSink{inner: base.GetSink(), h: h})
+}
+
+// truthSink passes every line on to the inner sink and shows h the
+// fakenodes lines it needs (Info at V(0), and errors).
+type truthSink struct {
+	inner logr.LogSink
+	h     *repairTruth
+}
+
+// Init does nothing: the inner sink was initialized by its own logger.
+func (s truthSink) Init(logr.RuntimeInfo) {}
+
+func (s truthSink) Enabled(level int) bool { return level == 0 || s.inner.Enabled(level) }
+
+// GetCallStackHelper and helper keep the lines attributed to fakenodes'
+// code, not to this wrapper, where the inner sink (ktesting) can.
+func (s truthSink) GetCallStackHelper() func() {
+	if h, ok := s.inner.(logr.CallStackHelperLogSink); ok {
+		return h.GetCallStackHelper()
+	}
+	return func() {}
+}
+
+func (s truthSink) Info(level int, msg string, kv ...any) {
+	s.GetCallStackHelper()()
+	if level == 0 {
+		s.h.onLog(msg, kv, nil)
+	}
+	if s.inner.Enabled(level) {
+		s.inner.Info(level, msg, kv...)
+	}
+}
+
+func (s truthSink) Error(err error, msg string, kv ...any) {
+	s.GetCallStackHelper()()
+	s.h.onLog(msg, kv, err)
+	s.inner.Error(err, msg, kv...)
+}
+
+func (s truthSink) WithValues(kv ...any) logr.LogSink {
+	return truthSink{inner: s.inner.WithValues(kv...), h: s.h}
+}
+
+func (s truthSink) WithName(name string) logr.LogSink {
+	return truthSink{inner: s.inner.WithName(name), h: s.h}
+}

@@ -1,0 +1,214 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+)
+
+// testRepairChecker feeds the repair checker made-up histories (no
+// cluster): each rule reports what breaks it and nothing else. TestChaos
+// runs it first (make chaos and make test run only TestChaos here).
+func testRepairChecker(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	type nodeSpec struct {
+		name, zone string
+		pool       bool
+		rec        *record
+		sickSince  time.Time // zero: the condition False
+		uid        string
+	}
+	mk := func(s nodeSpec) *v1.Node {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.name, UID: types.UID("uid-" + s.name + s.uid),
+			Labels: map[string]string{labelZone: s.zone}, Annotations: map[string]string{}}}
+		if s.pool {
+			n.Labels[chaosPolicy.PoolLabel] = chaosPolicy.PoolValue
+		}
+		if s.rec != nil {
+			b, _ := json.Marshal(s.rec)
+			n.Annotations[annRepairRecord] = string(b)
+		}
+		cond := v1.NodeCondition{Type: chaosPolicy.Condition, Status: v1.ConditionFalse}
+		if !s.sickSince.IsZero() {
+			cond = v1.NodeCondition{Type: chaosPolicy.Condition, Status: chaosPolicy.Status, LastTransitionTime: metav1.NewTime(s.sickSince)}
+		}
+		n.Status.Conditions = []v1.NodeCondition{cond}
+		return n
+	}
+	rec := func(step int, since, repair float64) *record {
+		return &record{Policy: chaosPolicy.Name, Step: step, Action: chaosPolicy.Steps[step].Action, StepSince: at(since), RepairSince: at(repair)}
+	}
+	req := func(id, action string) string {
+		b, _ := json.Marshal(fakecloud.Request{ID: id, Action: action})
+		return string(b)
+	}
+	type event struct {
+		t       float64
+		node    *nodeSpec
+		deleted bool
+		cm      map[string]string // the requests ConfigMap's data
+	}
+	// Six pool nodes, two per zone, and one node outside the pool; all
+	// seen healthy at t=0.
+	base := func() []event {
+		var out []event
+		for _, z := range []string{"a", "b", "c"} {
+			for j := 0; j < 2; j++ {
+				out = append(out, event{t: 0, node: &nodeSpec{name: fmt.Sprintf("%s%d", z, j), zone: "zone-" + z, pool: true}})
+			}
+		}
+		return append(out, event{t: 0, node: &nodeSpec{name: "x", zone: "zone-a"}})
+	}
+	sick := at(0)
+	cases := []struct {
+		name   string
+		events []event
+		want   []string // invariant and words of each violation, in order
+	}{{
+		name: "a whole ladder, ended at any step",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 20, 10)}},
+			{t: 21, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
+			{t: 35, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(2, 35, 10)}},
+			{t: 36, cm: map[string]string{"a0": req("uid-a0/boot2/chaos/3/Replace", "replace")}},
+			{t: 37, node: &nodeSpec{name: "a0", zone: "zone-a"}, deleted: true},
+			{t: 44, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, uid: "-new"}},
+			{t: 50, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 50, 50)}},
+			{t: 55, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true}},
+		},
+	}, {
+		name: "skipped, restarted, moved back, started late",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(2, 20, 10)}},
+			{t: 30, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(2, 30, 10)}},
+			{t: 40, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 40, 10)}},
+			{t: 50, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(1, 50, 50)}},
+		},
+		want: []string{InvRepairLadder + " node/a0 skipped", InvRepairLadder + " node/a0 step 3 (Replace) started again",
+			InvRepairLadder + " node/a0 moved back", InvRepairLadder + " node/b0 a new repair starts at step 2"},
+	}, {
+		name: "brakes: pool and zone counts when a repair starts; one out of the pool is not counted",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 11, node: &nodeSpec{name: "a1", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 11, 11)}},
+			{t: 12, node: &nodeSpec{name: "a1", zone: "zone-a", pool: true}},                           // repaired
+			{t: 13, node: &nodeSpec{name: "a0", zone: "zone-a", sickSince: sick, rec: rec(0, 10, 10)}}, // left the pool, not yet ended
+			{t: 14, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 14, 14)}},
+			{t: 15, node: &nodeSpec{name: "c0", zone: "zone-c", pool: true, sickSince: sick, rec: rec(0, 15, 15)}},
+			{t: 16, node: &nodeSpec{name: "c1", zone: "zone-c", pool: true, sickSince: sick, rec: rec(0, 16, 16)}},
+		},
+		want: []string{InvRepairBrakes + " node/a1 2 nodes of pool chaos in zone zone-a in repair (a0,a1)",
+			InvRepairBrakes + " node/c1 3 nodes of pool chaos in repair (b0,c0,c1)", InvRepairBrakes + " node/c1 2 nodes of pool chaos in zone zone-c"},
+	}, {
+		name: "maxUnhealthy: four certainly unhealthy at the decision; then one whose condition was too fresh",
+		events: []event{
+			{t: 1, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: at(1)}},
+			{t: 1, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: at(1)}},
+			{t: 1, node: &nodeSpec{name: "b1", zone: "zone-b", pool: true, sickSince: at(1)}},
+			{t: 1, node: &nodeSpec{name: "c0", zone: "zone-c", pool: true, sickSince: at(1)}},
+			{t: 1, node: &nodeSpec{name: "x", zone: "zone-a", sickSince: at(1)}}, // not in the pool
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: at(1), rec: rec(0, 10, 10)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true}},
+			{t: 20, node: &nodeSpec{name: "c0", zone: "zone-c", pool: true, sickSince: at(19)}}, // fresh: not yet for 2s at 20
+			{t: 20, node: &nodeSpec{name: "c1", zone: "zone-c", pool: true, sickSince: at(1)}},
+			{t: 20.5, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: at(1), rec: rec(0, 20, 20)}},
+		},
+		want: []string{InvRepairBrakes + " node/a0 while 4 nodes of pool chaos were unhealthy (a0,b0,b1,c0)"},
+	}, {
+		name: "selection: a request for a node out of the pool all along, not for one that left within the slack",
+		events: []event{
+			{t: 10, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot")}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a"}},
+			{t: 22, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot"), "a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
+			{t: 40, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot"), "a0": req("uid-a0/boot1/chaos/3/Replace", "replace")}},
+		},
+		want: []string{InvRepairSelection + " node/x reboot request uid-x/boot1/chaos/2/Reboot written while policy chaos did not select",
+			InvRepairSelection + " node/a0 replace request uid-a0/boot1/chaos/3/Replace"},
+	}, {
+		name: "requests: an ID written again after another, a second reboot of one boot",
+		events: []event{
+			{t: 10, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
+			{t: 11, cm: map[string]string{"a0": `{"id":"uid-a0/boot1/chaos/2/Reboot","action":"reboot","done":"2026-11-26T10:00:11Z"}`}},
+			{t: 20, cm: map[string]string{"a0": req("uid-a0/boot2/chaos/3/Replace", "replace")}},
+			{t: 30, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
+			{t: 40, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/9/Reboot", "reboot")}},
+		},
+		want: []string{InvRepairRequests + " node/a0 request uid-a0/boot1/chaos/2/Reboot (reboot) written 2 times",
+			InvRepairRequests + " node/a0 a second reboot for Node UID uid-a0 boot boot1"},
+	}}
+	for _, tc := range cases {
+		c := newRepairChecker(chaosPolicy, 5*time.Second, true)
+		last := 0.0
+		for _, e := range append(base(), tc.events...) {
+			last = e.t
+			switch {
+			case e.cm != nil:
+				c.ObserveRequests(at(e.t), &v1.ConfigMap{Data: e.cm})
+			default:
+				c.ObserveNode(at(e.t), mk(*e.node), e.deleted)
+			}
+		}
+		c.Settle(at(last + 60))
+		var got []string
+		for _, v := range c.Violations() {
+			got = append(got, v.Invariant+" "+v.Object+" "+v.Detail)
+		}
+		ok := len(got) == len(tc.want)
+		for i := 0; ok && i < len(got); i++ {
+			w := strings.SplitN(tc.want[i], " ", 3)
+			ok = strings.HasPrefix(got[i], w[0]+" "+w[1]+" ") && strings.Contains(got[i], w[2])
+		}
+		if !ok {
+			t.Errorf("%s:\n got  %q\n want %q", tc.name, got, tc.want)
+		}
+	}
+
+	// The policy installed is one the controller acts on, and says what the
+	// checker judges by.
+	var pol remediation.RemediationPolicy
+	if err := yaml.UnmarshalStrict([]byte(chaosPolicy.manifest()), &pol); err != nil {
+		t.Fatalf("the chaos policy's manifest: %v\n%s", err, chaosPolicy.manifest())
+	}
+	if errs := pol.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
+		t.Errorf("the chaos policy is refused: %v", errs.ToAggregate())
+	}
+	if !pol.Spec.Selects(&v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{chaosPolicy.PoolLabel: chaosPolicy.PoolValue}}}) ||
+		pol.Spec.Selects(&v1.Node{}) || len(pol.Spec.Steps) != len(chaosPolicy.Steps) || pol.Spec.Brakes.MaxInRepair.String() != chaosPolicy.MaxInRepair.String() {
+		t.Errorf("the chaos policy reads back as %+v", pol.Spec)
+	}
+	for i, st := range pol.Spec.Steps {
+		if string(st.Action) != chaosPolicy.Steps[i].Action || st.Timeout.Duration != chaosPolicy.Steps[i].Timeout {
+			t.Errorf("the chaos policy's step %d reads back as %+v", i+1, st)
+		}
+	}
+
+	// The remediation faults are the seed's: the same seed, the same
+	// faults; every one ends inside the window.
+	zones := []chaos.Zone{{Name: "zone-a", Nodes: []string{"n0", "n1", "n2", "n3"}}, {Name: "zone-b", Nodes: []string{"n4", "n5", "n6", "n7"}}}
+	f1, s1 := repairSchedule(7, 60*time.Second, zones, 3)
+	f2, s2 := repairSchedule(7, 60*time.Second, zones, 3)
+	if !reflect.DeepEqual(f1, f2) || !reflect.DeepEqual(s1, s2) || len(f1) < 3 {
+		t.Errorf("seed 7: remediation faults differ between two draws, or too few (%d):\n%v\n%v", len(f1), f1, f2)
+	}
+	for _, f := range f1 {
+		if f.At+f.Duration > 60*time.Second || (f.Kind == kindPoolLeave && f.Nodes[0] != "n0" && f.Nodes[0] != "n1" && f.Nodes[0] != "n4" && f.Nodes[0] != "n5") {
+			t.Errorf("seed 7: %s: outside the window or the pool", f)
+		}
+	}
+}

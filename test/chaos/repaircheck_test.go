@@ -1,0 +1,672 @@
+package chaos
+
+// The repair checker: the remediation ladder's invariants, judged like
+// pkg/chaos's from the checker's own watches (Nodes, the fake cloud's
+// requests ConfigMap, events for the timeline), never from a controller's
+// memory. It lives here, beside the policy it judges; pkg/chaos's Checker
+// knows nothing of remediation.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
+)
+
+// The repair checker's invariants, as reported.
+const (
+	InvRepairBrakes    = "repair-brakes"
+	InvRepairSelection = "repair-selection"
+	InvRepairLadder    = "repair-ladder"
+	InvRepairRequests  = "repair-requests"
+	InvRepairProgress  = "repair-progress"
+)
+
+// The API contract the checker reads, spelled out rather than imported from
+// the controller it judges (as pkg/chaos does).
+const (
+	annRepairRecord = "nodeshepherd.io/remediation"
+	labelZone       = "topology.kubernetes.io/zone"
+)
+
+// repairNotChecked is what the repair checker leaves out, printed with
+// pkg/chaos's list.
+var repairNotChecked = []string{
+	"repair-brakes: the cooldown after a storm (a process's memory: a new leader starts without it); maxUnhealthy is judged only when the unhealthy nodes held their condition over the whole window from the decision to the checker's view of it",
+	"repair-selection: a request written less than the slack after its node left the pool is not told from one written just before",
+	"repair-ladder: steps' timeouts and the healthy hold (when a step may come) are not checked, only their order",
+}
+
+// record is a node's repair record (the annotation's JSON).
+type record struct {
+	Policy      string    `json:"policy"`
+	Step        int       `json:"step"`
+	Action      string    `json:"action"`
+	StepSince   time.Time `json:"stepSince"`
+	RepairSince time.Time `json:"repairSince"`
+	BootID      string    `json:"bootID,omitempty"`
+}
+
+// same says whether two records are one version (times compared as
+// instants: their zones may be spelled differently).
+func (r record) same(o record) bool {
+	return r.Policy == o.Policy && r.Step == o.Step && r.Action == o.Action && r.BootID == o.BootID &&
+		r.StepSince.Equal(o.StepSince) && r.RepairSince.Equal(o.RepairSince)
+}
+
+func (r record) String() string {
+	return fmt.Sprintf("step %d (%s) since %s, repair since %s", r.Step+1, r.Action, r.StepSince.Format("15:04:05.000"), r.RepairSince.Format("15:04:05.000"))
+}
+
+// nodeView is one version of a node as the checker saw it, from `from`
+// until the next one: what the window checks need.
+type nodeView struct {
+	from     time.Time
+	exists   bool
+	selected bool
+	// cond is the policy's condition, nil when the node has none.
+	cond *v1.NodeCondition
+	rec  *record
+}
+
+// pendingRepair is a check that needs the view up to a moment past the
+// slack: a request's selection, or a new repair's maxUnhealthy.
+type pendingRepair struct {
+	kind string // "selection" or "unhealthy"
+	node string
+	seen time.Time // when the checker saw the request or the record
+	// decided is the controller's own time of the decision (the record's
+	// repairSince) for "unhealthy"; id and action the request's.
+	decided    time.Time
+	id, action string
+}
+
+// repairChecker judges the ladder of one policy.
+type repairChecker struct {
+	mu       sync.Mutex
+	pol      repairPolicy
+	slack    time.Duration
+	provider bool // a cloud provider that can reboot and replace
+
+	nodes map[string]*v1.Node
+	views map[string][]nodeView
+	// bad is the last unreadable or foreign record reported, per node.
+	bad map[string]string
+	// maxPool and maxZonePool are the largest pool sizes seen: a
+	// percentage brake is judged against them (the most it can allow).
+	maxPool     int
+	maxZonePool map[string]int
+	// requests is the last request seen per node; written counts the
+	// writes of each request ID; byBoot the IDs per node UID, boot and
+	// action.
+	requests map[string]fakecloud.Request
+	written  map[string]int
+	byBoot   map[string][]string
+	done     []string
+	pending  []pendingRepair
+
+	stats      map[string]int
+	violations []chaos.Violation
+	timeline   []chaos.Entry
+}
+
+func newRepairChecker(pol repairPolicy, slack time.Duration, provider bool) *repairChecker {
+	return &repairChecker{pol: pol, slack: slack, provider: provider, nodes: map[string]*v1.Node{}, views: map[string][]nodeView{}, bad: map[string]string{},
+		maxZonePool: map[string]int{}, requests: map[string]fakecloud.Request{}, written: map[string]int{}, byBoot: map[string][]string{},
+		stats: map[string]int{}}
+}
+
+func (c *repairChecker) violate(at time.Time, inv, obj, format string, args ...any) {
+	v := chaos.Violation{At: at, Invariant: inv, Object: obj, Detail: fmt.Sprintf(format, args...)}
+	c.violations = append(c.violations, v)
+	c.timeline = append(c.timeline, chaos.Entry{At: at, What: "VIOLATION " + inv + " " + obj + ": " + v.Detail})
+}
+
+func (c *repairChecker) note(at time.Time, format string, args ...any) {
+	c.timeline = append(c.timeline, chaos.Entry{At: at, What: fmt.Sprintf(format, args...)})
+}
+
+// Violations returns what was found so far.
+func (c *repairChecker) Violations() []chaos.Violation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]chaos.Violation(nil), c.violations...)
+}
+
+// Timeline returns the repairs' writes seen so far.
+func (c *repairChecker) Timeline() []chaos.Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]chaos.Entry(nil), c.timeline...)
+}
+
+// readRecord parses a node's record (nil: none).
+func readRecord(n *v1.Node) (*record, error) {
+	s, ok := n.Annotations[annRepairRecord]
+	if !ok {
+		return nil, nil
+	}
+	var r record
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return nil, fmt.Errorf("annotation %s %q: %v", annRepairRecord, s, err)
+	}
+	return &r, nil
+}
+
+func (c *repairChecker) condOf(n *v1.Node) *v1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == c.pol.Condition {
+			cd := n.Status.Conditions[i]
+			return &cd
+		}
+	}
+	return nil
+}
+
+// ObserveNode takes a node as watched at `at` (deleted: it is gone).
+func (c *repairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	name := n.Name
+	old := c.nodes[name]
+	var prev *record
+	if vs := c.views[name]; len(vs) > 0 {
+		prev = vs[len(vs)-1].rec
+	}
+	if old != nil && !deleted && old.UID != n.UID && prev != nil {
+		// A Node created anew under the name whose deletion the watch did
+		// not deliver: its old record went with it.
+		c.note(at, "repair of %s: record gone with the old Node (%s)", name, *prev)
+		prev = nil
+	}
+	view := nodeView{from: at, exists: !deleted}
+	if deleted {
+		delete(c.nodes, name)
+		if prev != nil {
+			c.note(at, "repair of %s: record gone with the Node (%s)", name, *prev)
+			c.stats["ended with the Node"]++
+		}
+		c.views[name] = append(c.views[name], view)
+		c.settle(at)
+		return
+	}
+	c.nodes[name] = n
+	view.selected, view.cond = c.pol.selects(n.Labels), c.condOf(n)
+	rec, err := readRecord(n)
+	switch {
+	case err != nil:
+		if raw := n.Annotations[annRepairRecord]; c.bad[name] != raw { // once per value, not per status update
+			c.bad[name] = raw
+			c.violate(at, InvRepairLadder, "node/"+name, "repair record unreadable: %v", err)
+		}
+		rec = prev // judge the next readable one against the last
+	case rec != nil && rec.Policy != c.pol.Name:
+		if raw := n.Annotations[annRepairRecord]; c.bad[name] != raw {
+			c.bad[name] = raw
+			c.violate(at, InvRepairLadder, "node/"+name, "repair record of policy %q, but only %q exists", rec.Policy, c.pol.Name)
+		}
+		rec = nil
+	}
+	view.rec = rec
+	c.views[name] = append(c.views[name], view)
+	c.poolSizes()
+	c.ladder(at, n, prev, rec)
+	c.settle(at)
+}
+
+// poolSizes keeps the largest pool sizes seen.
+func (c *repairChecker) poolSizes() {
+	pool, zones := 0, map[string]int{}
+	for _, n := range c.nodes {
+		if c.pol.selects(n.Labels) {
+			pool++
+			zones[n.Labels[labelZone]]++
+		}
+	}
+	c.maxPool = max(c.maxPool, pool)
+	for z, k := range zones {
+		c.maxZonePool[z] = max(c.maxZonePool[z], k)
+	}
+}
+
+// firstStep is the step a repair may start at: 0, or past Reboot and
+// Replace steps when no provider can carry them out.
+func (c *repairChecker) firstStep() int { return c.nextStep(-1) }
+
+// nextStep is the only step that may follow step i.
+func (c *repairChecker) nextStep(i int) int {
+	for j := i + 1; j < len(c.pol.Steps); j++ {
+		if a := c.pol.Steps[j].Action; c.provider || (a != "Reboot" && a != "Replace") {
+			return j
+		}
+	}
+	return len(c.pol.Steps)
+}
+
+// ladder judges a record's change (repair-ladder) and a new repair's
+// brakes (repair-brakes).
+func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
+	name, obj := n.Name, "node/"+n.Name
+	switch {
+	case rec == nil && prev == nil:
+		return
+	case rec == nil:
+		c.note(at, "repair of %s: record removed at %s", name, *prev)
+		c.stats["ended"]++
+		return
+	case prev != nil && rec.same(*prev):
+		return
+	}
+	if rec.Step < 0 || rec.Step >= len(c.pol.Steps) {
+		c.violate(at, InvRepairLadder, obj, "record at step %d, but policy %s has %d steps", rec.Step+1, c.pol.Name, len(c.pol.Steps))
+		return
+	}
+	if want := c.pol.Steps[rec.Step].Action; rec.Action != want {
+		c.violate(at, InvRepairLadder, obj, "record at step %d says %s, but the policy's step %d is %s", rec.Step+1, rec.Action, rec.Step+1, want)
+	}
+	if prev == nil || !prev.RepairSince.Equal(rec.RepairSince) {
+		what := "starts"
+		if prev != nil {
+			what = fmt.Sprintf("starts anew over the repair at %s without its end", *prev)
+		}
+		c.note(at, "repair of %s %s: %s", name, what, *rec)
+		c.stats["started"]++
+		if first := c.firstStep(); rec.Step != first {
+			c.violate(at, InvRepairLadder, obj, "a new repair starts at step %d (%s), not at step %d (%s)", rec.Step+1, rec.Action, first+1, c.pol.Steps[first].Action)
+		}
+		c.brakes(at, n, rec)
+		return
+	}
+	switch next := c.nextStep(prev.Step); {
+	case rec.Step == prev.Step:
+		c.violate(at, InvRepairLadder, obj, "step %d (%s) started again: from %s to %s", rec.Step+1, rec.Action, *prev, *rec)
+	case rec.Step == next:
+		c.note(at, "repair of %s climbs: %s", name, *rec)
+		c.stats["climbed to "+rec.Action]++
+	case rec.Step < prev.Step:
+		c.violate(at, InvRepairLadder, obj, "moved back from %s to %s", *prev, *rec)
+	default:
+		c.violate(at, InvRepairLadder, obj, "skipped from %s to %s; the next step is %d (%s)", *prev, *rec, next+1, c.pol.Steps[next].Action)
+	}
+}
+
+// limit is a brake's value over total nodes: a count, or a percentage
+// rounded down (atLeastOne: the in-repair brakes allow one at any size).
+func limit(v intstr.IntOrString, total int, atLeastOne bool) int {
+	l, err := intstr.GetScaledValueFromIntOrPercent(&v, total, false)
+	if err != nil {
+		return total // unreadable: the policy would have been refused
+	}
+	if atLeastOne {
+		l = max(l, 1)
+	}
+	return l
+}
+
+// brakes: when a new repair starts, the pool's nodes carrying a record,
+// the new one and those in progress, are within maxInRepair, and those of
+// its zone within maxInRepairPerZone. The checker's view of the Nodes is
+// the API's at some moment (one watch, in order), so the count is one the
+// cluster had. maxUnhealthy needs the view around the decision: pending.
+func (c *repairChecker) brakes(at time.Time, n *v1.Node, rec *record) {
+	zone := n.Labels[labelZone]
+	var pool, inZone []string
+	for name, m := range c.nodes {
+		vs := c.views[name]
+		if !c.pol.selects(m.Labels) || len(vs) == 0 || vs[len(vs)-1].rec == nil {
+			continue
+		}
+		pool = append(pool, name)
+		if m.Labels[labelZone] == zone {
+			inZone = append(inZone, name)
+		}
+	}
+	sort.Strings(pool)
+	sort.Strings(inZone)
+	if l := limit(c.pol.MaxInRepair, c.maxPool, true); len(pool) > l {
+		c.violate(at, InvRepairBrakes, "node/"+n.Name, "repair started (%s) with %d nodes of pool %s in repair (%s), maxInRepair %s (%d of %d)",
+			*rec, len(pool), c.pol.Name, strings.Join(pool, ","), c.pol.MaxInRepair.String(), l, c.maxPool)
+	}
+	if l := limit(c.pol.MaxInRepairPerZone, c.maxZonePool[zone], true); len(inZone) > l {
+		c.violate(at, InvRepairBrakes, "node/"+n.Name, "repair started (%s) with %d nodes of pool %s in zone %s in repair (%s), maxInRepairPerZone %s (%d of %d)",
+			*rec, len(inZone), c.pol.Name, zone, strings.Join(inZone, ","), c.pol.MaxInRepairPerZone.String(), l, c.maxZonePool[zone])
+	}
+	c.pending = append(c.pending, pendingRepair{kind: "unhealthy", node: n.Name, seen: at, decided: rec.RepairSince})
+}
+
+// ObserveRequests takes the fake cloud's requests ConfigMap as watched.
+func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(cm.Data))
+	for k := range cm.Data {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, node := range names {
+		r, err := fakecloud.ParseRequest(cm.Data[node])
+		if err != nil {
+			c.violate(at, InvRepairRequests, "node/"+node, "unreadable request: %v", err)
+			continue
+		}
+		prev, had := c.requests[node]
+		c.requests[node] = r
+		if had && prev.ID == r.ID {
+			if prev.Done == nil && r.Done != nil {
+				c.note(at, "request %s %s carried out (%s)", r.Action, node, r.ID)
+				c.done = append(c.done, r.ID)
+			}
+			continue
+		}
+		c.write(at, node, r)
+	}
+	c.settle(at)
+}
+
+// write is a request written: (d) each ID once, one request of an action
+// per boot of a Node; (b) pending: the node in the pool when written.
+func (c *repairChecker) write(at time.Time, node string, r fakecloud.Request) {
+	c.note(at, "request %s %s written (%s)", r.Action, node, r.ID)
+	c.stats["request "+r.Action]++
+	obj := "node/" + node
+	if c.written[r.ID]++; c.written[r.ID] > 1 {
+		c.violate(at, InvRepairRequests, obj, "request %s (%s) written %d times: the same request carried out again", r.ID, r.Action, c.written[r.ID])
+	}
+	if r.Done != nil {
+		c.done = append(c.done, r.ID)
+	}
+	// The ID is the Node's UID, its boot ID and the step
+	// (cloudprovider.RequestID): one reboot per boot, one replacement.
+	if parts := strings.SplitN(r.ID, "/", 3); len(parts) == 3 {
+		key := parts[0] + "/" + parts[1] + "/" + r.Action
+		ids := c.byBoot[key]
+		if len(ids) > 0 && !contains(ids, r.ID) {
+			c.violate(at, InvRepairRequests, obj, "a second %s for Node UID %s boot %s: %s after %s", r.Action, parts[0], parts[1], r.ID, strings.Join(ids, ", "))
+		}
+		if !contains(ids, r.ID) {
+			c.byBoot[key] = append(ids, r.ID)
+		}
+	} else {
+		c.violate(at, InvRepairRequests, obj, "request ID %q names no Node UID and boot", r.ID)
+	}
+	c.pending = append(c.pending, pendingRepair{kind: "selection", node: node, seen: at, id: r.ID, action: r.Action})
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// within returns the node's views visible at some moment of [from, to]:
+// those the API may have shown at any moment of [from, to-slack] when
+// every watch delay is under the slack.
+func (c *repairChecker) within(node string, from, to time.Time) []nodeView {
+	vs := c.views[node]
+	var out []nodeView
+	for i, v := range vs {
+		if v.from.After(to) {
+			break
+		}
+		if i+1 < len(vs) && !vs[i+1].from.After(from) {
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// unhealthyAt says whether the view's condition made the node unhealthy at
+// t, as the policy judges: its status held since its transition (a whole
+// second, so from the next one unless it has a fraction) plus For.
+func (c *repairChecker) unhealthyAt(v nodeView, t time.Time) bool {
+	if !v.exists || v.cond == nil || v.cond.Status != c.pol.Status {
+		return false
+	}
+	since := v.cond.LastTransitionTime.Time
+	if since.Nanosecond() == 0 {
+		since = since.Add(time.Second)
+	}
+	return !t.Before(since.Add(c.pol.For))
+}
+
+// Settle decides the pending checks whose window has passed.
+func (c *repairChecker) Settle(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.settle(at)
+}
+
+// Pending says how many checks wait for their window.
+func (c *repairChecker) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+func (c *repairChecker) settle(at time.Time) {
+	var keep []pendingRepair
+	for _, p := range c.pending {
+		if at.Sub(p.seen) <= c.slack {
+			keep = append(keep, p)
+			continue
+		}
+		switch p.kind {
+		case "selection":
+			c.checkSelection(p)
+		case "unhealthy":
+			c.checkUnhealthy(p)
+		}
+	}
+	c.pending = keep
+}
+
+// checkSelection (b): a request is written at most the slack before the
+// checker sees it, so the node's version then is among those visible from
+// the slack before to the slack after; all of them out of the pool (or no
+// Node) is a request for a node the policy did not select.
+func (c *repairChecker) checkSelection(p pendingRepair) {
+	from, to := p.seen.Add(-c.slack), p.seen.Add(c.slack)
+	var seen []string
+	for _, v := range c.within(p.node, from, to) {
+		if v.exists && v.selected {
+			return
+		}
+		what := "no Node"
+		if v.exists {
+			what = "out of the pool"
+		}
+		seen = append(seen, v.from.Format("15:04:05.000")+" "+what)
+	}
+	c.violate(p.seen, InvRepairSelection, "node/"+p.node, "%s request %s written while policy %s did not select the node (its versions from %s to %s: %s)",
+		p.action, p.id, c.pol.Name, from.Format("15:04:05.000"), to.Format("15:04:05.000"), dashIfNone(seen))
+}
+
+// checkUnhealthy: a repair started (decided at the controller's own time,
+// the record's repairSince) while more of the pool than maxUnhealthy were
+// unhealthy. The controller read the nodes after deciding and before
+// writing, so each node's version it read is visible to the checker from
+// the decision to the slack after the record was seen: a node counts only
+// if every one of them was in the pool and unhealthy at the decision.
+func (c *repairChecker) checkUnhealthy(p pendingRepair) {
+	from, to := p.decided, p.seen.Add(c.slack)
+	var sick []string
+	for name := range c.views {
+		vs := c.within(name, from, to)
+		ok := len(vs) > 0
+		for _, v := range vs {
+			ok = ok && v.selected && c.unhealthyAt(v, p.decided)
+		}
+		if ok {
+			sick = append(sick, name)
+		}
+	}
+	sort.Strings(sick)
+	if l := limit(c.pol.MaxUnhealthy, c.maxPool, false); len(sick) > l {
+		c.violate(p.seen, InvRepairBrakes, "node/"+p.node, "repair started (decided %s) while %d nodes of pool %s were unhealthy (%s), maxUnhealthy %s (%d)",
+			p.decided.Format("15:04:05.000"), len(sick), c.pol.Name, strings.Join(sick, ","), c.pol.MaxUnhealthy.String(), l)
+	}
+}
+
+func dashIfNone(list []string) string {
+	if len(list) == 0 {
+		return "none seen"
+	}
+	return strings.Join(list, "; ")
+}
+
+// InRepair lists the nodes carrying a record now.
+func (c *repairChecker) InRepair() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for name := range c.nodes {
+		if vs := c.views[name]; len(vs) > 0 && vs[len(vs)-1].rec != nil {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Done lists the request IDs fakenodes marked carried out.
+func (c *repairChecker) Done() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.done...)
+}
+
+// CheckProgress is the end-of-run check: every fault ended, every node's
+// condition was cleared, so every repair ends within the bound (healthy
+// for the hold time, or its Node replaced).
+func (c *repairChecker) CheckProgress(at time.Time, bound time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.nodes))
+	for name := range c.nodes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if vs := c.views[name]; len(vs) > 0 && vs[len(vs)-1].rec != nil {
+			c.violate(at, InvRepairProgress, "node/"+name, "still in repair %v after the last fault ended: %s", bound, *vs[len(vs)-1].rec)
+		}
+	}
+}
+
+// Summary says what the repairs did, for the seed's log line.
+func (c *repairChecker) Summary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]string, 0, len(c.stats))
+	for k := range c.stats {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, c.stats[k]))
+	}
+	if len(parts) == 0 {
+		return "no repair"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ObserveEvent notes the remediation controller's events in the timeline
+// (not judged: they explain).
+func (c *repairChecker) ObserveEvent(at time.Time, e *v1.Event) {
+	if !strings.HasPrefix(e.Reason, "Remediation") {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Reason == "RemediationBlocked" {
+		c.stats["blocked events"]++
+	}
+	c.note(at, "event %s %s/%s: %s", e.Reason, strings.ToLower(e.InvolvedObject.Kind), e.InvolvedObject.Name, e.Message)
+}
+
+// watchRepairs feeds the repair checker from its own informers (Nodes,
+// the requests ConfigMap, events), through a client that bypasses the
+// fault proxy, until ctx ends; it returns once they are synced.
+func watchRepairs(ctx context.Context, client kubernetes.Interface, c *repairChecker) error {
+	f := informers.NewSharedInformerFactory(client, 0)
+	cms := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(fakecloud.ConfigMapNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", fakecloud.RequestsConfigMapName).String()
+		}))
+	untomb := func(obj any) any {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			return d.Obj
+		}
+		return obj
+	}
+	var errs []error
+	_, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.ObserveNode(time.Now(), obj.(*v1.Node), false) },
+		UpdateFunc: func(_, obj any) { c.ObserveNode(time.Now(), obj.(*v1.Node), false) },
+		DeleteFunc: func(obj any) {
+			if n, ok := untomb(obj).(*v1.Node); ok {
+				c.ObserveNode(time.Now(), n, true)
+			}
+		},
+	})
+	errs = append(errs, err)
+	_, err = f.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.ObserveEvent(time.Now(), obj.(*v1.Event)) },
+		UpdateFunc: func(_, obj any) { c.ObserveEvent(time.Now(), obj.(*v1.Event)) },
+	})
+	errs = append(errs, err)
+	_, err = cms.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.ObserveRequests(time.Now(), obj.(*v1.ConfigMap)) },
+		UpdateFunc: func(_, obj any) { c.ObserveRequests(time.Now(), obj.(*v1.ConfigMap)) },
+	})
+	errs = append(errs, err)
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("repair checker: %w", err)
+		}
+	}
+	f.Start(ctx.Done())
+	cms.Start(ctx.Done())
+	for _, fac := range []informers.SharedInformerFactory{f, cms} {
+		for typ, ok := range fac.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("repair checker: the %v watch did not sync", typ)
+			}
+		}
+	}
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				f.Shutdown()
+				cms.Shutdown()
+				return
+			case now := <-t.C:
+				c.Settle(now)
+			}
+		}
+	}()
+	return nil
+}
