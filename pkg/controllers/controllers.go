@@ -119,8 +119,19 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the shared settings and those of the selected controllers.
 func (c *Config) Validate(selected []string) error {
 	errs := []error{c.Shared.Validate(), c.Companion.Validate(Names)}
+	needed := map[string]bool{}
 	for _, e := range registry {
 		if slices.Contains(selected, e.info().Name) {
+			for _, n := range e.info().Needs {
+				needed[n] = true
+			}
+		}
+	}
+	for _, e := range registry {
+		if slices.Contains(selected, e.info().Name) {
+			if err := e.idle(c); err != nil && !needed[e.info().Name] {
+				errs = append(errs, err)
+			}
 			errs = append(errs, e.validate(c))
 			for _, need := range e.info().Needs {
 				if !slices.Contains(selected, need) {
@@ -242,6 +253,7 @@ type entry interface {
 	setDefault(c *Config)
 	sections(c *Config) []config.Section
 	enabled(c *Config) bool
+	idle(c *Config) error
 	validate(c *Config) error
 	build(c *Config, ctx manager.Context) (manager.Controller, error)
 }
@@ -267,6 +279,13 @@ func (b bound[C]) sections(c *Config) []config.Section {
 }
 
 func (b bound[C]) enabled(c *Config) bool { return b.d.Enabled == nil || b.d.Enabled(b.field(c)) }
+
+func (b bound[C]) idle(c *Config) error {
+	if b.d.Idle == nil {
+		return nil
+	}
+	return b.d.Idle(b.field(c))
+}
 
 func (b bound[C]) validate(c *Config) error {
 	own, err := b.d.Complete(b.field(c), &c.Shared)

@@ -183,3 +183,15 @@ func TestNeededControllersRunAlong(t *testing.T) {
 		}
 	}
 }
+
+// The drain controller named without a rule would do nothing: refused,
+// unless the remediation controller, which needs it, runs too.
+func TestIdleControllerRefusedUnlessNeeded(t *testing.T) {
+	c := Default()
+	if err := c.Validate([]string{"drain"}); err == nil || !strings.Contains(err.Error(), "needs --drain-condition") {
+		t.Errorf("drain alone without rules: %v", err)
+	}
+	if err := c.Validate([]string{"drain", "remediation"}); err != nil {
+		t.Errorf("drain for remediation: %v", err)
+	}
+}

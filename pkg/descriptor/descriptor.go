@@ -91,6 +91,10 @@ type Descriptor[C any] struct {
 	// settings (nodeipam needs --allocate-node-cidrs, for instance); nil
 	// means always. Naming the controller explicitly runs it regardless.
 	Enabled func(c *C) bool
+	// Idle says why the controller has nothing to do on its own with these
+	// settings (nil error: it has); naming it then is refused, unless a
+	// selected controller Needs it. nil means never idle.
+	Idle func(c *C) error
 	// WithShared copies the shared settings the controller reads into its
 	// own settings (with Take); nil when it reads none. The registry calls
 	// it on a copy before Validate and New, so both see complete settings.

@@ -26,6 +26,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
 	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // NodeOptions are the settings a node is judged against (nodeshepherd's
@@ -633,7 +634,11 @@ func drainState(n *v1.Node, nodes []*v1.Node, pods []v1.Pod, pdbs []policyv1.Pod
 		d.Message = c.Message
 	}
 	human := n.Spec.Unschedulable && !st.Owned
-	if !d.Configured {
+	// A remediation request makes the drain controller act without rules
+	// (it runs for the remediation controller).
+	req, asked, _ := rem.RequestOf(n)
+	asked = asked && req.Drain
+	if !d.Configured && !st.Owned && !asked {
 		d.State, d.Summary = "not-configured", "no drain rules in the settings (drain.drainCondition or drain.drainRules): the drain controller does not run"
 		if human {
 			d.Summary += "; cordoned by " + who(d.CordonedBy) + ", not by nodeshepherd"
@@ -670,16 +675,23 @@ func drainState(n *v1.Node, nodes []*v1.Node, pods []v1.Pod, pdbs []policyv1.Pod
 				d.Summary = fmt.Sprintf("the drain failed at %s; retried at once (%s=true)", stamp(st.FinishedAt), drain.AnnotationRetry)
 			}
 		default:
-			d.Summary = "cordoned by nodeshepherd (" + st.Conditions + ")"
+			d.Summary = "cordoned by nodeshepherd (" + strings.Trim(st.Conditions+"; "+st.Request, "; ") + ")"
 			if cfg.SkipDrain {
 				d.Summary += "; not drained (skipDrain)"
 			} else if len(eval.Matched) > 0 {
 				d.Budget = drainVerdict(&cfg, r, cluster, n.Name, now)
 			}
 		}
-		if len(eval.Matched) == 0 && eval.Pending.IsZero() {
+		switch {
+		case asked:
+			d.Summary += "; for " + req.Why() + ": uncordoned when the repair ends"
+		case len(eval.Matched) == 0 && eval.Pending.IsZero():
 			d.Summary += fmt.Sprintf("; no rule matches any more: uncordoned after uncordonAfter (%v)", cfg.UncordonAfter)
 		}
+	case asked && human:
+		d.State, d.Summary = "left-to-human", "cordoned by "+who(d.CordonedBy)+"; nodeshepherd leaves it (not drained although "+req.Why()+" asks for it)"
+	case asked:
+		d.State, d.Summary = "pending", req.Why()+" asks for a drain: cordoned at the drain controller's next check, within its budgets"
 	case !d.Selected:
 		d.State, d.Summary = "not-selected", "the drain rules' node selection does not take this node"
 	case len(eval.Matched) > 0 && human:

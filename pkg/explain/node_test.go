@@ -26,6 +26,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/budget"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // now is whole-second, as API timestamps are; every time below is relative.
@@ -423,5 +424,19 @@ func TestExplainNodeWithoutTheRightToReadLeasesWarns(t *testing.T) {
 	}
 	if len(e.Warnings) != 1 || !strings.Contains(e.Warnings[0], "Lease") || e.Heartbeats.Lease != nil || e.Health.Judgment != JudgmentHealthy {
 		t.Errorf("warnings %v heartbeats %+v", e.Warnings, e.Heartbeats)
+	}
+}
+
+// A node a remediation request asks to drain, with no drain rule
+// configured: explain says so, not "the drain controller does not run".
+func TestDrainStateForRemediationRequest(t *testing.T) {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{
+		rem.AnnotationState: rem.EncodeState("gpu", rem.ActionDrain, rem.State{Step: 1, StepSince: now.Add(-time.Minute), RepairSince: now.Add(-5 * time.Minute), Drain: true})}}}
+	d, err := drainState(n, []*v1.Node{n}, nil, nil, drain.DefaultConfig(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != "pending" || !strings.Contains(d.Summary, "remediation policy gpu, step 2 (Drain) asks for a drain") {
+		t.Errorf("state %q, summary %q", d.State, d.Summary)
 	}
 }

@@ -89,7 +89,7 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"run", "--cloud-provider=fake", "--node-deletion-rate=0"}, "--node-deletion-rate must be positive"},
 		{[]string{"run", "--cloud-provider=fake", "--max-unhealthy-nodes=150%"}, "--max-unhealthy-nodes"},
 		{[]string{"fakenodes", "fault", "machine-delete", "--all", "--for=1m", "--control-socket", socket}, "machine-delete takes no duration"},
-		{[]string{"run", "--controllers=drain"}, "the drain controller needs --drain-condition"},
+		{[]string{"run", "--controllers=drain"}, "the drain controller needs --drain-condition"}, // idle: no rule, no remediation
 		{[]string{"run", "--drain-condition=KernelDeadlock=True,tenminutes"}, `"tenminutes" is not a duration`},
 		{[]string{"run", "--drain-condition=KernelDeadlock=Maybe"}, `status "Maybe" must be True, False or Unknown`},
 		{[]string{"run", "--drain-condition=KernelDeadlock", "--drain-node-selector=pool in (a"}, `label selector "pool in (a"`},

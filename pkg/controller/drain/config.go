@@ -155,7 +155,9 @@ func (c *Config) Compile() (*rules.Rules, error) {
 }
 
 // Configured says whether any rule source was given: the drain controller
-// runs under --controllers=* only then.
+// runs under --controllers=* only then (or when it is named, or run for the
+// remediation controller). Without rules it drains only the nodes
+// remediation requests ask it to.
 func (c *Config) Configured() bool { return len(c.Conditions) > 0 || c.File != "" }
 
 func (c *Config) rules() (*rules.Rules, error) {
@@ -177,9 +179,13 @@ func (c *Config) rules() (*rules.Rules, error) {
 		}
 		return r, nil
 	}
-	conds, err := rules.ParseConditions(c.Conditions)
-	if err != nil {
-		return nil, fmt.Errorf("--drain-condition: %w", err)
+	var conds []rules.Condition
+	if len(c.Conditions) > 0 {
+		// None is no rule: the controller then acts on remediation requests only.
+		var err error
+		if conds, err = rules.ParseConditions(c.Conditions); err != nil {
+			return nil, fmt.Errorf("--drain-condition: %w", err)
+		}
 	}
 	sel, err := rules.NewSelector(c.NodeSelector, c.NodeExpression)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // Name is the controller's name in --controllers.
@@ -141,11 +142,18 @@ type Controller struct {
 	// stopping is closed when Run returns: drains then stop without writing,
 	// so that the next leader resumes them.
 	stopping chan struct{}
+	// unreadable holds the nodes whose remediation record cannot be read,
+	// with the error last logged (said once per change).
+	unreadable map[string]string
 }
 
+// selection is a node's place in the budgets, by resourceVersion: taken by
+// the rules' node selection, or asked to drain by a remediation request
+// (which the selection does not restrict).
 type selection struct {
 	rv       string
 	selected bool
+	asked    bool
 }
 
 // waitInfo is why a node waits; action and budget are the decision (an event
@@ -180,7 +188,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
-		said: map[string]map[string]string{}, stopping: make(chan struct{}),
+		said: map[string]map[string]string{}, stopping: make(chan struct{}), unreadable: map[string]string{},
 	}
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
@@ -200,8 +208,10 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	return c, err
 }
 
-// onNode queues the node; a readiness change may open or close the circuit
-// breaker, so nodes waiting on a budget are looked at again too.
+// onNode queues the node on every change (a remediation request coming or
+// going is an annotation change, and must be seen); a readiness change may
+// open or close the circuit breaker, so nodes waiting on a budget are looked
+// at again too.
 func (c *Controller) onNode(old, n *v1.Node) {
 	c.queue.Add(n.Name)
 	if old == nil || kube.NodeReady(old) != kube.NodeReady(n) || old.Spec.Unschedulable != n.Spec.Unschedulable {
@@ -227,6 +237,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			conds := make([]string, len(c.rules.Conditions))
 			for i, r := range c.rules.Conditions {
 				conds[i] = r.String()
+			}
+			if len(conds) == 0 {
+				klog.FromContext(ctx).Info("No drain rules: the drain controller drains only the nodes remediation policies ask it to")
 			}
 			klog.FromContext(ctx).Info("Starting drain controller", "conditions", conds, "maxConcurrentDrains", c.cfg.Budget.MaxConcurrentDrains,
 				"maxCordonedNodes", c.cfg.Budget.MaxCordonedNodes, "groupByLabel", c.cfg.Budget.GroupByLabel,
@@ -292,21 +305,41 @@ func (c *Controller) view(n *v1.Node) *v1.Node {
 	return c.dryWrites.Apply(n.Name, n)
 }
 
-func (c *Controller) isSelected(n *v1.Node) bool {
+func (c *Controller) isSelected(n *v1.Node) bool { return c.selection(n).selected }
+
+// counted says whether the budgets count the node: the rules select it, a
+// remediation request asks for its drain, or its cordon is held for one.
+func (c *Controller) counted(n *v1.Node) bool {
+	s := c.selection(n)
+	return s.selected || s.asked
+}
+
+func (c *Controller) selection(n *v1.Node) selection {
 	c.mu.Lock()
 	if s, ok := c.selected[n.Name]; ok && s.rv == n.ResourceVersion {
 		c.mu.Unlock()
-		return s.selected
+		return s
 	}
 	c.mu.Unlock()
 	ok, err := c.rules.Selector.Matches(n)
 	if err != nil {
 		klog.Background().V(2).Info("Node not selected", "node", n.Name, "err", err)
 	}
+	s := selection{rv: n.ResourceVersion, selected: ok, asked: requestCounted(n)}
 	c.mu.Lock()
-	c.selected[n.Name] = selection{rv: n.ResourceVersion, selected: ok}
+	c.selected[n.Name] = s
 	c.mu.Unlock()
-	return ok
+	return s
+}
+
+// requestCounted: a remediation request asks for the node's drain, or the
+// drain controller's cordon of it is held for one.
+func requestCounted(n *v1.Node) bool {
+	if st := readState(n); st.forRequest {
+		return true
+	}
+	r, _, err := remediation.RequestOf(n)
+	return err == nil && r.Drain
 }
 
 // sync makes the one next decision for a node.
@@ -319,6 +352,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.setSkipped(name, nil, nil)
 		c.mu.Lock()
 		delete(c.selected, name)
+		delete(c.unreadable, name)
 		c.mu.Unlock()
 		c.dryWrites.Forget(name)
 		return nil
@@ -331,10 +365,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	st := readState(n)
 	selected := c.isSelected(n)
 	eval := c.rules.Evaluate(n, now)
+	req := c.asked(ctx, n)
+	// Requests are not subject to the rules' node selection: the
+	// remediation policy has already chosen the node.
+	ruleMatch := selected && len(eval.Matched) > 0
 
 	if !st.owned {
 		c.abort(name, errors.New("the node is not cordoned by the drain controller"))
-		if !selected || len(eval.Matched) == 0 {
+		if !ruleMatch && !req.drain {
 			c.setWaiting(name, nil)
 			c.setSkipped(name, n, nil)
 			if selected && !eval.Pending.IsZero() {
@@ -342,12 +380,19 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			}
 			return nil
 		}
+		var h holders
+		if ruleMatch {
+			h = ruleHolders(eval.Matched)
+		}
+		if req.drain {
+			h.request = req.why
+		}
 		if n.Spec.Unschedulable {
 			// Cordoned by someone else: theirs to handle, never ours; said once.
 			c.setWaiting(name, nil)
 			c.setSkipped(name, n, &skipInfo{reason: SkipCordonedByOther,
-				message: "Cordoned by someone else; not drained although " + describeMatched(eval.Matched)})
-			logger.V(4).Info("Node matches but was cordoned by someone else; leaving it alone")
+				message: "Cordoned by someone else; not drained although " + describeWanted(eval.Matched, h.request)})
+			logger.V(4).Info("Node matches (or a remediation asks for its drain) but was cordoned by someone else; leaving it alone")
 			return nil
 		}
 		c.setSkipped(name, n, nil)
@@ -356,7 +401,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return nil
 		}
 		c.setWaiting(name, nil)
-		return c.cordon(ctx, n, eval.Matched)
+		return c.cordon(ctx, n, h)
 	}
 
 	c.setSkipped(name, n, nil)
@@ -366,27 +411,79 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.setWaiting(name, nil)
 		return c.release(ctx, n, false, "")
 	}
-	if since, cleared := clearedSince(n, c.rules.Conditions); cleared || !selected {
-		// The owner no longer wants the cordon: the rule's condition cleared
-		// (after --uncordon-after), or the configuration changed under it
-		// (at once, saying so).
-		why := "no drain condition matched for " + c.cfg.UncordonAfter.String()
-		switch gone := rulesGone(n, c.rules.Conditions); {
+
+	// Who still wants the cordon: the rules (ruleKeep; or ruleDue, when
+	// their condition cleared less than --uncordon-after ago), the request.
+	var ruleKeep bool
+	var ruleDue time.Time
+	ruleWhy := ""
+	if st.forRules {
+		since, cleared := clearedSince(n, c.rules.Conditions)
+		gone := rulesGone(n, c.rules.Conditions)
+		switch {
+		case !cleared && selected:
+			ruleKeep = true
 		case !selected:
-			why = "the drain rules' node selection no longer takes the node"
+			// The configuration changed under the cordon: lifted at once.
+			ruleWhy = "the drain rules' node selection no longer takes the node"
 		case gone != "":
-			why = gone
+			ruleWhy = gone
 		default:
+			ruleWhy = "no drain condition matched for " + c.cfg.UncordonAfter.String()
 			if due := since.Add(c.cfg.UncordonAfter); now.Before(due) {
-				c.abort(name, errors.New("no drain condition matches the node any more"))
-				c.setWaiting(name, nil)
-				c.queue.AddAfter(name, due.Sub(now))
-				return nil
+				ruleDue = due
+			}
+		}
+	} else {
+		// A cordon taken for a request: a rule that matches now takes it
+		// over when the request goes.
+		ruleKeep = ruleMatch
+	}
+	requestEnded := st.forRequest && !req.drain && !req.unknown
+
+	if !ruleKeep && ruleDue.IsZero() && !req.drain {
+		if req.unknown {
+			// The record may ask for the drain: while it cannot be read the
+			// node stays as it is, neither released nor drained anew (a
+			// drain in flight goes on). asked said so in the log.
+			c.setWaiting(name, nil)
+			return nil
+		}
+		why := ruleWhy
+		if requestEnded {
+			why = requestEndedWhy(st.request, req)
+			if st.forRules && ruleWhy != "" {
+				why = ruleWhy + "; " + why
 			}
 		}
 		c.abort(name, errors.New(why))
 		c.setWaiting(name, nil)
 		return c.release(ctx, n, true, why)
+	}
+
+	// The cordon stays: its record follows who holds it now, so that the
+	// owner record says why and the right end lifts it.
+	switch {
+	case requestEnded:
+		h := holders{conditions: n.Annotations[AnnotationConditions]}
+		if !st.forRules {
+			h.conditions = formatConditions(eval.Matched) // the rules take it over
+		}
+		return c.reassign(ctx, n, h, "the remediation request ended; "+describeHolders(h)+" keeps the cordon")
+	case st.forRules && !ruleKeep && ruleDue.IsZero() && req.drain:
+		return c.reassign(ctx, n, holders{request: req.why}, ruleWhy+"; the remediation request ("+req.why+") keeps the cordon")
+	}
+
+	if !ruleKeep && !req.drain {
+		// The rules' condition cleared, not yet for --uncordon-after: the
+		// cordon waits, the drain stops.
+		c.abort(name, errors.New("no drain condition matches the node any more"))
+		c.setWaiting(name, nil)
+		c.queue.AddAfter(name, ruleDue.Sub(now))
+		return nil
+	}
+	if !ruleDue.IsZero() {
+		c.queue.AddAfter(name, ruleDue.Sub(now)) // the request then holds the cordon alone
 	}
 	if c.cfg.SkipDrain {
 		return nil
@@ -404,9 +501,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return nil
 		}
 	}
-	if len(eval.Matched) == 0 {
+	if !ruleMatch && !req.drain {
 		// The condition came back but has not held long enough yet.
-		c.queue.AddAfter(name, eval.Pending.Sub(now))
+		if !eval.Pending.IsZero() {
+			c.queue.AddAfter(name, eval.Pending.Sub(now))
+		}
 		return nil
 	}
 	if w := c.rules.Windows; !w.Open(now) {
@@ -428,7 +527,76 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	return c.schedule(ctx, n, st, now)
 }
 
-// cluster describes the selected nodes for the budgets.
+// request is what the node's remediation record asks of the drain controller.
+type request struct {
+	// drain: the record asks for the node's drain; why words it.
+	drain bool
+	why   string
+	// present: there is a record (asking for a drain or not).
+	present bool
+	// unknown: the record cannot be read. It asks nothing, and the node
+	// is kept as it is: neither a drain started for it nor its cordon lifted.
+	unknown bool
+}
+
+// asked reads the node's remediation request; an unreadable record is said
+// in the log once per change of its error.
+func (c *Controller) asked(ctx context.Context, n *v1.Node) request {
+	r, ok, err := remediation.RequestOf(n)
+	c.mu.Lock()
+	said, had := c.unreadable[n.Name]
+	switch {
+	case err == nil:
+		delete(c.unreadable, n.Name)
+	case !had || said != err.Error():
+		c.unreadable[n.Name] = err.Error()
+	}
+	c.mu.Unlock()
+	if err != nil {
+		if !had || said != err.Error() {
+			klog.FromContext(ctx).V(2).Info("Remediation record unreadable: it asks nothing, and the node is kept as it is", "node", n.Name, "err", err)
+		}
+		return request{present: true, unknown: true}
+	}
+	if !ok {
+		return request{}
+	}
+	return request{drain: r.Drain, why: r.Why(), present: true}
+}
+
+// requestEndedWhy says why a cordon held for a request is lifted.
+func requestEndedWhy(recorded string, req request) string {
+	if req.present {
+		return "the remediation request (" + recorded + ") no longer asks for a drain"
+	}
+	return "the remediation's repair ended (" + recorded + ")"
+}
+
+// describeWanted says what wants the node's drain, for DrainSkipped.
+func describeWanted(matched []rules.Condition, request string) string {
+	var parts []string
+	if len(matched) > 0 {
+		parts = append(parts, describeMatched(matched))
+	}
+	if request != "" {
+		parts = append(parts, request+" asks for it")
+	}
+	return strings.Join(parts, " and ")
+}
+
+// describeHolders names who holds the cordon, for the log.
+func describeHolders(h holders) string {
+	switch {
+	case h.request != "" && h.conditions != "":
+		return "the drain rules (" + h.conditions + ") and the remediation request (" + h.request + ")"
+	case h.request != "":
+		return "the remediation request (" + h.request + ")"
+	}
+	return "the drain rules (" + h.conditions + ")"
+}
+
+// cluster describes the nodes the budgets count: those the rules select and
+// those remediation requests ask to drain.
 func (c *Controller) cluster() budget.Cluster {
 	all, _ := c.nodes.List(labels.Everything())
 	var cl budget.Cluster
@@ -443,7 +611,7 @@ func (c *Controller) cluster() budget.Cluster {
 			cl.LastDrainStart = c.lastStart
 		}
 		c.mu.Unlock()
-		if !c.isSelected(n) {
+		if !c.counted(n) {
 			continue
 		}
 		c.mu.Lock()
@@ -537,9 +705,13 @@ func (c *Controller) retryDue(st nodeState) time.Time { return st.retryAt(c.cfg.
 
 // forceAfter is the force-after in effect for the node: the shortest among
 // the rules whose condition holds on it (each rule's own, else
-// --drain-force-after); 0 when none forces.
+// --drain-force-after) and, for a drain a remediation request asks for,
+// --drain-force-after; 0 when none forces.
 func (c *Controller) forceAfter(n *v1.Node) time.Duration {
 	var out time.Duration
+	if requestCounted(n) {
+		out = c.cfg.ForceAfter
+	}
 	for _, r := range c.rules.Conditions {
 		if cond := kube.NodeCondition(n, r.Type); cond == nil || cond.Status != r.Status {
 			continue
@@ -685,20 +857,29 @@ func (c *Controller) eventOnce(n *v1.Node, reason, key, msg string) {
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 }
 
-// cordonUntil says what lifts the drain's cordon, for its owner record.
-func (c *Controller) cordonUntil() string {
-	return fmt.Sprintf("no drain rule's condition has held for --uncordon-after=%s (or the rule is removed, or the node leaves the rules' selection); only the drain controller lifts it", c.cfg.UncordonAfter)
+// cordonUntil says what lifts the drain's cordon held for h, for its owner
+// record.
+func (c *Controller) cordonUntil(h holders) string {
+	rulesEnd := fmt.Sprintf("no drain rule's condition has held for --uncordon-after=%s (or the rule is removed, or the node leaves the rules' selection)", c.cfg.UncordonAfter)
+	requestEnd := "the remediation's repair ends (its record " + remediation.AnnotationState + " goes or no longer asks for a drain)"
+	switch {
+	case h.request != "" && h.conditions != "":
+		return rulesEnd + " and " + requestEnd + "; only the drain controller lifts it"
+	case h.request != "":
+		return "until " + requestEnd + "; only the drain controller lifts it"
+	}
+	return rulesEnd + "; only the drain controller lifts it"
 }
 
-func (c *Controller) cordon(ctx context.Context, n *v1.Node, matched []rules.Condition) error {
-	why := formatConditions(matched)
+func (c *Controller) cordon(ctx context.Context, n *v1.Node, h holders) error {
+	why := h.short()
 	c.event(n, EventCordonStarting, "Cordoning node: "+why)
 	_, err := c.write(ctx, n, false, "cordon", "cordon the node: "+why,
 		func(cur *v1.Node) bool {
 			_, owned := cur.Annotations[AnnotationConditions]
 			return !cur.Spec.Unschedulable && !owned
 		},
-		func(m *v1.Node) { cordon(m, matched, c.clock.Now(), c.cordonUntil()) })
+		func(m *v1.Node) { cordon(m, h, c.clock.Now(), c.cordonUntil(h)) })
 	switch {
 	case errors.Is(err, errSkip):
 		c.queue.Add(n.Name)
@@ -711,8 +892,28 @@ func (c *Controller) cordon(ctx context.Context, n *v1.Node, matched []rules.Con
 	c.metrics.cordoned.WithLabelValues(resultSucceeded).Inc()
 	c.metrics.cordonedNodes.Inc()
 	c.event(n, EventCordonSucceeded, "Cordoned node: "+why)
-	klog.FromContext(ctx).Info("Cordoned node", "node", n.Name, "conditions", why)
+	klog.FromContext(ctx).Info("Cordoned node", "node", n.Name, "conditions", h.conditions, "request", h.request)
 	c.queue.Add(n.Name) // next: schedule the drain
+	return nil
+}
+
+// reassign records that the cordon is now held for h (the rules took it over
+// from an ended request, or the request from rules that let go): the cordon
+// and its drain stay as they are; the owner record says the new why.
+func (c *Controller) reassign(ctx context.Context, n *v1.Node, h holders, why string) error {
+	_, err := c.write(ctx, n, false, "reassign-cordon", "keep the cordon: "+why,
+		func(cur *v1.Node) bool {
+			_, owned := cur.Annotations[AnnotationConditions]
+			return owned && cur.Spec.Unschedulable
+		},
+		func(m *v1.Node) { setHolders(m, h, c.clock.Now(), c.cordonUntil(h)) })
+	if err != nil && !errors.Is(err, errSkip) {
+		return err
+	}
+	if err == nil {
+		klog.FromContext(ctx).Info("Cordon kept for another reason", "node", n.Name, "why", why)
+	}
+	c.queue.Add(n.Name)
 	return nil
 }
 
@@ -782,7 +983,11 @@ func (c *Controller) schedule(ctx context.Context, n *v1.Node, st nodeState, now
 	c.metrics.scheduled.WithLabelValues(resultSucceeded).Inc()
 	// Once per cordon (the retries of a failed drain are not news; their
 	// DrainFailed is, when the failure changes).
-	c.eventOnce(n, EventDrainScheduled, "scheduled", "Will drain node after "+formatTime(now))
+	said := "Will drain node after " + formatTime(now)
+	if st.forRequest {
+		said += " for " + st.request
+	}
+	c.eventOnce(n, EventDrainScheduled, "scheduled", said)
 	c.ensureDrain(ctx, out, now)
 	return nil
 }
@@ -847,26 +1052,28 @@ type NodeDecision struct {
 	Reason string
 }
 
-// Explain returns the decision about a node as the controller holds it now.
+// Explain returns the decision about a node as the controller holds it now;
+// for a node drained for a remediation request, the reason says so.
 func (c *Controller) Explain(name string) NodeDecision {
 	c.mu.Lock()
 	s, skipped := c.skipped[name]
 	w, waiting := c.waiting[name]
 	_, running := c.running[name]
 	c.mu.Unlock()
+	var n *v1.Node
+	if cached, err := c.nodes.Get(name); err == nil {
+		n = c.view(cached)
+	} else if !skipped && !waiting && !running {
+		return NodeDecision{State: "none", Reason: err.Error()}
+	}
 	switch {
 	case skipped:
 		return NodeDecision{State: "skipped", Reason: s.reason + ": " + s.message}
 	case waiting:
-		return NodeDecision{State: "waiting", Reason: fmt.Sprintf("waiting to %s (%s): %s", w.action, w.budget, w.reason)}
+		return NodeDecision{State: "waiting", Reason: forRequest(n, fmt.Sprintf("waiting to %s (%s): %s", w.action, w.budget, w.reason))}
 	case running:
-		return NodeDecision{State: "draining"}
+		return NodeDecision{State: "draining", Reason: forRequest(n, "")}
 	}
-	cached, err := c.nodes.Get(name)
-	if err != nil {
-		return NodeDecision{State: "none", Reason: err.Error()}
-	}
-	n := c.view(cached)
 	st := readState(n)
 	if !st.owned {
 		return NodeDecision{State: "none"}
@@ -877,11 +1084,33 @@ func (c *Controller) Explain(name string) NodeDecision {
 	}
 	switch st.phase {
 	case phaseCompleted:
-		return NodeDecision{State: "drained", Reason: msg}
+		return NodeDecision{State: "drained", Reason: forRequest(n, msg)}
 	case phaseFailed:
-		return NodeDecision{State: "failed", Reason: msg}
+		return NodeDecision{State: "failed", Reason: forRequest(n, msg)}
 	case phaseInFlight:
-		return NodeDecision{State: "draining", Reason: msg}
+		return NodeDecision{State: "draining", Reason: forRequest(n, msg)}
 	}
-	return NodeDecision{State: "cordoned", Reason: n.Annotations[AnnotationConditions]}
+	return NodeDecision{State: "cordoned", Reason: forRequest(n, n.Annotations[AnnotationConditions])}
+}
+
+// forRequest adds to reason that the node is cordoned and drained for a
+// remediation request: the one its cordon is held for, else the one that
+// asks for it.
+func forRequest(n *v1.Node, reason string) string {
+	if n == nil {
+		return reason
+	}
+	why := ""
+	if st := readState(n); st.owned && st.forRequest {
+		why = "cordoned and drained for the remediation request: " + st.request
+	} else if r, _, err := remediation.RequestOf(n); err == nil && r.Drain {
+		why = "cordoned and drained for the remediation request: " + r.Why()
+	}
+	switch {
+	case why == "":
+		return reason
+	case reason == "":
+		return why
+	}
+	return reason + "; " + why
 }

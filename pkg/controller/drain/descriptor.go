@@ -22,7 +22,8 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"--drain-condition or --drain-rules, within budgets (--max-concurrent-drains,\n" +
 			"--max-cordoned-nodes, --group-by-label, --drain-buffer) and a circuit breaker\n" +
 			"(--max-unhealthy-nodes, zone disruption); uncordons only what it cordoned.\n" +
-			"Like Draino (runs only with --drain-condition or --drain-rules).",
+			"Like Draino (runs under --controllers=* only with --drain-condition or --drain-rules).\n" +
+			"Also drains the nodes remediation policies' Drain steps ask it to, rules or not.",
 		ClusterRole: "nodeshepherd:drain",
 		RBACRules:   rbacRules,
 		Companion:   true,
@@ -41,12 +42,15 @@ var Descriptor = descriptor.Descriptor[Config]{
 		return errors.Join(descriptor.Take("max-unhealthy-nodes", &c.Budget.MaxUnhealthyNodes, s.MaxUnhealthyNodes),
 			descriptor.Take("unhealthy-zone-threshold", &c.UnhealthyZoneThreshold, s.UnhealthyZoneThreshold))
 	},
-	Validate: func(c *Config) error {
+	// Without rules the controller runs only for the remediation controller,
+	// acting on its requests; named alone it would do nothing, and is refused.
+	Idle: func(c *Config) error {
 		if !c.Configured() {
-			return errors.New("the drain controller needs --drain-condition (e.g. --drain-condition=KernelDeadlock=True,10m) or --drain-rules FILE")
+			return errors.New("the drain controller needs --drain-condition (e.g. --drain-condition=KernelDeadlock=True,10m) or --drain-rules FILE, or the remediation controller, whose Drain steps it carries out")
 		}
-		return c.Validate()
+		return nil
 	},
+	Validate: (*Config).Validate,
 	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
 		cfg := *c
 		cfg.DryRun = ctx.DryRun

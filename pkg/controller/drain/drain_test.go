@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
@@ -92,7 +93,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if s := readState(n); s.owned || s.phase != phaseNone {
 		t.Fatalf("fresh node: %+v", s)
 	}
-	cordon(n, []rules.Condition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute}}, t0.Add(-time.Second), "")
+	cordon(n, ruleHolders([]rules.Condition{{Type: "KernelDeadlock", Status: v1.ConditionTrue, MinDuration: 10 * time.Minute}}), t0.Add(-time.Second), "")
 	if got := n.Annotations[AnnotationConditions]; got != "KernelDeadlock=True,10m0s" {
 		t.Errorf("annotation %q (Draino's Type=Status,duration)", got)
 	}
@@ -164,7 +165,7 @@ func TestOldSecondPrecisionRoundsUp(t *testing.T) {
 		t.Errorf("drain started %v, want rounded up a second", s.startedAt)
 	}
 	setAnnotation(n, AnnotationBlocked, `{"drain":"x"}`)
-	cordon(n, nil, t0, "")
+	cordon(n, holders{}, t0, "")
 	for _, a := range []string{AnnotationBlockedSince, AnnotationBlocked} {
 		if _, ok := n.Annotations[a]; ok {
 			t.Errorf("a new cordon must forget %s", a)
@@ -322,7 +323,8 @@ func TestExplainPDBs(t *testing.T) {
 }
 
 func TestExplainSkippedAndWaiting(t *testing.T) {
-	c := &Controller{running: map[string]*runningDrain{"busy": {}},
+	// No node objects: the decisions held in memory say it all.
+	c := &Controller{nodes: corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})), running: map[string]*runningDrain{"busy": {}},
 		skipped: map[string]skipInfo{"human": {reason: SkipCordonedByOther, message: "Cordoned by someone else; not drained although KernelDeadlock=True"}},
 		waiting: map[string]waitInfo{"later": {action: "drain", budget: BudgetMaintenanceWindow, reason: "outside the maintenance windows"}}}
 	cases := map[string]NodeDecision{

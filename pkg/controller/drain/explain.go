@@ -31,8 +31,12 @@ type NodeState struct {
 	// Owned: cordoned by the drain controller (AnnotationConditions).
 	Owned    bool
 	Cordoned bool
-	// Conditions is AnnotationConditions: the rules matched at the cordon.
-	Conditions   string
+	// Conditions is AnnotationConditions: the rules matched at the cordon
+	// ("" when it was taken for a remediation request alone).
+	Conditions string
+	// Request is AnnotationRequest: the remediation request the cordon is
+	// held for ("" when none).
+	Request      string
 	Phase        string
 	ScheduledAt  time.Time
 	FinishedAt   time.Time
@@ -50,7 +54,7 @@ type NodeState struct {
 // ReadNodeState reads the drain state of a node as the controller does.
 func (c *Config) ReadNodeState(n *v1.Node) NodeState {
 	st := readState(n)
-	out := NodeState{Owned: st.owned, Cordoned: st.cordoned, Conditions: n.Annotations[AnnotationConditions], Phase: PhaseNone,
+	out := NodeState{Owned: st.owned, Cordoned: st.cordoned, Conditions: n.Annotations[AnnotationConditions], Request: st.request, Phase: PhaseNone,
 		ScheduledAt: st.scheduledAt, FinishedAt: st.finishedAt, Attempts: st.attempts, RetryNow: st.retryNow, BlockedSince: st.blockedSince,
 		CordonedAt: st.cordonedAt}
 	switch st.phase {
@@ -68,15 +72,16 @@ func (c *Config) ReadNodeState(n *v1.Node) NodeState {
 // is evicted.
 func (c *Config) PodSkipReason(p *v1.Pod) string { return c.skipReason(p) }
 
-// BudgetCluster describes the nodes the rules select for the budgets, as
-// the controller does from its informer (without the drains it runs in
-// memory: a drain in flight shows as DrainScheduled=True on its node).
+// BudgetCluster describes the nodes the budgets count (those the rules
+// select and those remediation requests ask to drain), as the controller
+// does from its informer (without the drains it runs in memory: a drain in
+// flight shows as DrainScheduled=True on its node).
 func BudgetCluster(c *Config, r *rules.Rules, nodes []*v1.Node) budget.Cluster {
 	var cl budget.Cluster
 	for _, n := range nodes {
 		st := readState(n)
 		cl.LastDrainStart = latestOf(cl.LastDrainStart, st.scheduledAt, st.startedAt)
-		if ok, _ := r.Selector.Matches(n); !ok {
+		if ok, _ := r.Selector.Matches(n); !ok && !requestCounted(n) {
 			continue
 		}
 		cl.Nodes = append(cl.Nodes, budget.Node{Name: n.Name, Group: labels.Set(n.Labels).Get(c.Budget.GroupByLabel), Ready: kube.NodeReady(n),

@@ -37,6 +37,14 @@ const (
 	// for a new leader. It stays after the uncordon (the buffer outlives
 	// the cordon) and is overwritten by the next drain.
 	AnnotationDrainStarted = "nodeshepherd.io/drain-started"
+	// AnnotationRequest marks a cordon held for a remediation request (the
+	// node's nodeshepherd.io/remediation record asks for a drain); its value
+	// words the request as it was when the cordon was taken for it. Such a
+	// cordon is lifted at once when the request goes, not after
+	// --uncordon-after: the remediation's hold time has already passed.
+	// AnnotationConditions still marks the ownership; it is empty when no
+	// rule matched.
+	AnnotationRequest = "nodeshepherd.io/drain-request"
 
 	// ConditionDrainScheduled is Draino's node condition: True while a drain
 	// is scheduled or running, False with "| Completed: ts" or "| Failed: ts"
@@ -69,6 +77,12 @@ type nodeState struct {
 	finishedAt  time.Time
 	attempts    int
 	retryNow    bool
+	// forRequest: the cordon is held for a remediation request
+	// (AnnotationRequest, whose value is request); forRules: for the rules
+	// recorded in AnnotationConditions (also when no request is recorded,
+	// as every cordon before requests existed).
+	forRequest, forRules bool
+	request              string
 	// blockedSince is AnnotationBlockedSince (zero when absent).
 	blockedSince time.Time
 	// startedAt is AnnotationDrainStarted, cordonedAt AnnotationCordonedAt
@@ -79,6 +93,10 @@ type nodeState struct {
 func readState(n *v1.Node) nodeState {
 	_, owned := n.Annotations[AnnotationConditions]
 	s := nodeState{owned: owned, cordoned: n.Spec.Unschedulable, retryNow: n.Annotations[AnnotationRetry] == "true"}
+	if owned {
+		s.request, s.forRequest = n.Annotations[AnnotationRequest]
+		s.forRules = n.Annotations[AnnotationConditions] != "" || !s.forRequest
+	}
 	s.attempts, _ = strconv.Atoi(n.Annotations[AnnotationAttempts])
 	if v, ok := n.Annotations[AnnotationBlockedSince]; ok {
 		s.blockedSince, _ = parseTime(v)
@@ -166,16 +184,69 @@ func setAnnotation(n *v1.Node, k, v string) {
 	n.Annotations[k] = v
 }
 
+// holders are what a cordon of the drain controller is held for: the rules
+// that matched (conditions, in Draino's format; "" for none), a remediation
+// request (its wording; "" for none), or both.
+type holders struct {
+	conditions string
+	request    string
+}
+
+func ruleHolders(matched []rules.Condition) holders {
+	return holders{conditions: formatConditions(matched)}
+}
+
+// why words the holders for the owner record and the events.
+func (h holders) why() string {
+	var parts []string
+	if h.conditions != "" {
+		parts = append(parts, "drain rules matched: "+h.conditions)
+	}
+	if h.request != "" {
+		parts = append(parts, h.request)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// short words them in events: the conditions alone (as before requests
+// existed), or the request.
+func (h holders) short() string {
+	if h.request == "" {
+		return h.conditions
+	}
+	if h.conditions == "" {
+		return h.request
+	}
+	return h.conditions + "; " + h.request
+}
+
 // cordon marks the node unschedulable and owned, with why, since when and
 // until when (the owner record, package owner).
-func cordon(n *v1.Node, matched []rules.Condition, now time.Time, until string) {
+func cordon(n *v1.Node, h holders, now time.Time, until string) {
 	n.Spec.Unschedulable = true
-	setAnnotation(n, AnnotationConditions, formatConditions(matched))
+	owner.Remove(n, owner.Cordon) // a new cordon: since is now
+	setHolders(n, h, now, until)
 	setAnnotation(n, AnnotationCordonedAt, formatTime(now))
-	owner.Set(n, owner.Cordon, owner.Record{Controller: Name, Why: "drain rules matched: " + formatConditions(matched), Since: now, Until: until})
 	delete(n.Annotations, AnnotationAttempts)
 	delete(n.Annotations, AnnotationBlockedSince)
 	delete(n.Annotations, AnnotationBlocked)
+}
+
+// setHolders records what the cordon is held for, in the ownership
+// annotations and the owner record; a record already there keeps its since
+// (when the cordon was taken), else since is now.
+func setHolders(n *v1.Node, h holders, now time.Time, until string) {
+	setAnnotation(n, AnnotationConditions, h.conditions)
+	if h.request != "" {
+		setAnnotation(n, AnnotationRequest, h.request)
+	} else {
+		delete(n.Annotations, AnnotationRequest)
+	}
+	since := now
+	if rec, ok := owner.Of(n, owner.Cordon); ok && rec.Controller == Name && !rec.Since.IsZero() {
+		since = rec.Since
+	}
+	owner.Set(n, owner.Cordon, owner.Record{Controller: Name, Why: h.why(), Since: since, Until: until})
 }
 
 // release forgets the node; with uncordon it also becomes schedulable.
@@ -184,6 +255,7 @@ func release(n *v1.Node, uncordon bool) {
 		n.Spec.Unschedulable = false
 	}
 	delete(n.Annotations, AnnotationConditions)
+	delete(n.Annotations, AnnotationRequest)
 	delete(n.Annotations, AnnotationCordonedAt)
 	owner.Remove(n, owner.Cordon)
 	delete(n.Annotations, AnnotationAttempts)
