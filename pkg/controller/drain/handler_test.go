@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -40,7 +42,8 @@ type handler struct {
 	events []string
 }
 
-// newHandler builds the controller over objs and waits for its informers.
+// newHandler builds the controller over objs and waits for its informers
+// (their caches and their watches).
 // Evictions are accepted and delete the pod, as the API server does.
 func newHandler(t *testing.T, cfg Config, objs ...runtime.Object) *handler {
 	t.Helper()
@@ -55,6 +58,29 @@ func newHandler(t *testing.T, cfg Config, objs ...runtime.Object) *handler {
 		ev := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction)
 		// The tracker, not the clientset: reactors run under the clientset's lock.
 		return true, nil, client.Tracker().Delete(v1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name)
+	})
+	// The fake clientset's watch starts from when it is registered: an object
+	// deleted after an informer's List but before its Watch is never seen
+	// deleted (the tracker replays the adds and updates since the List, not
+	// the deletes), and WaitForCacheSync returns after the List. So a drain's
+	// eviction sent in that window left the pod in the informer for good and
+	// the drain waited for it until its timeout. The informers' watches are
+	// waited for too: as against an API server, every later change is seen.
+	var watchMu sync.Mutex
+	watching := map[string]bool{}
+	client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if w, ok := a.(clienttesting.WatchActionImpl); ok {
+			opts = w.ListOptions
+		}
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		watchMu.Lock()
+		watching[a.GetResource().Resource] = true
+		watchMu.Unlock()
+		return true, w, nil
 	})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	clk := testingclock.NewFakeClock(handlerNow)
@@ -75,6 +101,17 @@ func newHandler(t *testing.T, cfg Config, objs ...runtime.Object) *handler {
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			t.Fatalf("%v did not sync", typ)
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+		watchMu.Lock()
+		started, saw := watching["nodes"] && watching["pods"], fmt.Sprint(watching)
+		watchMu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the informers' watches did not start: %s", saw)
 		}
 	}
 	client.ClearActions()
