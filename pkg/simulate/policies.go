@@ -21,12 +21,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	fieldpath "k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -481,9 +478,6 @@ func formatScale(f float64) string {
 	return strconv.FormatFloat(math.Floor(f*100)/100, 'f', -1, 64)
 }
 
-// crdGVR is where CustomResourceDefinitions live.
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
 // crdServedTimeout bounds the wait for the RemediationPolicy resource.
 const crdServedTimeout = time.Minute
 
@@ -504,46 +498,7 @@ func installRemediationCRD(ctx context.Context, rc *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	data, err := utilyaml.ToJSON(rem.CRD)
-	if err != nil {
-		return fmt.Errorf("the RemediationPolicy CRD: %w", err)
-	}
-	crd := &unstructured.Unstructured{}
-	if err := crd.UnmarshalJSON(data); err != nil {
-		return fmt.Errorf("the RemediationPolicy CRD: %w", err)
-	}
-	crds := dyn.Resource(crdGVR)
-	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the RemediationPolicy CRD: %w", err)
-	}
-	status := "not created yet"
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, crdServedTimeout, true, func(ctx context.Context) (bool, error) {
-		got, err := crds.Get(ctx, crd.GetName(), metav1.GetOptions{})
-		if err != nil {
-			status = err.Error()
-			return false, nil
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		established := false
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			established = established || m["type"] == "Established" && m["status"] == "True"
-		}
-		if !established {
-			status = "not Established"
-			return false, nil
-		}
-		// Discovery may lag the condition: served is when a list answers.
-		if _, err := dyn.Resource(rem.GroupVersionResource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			status = "Established, not served: " + err.Error()
-			return false, nil
-		}
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("the RemediationPolicy CRD was not served within %v (%s): %w", crdServedTimeout, status, err)
-	}
-	return nil
+	return rem.InstallCRD(ctx, dyn, fieldManager, crdServedTimeout)
 }
 
 // fieldManager is simulate's own writes'.

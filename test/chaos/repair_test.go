@@ -20,7 +20,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
@@ -136,14 +135,8 @@ func nodeGroups(zones []string, perZone int) []fakenode.NodeGroup {
 // resource is served, and creates the chaos policy.
 func installRepairPolicy(t *testing.T, dyn dynamic.Interface) {
 	t.Helper()
-	ctx := framework.Context(t)
-	var crd unstructured.Unstructured
-	if err := yaml.Unmarshal(remediation.CRD, &crd.Object); err != nil {
+	if err := remediation.InstallCRD(framework.Context(t), dyn, "", time.Minute); err != nil {
 		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the RemediationPolicy CustomResourceDefinition: %v", err)
 	}
 	var pol unstructured.Unstructured
 	if err := yaml.Unmarshal([]byte(chaosPolicy.manifest()), &pol.Object); err != nil {

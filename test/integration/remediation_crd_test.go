@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
@@ -31,35 +29,10 @@ import (
 // it is established and its resource served; it returns the resource.
 func installRemediationCRD(t *testing.T, dyn dynamic.Interface) dynamic.NamespaceableResourceInterface {
 	t.Helper()
-	ctx := framework.Context(t)
-	var crd unstructured.Unstructured
-	if err := yaml.Unmarshal(remediation.CRD, &crd.Object); err != nil {
+	if err := remediation.InstallCRD(framework.Context(t), dyn, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the CustomResourceDefinition: %v", err)
-	}
-	framework.Eventually(t, 30*time.Second, "the CRD established", func(ctx context.Context) (bool, string, error) {
-		got, err := crds.Get(ctx, crd.GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, c := range conds {
-			m, _ := c.(map[string]any)
-			if m["type"] == "Established" && m["status"] == "True" {
-				return true, "", nil
-			}
-		}
-		return false, "not established", nil
-	})
 	policies := dyn.Resource(remediation.GroupVersionResource)
-	// The discovery of a new resource may lag its Established condition.
-	framework.Eventually(t, 30*time.Second, "the policies resource served", func(ctx context.Context) (bool, string, error) {
-		_, err := policies.List(ctx, metav1.ListOptions{})
-		return err == nil, fmt.Sprint(err), nil
-	})
 	return policies
 }
 
