@@ -13,13 +13,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -72,6 +77,8 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 		}},
 		"outofservice":     {},
 		"readinessrestore": {flags: []string{"--readiness-restore-delay=1s"}, work: func(t *testing.T) { markedPod(t, client, node) }},
+		// With the drain controller it needs; its policies and their CRD are its work.
+		"remediation": {flags: []string{"--controllers=drain"}, work: func(t *testing.T) { stuckPolicy(t, cp.RESTConfig()) }},
 	}
 	if len(cases) != len(controllers.Names) {
 		t.Fatalf("%d cases for %d controllers (%v): every controller needs one", len(cases), len(controllers.Names), controllers.Names)
@@ -130,6 +137,31 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 			waitLeaseHolder(t, client, lease, standby.Process.Pid, time.Minute)
 			t.Logf("stuck %v after leading: %s; the standby leads %v after leading began", detected.Round(time.Second), body, time.Since(leading).Round(time.Second))
 		})
+	}
+}
+
+// stuckPolicy installs the RemediationPolicy CRD and a policy over every
+// node: the remediation controller then has nodes to look at.
+func stuckPolicy(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	if err := remediation.InstallCRD(framework.Context(t), dyn, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var pol unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(`
+apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: stuck}
+spec:
+  unhealthy: [{type: KernelDeadlock, status: "True", for: 1m}]
+  healthyHold: 1m
+  steps: [{action: Taint, timeout: 10m, taint: {key: nodeshepherd.io/stuck, effect: NoSchedule}}]
+`), &pol.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(remediation.GroupVersionResource).Create(framework.Context(t), &pol, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
