@@ -245,16 +245,16 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 	}
 	c.mu.Unlock()
 
-	if l, ok := peekLost(&c.lost.mu, c.lost.statuses, node.Name); ok {
+	if l, ok := peekLost(&c.lost.mu, &c.lost.statuses, node.Name); ok {
 		switch {
 		case probe.After(l.at):
 			// A heartbeat since: the write is moot, landed or not.
-			takeLost(&c.lost.mu, c.lost.statuses, node.Name)
+			takeLost(&c.lost.mu, &c.lost.statuses, node.Name)
 		case ready != nil && ready.Status == v1.ConditionUnknown && !ready.LastTransitionTime.Time.Before(l.at.Truncate(time.Second)):
 			// Our Unknown write whose answer was lost has landed (only
 			// this controller sets Unknown): finish it as if answered,
 			// or the node's Ready→Unknown edge (its pods' marks) is lost.
-			takeLost(&c.lost.mu, c.lost.statuses, node.Name)
+			takeLost(&c.lost.mu, &c.lost.statuses, node.Name)
 			return c.markedUnknown(node, l), nil
 		}
 	}
@@ -297,7 +297,7 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 		if err != nil {
 			return healthUpdate{}, err
 		}
-		takeLost(&c.lost.mu, c.lost.statuses, node.Name)
+		takeLost(&c.lost.mu, &c.lost.statuses, node.Name)
 		node = written
 	}
 	klog.FromContext(ctx).V(2).Info("Node marked Unknown", "node", klog.KObj(node), "silentFor", now.Sub(probe).Round(time.Millisecond))

@@ -100,7 +100,7 @@ func markedOn(pod *v1.Pod) (*v1.PodCondition, bool) {
 // markPodNotReady sets a pod's Ready condition False (pods without one are
 // left alone, as upstream does) and records the mark on the pod.
 func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
-	if sent, ok := peekLost(&c.lost.mu, c.lost.marks, pod.UID); ok {
+	if sent, ok := peekLost(&c.lost.mu, &c.lost.marks, pod.UID); ok {
 		// The last mark's answer was lost: the pod as the API server has
 		// it tells whether it landed (Ready False since the time sent).
 		rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
@@ -113,7 +113,7 @@ func (c *Controller) markPodNotReady(ctx context.Context, pod *v1.Pod) error {
 		if err != nil {
 			return fmt.Errorf("re-checking whether pod %s/%s was marked NotReady: %w", pod.Namespace, pod.Name, err)
 		}
-		takeLost(&c.lost.mu, c.lost.marks, pod.UID)
+		takeLost(&c.lost.mu, &c.lost.marks, pod.UID)
 		if ready := kube.PodCondition(fresh, v1.PodReady); ready != nil && ready.Status == v1.ConditionFalse && sameSecond(ready.LastTransitionTime, sent) {
 			c.podMarked(fresh)
 			return nil
@@ -262,7 +262,7 @@ func (c *Controller) processRestore(ctx context.Context) bool {
 		return true
 	}
 	mark, live := markedOn(pod)
-	if l, ok := takeLost(&c.lost.mu, c.lost.restores, pod.UID); ok && !live && mark != nil && sameSecond(mark.LastTransitionTime, l.at) &&
+	if l, ok := takeLost(&c.lost.mu, &c.lost.restores, pod.UID); ok && !live && mark != nil && sameSecond(mark.LastTransitionTime, l.at) &&
 		(mark.Reason == reasonRestored || mark.Reason == reasonKubeletReported) {
 		// The last restore, whose answer was lost, landed.
 		c.restored(ctx, pod, l.verdict, l.msg)

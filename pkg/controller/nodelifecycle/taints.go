@@ -200,7 +200,7 @@ func (c *Controller) writeTaints(ctx context.Context, name string, add, remove [
 	defer cancel()
 	get := func() (*v1.Node, error) { return node, nil }
 	var read *v1.Node
-	if _, unsure := peekLost(&c.lost.mu, c.lost.taints, name); unsure {
+	if _, unsure := peekLost(&c.lost.mu, &c.lost.taints, name); unsure {
 		get = func() (*v1.Node, error) {
 			n, err := c.client.CoreV1().Nodes().Get(wctx, name, metav1.GetOptions{})
 			read = n
@@ -215,7 +215,7 @@ func (c *Controller) writeTaints(ctx context.Context, name string, add, remove [
 	if err != nil {
 		return err
 	}
-	takeLost(&c.lost.mu, c.lost.taints, name)
+	takeLost(&c.lost.mu, &c.lost.taints, name)
 	if written == nil && read != nil {
 		// The lost write had landed: the view must show it, or the node
 		// would be queued for its taint again.

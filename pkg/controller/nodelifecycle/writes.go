@@ -57,19 +57,21 @@ func setLost[K comparable, V any](mu *sync.Mutex, m *map[K]V, k K, v V) {
 	(*m)[k] = v
 }
 
-// takeLost returns and forgets the entry of k.
-func takeLost[K comparable, V any](mu *sync.Mutex, m map[K]V, k K) (V, bool) {
+// takeLost returns and forgets the entry of k. The map is passed by
+// pointer, as to setLost, because setLost creates it: reading the field
+// outside the lock races with that.
+func takeLost[K comparable, V any](mu *sync.Mutex, m *map[K]V, k K) (V, bool) {
 	mu.Lock()
 	defer mu.Unlock()
-	v, ok := m[k]
-	delete(m, k)
+	v, ok := (*m)[k]
+	delete(*m, k)
 	return v, ok
 }
 
-func peekLost[K comparable, V any](mu *sync.Mutex, m map[K]V, k K) (V, bool) {
+func peekLost[K comparable, V any](mu *sync.Mutex, m *map[K]V, k K) (V, bool) {
 	mu.Lock()
 	defer mu.Unlock()
-	v, ok := m[k]
+	v, ok := (*m)[k]
 	return v, ok
 }
 

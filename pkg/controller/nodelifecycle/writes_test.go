@@ -128,7 +128,7 @@ func TestLostTaintAnswerIsRecheckedNotRepeated(t *testing.T) {
 	if vt := kube.FindTaint(view, UnreachableTaint); vt == nil || !vt.TimeAdded.Equal(taint.TimeAdded) {
 		t.Errorf("the controller's view has taint %v, want %v", vt, taint)
 	}
-	if _, unsure := peekLost(&cl.c.lost.mu, cl.c.lost.taints, silent); unsure {
+	if _, unsure := peekLost(&cl.c.lost.mu, &cl.c.lost.taints, silent); unsure {
 		t.Error("the lost write is still unconfirmed after the re-read")
 	}
 }
