@@ -29,6 +29,12 @@ type SchedulerConfig struct {
 	// --pod-max-in-unschedulable-pods-duration, which kube-scheduler v1.37
 	// still applies next to --config.
 	PodMaxInUnschedulablePodsDuration time.Duration
+	// PercentageOfNodesToScore (0: kube-scheduler's adaptive default) and
+	// MinCandidateNodesPercentage (0: DefaultPreemption's 10) make the
+	// default-scheduler profile look at every node, for comparisons whose
+	// outcome must not depend on which share of a large cluster was tried.
+	PercentageOfNodesToScore    int32
+	MinCandidateNodesPercentage int32
 }
 
 // schedulerConfigFile is the configuration file's name in the control plane's
@@ -46,6 +52,10 @@ func (c *SchedulerConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("kube-scheduler backoffs are whole seconds: initial at least 1 and max not below it, got %d and %d",
 			c.PodInitialBackoffSeconds, c.PodMaxBackoffSeconds))
 	}
+	if c.PercentageOfNodesToScore < 0 || c.PercentageOfNodesToScore > 100 || c.MinCandidateNodesPercentage < 0 || c.MinCandidateNodesPercentage > 100 {
+		errs = append(errs, fmt.Errorf("kube-scheduler percentageOfNodesToScore and minCandidateNodesPercentage must be in [0, 100], got %d and %d",
+			c.PercentageOfNodesToScore, c.MinCandidateNodesPercentage))
+	}
 	if c.PodMaxInUnschedulablePodsDuration < 0 {
 		errs = append(errs, fmt.Errorf("kube-scheduler pod-max-in-unschedulable-pods-duration must not be negative, got %v", c.PodMaxInUnschedulablePodsDuration))
 	}
@@ -62,7 +72,7 @@ func BackoffSeconds(d time.Duration) int64 {
 // file because kube-scheduler ignores --kubeconfig (and --profiling) when
 // --config is given; leader election stays off as with the flag.
 func schedulerConfigYAML(c *SchedulerConfig, kubeconfig string) string {
-	return fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+	out := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: %s
@@ -74,6 +84,21 @@ enableProfiling: false
 podInitialBackoffSeconds: %d
 podMaxBackoffSeconds: %d
 `, strconv.Quote(kubeconfig), strconv.FormatFloat(float64(c.QPS), 'g', -1, 32), c.Burst, c.PodInitialBackoffSeconds, c.PodMaxBackoffSeconds)
+	if c.PercentageOfNodesToScore > 0 {
+		out += fmt.Sprintf("percentageOfNodesToScore: %d\n", c.PercentageOfNodesToScore)
+	}
+	if c.MinCandidateNodesPercentage > 0 {
+		// Its absolute minimum (100) stays; args replace all of the defaults.
+		out += fmt.Sprintf(`profiles:
+- schedulerName: default-scheduler
+  pluginConfig:
+  - name: DefaultPreemption
+    args:
+      minCandidateNodesPercentage: %d
+      minCandidateNodesAbsolute: 100
+`, c.MinCandidateNodesPercentage)
+	}
+	return out
 }
 
 // schedulerConfigArgs replace the flags a configuration file makes

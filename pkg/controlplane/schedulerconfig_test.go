@@ -74,6 +74,30 @@ func TestSchedulerConfigFile(t *testing.T) {
 	if a := schedulerConfigArgs(l, c); len(a) != 1 {
 		t.Errorf("without a duration the flag stays at kube-scheduler's default: %v", a)
 	}
+
+	// Every node scored and dry-run for preemption: the profile's args.
+	c.PercentageOfNodesToScore, c.MinCandidateNodesPercentage = 100, 100
+	var all struct {
+		PercentageOfNodesToScore int32 `yaml:"percentageOfNodesToScore"`
+		Profiles                 []struct {
+			SchedulerName string `yaml:"schedulerName"`
+			PluginConfig  []struct {
+				Name string `yaml:"name"`
+				Args struct {
+					MinCandidateNodesPercentage int32 `yaml:"minCandidateNodesPercentage"`
+					MinCandidateNodesAbsolute   int32 `yaml:"minCandidateNodesAbsolute"`
+				} `yaml:"args"`
+			} `yaml:"pluginConfig"`
+		} `yaml:"profiles"`
+	}
+	if err := yaml.Unmarshal([]byte(schedulerConfigYAML(c, "/k")), &all); err != nil {
+		t.Fatal(err)
+	}
+	if all.PercentageOfNodesToScore != 100 || len(all.Profiles) != 1 || all.Profiles[0].SchedulerName != "default-scheduler" ||
+		len(all.Profiles[0].PluginConfig) != 1 || all.Profiles[0].PluginConfig[0].Name != "DefaultPreemption" ||
+		all.Profiles[0].PluginConfig[0].Args.MinCandidateNodesPercentage != 100 || all.Profiles[0].PluginConfig[0].Args.MinCandidateNodesAbsolute != 100 {
+		t.Errorf("every-node settings: %+v", all)
+	}
 }
 
 func TestSchedulerConfigValidate(t *testing.T) {

@@ -30,6 +30,20 @@ type PodDecision struct {
 // polls, so that tests that schedule pods one at a time stay fast.
 func WaitPodDecision(t testing.TB, client kubernetes.Interface, namespace, name string, timeout time.Duration) PodDecision {
 	t.Helper()
+	return waitPodDecision(t, client, namespace, name, timeout, false)
+}
+
+// WaitPodOutcome is WaitPodDecision for a pod that may preempt: a pod
+// reported unschedulable while it is nominated to a node (its victims are
+// being removed) is waited on until it is bound there or loses the
+// nomination.
+func WaitPodOutcome(t testing.TB, client kubernetes.Interface, namespace, name string, timeout time.Duration) PodDecision {
+	t.Helper()
+	return waitPodDecision(t, client, namespace, name, timeout, true)
+}
+
+func waitPodDecision(t testing.TB, client kubernetes.Interface, namespace, name string, timeout time.Duration, throughPreemption bool) PodDecision {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(Context(t), timeout)
 	defer cancel()
 	// The informer's own log lines (one watch per pod) would drown the
@@ -66,6 +80,10 @@ func WaitPodDecision(t testing.TB, client kubernetes.Interface, namespace, name 
 				continue
 			}
 			last = fmt.Sprintf("PodScheduled=%s %s: %s", c.Status, c.Reason, c.Message)
+			if throughPreemption && p.Status.NominatedNodeName != "" {
+				last += " (nominated to " + p.Status.NominatedNodeName + ")"
+				continue
+			}
 			if c.Status == v1.ConditionFalse && (c.Reason == v1.PodReasonUnschedulable || c.Reason == v1.PodReasonSchedulerError) {
 				d = PodDecision{Reason: c.Reason, Message: c.Message}
 				return true, nil

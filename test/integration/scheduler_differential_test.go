@@ -15,14 +15,15 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -34,8 +35,10 @@ import (
 )
 
 // The differential test: seeded random workloads (nodes in three zones,
-// pods mixing resources, node selection, taints, inter-pod affinity and
-// topology spread) are scheduled one pod at a time by kube-scheduler, whose
+// pods in three namespaces mixing resources, node selection, taints,
+// inter-pod affinity with namespace selectors, topology spread, the system
+// default spreading of Service-selected pods, zonal volumes and
+// preemption) are scheduled one pod at a time by kube-scheduler, whose
 // decisions are recorded (make golden-scheduler), and then by nodeshepherd.
 //
 // kube-scheduler breaks ties between equally scored nodes at random, so the
@@ -44,46 +47,73 @@ import (
 // nodeshepherd decides a pod, the pod is moved to kube-scheduler's node
 // (deleted and created again with spec.nodeName) when the nodes differ, and
 // a pending pod is deleted in both runs (it could otherwise be placed later,
-// at a time that depends on backoffs). Every decision is thus taken on the
-// same cluster by both schedulers, and compared: placed or pending, the
-// message of a pending pod, and every placement is checked against the
-// hard constraints by an independent checker (diffChecker below). The
-// recording also keeps the nodes kube-scheduler scored highest (its V(10)
-// final scores); a nodeshepherd placement outside them is a difference in
-// scoring, logged with the share of identical placements.
+// at a time that depends on backoffs); after a preemption, the victims
+// nodeshepherd chose are put back and kube-scheduler's removed. Every
+// decision is thus taken on the same cluster by both schedulers, and
+// compared: placed, preempting or pending, the message of a pending pod,
+// the victims' priorities, and every placement is checked against the hard
+// constraints by an independent checker (scheduler_differential_check_test.go).
+// The recording also keeps the nodes kube-scheduler scored highest (its
+// V(10) final scores): a nodeshepherd placement outside them is a
+// difference in scoring, and fails the test. Both schedulers score every
+// feasible node and dry-run every candidate for preemption
+// (percentageOfNodesToScore and minCandidateNodesPercentage 100), so that
+// on the large seeds neither decision depends on which share of the nodes
+// a random start let it see.
 
 var updateSchedulerGolden = flag.Bool("update-scheduler-golden", false,
 	"run kube-scheduler on the differential workloads and rewrite "+diffGoldenPath+" (make golden-scheduler)")
 
 const (
 	diffGoldenPath = "testdata/scheduler-differential-kube-scheduler.json"
-	diffRefresh    = "run `make golden-scheduler` (runs kube-scheduler on every seed, about a minute) and commit " + diffGoldenPath
+	diffRefresh    = "run `make golden-scheduler` (runs kube-scheduler on every seed, a few minutes) and commit " + diffGoldenPath
 	// diffGeneratorVersion changes whenever diffWorkloadFor changes what it
 	// generates; it seeds the generator, so a change re-records.
-	diffGeneratorVersion = 2
-	diffNamespace        = metav1.NamespaceDefault
+	diffGeneratorVersion = 3
 	diffPauseImage       = "registry.k8s.io/pause:3.10"
 	diffGPUTaintKey      = "dedicated"
 	diffSpotTaintKey     = "spot"
 	diffMaintTaintKey    = "maintenance"
+	// diffStorageClass is WaitForFirstConsumer without a provisioner: the
+	// claims bind to the generated zonal volumes, or the pod waits.
+	diffStorageClass = "diff-zonal"
+	diffProbeClass   = "diff-probe"
+	// diffPreemptorClass may preempt every other pod of the workload.
+	diffPreemptorClass = "p5000"
 )
 
-var diffSeeds = []uint64{1, 2, 3, 4, 5}
+// diffSeeds: seeds below 100 draw 12 to 30 nodes; a seed of 100 or more
+// has that many nodes.
+var diffSeeds = []uint64{1, 2, 3, 4, 5, 100, 500}
 
-// diffWorkload is one seed's cluster: nodes in creation order and pods in
-// scheduling order.
+// diffNamespaces are the pods' namespaces, with their labels for
+// namespaceSelector terms.
+var diffNamespaces = map[string]map[string]string{
+	metav1.NamespaceDefault: {},
+	"team-a":                {"env": "prod", "team": "a"},
+	"team-b":                {"env": "dev", "team": "b"},
+}
+
+// diffServiceApps are the apps a Service selects in every namespace: their
+// pods without constraints of their own get the system default spreading
+// (hostname and zone, ScheduleAnyway), as most ReplicaSet and StatefulSet
+// pods of real clusters do.
+var diffServiceApps = []string{"web", "api"}
+
+// diffWorkload is one seed's cluster: nodes in creation order, the zonal
+// volumes, and pods in scheduling order (their claims, diffClaim, are
+// created with the nodes).
 type diffWorkload struct {
-	Seed  uint64
-	Nodes []*v1.Node
-	Pods  []*v1.Pod
+	Seed    uint64
+	Nodes   []*v1.Node
+	Volumes []*v1.PersistentVolume
+	Pods    []*v1.Pod
 }
 
 // diffPodFeatures add constraints to a generated pod, in this order, each
-// drawing from the seed's generator. Volume cases (PVCs, StorageClasses)
-// belong here as another feature, with the objects they need created by
-// diffRun.setUp before the pods.
+// drawing from the seed's generator.
 var diffPodFeatures = []func(r *rand.Rand, w *diffWorkload, p *v1.Pod){
-	diffResources, diffNodeSelection, diffTolerations, diffInterPodAffinity, diffSpread, diffPriority,
+	diffResources, diffNodeSelection, diffTolerations, diffInterPodAffinity, diffSpread, diffPriority, diffVolume,
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }
@@ -93,8 +123,11 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 	w := &diffWorkload{Seed: seed}
 	zones := []string{"zone-a", "zone-b", "zone-c"}
 	nodes := 12 + r.IntN(19)
+	if seed >= 100 {
+		nodes = int(seed)
+	}
 	for i := range nodes {
-		name := fmt.Sprintf("s%d-n%02d", seed, i)
+		name := fmt.Sprintf("s%d-n%03d", seed, i)
 		l := map[string]string{v1.LabelHostname: name, "disk": pick(r, "ssd", "hdd"), "tier": pick(r, "1", "2", "3")}
 		if i < 3 || r.IntN(12) != 0 {
 			l[zoneKey] = zones[i%3] // a few nodes lack the zone label
@@ -125,9 +158,27 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 			Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady"}}}
 		w.Nodes = append(w.Nodes, n)
 	}
+	// Zonal volumes, all alike, fewest in zone-c, so that its claims run
+	// out and later ones must go elsewhere or wait.
+	perZone := map[string]int{"zone-a": max(2, nodes/8), "zone-b": max(2, nodes/12), "zone-c": 1 + nodes/40}
+	for _, z := range zones {
+		for i := range perZone[z] {
+			pv := persistentVolume(fmt.Sprintf("s%d-pv-%s-%02d", seed, z, i), diffStorageClass, v1.ReadWriteOnce,
+				v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt/disks/" + z}})
+			pv.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("10Gi")}
+			pv.Labels = map[string]string{zoneKey: z}
+			pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: zoneKey, Operator: v1.NodeSelectorOpIn, Values: []string{z}}}}}}}
+			w.Volumes = append(w.Volumes, pv)
+		}
+	}
 	pods := 40 + r.IntN(41)
+	if seed >= 100 {
+		pods = nodes/2 + 100
+	}
+	namespaces := slices.Sorted(maps.Keys(diffNamespaces))
 	for i := range pods {
-		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%02d", i), Namespace: diffNamespace,
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%03d", i), Namespace: pick(r, namespaces...),
 			Labels: map[string]string{"app": pick(r, "web", "api", "db", "cache", "batch")}},
 			Spec: v1.PodSpec{SchedulerName: v1.DefaultSchedulerName, TerminationGracePeriodSeconds: ptr.To[int64](0),
 				Containers: []v1.Container{{Name: "c", Image: diffPauseImage}}}}
@@ -211,10 +262,25 @@ func diffTolerations(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
 }
 
 // diffInterPodAffinity: required and preferred affinity to another app or
-// role, anti-affinity to the pod's own app, per hostname or zone.
+// role, anti-affinity to the pod's own app, per hostname or zone; a term
+// in four selects pods of other namespaces too (namespaceSelector: all,
+// env=prod; or a namespace list).
 func diffInterPodAffinity(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
 	term := func(match map[string]string) v1.PodAffinityTerm {
-		return podTerm(pick(r, v1.LabelHostname, zoneKey), match)
+		t := podTerm(pick(r, v1.LabelHostname, zoneKey), match)
+		if r.IntN(4) == 0 {
+			switch r.IntN(4) {
+			case 0:
+				t.NamespaceSelector = &metav1.LabelSelector{}
+			case 1:
+				t.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}
+			case 2:
+				t.Namespaces = []string{"team-a"}
+			default:
+				t.Namespaces = []string{"team-b", metav1.NamespaceDefault}
+			}
+		}
+		return t
 	}
 	other := func() map[string]string {
 		if r.IntN(3) == 0 {
@@ -278,10 +344,39 @@ func diffSpread(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
 	}
 }
 
-// diffPriority: priorities that never preempt (createPriorityClasses), so
-// that one pod's decision never depends on another being evicted.
+// diffPriority: mostly priorities that never preempt (createPriorityClasses);
+// a pod in fifteen is a preemptor of a higher priority than all others.
 func diffPriority(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
+	if r.IntN(15) == 0 {
+		// A preemptor, big enough that it often has to preempt.
+		p.Spec.PriorityClassName = diffPreemptorClass
+		p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = *resource.NewMilliQuantity(pick[int64](r, 1500, 2500, 3500), resource.DecimalSI)
+		return
+	}
 	p.Spec.PriorityClassName = pick(r, "", "", "p100-never", "p1000-never")
+}
+
+// diffVolume: a pod in eight has a claim of the zonal storage class
+// (diffClaim), which only a free volume of the node's zone satisfies.
+func diffVolume(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
+	if r.IntN(8) != 0 {
+		return
+	}
+	p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{
+		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: p.Name + "-data"}}})
+}
+
+// diffClaim is the claim of a pod's "data" volume; nil without one.
+func diffClaim(p *v1.Pod) *v1.PersistentVolumeClaim {
+	for _, vol := range p.Spec.Volumes {
+		if vol.PersistentVolumeClaim != nil {
+			c := persistentClaim(vol.PersistentVolumeClaim.ClaimName, diffStorageClass, "", v1.ReadWriteOnce)
+			c.Namespace = p.Namespace
+			c.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse("5Gi")}
+			return c
+		}
+	}
+	return nil
 }
 
 // diffInputs is what the golden file was recorded from.
@@ -321,9 +416,10 @@ type diffSeedRecord struct {
 }
 
 type diffDecision struct {
-	Pod     string   `json:"pod"`
+	Pod     string   `json:"pod"`               // namespace/name
 	Node    string   `json:"node,omitempty"`    // "": left pending
 	Best    []string `json:"best,omitempty"`    // the nodes with kube-scheduler's highest final score, one of which it chose
+	Victims []string `json:"victims,omitempty"` // the pods (namespace/name) it preempted for this one
 	Message string   `json:"message,omitempty"` // PodScheduled's, when pending
 }
 
@@ -359,7 +455,6 @@ func loadDiffGolden(t *testing.T) *diffGolden {
 // default-scheduler, so that the pods are identical in both runs.
 type diffRun struct {
 	client kubernetes.Interface
-	pc     *preemptionCluster // for create
 	// kube-scheduler's log, with its final node scores (V(10) of
 	// schedule_one.go), read from offset on.
 	scoreLog string
@@ -371,25 +466,57 @@ func startDiffRun(t *testing.T, upstream bool) *diffRun {
 	cfg := controlplane.Config{ControllerManager: true, Scheduler: upstream}
 	if upstream {
 		cfg.SchedulerArgs = []string{"--vmodule=schedule_one=10"}
+		cfg.SchedulerConfig = &controlplane.SchedulerConfig{QPS: 50, Burst: 100, PodInitialBackoffSeconds: 1, PodMaxBackoffSeconds: 10,
+			PercentageOfNodesToScore: 100, MinCandidateNodesPercentage: 100}
 	}
 	cp := startControlPlaneAlone(t, cfg)
 	client := framework.Client(t, cp)
+	d := &diffRun{client: client, scoreLog: filepath.Join(cp.Dir(), "logs", controlplane.Scheduler+".log")}
+	// What every seed shares, before the scheduler starts: the priority
+	// classes, the namespaces with their Services, the storage class.
+	createPriorityClasses(t, client)
+	ctx := framework.Context(t)
+	if _, err := client.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: diffPreemptorClass}, Value: 5000}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range slices.Sorted(maps.Keys(diffNamespaces)) {
+		if ns != metav1.NamespaceDefault {
+			if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: diffNamespaces[ns]}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, app := range diffServiceApps {
+			svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns},
+				Spec: v1.ServiceSpec{Selector: map[string]string{"app": app}, Ports: []v1.ServicePort{{Port: 80}}}}
+			if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, class := range []string{diffStorageClass, diffProbeClass} {
+		if _, err := client.StorageV1().StorageClasses().Create(ctx, storageClass(class, "kubernetes.io/no-provisioner", storagev1.VolumeBindingWaitForFirstConsumer), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if !upstream {
 		ctrl := fastLifecycle(100)
 		ctrl.Scheduler.SchedulerName = v1.DefaultSchedulerName
 		ctrl.Scheduler.PodInitialBackoff = 100 * time.Millisecond
 		ctrl.Scheduler.PodMaxBackoff = time.Second
+		ctrl.Scheduler.PercentageOfNodesToScore = 100
+		ctrl.Scheduler.MinCandidateNodesPercentage = 100
 		framework.StartNodeShepherd(t, cp.RESTConfig(), ctrl, func(o *manager.Options) { o.Controllers = []string{scheduler.Name} })
 	}
-	createPriorityClasses(t, client)
-	return &diffRun{client: client, pc: &preemptionCluster{client: client}, scoreLog: filepath.Join(cp.Dir(), "logs", controlplane.Scheduler+".log")}
+	return d
 }
 
 var finalScore = regexp.MustCompile(`"Calculated node's final score for pod" pod="([^"]+)" node="([^"]+)" score=(\d+)`)
 
 // best returns the nodes kube-scheduler gave the highest final score for
-// the pod it just bound (written before the binding), or only the chosen
-// node when it scored none (a single feasible node).
+// the pod it just bound (written before the binding; the last cycle's when
+// it tried more than once), or only the chosen node when it scored none (a
+// single feasible node, or its nominated node).
 func (d *diffRun) best(t *testing.T, p *v1.Pod, chosen string) []string {
 	t.Helper()
 	f, err := os.Open(d.scoreLog)
@@ -407,7 +534,7 @@ func (d *diffRun) best(t *testing.T, p *v1.Pod, chosen string) []string {
 	d.offset += int64(len(data))
 	scores := map[string]int{}
 	for _, m := range finalScore.FindAllStringSubmatch(string(data), -1) {
-		if m[1] == p.Namespace+"/"+p.Name {
+		if m[1] == diffKey(p) {
 			scores[m[2]], _ = strconv.Atoi(m[3])
 		}
 	}
@@ -423,18 +550,19 @@ func (d *diffRun) best(t *testing.T, p *v1.Pod, chosen string) []string {
 	}
 	slices.Sort(best)
 	if !slices.Contains(best, chosen) {
-		t.Fatalf("kube-scheduler bound %s to %s, but its best-scored nodes were %v (scores %v)", p.Name, chosen, best, scores)
+		t.Fatalf("kube-scheduler bound %s to %s, but its best-scored nodes were %v (scores %v)", diffKey(p), chosen, best, scores)
 	}
 	return best
 }
 
-// setUp creates the seed's nodes. They are Node objects without a kubelet:
-// no heartbeat, no node lifecycle controller, nothing changes them during
-// the run. The API server's TaintNodesByCondition admission gives every new
-// node the not-ready taint, replaced here by the generated taints. A probe
-// pod bound to the last node (tolerating its taints, not the not-ready
-// one) shows that the scheduler has seen every node as generated: node
-// events reach it in order.
+// setUp creates the seed's nodes and volumes. The nodes are Node objects
+// without a kubelet: no heartbeat, no node lifecycle controller, nothing
+// changes them during the run. The API server's TaintNodesByCondition
+// admission gives every new node the not-ready taint, replaced here by the
+// generated taints. A probe pod bound to the last node (tolerating its
+// taints, not the not-ready one) through a claim that only a probe volume
+// created last satisfies shows that the scheduler has seen every node and
+// volume as generated: each kind's events reach it in order.
 func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 	t.Helper()
 	ctx := framework.Context(t)
@@ -463,19 +591,45 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 		}
 	}
 	last := w.Nodes[len(w.Nodes)-1]
-	probe := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: diffNamespace},
+	// The probe has a storage class of its own, so that only its volume
+	// fits its claim.
+	probeVolume := onHost(persistentVolume(fmt.Sprintf("s%d-probe", w.Seed), diffProbeClass, v1.ReadWriteOnce,
+		v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: "/mnt/probe"}}), last.Name)
+	probeVolume.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	for _, pv := range append(slices.Clone(w.Volumes), probeVolume) {
+		if _, err := d.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: metav1.NamespaceDefault},
 		Spec: v1.PodSpec{SchedulerName: v1.DefaultSchedulerName, NodeSelector: map[string]string{v1.LabelHostname: last.Name},
 			Tolerations: []v1.Toleration{{Key: v1.TaintNodeUnschedulable, Operator: v1.TolerationOpExists}},
 			Containers: []v1.Container{{Name: "c", Image: diffPauseImage, Resources: v1.ResourceRequirements{
-				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1m")}}}}}}
+				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1m")}}}},
+			Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "probe"}}}}}}
 	for _, taint := range last.Spec.Taints {
 		probe.Spec.Tolerations = append(probe.Spec.Tolerations, v1.Toleration{Key: taint.Key, Operator: v1.TolerationOpExists})
 	}
-	d.pc.create(t, probe)
-	// Its first attempt may come before the last taint change: it is then
-	// retried on that node event.
-	framework.Eventually(t, 60*time.Second, fmt.Sprintf("seed %d: probe pod bound to %s", w.Seed, last.Name), func(ctx context.Context) (bool, string, error) {
-		p, err := d.client.CoreV1().Pods(diffNamespace).Get(ctx, probe.Name, metav1.GetOptions{})
+	// Every pod's claim exists before the pods, and the probe's claim is
+	// created after them: a pod is never tried before the scheduler has
+	// seen its claim (it would be unschedulable until the claim arrives).
+	for _, p := range w.Pods {
+		if c := diffClaim(p); c != nil {
+			if _, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	probeClaim := persistentClaim("probe", diffProbeClass, "", v1.ReadWriteOnce)
+	probeClaim.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	if _, err := d.client.CoreV1().PersistentVolumeClaims(metav1.NamespaceDefault).Create(ctx, probeClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.create(t, probe)
+	// Its first attempt may come before the last taint change or volume: it
+	// is then retried on that event.
+	framework.Eventually(t, 2*time.Minute, fmt.Sprintf("seed %d: probe pod bound to %s", w.Seed, last.Name), func(ctx context.Context) (bool, string, error) {
+		p, err := d.client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, probe.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, "", err
 		}
@@ -484,15 +638,29 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 		}
 		return p.Spec.NodeName == last.Name, fmt.Sprintf("conditions %v", p.Status.Conditions), nil
 	})
-	d.remove(t, probe.Name)
+	d.remove(t, probe)
+	d.deleteClaim(t, metav1.NamespaceDefault, "probe")
+	if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, probeVolume.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// tearDown removes the seed's pods and nodes.
+// tearDown removes the seed's pods, claims, volumes and nodes.
 func (d *diffRun) tearDown(t *testing.T, w *diffWorkload) {
 	t.Helper()
 	ctx := framework.Context(t)
-	if err := d.client.CoreV1().Pods(diffNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
+	for ns := range diffNamespaces {
+		if err := d.client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.client.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pv := range w.Volumes {
+		if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, n := range w.Nodes {
 		if err := d.client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
@@ -501,28 +669,216 @@ func (d *diffRun) tearDown(t *testing.T, w *diffWorkload) {
 	}
 }
 
-// remove deletes a pod at once: its node has no kubelet to confirm it.
-func (d *diffRun) remove(t *testing.T, name string) {
+func (d *diffRun) create(t *testing.T, p *v1.Pod) {
 	t.Helper()
-	if err := d.client.CoreV1().Pods(diffNamespace).Delete(framework.Context(t), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	framework.Eventually(t, 30*time.Second, "pod "+diffKey(p)+" created", func(ctx context.Context) (bool, string, error) {
+		_, err := d.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err), nil
+	})
+}
+
+// remove deletes a pod at once: its node has no kubelet to confirm it.
+func (d *diffRun) remove(t *testing.T, p *v1.Pod) {
+	t.Helper()
+	err := d.client.CoreV1().Pods(p.Namespace).Delete(framework.Context(t), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
 }
 
-// decide creates the pod and waits for the scheduler's decision.
-func (d *diffRun) decide(t *testing.T, p *v1.Pod) framework.PodDecision {
+func (d *diffRun) deleteClaim(t *testing.T, ns, name string) {
 	t.Helper()
-	d.pc.create(t, p.DeepCopy())
-	return framework.WaitPodDecision(t, d.client, diffNamespace, p.Name, 60*time.Second)
+	if err := d.client.CoreV1().PersistentVolumeClaims(ns).Delete(framework.Context(t), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 }
 
-// pin replaces the pod with one bound to node, as kube-scheduler placed it.
-func (d *diffRun) pin(t *testing.T, p *v1.Pod, node string) {
+// decide creates the pod (its claim exists: setUp) and waits for the
+// scheduler's decision, through a preemption if it makes one.
+func (d *diffRun) decide(t *testing.T, p *v1.Pod) framework.PodDecision {
 	t.Helper()
-	d.remove(t, p.Name)
+	d.create(t, p.DeepCopy())
+	return framework.WaitPodOutcome(t, d.client, p.Namespace, p.Name, 2*time.Minute)
+}
+
+// drop removes a pod left pending, and its claim; a volume the claim was
+// bound to (nodeshepherd placed a pod kube-scheduler left pending) is made
+// free again, as it is in kube-scheduler's cluster.
+func (d *diffRun) drop(t *testing.T, p *v1.Pod) {
+	t.Helper()
+	d.remove(t, p)
+	if c := diffClaim(p); c != nil {
+		d.releaseClaim(t, c)
+	}
+}
+
+// releaseClaim deletes the claim, waits until it is gone (its protection
+// finalizer goes with the pod), and frees the volume it was bound to.
+func (d *diffRun) releaseClaim(t *testing.T, c *v1.PersistentVolumeClaim) {
+	t.Helper()
+	ctx := framework.Context(t)
+	cur, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.deleteClaim(t, c.Namespace, c.Name)
+	if cur.Spec.VolumeName == "" {
+		return
+	}
+	framework.Eventually(t, time.Minute, "claim "+c.Namespace+"/"+c.Name+" gone", func(ctx context.Context) (bool, string, error) {
+		_, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+	})
+	if _, err := d.client.CoreV1().PersistentVolumes().Patch(ctx, cur.Spec.VolumeName, types.MergePatchType,
+		[]byte(`{"spec":{"claimRef":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "volume "+cur.Spec.VolumeName+" available", func(ctx context.Context) (bool, string, error) {
+		pv, err := d.client.CoreV1().PersistentVolumes().Get(ctx, cur.Spec.VolumeName, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return pv.Status.Phase == v1.VolumeAvailable, string(pv.Status.Phase), nil
+	})
+}
+
+// gone lists the pods the checker has placed that no longer exist: the
+// victims of a preemption (deleted before its preemptor could bind).
+func (d *diffRun) gone(t *testing.T, chk *diffChecker) []string {
+	t.Helper()
+	exists := map[string]bool{}
+	for ns := range diffNamespaces {
+		list, err := d.client.CoreV1().Pods(ns).List(framework.Context(t), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range list.Items {
+			exists[diffKey(&list.Items[i])] = true
+		}
+	}
+	var out []string
+	for _, ps := range chk.pods {
+		for _, p := range ps {
+			if !exists[diffKey(p)] {
+				out = append(out, diffKey(p))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pin replaces the pod with one bound to node, as kube-scheduler placed it,
+// with its claim bound to a volume of that node's zone as kube-scheduler's
+// was: kept when nodeshepherd bound it in the same zone, bound here when
+// nodeshepherd left the pod pending, moved when it chose another zone.
+func (d *diffRun) pin(t *testing.T, p *v1.Pod, node *v1.Node) {
+	t.Helper()
+	d.remove(t, p)
+	if c := diffClaim(p); c != nil {
+		cur, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(framework.Context(t), c.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Spec.VolumeName != "" && d.volumeZone(t, cur.Spec.VolumeName) != node.Labels[zoneKey] {
+			d.releaseClaim(t, c)
+			if _, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Create(framework.Context(t), c, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d.bindClaim(t, c, node)
+	}
 	q := p.DeepCopy()
-	q.Spec.NodeName = node
-	d.pc.create(t, q)
+	q.Spec.NodeName = node.Name
+	d.create(t, q)
+}
+
+func (d *diffRun) volumeZone(t *testing.T, name string) string {
+	t.Helper()
+	pv, err := d.client.CoreV1().PersistentVolumes().Get(framework.Context(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pv.Labels[zoneKey]
+}
+
+// bindClaim binds an unbound claim to a free volume of the node's zone
+// (the PV controller completes a binding whose volume names the claim),
+// and waits until it is bound.
+func (d *diffRun) bindClaim(t *testing.T, c *v1.PersistentVolumeClaim, node *v1.Node) {
+	t.Helper()
+	ctx := framework.Context(t)
+	cur, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Spec.VolumeName != "" {
+		return
+	}
+	pvs, err := d.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: zoneKey + "=" + node.Labels[zoneKey]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var free *v1.PersistentVolume
+	for i := range pvs.Items {
+		if pvs.Items[i].Spec.ClaimRef == nil {
+			free = &pvs.Items[i]
+			break
+		}
+	}
+	if free == nil {
+		t.Fatalf("no free volume in zone %q for claim %s/%s", node.Labels[zoneKey], c.Namespace, c.Name)
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"claimRef": map[string]any{
+		"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": c.Namespace, "name": c.Name, "uid": cur.UID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.CoreV1().PersistentVolumes().Patch(ctx, free.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "claim "+c.Namespace+"/"+c.Name+" bound", func(ctx context.Context) (bool, string, error) {
+		cur, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return cur.Status.Phase == v1.ClaimBound, string(cur.Status.Phase), nil
+	})
+}
+
+// victimProfile is what kube-scheduler's choice among preemption
+// candidates weighs (no PodDisruptionBudgets here; the victims never
+// started): the highest victim priority, the sum of priorities, the count.
+func victimProfile(chk *diffChecker, keys []string) string {
+	var prios []int32
+	for _, k := range keys {
+		if p, _ := chk.placed(k); p != nil {
+			prios = append(prios, diffPriorityOf(p))
+		}
+	}
+	if len(prios) == 0 {
+		return "none"
+	}
+	var sum int64
+	for _, v := range prios {
+		sum += int64(v)
+	}
+	return fmt.Sprintf("%d victims, highest priority %d, sum %d", len(prios), slices.Max(prios), sum)
+}
+
+func diffPriorityOf(p *v1.Pod) int32 {
+	switch p.Spec.PriorityClassName {
+	case diffPreemptorClass:
+		return 5000
+	case "p1000-never":
+		return 1000
+	case "p100-never":
+		return 100
+	}
+	return 0
 }
 
 // recordDiffGolden runs every seed with kube-scheduler and writes the file.
@@ -539,16 +895,17 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 			w := diffWorkloadFor(seed)
 			d.setUp(t, w)
 			rec := diffSeedRecord{Seed: seed, Nodes: len(w.Nodes)}
-			chk := newDiffChecker(w.Nodes)
+			chk := newDiffChecker(w.Nodes, w.Volumes)
 			for _, p := range w.Pods {
 				got := d.decide(t, p)
-				dec := diffDecision{Pod: p.Name, Node: got.Node, Message: got.Message}
+				dec := diffDecision{Pod: diffKey(p), Node: got.Node, Message: got.Message, Victims: d.gone(t, chk)}
+				chk = chk.without(dec.Victims)
 				if dec.Node != "" {
 					dec.Best = d.best(t, p, dec.Node)
 				}
 				chk.verify(t, fmt.Sprintf("seed %d: kube-scheduler", seed), p, dec.Node)
 				if dec.Node == "" {
-					d.remove(t, p.Name)
+					d.drop(t, p)
 				} else {
 					chk.place(p, dec.Node)
 				}
@@ -578,11 +935,12 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 // TestSchedulerDifferentialKubeScheduler schedules the seeded workloads
 // with nodeshepherd, one pod at a time on kube-scheduler's cluster state
 // (see the comment at the top of the file), and requires for every pod the
-// same verdict as kube-scheduler (placed or pending, and for a pending pod
-// the same message) and a placement within every hard constraint. The node
-// itself may differ where scores tie; the share of identical nodes, and
-// of nodes among kube-scheduler's best-scored, is logged. kube-scheduler's decisions come from
-// testdata/scheduler-differential-kube-scheduler.json (make
+// same verdict as kube-scheduler (placed, preempting or pending, and for a
+// pending pod the same message), a placement on one of kube-scheduler's
+// best-scored nodes (for a preemptor: victims of the same priorities, as
+// candidates tie at random), and a placement within every hard constraint.
+// The share of identical nodes is logged. kube-scheduler's decisions come
+// from testdata/scheduler-differential-kube-scheduler.json (make
 // golden-scheduler, which runs this test with -update-scheduler-golden);
 // the file names the hash of the generated workloads and the kube-scheduler
 // version, so a change of either fails here until it is re-recorded.
@@ -594,45 +952,73 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 		g = loadDiffGolden(t)
 	}
 	d := startDiffRun(t, false)
-	var placed, same, pending, best int
+	var placed, same, pending, best, preempted int
 	for i, seed := range diffSeeds {
 		w := diffWorkloadFor(seed)
 		rec := g.Seeds[i]
 		d.setUp(t, w)
-		chk := newDiffChecker(w.Nodes)
-		seedPlaced, seedSame, seedPending, seedBest := 0, 0, 0, 0
+		chk := newDiffChecker(w.Nodes, w.Volumes)
+		seedPlaced, seedSame, seedPending, seedBest, seedPreempted := 0, 0, 0, 0, 0
 		for j, p := range w.Pods {
 			want := rec.Decisions[j]
-			where := fmt.Sprintf("seed %d pod %s", seed, p.Name)
-			chk.verify(t, where+": kube-scheduler (recorded)", p, want.Node)
+			where := fmt.Sprintf("seed %d pod %s", seed, diffKey(p))
 			got := d.decide(t, p)
-			chk.verify(t, where+": nodeshepherd", p, got.Node)
+			gotVictims := d.gone(t, chk)
+			// Each decision is checked on the cluster it was made on.
+			chk.without(want.Victims).verify(t, where+": kube-scheduler (recorded)", p, want.Node)
+			chk.without(gotVictims).verify(t, where+": nodeshepherd", p, got.Node)
+			if len(want.Victims) > 0 || len(gotVictims) > 0 {
+				wantProfile, gotProfile := victimProfile(chk, want.Victims), victimProfile(chk, gotVictims)
+				if wantProfile != gotProfile {
+					t.Errorf("%s: preempted %v (%s), kube-scheduler preempted %v (%s)\n pod: %s", where, gotVictims, gotProfile, want.Victims, wantProfile, diffDescribe(p))
+				}
+				seedPreempted++
+				// Back to kube-scheduler's cluster: nodeshepherd's victims
+				// return to their nodes, kube-scheduler's go.
+				for _, k := range gotVictims {
+					if !slices.Contains(want.Victims, k) {
+						v, node := chk.placed(k)
+						q := v.DeepCopy()
+						q.Spec.NodeName = node
+						d.create(t, q)
+					}
+				}
+				for _, k := range want.Victims {
+					if !slices.Contains(gotVictims, k) {
+						v, _ := chk.placed(k)
+						d.remove(t, v)
+					}
+				}
+				chk = chk.without(want.Victims)
+			}
 			switch {
 			case want.Node == "" && got.Node == "":
 				seedPending++
 				if got.Message != want.Message {
 					t.Errorf("%s: pending with different messages\n kube-scheduler: %q\n nodeshepherd:   %q", where, want.Message, got.Message)
 				}
-				d.remove(t, p.Name)
+				d.drop(t, p)
 			case want.Node == "":
 				t.Errorf("%s: nodeshepherd placed it on %s, kube-scheduler left it pending: %q\n pod: %s", where, got.Node, want.Message, diffDescribe(p))
-				d.remove(t, p.Name)
+				d.drop(t, p)
 			case got.Node == "":
 				t.Errorf("%s: nodeshepherd left it pending (%q), kube-scheduler placed it on %s\n pod: %s", where, got.Message, want.Node, diffDescribe(p))
-				d.pin(t, p, want.Node)
+				d.pin(t, p, chk.byName[want.Node])
 			default:
 				seedPlaced++
-				if slices.Contains(want.Best, got.Node) {
+				switch {
+				case len(want.Victims) > 0:
+					// A preemptor binds to the node it was nominated to,
+					// which candidates of equal victims tie for.
+				case slices.Contains(want.Best, got.Node):
 					seedBest++
-				} else {
-					// Scores are kube-scheduler's (balanced allocation as in 1.37 included): a
-					// placement outside its best-scored nodes is a scoring difference.
+				default:
 					t.Errorf("%s: nodeshepherd chose %s, kube-scheduler's best-scored nodes were %v (it chose %s)", where, got.Node, want.Best, want.Node)
 				}
 				if got.Node == want.Node {
 					seedSame++
 				} else {
-					d.pin(t, p, want.Node)
+					d.pin(t, p, chk.byName[want.Node])
 				}
 			}
 			if want.Node != "" {
@@ -640,329 +1026,11 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 			}
 		}
 		d.tearDown(t, w)
-		t.Logf("seed %d: %d nodes, %d pods: %d placed by both (%d on the same node, %d on one of kube-scheduler's best-scored nodes), %d pending for both",
-			seed, len(w.Nodes), len(w.Pods), seedPlaced, seedSame, seedBest, seedPending)
-		placed, same, pending, best = placed+seedPlaced, same+seedSame, pending+seedPending, best+seedBest
+		t.Logf("seed %d: %d nodes, %d pods: %d placed by both (%d on the same node, %d on one of kube-scheduler's best-scored nodes), %d preemptions, %d pending for both",
+			seed, len(w.Nodes), len(w.Pods), seedPlaced, seedSame, seedBest, seedPreempted, seedPending)
+		placed, same, pending, best, preempted = placed+seedPlaced, same+seedSame, pending+seedPending, best+seedBest, preempted+seedPreempted
 	}
 	pct := func(n int) float64 { return 100 * float64(n) / float64(max(placed, 1)) }
-	t.Logf("identical placements: %d of %d placed pods (%.0f%%); on one of kube-scheduler's best-scored nodes: %d (%.0f%%); %d pods pending for both",
-		same, placed, pct(same), best, pct(best), pending)
-}
-
-func diffDescribe(p *v1.Pod) string {
-	b, _ := json.Marshal(struct {
-		Labels map[string]string
-		Spec   v1.PodSpec
-	}{p.Labels, p.Spec})
-	return string(b)
-}
-
-// diffChecker knows the cluster as the scheduler should see it (the nodes
-// and the pods placed so far) and says, independently of either scheduler,
-// which nodes satisfy a pod's hard constraints.
-type diffChecker struct {
-	nodes []*v1.Node
-	pods  map[string][]*v1.Pod // by node
-}
-
-func newDiffChecker(nodes []*v1.Node) *diffChecker {
-	return &diffChecker{nodes: nodes, pods: map[string][]*v1.Pod{}}
-}
-
-func (c *diffChecker) place(p *v1.Pod, node string) {
-	c.pods[node] = append(c.pods[node], p)
-}
-
-// verify checks a decision: a placement must be on a node that satisfies
-// every constraint, and a pod is left pending only when no node does.
-func (c *diffChecker) verify(t *testing.T, who string, p *v1.Pod, node string) {
-	t.Helper()
-	var fits []string
-	for _, n := range c.nodes {
-		why := c.violations(p, n)
-		if n.Name == node && len(why) > 0 {
-			t.Errorf("%s: placed on %s, which breaks %s\n pod: %s", who, node, strings.Join(why, "; "), diffDescribe(p))
-		}
-		if len(why) == 0 {
-			fits = append(fits, n.Name)
-		}
-	}
-	if node == "" && len(fits) > 0 {
-		t.Errorf("%s: left pending, but %v satisfy every constraint\n pod: %s", who, fits, diffDescribe(p))
-	}
-}
-
-// violations lists the hard constraints the pod breaks on node n.
-func (c *diffChecker) violations(p *v1.Pod, n *v1.Node) []string {
-	var why []string
-	if n.Spec.Unschedulable && !tolerates(p.Spec.Tolerations, v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}) {
-		why = append(why, "cordoned")
-	}
-	for _, taint := range n.Spec.Taints {
-		if taint.Effect != v1.TaintEffectPreferNoSchedule && !tolerates(p.Spec.Tolerations, taint) {
-			why = append(why, "taint "+taint.Key)
-		}
-	}
-	if !nodeSelected(p, n) {
-		why = append(why, "node selector/affinity")
-	}
-	why = append(why, c.resources(p, n)...)
-	why = append(why, c.spread(p, n)...)
-	why = append(why, c.interPod(p, n)...)
-	return why
-}
-
-func tolerates(tols []v1.Toleration, taint v1.Taint) bool {
-	for _, tol := range tols {
-		if tol.Effect != "" && tol.Effect != taint.Effect {
-			continue
-		}
-		if tol.Key == "" && tol.Operator == v1.TolerationOpExists {
-			return true
-		}
-		if tol.Key != taint.Key {
-			continue
-		}
-		if tol.Operator == v1.TolerationOpExists || tol.Value == taint.Value {
-			return true
-		}
-	}
-	return false
-}
-
-func untoleratedTaint(p *v1.Pod, n *v1.Node) bool {
-	for _, taint := range n.Spec.Taints {
-		if taint.Effect != v1.TaintEffectPreferNoSchedule && !tolerates(p.Spec.Tolerations, taint) {
-			return true
-		}
-	}
-	return false
-}
-
-// nodeSelected: nodeSelector and required node affinity.
-func nodeSelected(p *v1.Pod, n *v1.Node) bool {
-	for k, v := range p.Spec.NodeSelector {
-		if n.Labels[k] != v {
-			return false
-		}
-	}
-	if p.Spec.Affinity == nil || p.Spec.Affinity.NodeAffinity == nil || p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return true
-	}
-	for _, term := range p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		if termMatches(term, n.Labels) {
-			return true
-		}
-	}
-	return false
-}
-
-func termMatches(term v1.NodeSelectorTerm, l map[string]string) bool {
-	for _, req := range term.MatchExpressions {
-		v, ok := l[req.Key]
-		var match bool
-		switch req.Operator {
-		case v1.NodeSelectorOpIn:
-			match = ok && slices.Contains(req.Values, v)
-		case v1.NodeSelectorOpNotIn:
-			match = !ok || !slices.Contains(req.Values, v)
-		case v1.NodeSelectorOpExists:
-			match = ok
-		case v1.NodeSelectorOpDoesNotExist:
-			match = !ok
-		case v1.NodeSelectorOpGt, v1.NodeSelectorOpLt:
-			var have, want int64
-			_, err1 := fmt.Sscan(v, &have)
-			_, err2 := fmt.Sscan(req.Values[0], &want)
-			match = ok && err1 == nil && err2 == nil && (req.Operator == v1.NodeSelectorOpGt && have > want || req.Operator == v1.NodeSelectorOpLt && have < want)
-		}
-		if !match {
-			return false
-		}
-	}
-	return len(term.MatchExpressions) > 0
-}
-
-func (c *diffChecker) resources(p *v1.Pod, n *v1.Node) []string {
-	var why []string
-	on := c.pods[n.Name]
-	if int64(len(on))+1 > n.Status.Allocatable.Pods().Value() {
-		why = append(why, "too many pods")
-	}
-	for _, res := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-		used := p.Spec.Containers[0].Resources.Requests[res].DeepCopy()
-		for _, q := range on {
-			used.Add(q.Spec.Containers[0].Resources.Requests[res])
-		}
-		if alloc := n.Status.Allocatable[res]; used.Cmp(alloc) > 0 {
-			why = append(why, "insufficient "+string(res))
-		}
-	}
-	return why
-}
-
-// selects: the selector, narrowed by matchLabelKeys to the owner's values
-// of those keys (as the API server stores it), matches l.
-func selects(sel *metav1.LabelSelector, keys []string, owner *v1.Pod, l map[string]string) bool {
-	sel = sel.DeepCopy()
-	for _, k := range keys {
-		if v, ok := owner.Labels[k]; ok {
-			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: k, Operator: metav1.LabelSelectorOpIn, Values: []string{v}})
-		}
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	return err == nil && s.Matches(labels.Set(l))
-}
-
-// spread: every DoNotSchedule constraint. Domains are counted over the
-// nodes that have every such constraint's key and, per the constraint's
-// policies, match the pod's node selection and have no taint it does not
-// tolerate; fewer domains than minDomains make the lowest count 0.
-func (c *diffChecker) spread(p *v1.Pod, n *v1.Node) []string {
-	var hard []v1.TopologySpreadConstraint
-	for _, sc := range p.Spec.TopologySpreadConstraints {
-		if sc.WhenUnsatisfiable == v1.DoNotSchedule {
-			hard = append(hard, sc)
-		}
-	}
-	var why []string
-	for _, sc := range hard {
-		value, ok := n.Labels[sc.TopologyKey]
-		if !ok {
-			why = append(why, "spread: no "+sc.TopologyKey)
-			continue
-		}
-		counts := map[string]int{}
-		for _, m := range c.nodes {
-			if slices.ContainsFunc(hard, func(o v1.TopologySpreadConstraint) bool { _, ok := m.Labels[o.TopologyKey]; return !ok }) {
-				continue
-			}
-			if ptr.Deref(sc.NodeAffinityPolicy, v1.NodeInclusionPolicyHonor) == v1.NodeInclusionPolicyHonor && !nodeSelected(p, m) {
-				continue
-			}
-			if ptr.Deref(sc.NodeTaintsPolicy, v1.NodeInclusionPolicyIgnore) == v1.NodeInclusionPolicyHonor && untoleratedTaint(p, m) {
-				continue
-			}
-			d := m.Labels[sc.TopologyKey]
-			counts[d] += 0
-			for _, q := range c.pods[m.Name] {
-				if q.Namespace == p.Namespace && selects(sc.LabelSelector, sc.MatchLabelKeys, p, q.Labels) {
-					counts[d]++
-				}
-			}
-		}
-		low := -1
-		for _, k := range counts {
-			if low < 0 || k < low {
-				low = k
-			}
-		}
-		if low < 0 || len(counts) < int(ptr.Deref(sc.MinDomains, 1)) {
-			low = 0
-		}
-		self := 0
-		if selects(sc.LabelSelector, sc.MatchLabelKeys, p, p.Labels) {
-			self = 1
-		}
-		if counts[value]+self-low > int(sc.MaxSkew) {
-			why = append(why, fmt.Sprintf("spread on %s: %d+%d-%d > %d", sc.TopologyKey, counts[value], self, low, sc.MaxSkew))
-		}
-	}
-	return why
-}
-
-// termSelects: an affinity term of owner (no namespace fields in the
-// generated pods: owner's namespace) selects q.
-func termSelects(term v1.PodAffinityTerm, owner, q *v1.Pod) bool {
-	return q.Namespace == owner.Namespace && selects(term.LabelSelector, term.MatchLabelKeys, owner, q.Labels)
-}
-
-// interPod: the pod's required affinity and anti-affinity, and the
-// required anti-affinity of the pods already placed.
-func (c *diffChecker) interPod(p *v1.Pod, n *v1.Node) []string {
-	var why []string
-	sameDomain := func(key, node string) bool {
-		v, ok := n.Labels[key]
-		if !ok {
-			return false
-		}
-		for _, m := range c.nodes {
-			if m.Name == node {
-				w, ok := m.Labels[key]
-				return ok && w == v
-			}
-		}
-		return false
-	}
-	var affinity, anti []v1.PodAffinityTerm
-	if a := p.Spec.Affinity; a != nil && a.PodAffinity != nil {
-		affinity = a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	}
-	if a := p.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
-		anti = a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	}
-	if len(affinity) > 0 {
-		// A pod counts for the affinity when it matches every term; when
-		// none does anywhere, a pod that matches its own terms may start
-		// the group on any node that has the keys.
-		matchesAll := func(q *v1.Pod) bool {
-			return !slices.ContainsFunc(affinity, func(term v1.PodAffinityTerm) bool { return !termSelects(term, p, q) })
-		}
-		anyMatch, ok := false, true
-		for _, term := range affinity {
-			if _, has := n.Labels[term.TopologyKey]; !has {
-				ok = false
-				continue
-			}
-			found := false
-			for node, qs := range c.pods {
-				for _, q := range qs {
-					if matchesAll(q) && sameDomain(term.TopologyKey, node) {
-						found = true
-					}
-				}
-			}
-			if !found {
-				ok = false
-			}
-		}
-		for node, qs := range c.pods {
-			for _, q := range qs {
-				if matchesAll(q) && slices.ContainsFunc(c.nodes, func(m *v1.Node) bool {
-					if m.Name != node {
-						return false
-					}
-					return !slices.ContainsFunc(affinity, func(term v1.PodAffinityTerm) bool { _, has := m.Labels[term.TopologyKey]; return !has })
-				}) {
-					anyMatch = true
-				}
-			}
-		}
-		keys := !slices.ContainsFunc(affinity, func(term v1.PodAffinityTerm) bool { _, has := n.Labels[term.TopologyKey]; return !has })
-		if !ok && !(keys && !anyMatch && matchesAll(p)) {
-			why = append(why, "pod affinity")
-		}
-	}
-	for _, term := range anti {
-		for node, qs := range c.pods {
-			for _, q := range qs {
-				if termSelects(term, p, q) && sameDomain(term.TopologyKey, node) {
-					why = append(why, "pod anti-affinity ("+q.Name+")")
-				}
-			}
-		}
-	}
-	for node, qs := range c.pods {
-		for _, q := range qs {
-			if q.Spec.Affinity == nil || q.Spec.Affinity.PodAntiAffinity == nil {
-				continue
-			}
-			for _, term := range q.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
-				if termSelects(term, q, p) && sameDomain(term.TopologyKey, node) {
-					why = append(why, "existing pod "+q.Name+"'s anti-affinity")
-				}
-			}
-		}
-	}
-	return why
+	t.Logf("identical placements: %d of %d placed pods (%.0f%%); on one of kube-scheduler's best-scored nodes: %d (%.0f%%); %d preemptions; %d pods pending for both",
+		same, placed, pct(same), best, pct(best), preempted, pending)
 }
