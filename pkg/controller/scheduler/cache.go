@@ -27,12 +27,14 @@ type cache struct {
 	doomed map[types.UID]bool
 	// index finds assigned pods by label for inter-pod affinity and spread.
 	index *podIndex
+	// images counts per image name the nodes that have it (ImageLocality).
+	images map[string]*imageState
 }
 
 func newCache() *cache {
 	return &cache{nodes: map[string]*nodeInfo{}, podNode: map[types.UID]string{}, assumed: map[types.UID]bool{},
 		nominated: map[string][]*podInfo{}, nominatedTo: map[types.UID]string{}, doomed: map[types.UID]bool{},
-		index: newPodIndex()}
+		index: newPodIndex(), images: map[string]*imageState{}}
 }
 
 func (c *cache) rebuildList() {
@@ -53,6 +55,10 @@ func (c *cache) setNode(node *v1.Node) {
 		c.nodes[node.Name] = n
 	}
 	added := n.node == nil
+	if !added {
+		c.removeNodeImages(n)
+	}
+	c.addNodeImages(n, node)
 	n.setNode(node)
 	if added {
 		c.rebuildList()
@@ -66,6 +72,7 @@ func (c *cache) removeNode(name string) {
 	if !ok {
 		return
 	}
+	c.removeNodeImages(n)
 	if len(n.pods) == 0 {
 		delete(c.nodes, name)
 	} else {
@@ -75,10 +82,12 @@ func (c *cache) removeNode(name string) {
 }
 
 // setPod records an assigned pod (a new one, an update, or the informer's
-// confirmation of an assumed pod).
-func (c *cache) setPod(pod *v1.Pod) {
+// confirmation of an assumed pod). It returns what was counted for the pod
+// before (nil if nothing) and what is counted now.
+func (c *cache) setPod(pod *v1.Pod) (prev, cur *podInfo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	prev = c.index.pods[pod.UID]
 	c.removePodLocked(pod.UID)
 	delete(c.assumed, pod.UID)
 	n, ok := c.nodes[pod.Spec.NodeName]
@@ -91,6 +100,7 @@ func (c *cache) setPod(pod *v1.Pod) {
 	c.index.add(pi)
 	c.podNode[pod.UID] = pod.Spec.NodeName
 	c.unnominateLocked(pod.UID)
+	return prev, pi
 }
 
 func (c *cache) removePod(uid types.UID) {
@@ -199,6 +209,22 @@ func (c *cache) withNominated(pi *podInfo, n *nodeInfo) *nodeInfo {
 		return n
 	}
 	return out
+}
+
+// filterWithNominated is kube-scheduler's RunFilterPluginsWithNominatedPods:
+// when pods at least as important as the pod are nominated to the node, the
+// node must pass the filters both with them counted there and without them
+// (a nominated pod may be what satisfies the pod's required affinity or
+// spread, and it may end up elsewhere). The second pass is skipped when
+// there are none or the first pass fails; the last pass's status is the
+// answer. Callers hold the cache's read lock.
+func (c *cache) filterWithNominated(q *podQuery, n *nodeInfo) status {
+	with := c.withNominated(q.podInfo, n)
+	st := filter(q, with)
+	if with == n || !st.ok() {
+		return st
+	}
+	return filter(q, n)
 }
 
 func (c *cache) unnominate(uid types.UID) {

@@ -150,7 +150,7 @@ func Explain(ctx context.Context, pod *v1.Pod, snap Snapshot) (*FitReport, error
 		q.interPod = newAffinityState(c, pi, nsLister)
 		q.spread = newSpreadState(&spreadEnv{defaults: defaults}, q, c)
 		for _, ni := range c.list {
-			statuses[ni.name()] = filter(q, c.withNominated(pi, ni))
+			statuses[ni.name()] = c.filterWithNominated(q, ni)
 		}
 	}
 	fitting := false

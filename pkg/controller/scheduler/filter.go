@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -22,6 +23,7 @@ const (
 	reasonTooManyPods   = "Too many pods"
 	reasonNoVictims     = "No preemption victims found for incoming pod"
 	reasonNotHelpful    = "Preemption is not helpful for scheduling"
+	reasonFeatures      = "node(s) didn't match Pod's required features"
 )
 
 // code says whether preemption could change a filter's answer.
@@ -57,6 +59,9 @@ type podQuery struct {
 	interPod *affinityState
 	// volumes is the volume plugins' state; nil without claims.
 	volumes *volumeState
+	// features are the node features the pod requires
+	// (NodeDeclaredFeatures); empty: none.
+	features ndf.FeatureSet
 }
 
 var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
@@ -78,6 +83,7 @@ func newPodQuery(pi *podInfo) (*podQuery, error) {
 	if pi.affinity != nil && pi.affinity.err != nil {
 		return nil, fmt.Errorf("invalid pod affinity: %w", pi.affinity.err)
 	}
+	q.features = requiredFeatures(pi.pod)
 	return q, nil
 }
 
@@ -117,7 +123,10 @@ func filter(q *podQuery, n *nodeInfo) status {
 	if st := q.spread.filter(n); !st.ok() {
 		return st
 	}
-	return q.interPod.filter(n)
+	if st := q.interPod.filter(n); !st.ok() {
+		return st
+	}
+	return featuresFilter(q, n)
 }
 
 // fits is the resource filter: pod count, cpu, memory and every other

@@ -91,7 +91,7 @@ func statusesOf(c *cache, p *v1.Pod) map[string]status {
 	q := query(p)
 	out := map[string]status{}
 	for name, n := range c.nodes {
-		out[name] = filter(q, c.withNominated(q.podInfo, n))
+		out[name] = c.filterWithNominated(q, n)
 	}
 	return out
 }

@@ -76,7 +76,7 @@ func verdicts(c *cache, p *v1.Pod, l corelisters.NamespaceLister) map[string]str
 	q := affinityQuery(c, p, l)
 	out := map[string]string{}
 	for name, n := range c.nodes {
-		st := filter(q, c.withNominated(q.podInfo, n))
+		st := c.filterWithNominated(q, n)
 		switch {
 		case st.ok():
 			out[name] = ""

@@ -3,6 +3,7 @@ package scheduler
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
 )
 
 // nodeInfo is a node with the pods assigned to it (bound or assumed) and
@@ -18,6 +19,12 @@ type nodeInfo struct {
 	// affinityPods counts pods with pod (anti-)affinity terms, so that
 	// pods without any can skip the nodes that have none.
 	affinityPods int
+	// images are the node's image names, sharing the cache's per-name
+	// counts (ImageLocality); the cache maintains them.
+	images map[string]*imageState
+	// declared is status.declaredFeatures (NodeDeclaredFeatures); features
+	// this version does not know are left out, as upstream does.
+	declared ndf.FeatureSet
 }
 
 func newNodeInfo(node *v1.Node) *nodeInfo {
@@ -33,6 +40,7 @@ func (n *nodeInfo) setNode(node *v1.Node) {
 	}
 	n.allocatable = fromList(node.Status.Allocatable)
 	n.allowedPods = int(node.Status.Allocatable.Pods().Value())
+	n.declared = ndf.DefaultFramework.TryMap(node.Status.DeclaredFeatures)
 }
 
 func (n *nodeInfo) name() string {

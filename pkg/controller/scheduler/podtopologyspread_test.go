@@ -401,10 +401,10 @@ func TestSpreadCountsNominatedPods(t *testing.T) {
 	c := world([]*v1.Node{zoned("a1", "a"), zoned("b1", "b")})
 	c.nominate(newPodInfo(pod("n", 10, 100, labels2("app", "web"))), "a1")
 	q := spreadQuery(nil, c, pod("p", 0, 100, labels2("app", "web"), spreadOn(zoneKey, 1, v1.DoNotSchedule)))
-	if s := filter(q, c.withNominated(q.podInfo, c.nodes["a1"])); !slices.Equal(s.reasons, []string{reasonSpread}) {
+	if s := c.filterWithNominated(q, c.nodes["a1"]); !slices.Equal(s.reasons, []string{reasonSpread}) {
 		t.Errorf("a1 with a nominated web pod: %+v", s)
 	}
-	if s := filter(q, c.withNominated(q.podInfo, c.nodes["b1"])); !s.ok() {
+	if s := c.filterWithNominated(q, c.nodes["b1"]); !s.ok() {
 		t.Errorf("b1: %+v", s)
 	}
 }

@@ -220,10 +220,10 @@ func byImportanceAt(now time.Time) func(a, b *podInfo) int {
 }
 
 // fitsWith checks the preemptor on n with the nominated pods that reserve
-// room there.
+// room there, and without them (filterWithNominated).
 func (p *preemptor) fitsWith(q *podQuery, n *nodeInfo) status {
 	p.filterCalls.Add(1)
-	return filter(q, p.c.withNominated(q.podInfo, n))
+	return p.c.filterWithNominated(q, n)
 }
 
 // selectVictims is SelectVictimsOnNode: remove every lower-priority pod; if

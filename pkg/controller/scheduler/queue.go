@@ -44,6 +44,9 @@ type queuedPod struct {
 	// affinityBound: some node rejected it for inter-pod (anti-)affinity,
 	// so changes of assigned pods may help it.
 	affinityBound bool
+	// featuresBound: some node lacked a feature the pod requires
+	// (NodeDeclaredFeatures), so a node's declaredFeatures change may help.
+	featuresBound bool
 	// pending is an update received while the pod was in flight, applied by
 	// Requeue; pendingSpec says its spec or labels changed.
 	pending     *podInfo

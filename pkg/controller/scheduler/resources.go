@@ -77,21 +77,48 @@ type portKey struct {
 type podInfo struct {
 	pod      *v1.Pod
 	priority int32
-	// request counts init containers, sidecars and overhead as the kubelet
-	// admits them (component-helpers' PodRequests).
+	// request counts init containers, sidecars, pod-level resources and
+	// overhead as the kubelet admits them (component-helpers' PodRequests),
+	// and, for a pod being resized in place, the larger of its spec and
+	// what the kubelet has allocated or actuated (its status), as
+	// kube-scheduler 1.37 counts pods on a node.
 	request resources
-	// nonZero is the request with 100m/200Mi for containers that set none,
-	// for scoring.
+	// nonZero is the request as a node counts it for scoring: 100m/200Mi
+	// for containers that set none, unless pod-level requests set that
+	// resource.
 	nonZero resources
 	ports   []portKey
 	// affinity holds the parsed pod (anti-)affinity terms; nil without.
 	affinity *podAffinity
 }
 
+// requestOptions are the options kube-scheduler 1.37's NodeInfo computes
+// pod requests with (InPlacePodVerticalScaling GA, PodLevelResources and
+// InPlacePodLevelResourcesVerticalScaling beta, all on). A pending pod has
+// no status resources, so for it they give its spec's requests.
+var requestOptions = resourcehelper.PodResourcesOptions{UseStatusResources: true, InPlacePodLevelResourcesVerticalScalingEnabled: true}
+
 func newPodInfo(pod *v1.Pod) *podInfo {
 	pi := &podInfo{pod: pod, priority: corev1helpers.PodPriority(pod), affinity: parsePodAffinity(pod)}
-	pi.request = fromList(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
-	nz := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{NonMissingContainerRequests: nonZeroDefaults})
+	reqs := resourcehelper.PodRequests(pod, requestOptions)
+	pi.request = fromList(reqs)
+	// Defaults only for what neither containers nor the pod level request,
+	// as upstream's NodeInfo does (getNonMissingContainerRequests).
+	missing := nonZeroDefaults
+	if resourcehelper.IsPodLevelRequestsSet(pod) {
+		missing = v1.ResourceList{}
+		for name, q := range nonZeroDefaults {
+			if _, ok := reqs[name]; !ok {
+				missing[name] = q
+			}
+		}
+	}
+	nz := reqs
+	if len(missing) > 0 {
+		opts := requestOptions
+		opts.NonMissingContainerRequests = missing
+		nz = resourcehelper.PodRequests(pod, opts)
+	}
 	pi.nonZero = resources{milliCPU: nz.Cpu().MilliValue(), memory: nz.Memory().Value()}
 	for i := range pod.Spec.Containers {
 		pi.ports = appendPorts(pi.ports, pod.Spec.Containers[i].Ports)
@@ -103,6 +130,34 @@ func newPodInfo(pod *v1.Pod) *podInfo {
 		}
 	}
 	return pi
+}
+
+// incomingNonZero is the pod's request for scoring as kube-scheduler
+// computes it for the pod being scheduled: 100m/200Mi for every container
+// that sets none (pod-level requests still override).
+func incomingNonZero(pod *v1.Pod) resources {
+	opts := requestOptions
+	opts.NonMissingContainerRequests = nonZeroDefaults
+	nz := resourcehelper.PodRequests(pod, opts)
+	return resources{milliCPU: nz.Cpu().MilliValue(), memory: nz.Memory().Value()}
+}
+
+// shrunk reports whether some resource that want requests (any resource
+// when want is nil) is smaller in after than in before: a resized assigned
+// pod freed room that a pod requesting it may use.
+func shrunk(want, before, after *resources) bool {
+	if (want == nil || want.milliCPU > 0) && after.milliCPU < before.milliCPU {
+		return true
+	}
+	if (want == nil || want.memory > 0) && after.memory < before.memory {
+		return true
+	}
+	for name, v := range before.scalar {
+		if (want == nil || want.scalar[name] > 0) && after.scalar[name] < v {
+			return true
+		}
+	}
+	return false
 }
 
 func appendPorts(out []portKey, ports []v1.ContainerPort) []portKey {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sync"
 	"time"
 
@@ -152,13 +153,7 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 			s.cache.setNode(obj.(*v1.Node))
 			s.queue.MoveAll("NodeAdd", nil)
 		},
-		UpdateFunc: func(oldObj, newObj any) {
-			old, node := oldObj.(*v1.Node), newObj.(*v1.Node)
-			s.cache.setNode(node)
-			if nodeChangeMayHelp(old, node) {
-				s.queue.MoveAll("NodeUpdate", nil)
-			}
-		},
+		UpdateFunc: func(oldObj, newObj any) { s.onNodeUpdate(oldObj.(*v1.Node), newObj.(*v1.Node)) },
 		DeleteFunc: func(obj any) {
 			if n, ok := kube.Untombstone(obj).(*v1.Node); ok {
 				s.cache.removeNode(n.Name)
@@ -189,6 +184,18 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 	return s, nil
 }
 
+// onNodeUpdate records a changed node and wakes the pods its change may help.
+func (s *Scheduler) onNodeUpdate(old, node *v1.Node) {
+	s.cache.setNode(node)
+	switch {
+	case nodeChangeMayHelp(old, node):
+		s.queue.MoveAll("NodeUpdate", nil)
+	case !slices.Equal(old.Status.DeclaredFeatures, node.Status.DeclaredFeatures):
+		// Only NodeDeclaredFeatures' rejections may change.
+		s.queue.MoveAll("NodeUpdate", func(p *queuedPod) bool { return p.featuresBound })
+	}
+}
+
 // nodeChangeMayHelp is true for changes that can make a pod fit: capacity,
 // labels, taints, cordon. Heartbeats do not wake the unschedulable pool.
 func nodeChangeMayHelp(old, n *v1.Node) bool {
@@ -214,7 +221,10 @@ func (s *Scheduler) onPod(old, pod *v1.Pod) {
 			s.onPodDelete(pod)
 			return
 		}
-		s.cache.setPod(pod)
+		prev, cur := s.cache.setPod(pod)
+		if prev != nil && shrunk(nil, &prev.request, &cur.request) {
+			s.wakeOnShrink(pod.Spec.NodeName, prev, cur)
+		}
 		s.wakeSpreadBlocked(old, pod)
 		if old == nil || old.Spec.NodeName == "" {
 			s.queue.MoveAffinityBound("AssignedPodAdd")
@@ -259,6 +269,17 @@ func (s *Scheduler) onPodDelete(pod *v1.Pod) {
 		return p.nominated == node || (p.nominated == "" && p.resourceBound)
 	}, func(p *queuedPod) bool { return p.nominated == node })
 	s.queue.MoveAffinityBound("AssignedPodDelete")
+}
+
+// wakeOnShrink wakes, when an assigned pod's counted requests went down (an
+// in-place resize the kubelet allocated), the pods that lack room for a
+// resource it freed: those nominated to its node and those nominated
+// nowhere that some node rejected for lack of room, as kube-scheduler's
+// NodeResourcesFit does on UpdatePodScaleDown.
+func (s *Scheduler) wakeOnShrink(node string, prev, cur *podInfo) {
+	s.queue.MoveAll("AssignedPodUpdate", func(p *queuedPod) bool {
+		return (p.nominated == node || (p.nominated == "" && p.resourceBound)) && shrunk(&p.info.request, &prev.request, &cur.request)
+	})
 }
 
 // Run schedules until ctx ends, one pod at a time; bindings and
@@ -396,6 +417,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 	}
 	p.spreadBound = spreadRejected(statuses)
 	p.affinityBound = affinityRejected(statuses)
+	p.featuresBound = featuresRejected(statuses)
 	if out.nominate != nil {
 		s.cache.nominate(p.info, *out.nominate)
 	}
@@ -416,7 +438,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 	}
 	q.spread = newSpreadState(s.spread, q, s.cache)
 	if nom := s.cache.nominatedTo[q.pod.UID]; nom != "" {
-		if ni := s.cache.nodes[nom]; ni != nil && ni.node != nil && filter(q, s.cache.withNominated(q.podInfo, ni)).ok() {
+		if ni := s.cache.nodes[nom]; ni != nil && ni.node != nil && s.cache.filterWithNominated(q, ni).ok() {
 			return nom, nil, n
 		}
 	}
@@ -430,7 +452,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 	defer cancel()
 	check := func(i int) {
 		idx := (start + i) % n
-		st := filter(q, s.cache.withNominated(q.podInfo, nodes[idx]))
+		st := s.cache.filterWithNominated(q, nodes[idx])
 		results[idx], done[idx] = st, true
 		if st.ok() {
 			mu.Lock()
@@ -466,6 +488,8 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 	}
 	sc := newScorer(q.podInfo)
 	sc.interPod = affinityScores(s.cache, q.podInfo, s.nsLister)
+	sc.images = newImageQuery(q.pod, n)
+	sc.volumes = q.volumes
 	raws := make([]rawScore, len(feasible))
 	for i, ni := range feasible {
 		raws[i] = sc.raw(ni)

@@ -16,6 +16,8 @@ const (
 	weightAffinity = 2
 	weightFit      = 1
 	weightBalanced = 1
+	weightImage    = 1
+	weightVolume   = 1 // VolumeBinding: no weight in the default list, so 1
 	maxNodeScore   = 100
 )
 
@@ -26,12 +28,20 @@ type scorer struct {
 	pod        *podInfo
 	preferred  *nodeaffinity.PreferredSchedulingTerms
 	bestEffort bool
+	// nonZero is the pod's request with the defaults of every container
+	// that sets none (the node's count uses podInfo.nonZero).
+	nonZero resources
 	// interPod is InterPodAffinity's PreScore (nil: all nodes score 0).
 	interPod map[string]map[string]int64
+	// images is ImageLocality's view: the pod's images and the cluster's
+	// node count.
+	images imageQuery
+	// volumes is VolumeBinding's state; nil without claims.
+	volumes *volumeState
 }
 
 func newScorer(pi *podInfo) *scorer {
-	s := &scorer{pod: pi, bestEffort: pi.request.milliCPU == 0 && pi.request.memory == 0}
+	s := &scorer{pod: pi, bestEffort: pi.request.milliCPU == 0 && pi.request.memory == 0, nonZero: incomingNonZero(pi.pod)}
 	if a := pi.pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		// Validated in newPodQuery.
 		s.preferred, _ = nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
@@ -43,14 +53,15 @@ type rawScore struct {
 	fit, balanced   int64
 	affinity, taint int64
 	interPod        int64
+	image, volume   int64
 }
 
 func preferNoSchedule(t *v1.Taint) bool { return t.Effect == v1.TaintEffectPreferNoSchedule }
 
 func (s *scorer) raw(n *nodeInfo) rawScore {
 	var r rawScore
-	cpu := n.nonZero.milliCPU + s.pod.nonZero.milliCPU
-	mem := n.nonZero.memory + s.pod.nonZero.memory
+	cpu := n.nonZero.milliCPU + s.nonZero.milliCPU
+	mem := n.nonZero.memory + s.nonZero.memory
 	r.fit = (leastRequested(cpu, n.allocatable.milliCPU) + leastRequested(mem, n.allocatable.memory)) / 2
 	if !s.bestEffort {
 		balance := func(cpu, mem int64) int64 {
@@ -71,6 +82,8 @@ func (s *scorer) raw(n *nodeInfo) rawScore {
 			r.taint++
 		}
 	}
+	r.image = s.images.score(n)
+	r.volume = s.volumes.score(n)
 	return r
 }
 
@@ -111,7 +124,8 @@ func total(raws []rawScore) []int64 {
 		if maxTaint > 0 {
 			taint = maxNodeScore - r.taint*maxNodeScore/maxTaint
 		}
-		out[i] = weightFit*r.fit + weightBalanced*r.balanced + weightAffinity*aff + weightTaint*taint + weightInterPodAffinity*interPod[i]
+		out[i] = weightFit*r.fit + weightBalanced*r.balanced + weightAffinity*aff + weightTaint*taint + weightInterPodAffinity*interPod[i] +
+			weightImage*r.image + weightVolume*r.volume
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -209,6 +210,11 @@ type volumeState struct {
 
 	// VolumeZone.
 	zones []pvTopology
+
+	// mu guards scores: VolumeBinding's score of the nodes that passed
+	// its filter, written by the filters running in parallel.
+	mu     sync.Mutex
+	scores map[string]int64
 }
 
 // prefilter runs the volume plugins' PreFilter in kube-scheduler's order.
@@ -522,10 +528,20 @@ func (st *volumeState) filter(n *nodeInfo) status {
 	if s := st.limitsFilter(n); !s.ok() {
 		return s
 	}
-	if _, reasons, err := st.findVolumes(n.node); err != nil {
+	b, reasons, err := st.findVolumes(n.node)
+	if err != nil {
 		return reject(unresolvable, err.Error())
 	} else if len(reasons) > 0 {
 		return reject(unresolvable, reasons...)
+	}
+	if b.score != 0 {
+		// Filters run in parallel; the score reads it after them.
+		st.mu.Lock()
+		if st.scores == nil {
+			st.scores = map[string]int64{}
+		}
+		st.scores[n.name()] = b.score
+		st.mu.Unlock()
 	}
 	return st.zoneFilter(n.node)
 }
@@ -619,6 +635,8 @@ func (st *volumeState) zoneFilter(node *v1.Node) status {
 type volumeBindings struct {
 	static    []staticBinding
 	provision []*v1.PersistentVolumeClaim
+	// score is the node's storage-capacity score.
+	score int64
 }
 
 type staticBinding struct {
@@ -681,12 +699,13 @@ func (st *volumeState) findVolumes(node *v1.Node) (*volumeBindings, []string, er
 			out.static = append(out.static, staticBinding{pv: pv, pvc: pvc})
 		}
 	}
+	var caps []*storagev1.CSIStorageCapacity
 	if len(provision) > 0 {
-		ok, enough, err := st.canProvision(provision, node)
+		ok, enough, found, err := st.canProvision(provision, node)
 		if err != nil {
 			return nil, nil, err
 		}
-		unboundOK, storageOK = ok, enough
+		unboundOK, storageOK, caps = ok, enough, found
 		if ok && enough {
 			for _, pvc := range provision {
 				if pvc.Annotations[volumehelpers.AnnSelectedNode] != node.Name {
@@ -709,33 +728,103 @@ func (st *volumeState) findVolumes(node *v1.Node) (*volumeBindings, []string, er
 	if len(reasons) > 0 {
 		return nil, reasons, nil
 	}
+	out.score = capacityScore(out.static, provision, caps)
 	return out, nil, nil
+}
+
+// capacityScore is VolumeBinding's Score with StorageCapacityScoring (beta,
+// on in 1.37) and its default shape (utilization 0 % scores 100, 100 %
+// scores 0): per storage class, the claims' requests against the volumes
+// chosen for them or, when the node needs no existing volume, against the
+// capacity of the CSIStorageCapacity that admitted provisioning there; the
+// classes' scores averaged. Nodes with more room left score higher.
+func capacityScore(static []staticBinding, provision []*v1.PersistentVolumeClaim, caps []*storagev1.CSIStorageCapacity) int64 {
+	type use struct{ requested, capacity int64 }
+	classes := map[string]*use{}
+	get := func(class string) *use {
+		u := classes[class]
+		if u == nil {
+			u = &use{}
+			classes[class] = u
+		}
+		return u
+	}
+	if len(static) > 0 {
+		for _, b := range static {
+			u := get(b.pv.Spec.StorageClassName)
+			req, capacity := b.pvc.Spec.Resources.Requests[v1.ResourceStorage], b.pv.Spec.Capacity[v1.ResourceStorage]
+			u.requested += req.Value()
+			u.capacity += capacity.Value()
+		}
+	} else {
+		for i, pvc := range provision {
+			if i >= len(caps) || caps[i] == nil {
+				continue
+			}
+			u := get(volumehelpers.GetPersistentVolumeClaimClass(pvc))
+			// Every claim of a class draws on the same pool: its capacity
+			// is set, not summed.
+			u.capacity = 0
+			if c := caps[i].Capacity; c != nil {
+				u.capacity = c.Value()
+			}
+			req := pvc.Spec.Resources.Requests[v1.ResourceStorage]
+			u.requested += req.Value()
+		}
+	}
+	if len(classes) == 0 {
+		return 0
+	}
+	var sum int64
+	for _, u := range classes {
+		utilization := int64(100)
+		if u.capacity > 0 && u.requested <= u.capacity {
+			utilization = u.requested * 100 / u.capacity
+		}
+		sum += maxNodeScore - utilization
+	}
+	return int64(math.Round(float64(sum) / float64(len(classes))))
+}
+
+// score is the node's VolumeBinding score, computed by its filter.
+func (st *volumeState) score(n *nodeInfo) int64 {
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.scores[n.name()]
 }
 
 // canProvision: each claim's class has a provisioner whose allowed
 // topologies include the node, and, for CSI drivers that publish storage
 // capacity, a CSIStorageCapacity the node can reach has room for it.
-func (st *volumeState) canProvision(claims []*v1.PersistentVolumeClaim, node *v1.Node) (ok, enough bool, err error) {
-	for _, pvc := range claims {
+// It also returns, per claim, the CSIStorageCapacity that has room for it
+// (nil when capacity is not tracked), for the score.
+func (st *volumeState) canProvision(claims []*v1.PersistentVolumeClaim, node *v1.Node) (ok, enough bool, caps []*storagev1.CSIStorageCapacity, err error) {
+	caps = make([]*storagev1.CSIStorageCapacity, len(claims))
+	for i, pvc := range claims {
 		class := volumehelpers.GetPersistentVolumeClaimClass(pvc)
 		if class == "" {
-			return false, false, fmt.Errorf("no class for claim %q", claimKey(pvc.Namespace, pvc.Name))
+			return false, false, nil, fmt.Errorf("no class for claim %q", claimKey(pvc.Namespace, pvc.Name))
 		}
 		sc, err := st.env.classes.Get(class)
 		if err != nil {
-			return false, false, fmt.Errorf("failed to find storage class %q", class)
+			return false, false, nil, fmt.Errorf("failed to find storage class %q", class)
 		}
 		if sc.Provisioner == "" || sc.Provisioner == volumehelpers.NotSupportedProvisioner {
-			return false, true, nil
+			return false, true, nil, nil
 		}
 		if !matchTopology(sc.AllowedTopologies, node.Labels) {
-			return false, true, nil
+			return false, true, nil, nil
 		}
-		if !st.hasCapacity(sc, pvc, node) {
-			return true, false, nil
+		found, c := st.hasCapacity(sc, pvc, node)
+		if !found {
+			return true, false, nil, nil
 		}
+		caps[i] = c
 	}
-	return true, true, nil
+	return true, true, caps, nil
 }
 
 // matchTopology is true when there are no terms or one term's every
@@ -760,18 +849,20 @@ func matchTopology(terms []v1.TopologySelectorTerm, nodeLabels map[string]string
 	return false
 }
 
-func (st *volumeState) hasCapacity(sc *storagev1.StorageClass, pvc *v1.PersistentVolumeClaim, node *v1.Node) bool {
+// hasCapacity also returns the CSIStorageCapacity found, nil when the
+// driver does not track capacity.
+func (st *volumeState) hasCapacity(sc *storagev1.StorageClass, pvc *v1.PersistentVolumeClaim, node *v1.Node) (bool, *storagev1.CSIStorageCapacity) {
 	want, ok := pvc.Spec.Resources.Requests[v1.ResourceStorage]
 	if !ok || st.env.drivers == nil || st.env.capacities == nil {
-		return true
+		return true, nil
 	}
 	d, err := st.env.drivers.Get(sc.Provisioner)
 	if err != nil || d.Spec.StorageCapacity == nil || !*d.Spec.StorageCapacity {
-		return true
+		return true, nil
 	}
 	caps, err := st.env.capacities.List(labels.Everything())
 	if err != nil {
-		return false
+		return false, nil
 	}
 	for _, c := range caps {
 		limit := c.MaximumVolumeSize
@@ -783,10 +874,10 @@ func (st *volumeState) hasCapacity(sc *storagev1.StorageClass, pvc *v1.Persisten
 		}
 		sel, err := metav1.LabelSelectorAsSelector(c.NodeTopology)
 		if err == nil && sel.Matches(labels.Set(node.Labels)) {
-			return true
+			return true, c
 		}
 	}
-	return false
+	return false, nil
 }
 
 // reserve decides the bindings for the chosen node (VolumeBinding's

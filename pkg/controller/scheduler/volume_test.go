@@ -34,6 +34,8 @@ func storage(t *testing.T, objs ...any) *volumeEnv {
 			err = st.CSINodes().Informer().GetIndexer().Add(o)
 		case *storagev1.CSIDriver:
 			err = st.CSIDrivers().Informer().GetIndexer().Add(o)
+		case *storagev1.CSIStorageCapacity:
+			err = st.CSIStorageCapacities().Informer().GetIndexer().Add(o)
 		default:
 			t.Fatalf("unexpected %T", o)
 		}

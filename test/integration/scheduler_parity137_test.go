@@ -1,0 +1,216 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+// The parity workload's node groups (label parity=<group>): image holds
+// three nodes, one with the big image; features two, one declaring the
+// restart-all feature; resize one node of 1 CPU.
+const (
+	parityNamespace  = "default"
+	parityImage      = "registry.example/big:1"
+	parityImageSize  = 900 * 1024 * 1024
+	parityFeature    = "RestartAllContainersOnContainerExits"
+	parityPauseImage = "registry.k8s.io/pause:3.10"
+)
+
+type parityNode struct {
+	name, group string
+	images      []v1.ContainerImage
+	features    []string
+}
+
+func parityNodes() []parityNode {
+	return []parityNode{
+		{name: "img-1", group: "image"},
+		{name: "img-2", group: "image", images: []v1.ContainerImage{{Names: []string{parityImage}, SizeBytes: parityImageSize}}},
+		{name: "img-3", group: "image"},
+		{name: "feat-1", group: "features"},
+		{name: "feat-2", group: "features", features: []string{parityFeature}},
+		{name: "rsz-1", group: "resize"},
+	}
+}
+
+// createParityNode creates a Node without a kubelet: Ready, 1 CPU, its
+// images and declared features, and without the not-ready taint the API
+// server's admission gives new nodes.
+func createParityNode(t *testing.T, client kubernetes.Interface, pn parityNode) {
+	t.Helper()
+	ctx := framework.Context(t)
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: pn.name, Labels: map[string]string{v1.LabelHostname: pn.name, "parity": pn.group}}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("4Gi"), v1.ResourcePods: resource.MustParse("110")}
+	status := v1.NodeStatus{Capacity: alloc, Allocatable: alloc, Images: pn.images, DeclaredFeatures: pn.features,
+		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}
+	patchNodeStatus(t, client, pn.name, status)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, pn.name, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func patchNodeStatus(t *testing.T, client kubernetes.Interface, name string, status any) {
+	t.Helper()
+	data, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Patch(framework.Context(t), name, types.MergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parityPod is a default-scheduler pod of 100m (cpu) on a node group.
+func parityPod(name, group string, milliCPU int64) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: parityNamespace},
+		Spec: v1.PodSpec{SchedulerName: v1.DefaultSchedulerName, NodeSelector: map[string]string{"parity": group},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers: []v1.Container{{Name: "c", Image: parityPauseImage, Resources: v1.ResourceRequirements{
+				Requests: v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(milliCPU, resource.DecimalSI)}}}}}}
+}
+
+// setAllocated writes what a kubelet reports for the pod's container: the
+// CPU it allocated and actuated (an in-place resize it accepted).
+func setAllocated(t *testing.T, client kubernetes.Interface, name, cpu string) {
+	t.Helper()
+	q := resource.MustParse(cpu)
+	status := map[string]any{"status": map[string]any{"phase": v1.PodRunning, "containerStatuses": []v1.ContainerStatus{{
+		Name: "c", Image: parityPauseImage, ImageID: parityPauseImage, Ready: true, Started: ptr.To(true),
+		State:              v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.Now()}},
+		AllocatedResources: v1.ResourceList{v1.ResourceCPU: q},
+		Resources:          &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: q}},
+	}}}}
+	data, err := json.Marshal(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods(parityNamespace).Patch(framework.Context(t), name, types.StrategicMergePatchType, data, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parityOutcome is what one scheduler decided, by step.
+type parityOutcome map[string]framework.PodDecision
+
+func waitBound(t *testing.T, client kubernetes.Interface, name string) string {
+	t.Helper()
+	var node string
+	framework.Eventually(t, 60*time.Second, name+" bound", func(ctx context.Context) (bool, string, error) {
+		p, err := client.CoreV1().Pods(parityNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		node = p.Spec.NodeName
+		return node != "", fmt.Sprintf("conditions %v", p.Status.Conditions), nil
+	})
+	return node
+}
+
+// runParity137 runs the workload with kube-scheduler (upstream) or
+// nodeshepherd's scheduler and returns its decisions.
+func runParity137(t *testing.T, upstream bool) parityOutcome {
+	// kube-controller-manager creates the default ServiceAccount pods need.
+	cp := startControlPlaneAlone(t, controlplane.Config{ControllerManager: true, Scheduler: upstream})
+	client := framework.Client(t, cp)
+	if !upstream {
+		ctrl := fastLifecycle(100)
+		ctrl.Scheduler.SchedulerName = v1.DefaultSchedulerName
+		ctrl.Scheduler.PodInitialBackoff = 100 * time.Millisecond
+		ctrl.Scheduler.PodMaxBackoff = time.Second
+		framework.StartNodeShepherd(t, cp.RESTConfig(), ctrl, func(o *manager.Options) { o.Controllers = []string{scheduler.Name} })
+	}
+	for _, pn := range parityNodes() {
+		createParityNode(t, client, pn)
+	}
+	pc := &preemptionCluster{client: client}
+	out := parityOutcome{}
+	decide := func(p *v1.Pod) framework.PodDecision {
+		pc.create(t, p)
+		d := framework.WaitPodDecision(t, client, parityNamespace, p.Name, 60*time.Second)
+		out[p.Name] = d
+		return d
+	}
+
+	// ImageLocality: three equal nodes, one with the pod's 900 MiB image.
+	withImage := parityPod("image", "image", 100)
+	withImage.Spec.Containers[0].Image = parityImage
+	decide(withImage)
+
+	// NodeDeclaredFeatures: a container restart rule that restarts all
+	// containers needs RestartAllContainersOnContainerExits.
+	restartAll := func(name string) *v1.Pod {
+		p := parityPod(name, "features", 100)
+		p.Spec.RestartPolicy = v1.RestartPolicyNever
+		p.Spec.Containers[0].RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
+		p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers,
+			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+		return p
+	}
+	decide(restartAll("feature"))
+	// On the node that does not declare it, it waits until the node does.
+	pinned := restartAll("feature-pinned")
+	pinned.Spec.NodeSelector[v1.LabelHostname] = "feat-1"
+	decide(pinned)
+	patchNodeStatus(t, client, "feat-1", map[string]any{"declaredFeatures": []string{parityFeature}})
+	out["feature-pinned-after"] = framework.PodDecision{Node: waitBound(t, client, "feature-pinned")}
+
+	// In-place resize: a pod bound to the 1-CPU node asks for 300m but its
+	// kubelet allocated 800m (a resize it accepted, spec not yet changed):
+	// 800m count, and a 500m pod does not fit until the allocation shrinks.
+	running := parityPod("resized", "resize", 300)
+	running.Spec.NodeName = "rsz-1"
+	pc.create(t, running)
+	setAllocated(t, client, "resized", "800m")
+	decide(parityPod("needs-room", "resize", 500))
+	setAllocated(t, client, "resized", "300m")
+	out["needs-room-after"] = framework.PodDecision{Node: waitBound(t, client, "needs-room")}
+	return out
+}
+
+// TestSchedulerParity137: kube-scheduler 1.37's ImageLocality score,
+// NodeDeclaredFeatures filter and in-place-resize accounting, run through
+// kube-scheduler and through nodeshepherd's scheduler on plain nodes of
+// the real API server: both make the same decisions and messages.
+func TestSchedulerParity137(t *testing.T) {
+	const others = "5 node(s) didn't match Pod's node affinity/selector."
+	want := parityOutcome{
+		"image":   {Node: "img-2"},
+		"feature": {Node: "feat-2"},
+		"feature-pinned": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 node(s) didn't match Pod's required features, " + others +
+			" preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."},
+		"feature-pinned-after": {Node: "feat-1"},
+		"needs-room": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 Insufficient cpu, " + others +
+			" preemption: 0/6 nodes are available: 1 No preemption victims found for incoming pod, 5 Preemption is not helpful for scheduling."},
+		"needs-room-after": {Node: "rsz-1"},
+	}
+	for _, upstream := range []bool{true, false} {
+		who := map[bool]string{true: "kube-scheduler", false: "nodeshepherd"}[upstream]
+		t.Run(who, func(t *testing.T) {
+			got := runParity137(t, upstream)
+			for step, w := range want {
+				if got[step] != w {
+					t.Errorf("%s: %s decided %+v, want %+v", step, who, got[step], w)
+				}
+			}
+		})
+	}
+}
