@@ -46,6 +46,9 @@ type NodeGroup struct {
 	CPU     resource.Quantity
 	Memory  resource.Quantity
 	MaxPods int
+	// Images are the container images the group's nodes report besides
+	// Config.Images (an image in both: once).
+	Images []v1.ContainerImage
 }
 
 // Config describes the simulated nodes. Zero durations take kubelet defaults.
@@ -67,6 +70,15 @@ type Config struct {
 	// (added to Labels and Taints; zero shape fields take CPU, Memory and
 	// MaxPods). Nodes are numbered group by group, in order.
 	Groups []NodeGroup
+	// Images are the container images every node reports in
+	// node.status.images, as a kubelet reports what its runtime holds: the
+	// largest first, at most NodeStatusMaxImages. They are sent with the
+	// full status (registration, a kubelet's restart), never with a
+	// heartbeat, and one list is shared by all the nodes of a group.
+	Images []v1.ContainerImage
+	// NodeStatusMaxImages is the kubelet's --node-status-max-images: how
+	// many images a node reports at most (0: the kubelet's 50; -1: all).
+	NodeStatusMaxImages int
 
 	// LeaseDuration and LeaseRenewInterval match the kubelet's 40s and 10s.
 	LeaseDuration      time.Duration
@@ -156,6 +168,7 @@ func (c *Config) Complete() {
 	}
 	setDefault(&c.MaxPods, DefaultMaxPods)
 	setDefault(&c.Workers, DefaultWorkers)
+	setDefault(&c.NodeStatusMaxImages, DefaultNodeStatusMaxImages)
 	setDefault(&c.LeaseDuration, DefaultLeaseDuration)
 	setDefault(&c.LeaseRenewInterval, DefaultLeaseRenewInterval)
 	setDefault(&c.NodeStatusUpdateFrequency, DefaultNodeStatusUpdateFrequency)
@@ -238,6 +251,10 @@ func (c *Config) ValidateSettings() error {
 	if c.MaxPods < 1 {
 		errs = append(errs, fmt.Errorf("max pods must be at least 1, got %d", c.MaxPods))
 	}
+	errs = append(errs, validateImages(c.Images, "images")...)
+	if c.NodeStatusMaxImages < -1 {
+		errs = append(errs, fmt.Errorf("node status max images must be -1 (report every image) or a positive number, got %d", c.NodeStatusMaxImages))
+	}
 	return errors.Join(errs...)
 }
 
@@ -266,6 +283,13 @@ func (c *Config) validateGroups() []error {
 		}
 		if g.CPU.Sign() < 0 || g.Memory.Sign() < 0 || g.MaxPods < 0 {
 			errs = append(errs, fmt.Errorf("%s: cpu, memory and maxPods must not be negative", where))
+		}
+		if imgErrs := validateImages(g.Images, where+": images"); len(imgErrs) > 0 {
+			errs = append(errs, imgErrs...)
+		} else if len(validateImages(c.Images, "")) == 0 {
+			if _, err := mergeImages(c.Images, g.Images); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			}
 		}
 	}
 	return errs

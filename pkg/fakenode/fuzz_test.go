@@ -111,3 +111,60 @@ func FuzzFault(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseImages: any --images value is refused with an error quoting it,
+// or gives images a Config accepts (valid distinct names, one each, sizes
+// from 0 to MaxImageSize) that print back to the same images.
+func FuzzParseImages(f *testing.F) {
+	for _, s := range []string{"registry.k8s.io/pause:3.10=750kB,nginx:1.27=70MB", "nginx=1", "nginx", "a=1,a=2", "a=1,,b=2", " a = 1.5GiB ",
+		"a=1.5B", "a=2TiB", "A=1", "localhost:5000/x@sha256:" + strings.Repeat("0", 64) + "=3", "a==1", "a=1e3", "a=70mb", "=", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		images, err := ParseImages(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", s)) {
+				t.Errorf("error %q does not quote the input", err)
+			}
+			return
+		}
+		if errs := validateImages(images, "images"); len(errs) > 0 {
+			t.Fatalf("ParseImages(%q) accepted invalid images: %v", s, errs)
+		}
+		for _, im := range images {
+			if len(im.Names) != 1 {
+				t.Fatalf("ParseImages(%q) gave %d names to one image", s, len(im.Names))
+			}
+		}
+		again, err := ParseImages(FormatImages(images))
+		if err != nil || fmt.Sprint(again) != fmt.Sprint(images) {
+			t.Errorf("%q parsed as %v, which prints back as %v, %v", s, images, again, err)
+		}
+	})
+}
+
+// FuzzParseImageSize: any size is refused with an error quoting it, or is
+// a whole number of bytes from 0 to MaxImageSize that a plain byte count
+// and the same number with a B parse back to.
+func FuzzParseImageSize(f *testing.F) {
+	for _, s := range []string{"0", "750kB", "70MB", "1.2GB", "512KiB", "1.5GiB", "1.5B", "70mb", "-1", "1e6", "1TiB", "1.0000000000000000001TiB", "99999999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseImageSize(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", s)) {
+				t.Errorf("error %q does not quote the input", err)
+			}
+			return
+		}
+		if n < 0 || n > MaxImageSize {
+			t.Fatalf("ParseImageSize(%q) = %d, out of range", s, n)
+		}
+		for _, back := range []string{fmt.Sprint(n), fmt.Sprint(n) + "B"} {
+			if again, err := ParseImageSize(back); err != nil || again != n {
+				t.Errorf("%q parsed as %d, %q as %d, %v", s, n, back, again, err)
+			}
+		}
+	})
+}

@@ -68,9 +68,18 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, nodes: make(map[string]*node, cfg.Nodes), pods: map[types.UID]*podState{}, ready: make(chan struct{})}
+	// One list of reported images per group, shared by its nodes.
+	images := map[*NodeGroup][]v1.ContainerImage{nil: reportedImages(cfg.Images, cfg.NodeStatusMaxImages)}
+	for g := range cfg.Groups {
+		merged, err := mergeImages(cfg.Images, cfg.Groups[g].Images)
+		if err != nil { // Validate has refused it
+			return nil, err
+		}
+		images[&m.cfg.Groups[g]] = reportedImages(merged, cfg.NodeStatusMaxImages)
+	}
 	for i := 0; i < cfg.Nodes; i++ {
 		name := cfg.nodeName(i)
-		zone, group := cfg.zoneOf(i), cfg.groupOf(i)
+		zone, group := m.cfg.zoneOf(i), m.cfg.groupOf(i)
 		if group != nil {
 			zone = group.Zone
 		}
@@ -87,7 +96,7 @@ func New(cfg Config) (*Manager, error) {
 		if group != nil {
 			maps.Copy(lbls, group.Labels)
 		}
-		n := &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group}
+		n := &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group, images: images[group]}
 		// Starting this process starts the machines: a Node that exists
 		// already gets a new boot ID with the first full status.
 		n.newBoot()
@@ -407,12 +416,14 @@ func (m *Manager) syncStatus(ctx context.Context, n *node) error {
 	if n.fullStatus {
 		full := m.fullStatus(n, now)
 		full.Conditions = conds
-		status = full
+		// Empty images are omitted from a NodeStatus; written out (null),
+		// they clear what an earlier process reported for an adopted Node.
+		status = fullStatusPatch{NodeStatus: full, Images: full.Images}
 		if m.vols != nil {
 			// An empty volumesInUse is omitted from a NodeStatus; written
 			// out, it clears what a previous boot reported.
 			var fields map[string]any
-			raw, err := json.Marshal(full)
+			raw, err := json.Marshal(status)
 			if err == nil {
 				err = json.Unmarshal(raw, &fields)
 			}
@@ -452,6 +463,13 @@ func (m *Manager) syncStatus(ctx context.Context, n *node) error {
 		m.resyncPods(n, false)
 	}
 	return nil
+}
+
+// fullStatusPatch is a full NodeStatus whose images are written even when
+// empty.
+type fullStatusPatch struct {
+	v1.NodeStatus
+	Images []v1.ContainerImage `json:"images"`
 }
 
 func (m *Manager) onNode(obj *v1.Node) {

@@ -25,6 +25,9 @@ type node struct {
 	labels     map[string]string
 	ip         string
 	group      *NodeGroup // nil without node groups
+	// images is node.status.images, shared by the nodes of a group: never
+	// changed, only replaced.
+	images []v1.ContainerImage
 
 	mu             sync.Mutex
 	uid            types.UID
@@ -274,6 +277,7 @@ func (m *Manager) fullStatus(n *node, now metav1.Time) v1.NodeStatus {
 			{Type: v1.NodeHostName, Address: n.name},
 		},
 		DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: 10250}},
+		Images:          n.images,
 		NodeInfo: v1.NodeSystemInfo{
 			MachineID: n.name, SystemUUID: n.name, BootID: n.bootID(),
 			KernelVersion: "6.1.0-fake", OSImage: "nodeshepherd fake node",

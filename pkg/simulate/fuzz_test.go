@@ -30,6 +30,9 @@ func FuzzLoad(f *testing.F) {
 			"timeline: [{at: 1s, action: set-condition, condition: KernelDeadlock=True, nodes: [fake-node-0000]}]\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 0s}]\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 1}]\n",
 		"{{{",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {images: [{name: pause:3.10, size: 750kB}, {names: [nginx:1.27, 'nginx@sha256:" + strings.Repeat("a", 64) + "'], size: 70MB}], " +
+			"node: {images: [pause:3.10]}, kubelet: {nodeStatusMaxImages: 1}, nodeGroups: [{name: g, zone: a, nodes: 1, images: [nginx:1.27, pause:3.10]}]}\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {images: [{name: Bad, size: 1.5B}, {size: [1]}, {name: x, names: [y]}], zones: [{name: a, nodes: 1}], node: {images: [x, x, z]}}\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 2}], machines: {rebootDowntime: 5s}}\n" +
 			"remediationPolicies: [{apiVersion: nodeshepherd.io/v1alpha1, kind: RemediationPolicy, metadata: {name: p}, spec: {unhealthy: [{type: KernelDeadlock, status: 'True', for: 20s}], " +
 			"healthyHold: 30s, steps: [{action: Taint, timeout: 60s, taint: {key: k, effect: NoSchedule}}, {action: Reboot, timeout: 2m}], brakes: {maxInRepair: 20%}}}]\n" +
@@ -54,8 +57,18 @@ func FuzzLoad(f *testing.F) {
 		if sc.Duration.Duration <= 0 || len(sc.Cluster.Zones)+len(sc.Cluster.NodeGroups) == 0 {
 			t.Fatalf("loaded a scenario that cannot run: duration %v, %d zones, %d node groups", sc.Duration.Duration, len(sc.Cluster.Zones), len(sc.Cluster.NodeGroups))
 		}
-		if _, err := fakenode.New(sc.fakeNodeConfig(1)); err != nil && !strings.Contains(err.Error(), "client is required") {
+		cfg := sc.fakeNodeConfig(1)
+		if _, err := fakenode.New(cfg); err != nil && !strings.Contains(err.Error(), "client is required") {
 			t.Fatalf("loaded a scenario whose nodes are invalid: %v", err)
+		}
+		// Every image a node or group names is in the table, once.
+		if len(cfg.Images) != len(sc.Cluster.Node.Images) {
+			t.Fatalf("node.images %v resolved to %v", sc.Cluster.Node.Images, cfg.Images)
+		}
+		for i, g := range sc.Cluster.NodeGroups {
+			if len(cfg.Groups[i].Images) != len(g.Images) {
+				t.Fatalf("group %s's images %v resolved to %v", g.Name, g.Images, cfg.Groups[i].Images)
+			}
 		}
 		// Its policies are what the API server and the controller accept,
 		// and so are they divided by any scale the scenario allows.

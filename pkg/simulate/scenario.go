@@ -107,6 +107,10 @@ type Cluster struct {
 	Kubelet    KubeletSpec `yaml:"kubelet"`
 	// Machines is how long the fake cloud provider's repairs take.
 	Machines MachineSpec `yaml:"machines"`
+	// Images is the table of the container images nodes report in
+	// node.status.images, each once with its size; node.images and a
+	// group's images name them (images.go).
+	Images []Image `yaml:"images"`
 }
 
 // MachineSpec is the fake cloud's repair timing (fakenode defaults when
@@ -126,6 +130,9 @@ type NodeGroup struct {
 	Shape  GroupShape        `yaml:"shape"`
 	Labels map[string]string `yaml:"labels"`
 	Taints []Taint           `yaml:"taints"`
+	// Images name images of cluster.images the group's nodes report,
+	// besides node.images.
+	Images []string `yaml:"images"`
 }
 
 // GroupShape is a group's node capacity; omitted fields take cluster.node's.
@@ -154,6 +161,8 @@ type NodeShape struct {
 	Memory  Quantity          `yaml:"memory"`
 	MaxPods int               `yaml:"maxPods"`
 	Labels  map[string]string `yaml:"labels"`
+	// Images name images of cluster.images every node reports.
+	Images []string `yaml:"images"`
 }
 
 // KubeletSpec is the fake kubelet's timing (kubelet defaults when omitted).
@@ -166,6 +175,10 @@ type KubeletSpec struct {
 	// EmulateStalePodStatus reproduces the kubelet 1.15 behaviour of seed
 	// 002: pod statuses changed while the node was away are not re-posted.
 	EmulateStalePodStatus bool `yaml:"emulateStalePodStatus"`
+	// NodeStatusMaxImages is the kubelet's --node-status-max-images: a
+	// node reports its largest images first, at most this many (0: the
+	// kubelet's 50; -1: all).
+	NodeStatusMaxImages int `yaml:"nodeStatusMaxImages"`
 }
 
 // Duration is a time.Duration written as "45s" or "10m" in YAML.
@@ -404,6 +417,9 @@ func (s *Scenario) validate() error {
 	for _, e := range s.checkNodeGroups(groupsNode, zones) {
 		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, e.line, e.msg))
 	}
+	for _, e := range s.checkImages(clusterNode) {
+		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, e.line, e.msg))
+	}
 	total, totalNode := 0, zonesNode
 	for _, z := range s.Cluster.Zones {
 		total += max(z.Nodes, 0)
@@ -635,6 +651,7 @@ func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
 		RebootDowntime:            scaleDuration(s.Cluster.Machines.RebootDowntime.Duration, fakenode.DefaultRebootDowntime, scale),
 		ReplaceDowntime:           scaleDuration(s.Cluster.Machines.ReplaceDowntime.Duration, fakenode.DefaultReplaceDowntime, scale),
 		EmulateStalePodStatus:     s.Cluster.Kubelet.EmulateStalePodStatus,
+		NodeStatusMaxImages:       s.Cluster.Kubelet.NodeStatusMaxImages,
 		// Every scenario's nodes have the fake CSI driver: claims of its
 		// StorageClass (fake-csi) are provisioned and attached for real.
 		CSIDriver: fakecsi.DefaultDriverName,
@@ -642,9 +659,11 @@ func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
 	for _, z := range s.Cluster.Zones {
 		c.Zones = append(c.Zones, fakenode.Zone{Name: z.Name, Count: z.Nodes})
 	}
+	table := s.imageTable()
+	c.Images = table.resolve(s.Cluster.Node.Images)
 	for _, g := range s.Cluster.NodeGroups {
 		fg := fakenode.NodeGroup{Name: g.Name, Zone: g.Zone, Count: g.Nodes, Labels: g.Labels,
-			CPU: g.Shape.CPU.Quantity, Memory: g.Shape.Memory.Quantity, MaxPods: g.Shape.MaxPods}
+			CPU: g.Shape.CPU.Quantity, Memory: g.Shape.Memory.Quantity, MaxPods: g.Shape.MaxPods, Images: table.resolve(g.Images)}
 		for _, t := range g.Taints {
 			fg.Taints = append(fg.Taints, v1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
 		}

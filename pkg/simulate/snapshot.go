@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -58,6 +59,13 @@ type SnapshotOptions struct {
 // Snapshot is what a live cluster's scenario is made of.
 type Snapshot struct {
 	Groups []NodeGroup
+	// Images is the image table (cluster.images): the images a group's
+	// nodes report, largest first; NodeImages those every group has
+	// (cluster.node.images), left out of the groups' Images.
+	Images     []Image
+	NodeImages []string
+	// ImagesSeen is how many distinct images the nodes report in all.
+	ImagesSeen int
 	// Zones are the zones' real node counts, before scaling.
 	Zones map[string]int
 	// Scale is the scale applied; NodeRounding says how counts were rounded.
@@ -134,7 +142,10 @@ func (s *Snapshot) groupNodes(nodes []v1.Node) {
 	type group struct {
 		g    NodeGroup
 		pool string
+		// images counts the group's nodes reporting each image of cat.
+		images map[int]int
 	}
+	var cat imageCatalogue
 	groups := map[groupKey]*group{}
 	var keys []groupKey
 	for i := range nodes {
@@ -168,10 +179,12 @@ func (s *Snapshot) groupNodes(nodes []v1.Node) {
 			labels: fmt.Sprint(sortedMap(labels)), taints: fmt.Sprint(taints)}
 		if g := groups[k]; g != nil {
 			g.g.Nodes++
+			cat.count(n.Status.Images, g.images)
 			continue
 		}
 		g := &group{g: NodeGroup{Zone: zone, Nodes: 1, Labels: labels, Taints: taints,
-			Shape: GroupShape{CPU: Quantity{cpu}, Memory: Quantity{mem}, MaxPods: int(k.pods)}}}
+			Shape: GroupShape{CPU: Quantity{cpu}, Memory: Quantity{mem}, MaxPods: int(k.pods)}}, images: map[int]int{}}
+		cat.count(n.Status.Images, g.images)
 		for _, l := range poolLabels {
 			if v := labels[l]; v != "" {
 				g.pool = v
@@ -195,6 +208,7 @@ func (s *Snapshot) groupNodes(nodes []v1.Node) {
 		return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j])
 	})
 	used := map[string]int{}
+	var counts []map[int]int
 	for _, k := range keys {
 		g := groups[k]
 		name := dnsLabel(g.g.Zone + "-" + g.pool)
@@ -203,6 +217,126 @@ func (s *Snapshot) groupNodes(nodes []v1.Node) {
 		}
 		g.g.Name = name
 		s.Groups = append(s.Groups, g.g)
+		counts = append(counts, g.images)
+	}
+	s.tableImages(&cat, counts)
+}
+
+// imageCatalogue is every image the nodes report, each once: an image is
+// known by any of its names (a kubelet reports repo digests and tags).
+type imageCatalogue struct {
+	images []catalogued
+	byName map[string]int
+}
+
+type catalogued struct {
+	names []string
+	size  int64
+}
+
+// count adds a node's images to the catalogue and counts them in perGroup
+// (index in the catalogue -> nodes). Names that are no image reference are
+// left out, and images without any.
+func (c *imageCatalogue) count(images []v1.ContainerImage, perGroup map[int]int) {
+	if c.byName == nil {
+		c.byName = map[string]int{}
+	}
+	seen := map[int]bool{}
+	for _, im := range images {
+		var names []string
+		for _, n := range im.Names {
+			if fakenode.ValidateImageName(n) == nil && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		i := -1
+		for _, n := range names {
+			if j, ok := c.byName[n]; ok {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			i = len(c.images)
+			c.images = append(c.images, catalogued{size: max(im.SizeBytes, 0)})
+		}
+		for _, n := range names {
+			if _, taken := c.byName[n]; !taken && len(c.images[i].names) < fakenode.MaxNamesPerImage {
+				c.byName[n] = i
+				c.images[i].names = append(c.images[i].names, n)
+			}
+		}
+		if !seen[i] {
+			seen[i] = true
+			perGroup[i]++
+		}
+	}
+}
+
+// refName is the name a group names an image by: its first tag, else its
+// first name (a digest).
+func (c catalogued) refName() string {
+	for _, n := range c.names {
+		if !strings.Contains(n, "@") {
+			return n
+		}
+	}
+	return c.names[0]
+}
+
+// tableImages gives each group the images at least half of its nodes
+// report (counts[g]: image -> nodes, before scaling), moves those every
+// group has to NodeImages, and writes the table of them, largest first.
+func (s *Snapshot) tableImages(cat *imageCatalogue, counts []map[int]int) {
+	s.ImagesSeen = len(cat.images)
+	order := make([]int, len(cat.images))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(cat.images[b].size, cat.images[a].size); c != 0 {
+			return c
+		}
+		return cmp.Compare(cat.images[a].refName(), cat.images[b].refName())
+	})
+	held := make([]map[int]bool, len(s.Groups))
+	inTable := map[int]bool{}
+	for g := range s.Groups {
+		held[g] = map[int]bool{}
+		for i, n := range counts[g] {
+			if 2*n >= s.Groups[g].Nodes {
+				held[g][i], inTable[i] = true, true
+			}
+		}
+	}
+	for _, i := range order {
+		if !inTable[i] {
+			continue
+		}
+		im := cat.images[i]
+		entry := Image{Size: ImageSize{Bytes: im.size, set: true}}
+		if len(im.names) == 1 {
+			entry.Name = im.names[0]
+		} else {
+			entry.Names = im.names
+		}
+		s.Images = append(s.Images, entry)
+		everywhere := true
+		for g := range s.Groups {
+			everywhere = everywhere && held[g][i]
+		}
+		if everywhere {
+			s.NodeImages = append(s.NodeImages, im.refName())
+			continue
+		}
+		for g := range s.Groups {
+			if held[g][i] {
+				s.Groups[g].Images = append(s.Groups[g].Images, im.refName())
+			}
+		}
 	}
 }
 

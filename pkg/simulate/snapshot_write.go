@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/configfile"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
 // ErrOutputExists is returned by Write when the output is there already and
@@ -162,6 +164,7 @@ type outGroup struct {
 	Shape  outShape          `yaml:"shape"`
 	Labels map[string]string `yaml:"labels,omitempty"`
 	Taints []Taint           `yaml:"taints,omitempty"`
+	Images []string          `yaml:"images,omitempty"`
 }
 
 type outShape struct {
@@ -212,7 +215,7 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 	}
 	var groups []outGroup
 	for _, g := range s.Groups {
-		og := outGroup{Name: g.Name, Zone: g.Zone, Nodes: g.Nodes, Labels: g.Labels, Taints: g.Taints, Shape: outShape{MaxPods: g.Shape.MaxPods}}
+		og := outGroup{Name: g.Name, Zone: g.Zone, Nodes: g.Nodes, Labels: g.Labels, Taints: g.Taints, Images: g.Images, Shape: outShape{MaxPods: g.Shape.MaxPods}}
 		if !g.Shape.CPU.IsZero() {
 			og.Shape.CPU = g.Shape.CPU.String()
 		}
@@ -226,6 +229,11 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 		return nil, err
 	}
 	b.WriteString("# Nodes are named fake-node-0000, fake-node-0001, ... group by group.\n")
+	if len(s.Images) > 0 {
+		b.WriteString("cluster:\n")
+		s.writeImages(&b)
+		data = bytes.TrimPrefix(data, []byte("cluster:\n"))
+	}
 	b.Write(data)
 	if len(files) == 0 {
 		b.WriteString("workloads: []\n")
@@ -257,6 +265,41 @@ timeline:
 expect: []
 `, group.Zone, group.Name)
 	return b.Bytes(), nil
+}
+
+// writeImages writes cluster.images, one image a line with its size for
+// people, and cluster.node.images.
+func (s *Snapshot) writeImages(b *bytes.Buffer) {
+	b.WriteString("  # The container images the nodes report (node.status.images), each once with its size in bytes:\n" +
+		"  # those that at least half of a group's nodes report; node.images are every group's, a group's\n" +
+		"  # images the rest of its own. The images only some nodes have pulled are left out.\n" +
+		"  images:\n")
+	for _, im := range s.Images {
+		names := "name: " + flowScalar(im.Name)
+		if im.Name == "" {
+			quoted := make([]string, len(im.Names))
+			for i, n := range im.Names {
+				quoted[i] = flowScalar(n)
+			}
+			names = "names: [" + strings.Join(quoted, ", ") + "]"
+		}
+		fmt.Fprintf(b, "  - {%s, size: %d}  # %s\n", names, im.Size.Bytes, fakenode.FormatImageSize(im.Size.Bytes))
+	}
+	if len(s.NodeImages) > 0 {
+		b.WriteString("  node:\n    images:\n")
+		for _, n := range s.NodeImages {
+			fmt.Fprintf(b, "    - %s\n", yamlScalar(n))
+		}
+	}
+}
+
+// flowScalar quotes s when YAML would read it, inside [] or {}, as
+// something else.
+func flowScalar(s string) string {
+	if yamlScalar(s) != s || strings.ContainsAny(s, ",[]{}#") {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 func orDefault(s, def string) string {
@@ -340,6 +383,13 @@ func (s *Snapshot) PrintSummary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Workloads: %d Deployments and %d StatefulSets (%d replicas in all), %d DaemonSets, %d PodDisruptionBudgets, %d PriorityClasses in %d namespaces\n",
 		deps, sts, pods, dss, pdbs, len(s.PriorityClasses), len(s.Namespaces))
+	switch {
+	case s.ImagesSeen == 0:
+		fmt.Fprintln(w, "Images: none (the nodes report no status.images)")
+	default:
+		fmt.Fprintf(w, "Images: %d of the %d the nodes report (those at least half of a group's nodes report), %d of them in every group (cluster.node.images)\n",
+			len(s.Images), s.ImagesSeen, len(s.NodeImages))
+	}
 	fmt.Fprintf(w, "Settings: %s\n", orDefault(s.SettingsFrom, "none found (nodeshepherd's defaults)"))
 	if len(s.Notes) == 0 {
 		fmt.Fprintln(w, "Stripped: nothing (no Secret or ConfigMap references)")

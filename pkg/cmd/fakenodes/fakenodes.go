@@ -27,6 +27,7 @@ type options struct {
 	cpu, memory   string
 	labels        map[string]string
 	taints        []string
+	images        string
 	controlSocket string
 	cfg           fakenode.Config
 }
@@ -55,9 +56,16 @@ attached; kube-controller-manager's attach-detach and PV binder controllers do t
 A powered-off node (fault machine-shutdown) posts nothing more: its pods stay Terminating and its last
 volumesInUse stays.
 
+--images gives the container images every node reports in node.status.images, as NAME=SIZE
+(what kube-scheduler's ImageLocality score reads): like a kubelet, a node reports the largest first
+and at most --node-status-max-images of them, with its full status (at registration, after a kubelet
+restart or a machine's boot), never with a heartbeat. The list is fixed: running a pod adds no image
+to it.
+
 Faults are injected into the running process with 'nodeshepherd fakenodes fault'.`,
 		Example: `  nodeshepherd fakenodes --kubeconfig=$KUBECONFIG --nodes=50 --zones=zone-a,zone-b,zone-c
-  nodeshepherd fakenodes --nodes=30 --zones=zone-a=20,zone-b=10 --register-with-taints=dedicated=infra:NoSchedule`,
+  nodeshepherd fakenodes --nodes=30 --zones=zone-a=20,zone-b=10 --register-with-taints=dedicated=infra:NoSchedule
+  nodeshepherd fakenodes --nodes=10 --images=registry.k8s.io/pause:3.10=750kB,docker.io/library/nginx:1.27=70MB`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.complete(cmd); err != nil {
@@ -77,6 +85,9 @@ Faults are injected into the running process with 'nodeshepherd fakenodes fault'
 	f.StringVar(&o.cpu, "cpu", "32", "CPU capacity of each node.")
 	f.StringVar(&o.memory, "memory", "256Gi", "Memory capacity of each node.")
 	f.IntVar(&o.cfg.MaxPods, "max-pods", fakenode.DefaultMaxPods, "Pod capacity of each node.")
+	f.StringVar(&o.images, "images", "", "Container images every node reports in node.status.images, as NAME=SIZE,... e.g. registry.k8s.io/pause:3.10=750kB,nginx:1.27=70MB; "+
+		"SIZE in bytes, or with a unit: kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), the B optional.")
+	f.IntVar(&o.cfg.NodeStatusMaxImages, "node-status-max-images", fakenode.DefaultNodeStatusMaxImages, "How many of --images a node reports at most, the largest first; -1: all (kubelet: 50).")
 	f.DurationVar(&o.cfg.LeaseDuration, "node-lease-duration", fakenode.DefaultLeaseDuration, "Lease duration written into each node's Lease (kubelet: 40s).")
 	f.DurationVar(&o.cfg.LeaseRenewInterval, "node-lease-renew-interval", fakenode.DefaultLeaseRenewInterval, "How often each Lease is renewed (kubelet: 10s).")
 	f.DurationVar(&o.cfg.NodeStatusUpdateFrequency, "node-status-update-frequency", fakenode.DefaultNodeStatusUpdateFrequency, "How often node status is computed and compared with the API server's (kubelet: 10s).")
@@ -122,6 +133,12 @@ func (o *options) complete(cmd *cobra.Command) error {
 		}
 	}
 	o.cfg.Labels = o.labels
+	if o.cfg.Images, err = fakenode.ParseImages(o.images); err != nil {
+		errs = append(errs, fmt.Errorf("--images: %w", err))
+	}
+	if n := o.cfg.NodeStatusMaxImages; n == 0 || n < -1 {
+		errs = append(errs, fmt.Errorf("--node-status-max-images must be -1 (every image) or at least 1, got %d; to report no images, leave out --images", n))
+	}
 	for _, t := range o.taints {
 		taint, err := ParseTaint(t)
 		if err != nil {

@@ -1,10 +1,14 @@
 package fakenodes
 
 import (
+	"errors"
+	"io"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
 )
 
 func TestParseTaint(t *testing.T) {
@@ -40,5 +44,27 @@ func TestFaultSurvivesReboot(t *testing.T) {
 	o.survivesReboot = false
 	if f, err := o.fault([]string{"condition", "KernelDeadlock=True"}); err != nil || f.Condition.SurvivesReboot {
 		t.Errorf("condition without the flag: %+v, %v", f.Condition, err)
+	}
+}
+
+// A bad --images or --node-status-max-images is a usage error (exit code
+// 2) naming the flag, found before any cluster is contacted.
+func TestImagesFlagErrors(t *testing.T) {
+	for flag, want := range map[string]string{
+		"--images=nginx":              `--images: images "nginx": "nginx" is not NAME=SIZE`,
+		"--images=nginx:1.27=70XB":    `--images: images "nginx:1.27=70XB": image nginx:1.27: size "70XB": unknown unit "XB"`,
+		"--images=a=1MB,a=2MB":        `image "a" is listed twice`,
+		"--node-status-max-images=0":  "--node-status-max-images must be -1 (every image) or at least 1, got 0",
+		"--node-status-max-images=-5": "--node-status-max-images must be -1 (every image) or at least 1, got -5",
+	} {
+		c := NewCommand()
+		c.SetArgs([]string{"--kubeconfig=/nonexistent/kubeconfig", flag})
+		c.SetOut(io.Discard)
+		c.SetErr(io.Discard)
+		err := c.Execute()
+		var usage *cli.UsageError
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want a usage error with %q", flag, err, want)
+		}
 	}
 }
