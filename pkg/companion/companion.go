@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // Writers: the field managers (managedFields[].manager, the API server's
@@ -32,10 +33,13 @@ import (
 // a managed control plane runs. kube-controller-manager v1.37 writes as
 // "kube-controller-manager" for every controller, also with
 // --use-service-account-credentials; providers' cloud controller managers
-// as "cloud-controller-manager" or "<provider>-cloud-controller-manager".
+// as "cloud-controller-manager" or "<provider>-cloud-controller-manager";
+// kube-scheduler as "kube-scheduler". Each one's leader Lease in
+// kube-system bears the same name.
 const (
 	KubeControllerManager  = "kube-controller-manager"
 	CloudControllerManager = "cloud-controller-manager"
+	KubeScheduler          = "kube-scheduler"
 )
 
 // Path is a field in managedFields' FieldsV1 notation, one key per level:
@@ -58,18 +62,62 @@ func (p Path) String() string {
 // Claim is something a controller writes that a writer of a managed control
 // plane writes too. Node and Pod return, for an object, the fields that hold
 // the claim's values now and what they hold (nil when the object holds none:
-// most objects, which are then not decoded further).
+// most objects, which are then not decoded further). A field is the
+// writer's when its managedFields entry holds the path (or anything under
+// it: a condition's key stands for its fields).
 type Claim struct {
 	// Writer is the field manager that writes the same thing: a manager
-	// named Writer or ending in "-"+Writer.
+	// named Writer or ending in "-"+Writer. Empty: any field manager but
+	// nodeshepherd's own (Guarded.Own).
 	Writer string
 	Node   func(*v1.Node) map[string]Path
 	Pod    func(*v1.Pod) map[string]Path
+	// Lease, when set, is evidence on its own: the writer's leader Lease
+	// kube-system/Lease, held and renewed within its duration, says that
+	// it runs and does what the claim is about (read at start, and every
+	// leaseRecheck while the controller runs).
+	Lease string
+	// LiveLease: what the writer wrote counts only while its leader Lease
+	// (kube-system/<manager>) is held and renewed within its duration, or
+	// when the write is seen being made while the controller runs. For
+	// writes that outlive their writer (a pending pod's PodScheduled
+	// condition stays as a stopped kube-scheduler left it); without it, a
+	// writer without a visible Lease is taken as running and one is taken
+	// as stopped only when its Lease was last renewed more than twice its
+	// duration ago.
+	LiveLease bool
+	// Does and Why word the refusal: what the writer does ("writes what
+	// it owns") and why two of them are a problem ("Two writers would undo
+	// each other's work"); Advice says what to do instead, given the
+	// writer's name. Empty, nil: the words for a controller manager's
+	// controller.
+	Does, Why string
+	Advice    func(writer string) string
 }
 
 // writtenBy says whether a field manager's name is writer's.
 func writtenBy(manager, writer string) bool {
 	return manager == writer || strings.HasSuffix(manager, "-"+writer)
+}
+
+// matches says whether a field manager is the claim's writer; own is
+// nodeshepherd's field manager.
+func (c *Claim) matches(manager, own string) bool {
+	if c.Writer == "" {
+		return manager != "" && manager != own
+	}
+	return writtenBy(manager, c.Writer)
+}
+
+// FieldManager is the field manager the API server records for a client
+// with this configuration: its user agent (client-go's default when it
+// sets none) up to the first "/".
+func FieldManager(cfg *rest.Config) string {
+	ua := rest.DefaultKubernetesUserAgent()
+	if cfg != nil && cfg.UserAgent != "" {
+		ua = cfg.UserAgent
+	}
+	return strings.SplitN(ua, "/", 2)[0]
 }
 
 // Node lifecycle's taints: the NoExecute ones of not-ready and unreachable
@@ -140,19 +188,27 @@ var NodeIPAM = []Claim{{Writer: KubeControllerManager, Node: func(n *v1.Node) ma
 // leave none): the shutdown taint.
 var CloudNodeLifecycle = []Claim{taintClaim(CloudControllerManager, "node.cloudprovider.kubernetes.io/shutdown")}
 
-// Evidence is one field a conflicting writer wrote last.
+// Evidence is one field a conflicting writer wrote last, or the leader
+// Lease of a writer that runs (Kind "lease").
 type Evidence struct {
 	Controller string
-	Object     runtime.Object // the Node or Pod, for events
-	Kind, Name string         // "node", "fake-node-0000"; pods as namespace/name
-	What       string         // what the field holds: "taints node.kubernetes.io/unreachable:NoExecute"
+	Object     runtime.Object // the Node, Pod or Lease, for events
+	Kind, Name string         // "node", "fake-node-0000"; pods and leases as namespace/name
+	What       string         // what the field holds: "taints node.kubernetes.io/unreachable:NoExecute"; a Lease's holder and renewal
 	Field      Path
 	Writer     string    // the field manager
 	At         time.Time // when that manager last wrote the object
 	Writes     string    // the writer's liveness, from its leader Lease
+
+	claim *Claim
+	// fresh: seen being written while the controller ran.
+	fresh bool
 }
 
 func (e Evidence) String() string {
+	if e.Kind == "lease" {
+		return fmt.Sprintf("its leader Lease %s is %s", e.Name, e.What)
+	}
 	s := fmt.Sprintf("%s %s: %s (%s) last written by %s", e.Kind, e.Name, e.What, e.Field, e.Writer)
 	if !e.At.IsZero() {
 		s += " at " + e.At.UTC().Format(time.RFC3339)
@@ -189,10 +245,43 @@ func owner(obj metav1.Object, field Path) (metav1.ManagedFieldsEntry, bool) {
 	return metav1.ManagedFieldsEntry{}, false
 }
 
-// check returns the evidence an object holds for the claims.
-func check(controller string, claims []Claim, obj runtime.Object) []Evidence {
+// holders returns the managedFields entries by the claim's writer that
+// hold the field (or something under it); entries of other managers are
+// not decoded.
+func holders(obj metav1.Object, field Path, c *Claim, own string) []metav1.ManagedFieldsEntry {
+	var out []metav1.ManagedFieldsEntry
+	for _, e := range obj.GetManagedFields() {
+		if e.FieldsV1 == nil || !c.matches(e.Manager, own) {
+			continue
+		}
+		var set map[string]any
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &set) != nil {
+			continue
+		}
+		found := true
+		for _, k := range field {
+			next, ok := set[k].(map[string]any)
+			if !ok {
+				found = false
+				break
+			}
+			set = next
+		}
+		if found {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// check returns the evidence an object holds for the claims; own is
+// nodeshepherd's field manager. The same field by the same writer is
+// evidence once, whichever claims it is for.
+func check(controller, own string, claims []Claim, obj runtime.Object) []Evidence {
 	var out []Evidence
-	for _, c := range claims {
+	seen := map[string]bool{}
+	for i := range claims {
+		c := &claims[i]
 		var held map[string]Path
 		var meta metav1.Object
 		var kind, name string
@@ -207,15 +296,18 @@ func check(controller string, claims []Claim, obj runtime.Object) []Evidence {
 			}
 		}
 		for _, what := range sortedKeys(held) {
-			e, ok := owner(meta, held[what])
-			if !ok || !writtenBy(e.Manager, c.Writer) {
-				continue
+			for _, e := range holders(meta, held[what], c, own) {
+				key := what + "\x00" + e.Manager
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				ev := Evidence{Controller: controller, Object: obj, Kind: kind, Name: name, What: what, Field: held[what], Writer: e.Manager, claim: c}
+				if e.Time != nil {
+					ev.At = e.Time.Time
+				}
+				out = append(out, ev)
 			}
-			ev := Evidence{Controller: controller, Object: obj, Kind: kind, Name: name, What: what, Field: held[what], Writer: e.Manager}
-			if e.Time != nil {
-				ev.At = e.Time.Time
-			}
-			out = append(out, ev)
 		}
 	}
 	return out
@@ -230,8 +322,8 @@ func sortedKeys(m map[string]Path) []string {
 	return out
 }
 
-// LeaseNamespace holds the leader Leases of kube-controller-manager and
-// cloud-controller-manager.
+// LeaseNamespace holds the leader Leases of kube-controller-manager,
+// cloud-controller-manager and kube-scheduler.
 const LeaseNamespace = "kube-system"
 
 // active tells whether a writer still runs, from its leader Lease
@@ -290,7 +382,8 @@ const SectionName = "companion"
 func (s *Settings) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&s.AllowConflictingWriters, "allow-conflicting-writers", s.AllowConflictingWriters,
 		"Controllers (or *) to run even though another writer, such as a managed cluster's kube-controller-manager, writes what they own "+
-			"(seen in managedFields; see docs/companion.md). Without it such a controller is refused at start and stopped when the writer appears.")
+			"(seen in managedFields), or, for the scheduler, a running kube-scheduler serves its --scheduler-name (see docs/companion.md). "+
+			"Without it such a controller is refused at start and stopped when the writer appears.")
 }
 
 // Allowed says whether the controller may run next to a conflicting writer.

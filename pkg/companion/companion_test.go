@@ -42,7 +42,7 @@ func silentNode(taintsBy, readyBy string) *v1.Node {
 
 func TestCheckFindsTheLastWriterOfWhatAControllerOwns(t *testing.T) {
 	n := silentNode(KubeControllerManager, KubeControllerManager)
-	got := check("nodelifecycle", NodeLifecycle, n)
+	got := check("nodelifecycle", "nodeshepherd", NodeLifecycle, n)
 	if len(got) != 2 {
 		t.Fatalf("evidence %v, want the taints and the Ready condition", got)
 	}
@@ -52,28 +52,28 @@ func TestCheckFindsTheLastWriterOfWhatAControllerOwns(t *testing.T) {
 	if s := got[1].String(); !strings.Contains(s, `condition Ready=Unknown (status.conditions[{"type":"Ready"}].status)`) {
 		t.Errorf("evidence reads %q", s)
 	}
-	if got := check("nodeipam", NodeIPAM, n); len(got) != 1 || got[0].What != "podCIDR 10.244.1.0/24" {
+	if got := check("nodeipam", "nodeshepherd", NodeIPAM, n); len(got) != 1 || got[0].What != "podCIDR 10.244.1.0/24" {
 		t.Errorf("nodeipam evidence %v", got)
 	}
 	// Written by someone else (nodeshepherd itself): no evidence.
-	if got := check("nodelifecycle", NodeLifecycle, silentNode("nodeshepherd", "nodeshepherd")); len(got) != 0 {
+	if got := check("nodelifecycle", "nodeshepherd", NodeLifecycle, silentNode("nodeshepherd", "nodeshepherd")); len(got) != 0 {
 		t.Errorf("nodeshepherd's own writes taken as another writer's: %v", got)
 	}
 	// A node without the values holds no claim, whoever wrote its fields.
 	n.Spec.Taints, n.Status.Conditions[0].Status = nil, v1.ConditionTrue
-	if got := check("nodelifecycle", NodeLifecycle, n); len(got) != 0 {
+	if got := check("nodelifecycle", "nodeshepherd", NodeLifecycle, n); len(got) != 0 {
 		t.Errorf("healthy node: %v", got)
 	}
 	// A provider's cloud-controller-manager and its shutdown taint.
 	n.Spec.Taints = []v1.Taint{{Key: "node.cloudprovider.kubernetes.io/shutdown", Effect: v1.TaintEffectNoSchedule}}
 	n.ManagedFields[1].Manager = "aws-cloud-controller-manager"
-	if got := check("cloudnodelifecycle", CloudNodeLifecycle, n); len(got) != 1 || got[0].Writer != "aws-cloud-controller-manager" {
+	if got := check("cloudnodelifecycle", "nodeshepherd", CloudNodeLifecycle, n); len(got) != 1 || got[0].Writer != "aws-cloud-controller-manager" {
 		t.Errorf("cloud evidence %v", got)
 	}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{
 		entry(KubeControllerManager, "status", `{"f:status":{"f:conditions":{"k:{\"type\":\"DisruptionTarget\"}":{".":{},"f:reason":{},"f:status":{}}}}}`)}},
 		Status: v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "DeletionByTaintManager"}}}}
-	if got := check("tainteviction", TaintEviction, pod); len(got) != 1 || got[0].Name != "ns/p" {
+	if got := check("tainteviction", "nodeshepherd", TaintEviction, pod); len(got) != 1 || got[0].Name != "ns/p" {
 		t.Errorf("taint eviction evidence %v", got)
 	}
 }

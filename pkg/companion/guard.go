@@ -1,6 +1,7 @@
 package companion
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,10 @@ type Guarded struct {
 	Claims   []Claim
 	// Allowed is --allow-conflicting-writers naming it.
 	Allowed bool
+	// Own is nodeshepherd's field manager, which a claim of any writer
+	// (Claim.Writer "") leaves out; empty: the one of the manager's client
+	// (FieldManager).
+	Own string
 }
 
 // Guard wraps the constructor of a controller that is not a companion. The
@@ -48,13 +53,18 @@ type Guarded struct {
 // start while the evidence stays). Each refusal is a Warning event
 // ConflictingWriter on the object that shows the writer, an error in the
 // log and nodeshepherd_conflicting_writer{controller,writer} = 1. In dry run
-// or with --allow-conflicting-writers the evidence is only logged.
+// or with --allow-conflicting-writers the evidence is only logged. A claim
+// with a Lease has its Lease read at start and every leaseRecheck while the
+// controller runs.
 func Guard(g Guarded, build manager.Constructor) manager.Constructor {
 	if len(g.Claims) == 0 {
 		return build
 	}
 	return func(ctx manager.Context) (manager.Controller, error) {
 		gd := &guard{Guarded: g, mctx: ctx, metric: conflictMetric(ctx.Registry), now: ctx.Clock.Now}
+		if gd.Own == "" {
+			gd.Own = FieldManager(ctx.RESTConfig)
+		}
 		// Constructors get no context: the check is bounded on its own.
 		bg, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -79,12 +89,13 @@ func Guard(g Guarded, build manager.Constructor) manager.Constructor {
 		}
 		gd.inner = inner
 		gd.signal = make(chan struct{}, 1)
-		onChange := func(obj any) {
+		onChange := func(old, obj any) {
 			if o, ok := obj.(runtime.Object); ok {
-				gd.observe(o)
+				prev, _ := old.(runtime.Object)
+				gd.observe(prev, o)
 			}
 		}
-		handler := cache.ResourceEventHandlerFuncs{AddFunc: onChange, UpdateFunc: func(_, obj any) { onChange(obj) }}
+		handler := cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) { onChange(nil, obj) }, UpdateFunc: onChange}
 		if gd.wants(true) {
 			if _, err := ctx.Informers.Core().V1().Nodes().Informer().AddEventHandler(handler); err != nil {
 				return nil, err
@@ -107,8 +118,11 @@ type guard struct {
 	now    func() time.Time
 
 	// liveness is each writer's, from its Lease (used by one goroutine at
-	// a time: the constructor, then Run).
+	// a time: the constructor, then Run), keyed by LiveLease and writer.
 	liveness map[string]liveness
+	// leaseDenied: the Leases of Lease claims that this identity may not
+	// read, read no more.
+	leaseDenied map[string]bool
 
 	mu      sync.Mutex
 	pending []Evidence
@@ -134,12 +148,66 @@ func (g *guard) wants(nodes bool) bool {
 	return false
 }
 
+// wantsLeases says whether a claim is a Lease.
+func (g *guard) wantsLeases() bool {
+	for _, c := range g.Claims {
+		if c.Lease != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// leases returns the evidence of the claims' Leases: those held and renewed
+// within their duration. A Lease this identity may not read is logged and
+// not read again.
+func (g *guard) leases(ctx context.Context) []Evidence {
+	var out []Evidence
+	for i := range g.Claims {
+		c := &g.Claims[i]
+		if c.Lease == "" || g.leaseDenied[c.Lease] {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s := readLease(rctx, g.mctx.Client, c.Lease, g.now())
+		cancel()
+		if g.deny(ctx, s, c.Writer) {
+			continue
+		}
+		if !s.live() {
+			klog.FromContext(ctx).V(4).Info("Another writer's leader Lease shows no running writer", "controller", g.Name, "writer", c.Writer, "lease", s.why())
+			continue
+		}
+		out = append(out, Evidence{Controller: g.Name, Object: s.lease, Kind: "lease", Name: LeaseNamespace + "/" + c.Lease, What: s.held(),
+			Writer: c.Writer, claim: c})
+	}
+	return out
+}
+
+// errDenied stands for a Lease this identity may not read, once it was told so.
+var errDenied = errors.New("forbidden to this identity, not read again")
+
+// deny notes a Lease this identity may not read, with an error in the log,
+// so that it is not asked for again (a 403 every leaseRecheck helps no one).
+func (g *guard) deny(ctx context.Context, s leaseState, writer string) bool {
+	if !s.forbidden() {
+		return false
+	}
+	if g.leaseDenied == nil {
+		g.leaseDenied = map[string]bool{}
+	}
+	g.leaseDenied[s.name] = true
+	klog.FromContext(ctx).Error(s.err, "Cannot read another writer's leader Lease: only its writes seen being made show it running", "controller", g.Name,
+		"lease", LeaseNamespace+"/"+s.name, "writer", writer)
+	return true
+}
+
 // scan lists what the claims are about and returns the evidence of active
 // writers.
 func (g *guard) scan(ctx context.Context) ([]Evidence, error) {
-	var found []Evidence
+	found := g.leases(ctx)
 	visit := func(obj runtime.Object) error {
-		found = append(found, check(g.Name, g.Claims, obj)...)
+		found = append(found, check(g.Name, g.Own, g.Claims, obj)...)
 		return nil
 	}
 	client := g.mctx.Client
@@ -165,21 +233,48 @@ func (g *guard) scan(ctx context.Context) ([]Evidence, error) {
 // activeOnly keeps the evidence of writers whose leader Lease does not show
 // them stopped, and notes their liveness on it. A writer's Lease is read
 // at most every leaseRecheck: stale evidence on a busy object costs no
-// read per update.
+// read per update. A Lease found live is its own evidence; a write seen
+// being made shows its writer running.
 func (g *guard) activeOnly(ctx context.Context, found []Evidence) []Evidence {
 	var out []Evidence
 	for _, e := range found {
+		if e.Kind == "lease" {
+			out = append(out, e)
+			continue
+		}
+		if e.fresh {
+			e.Writes = fmt.Sprintf("%s runs: it wrote this while nodeshepherd's %s controller ran", e.Writer, g.Name)
+			out = append(out, e)
+			continue
+		}
+		strict := e.claim != nil && e.claim.LiveLease
+		key := e.Writer
+		if strict {
+			key = "live/" + key
+		}
 		now := g.now()
-		v, seen := g.liveness[e.Writer]
+		v, seen := g.liveness[key]
 		if !seen || now.Sub(v.at) > leaseRecheck {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			v.ok, v.why = active(rctx, g.mctx.Client, e.Writer, now)
+			if strict {
+				s := leaseState{name: e.Writer, err: errDenied}
+				if !g.leaseDenied[e.Writer] {
+					s = readLease(rctx, g.mctx.Client, e.Writer, now)
+					g.deny(ctx, s, e.Writer)
+				}
+				v.ok, v.why = s.live(), s.why()
+				if !v.ok {
+					v.why += ", so what it wrote is taken as history"
+				}
+			} else {
+				v.ok, v.why = active(rctx, g.mctx.Client, e.Writer, now)
+			}
 			cancel()
 			v.at = now
 			if g.liveness == nil {
 				g.liveness = map[string]liveness{}
 			}
-			g.liveness[e.Writer] = v
+			g.liveness[key] = v
 		}
 		e.Writes = e.Writer + " runs: " + v.why
 		if !v.ok {
@@ -191,11 +286,26 @@ func (g *guard) activeOnly(ctx context.Context, found []Evidence) []Evidence {
 	return out
 }
 
-// observe checks an object the informers delivered.
-func (g *guard) observe(obj runtime.Object) {
-	found := check(g.Name, g.Claims, obj)
+// observe checks an object the informers delivered; old is what they held
+// before (nil for an object they did not hold). Evidence that old did not
+// hold, or that its writer wrote again since (its managedFields time
+// moved), is a write seen being made.
+func (g *guard) observe(old, obj runtime.Object) {
+	found := check(g.Name, g.Own, g.Claims, obj)
 	if len(found) == 0 {
 		return
+	}
+	if old != nil {
+		// By field, not by what it holds: another writer's change of the
+		// value is not a new write of this one.
+		key := func(e Evidence) string { return e.Field.String() + "\x00" + e.Writer + "\x00" + e.At.String() }
+		before := map[string]bool{}
+		for _, e := range check(g.Name, g.Own, g.Claims, old) {
+			before[key(e)] = true
+		}
+		for i, e := range found {
+			found[i].fresh = !before[key(e)]
+		}
 	}
 	g.mu.Lock()
 	g.pending = append(g.pending, found...)
@@ -211,6 +321,12 @@ func (g *guard) observe(obj runtime.Object) {
 func (g *guard) Run(ctx context.Context) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var recheck <-chan time.Time
+	if g.wantsLeases() {
+		t := g.mctx.Clock.NewTicker(leaseRecheck)
+		defer t.Stop()
+		recheck = t.C()
+	}
 	done := make(chan error, 1)
 	panicked := make(chan any, 1)
 	go func() {
@@ -230,6 +346,10 @@ func (g *guard) Run(ctx context.Context) error {
 		case r := <-panicked:
 			panic(r)
 		case <-g.signal:
+		case <-recheck:
+			g.mu.Lock()
+			g.pending = append(g.pending, g.leases(ctx)...)
+			g.mu.Unlock()
 		}
 		g.mu.Lock()
 		found := g.pending
@@ -265,22 +385,32 @@ func (g *guard) refuse(ctx context.Context, found []Evidence, running bool) erro
 	if running {
 		verb, did = "stopped", "stopped"
 	}
+	does, why := "writes what it owns", "Two writers would undo each other's work"
 	advice := fmt.Sprintf("run nodeshepherd without %s (companion mode, docs/companion.md)", g.Name)
 	if g.Replaces != "" && first.Writer == KubeControllerManager {
 		advice = fmt.Sprintf("turn it off in %s (--controllers=*,-%s) or %s", first.Writer, g.Replaces, advice)
+	}
+	if c := first.claim; c != nil {
+		does, why = cmp.Or(c.Does, does), cmp.Or(c.Why, why)
+		if c.Advice != nil {
+			advice = c.Advice(first.Writer)
+		}
 	}
 	more := ""
 	if len(found) > 1 {
 		more = fmt.Sprintf(" (and %d more)", len(found)-1)
 	}
-	msg := fmt.Sprintf("%s controller %s: %s writes what it owns: %s%s. Two writers would undo each other's work: %s, or pass --allow-conflicting-writers=%s to run it anyway",
-		verb, g.Name, first.Writer, first, more, advice, g.Name)
+	msg := fmt.Sprintf("%s controller %s: %s %s: %s%s. %s: %s, or pass --allow-conflicting-writers=%s to run it anyway",
+		verb, g.Name, first.Writer, does, first, more, why, advice, g.Name)
 	seen := map[string]bool{}
 	for _, e := range found {
 		if key := e.Kind + "/" + e.Name; !seen[key] && len(seen) < 5 {
 			seen[key] = true
-			g.event(ctx, e, fmt.Sprintf("nodeshepherd's %s controller %s: %s last wrote %s here, so it manages them (--allow-conflicting-writers=%s overrides)",
-				g.Name, did, e.Writer, e.What, g.Name))
+			text := fmt.Sprintf("%s last wrote %s here, so it manages them", e.Writer, e.What)
+			if e.Kind == "lease" {
+				text = fmt.Sprintf("%s holds this Lease (%s), so it runs", e.Writer, e.What)
+			}
+			g.event(ctx, e, fmt.Sprintf("nodeshepherd's %s controller %s: %s (--allow-conflicting-writers=%s overrides)", g.Name, did, text, g.Name))
 		}
 	}
 	err := errors.New(msg)
@@ -291,7 +421,7 @@ func (g *guard) refuse(ctx context.Context, found []Evidence, running bool) erro
 // conflictMetric registers nodeshepherd_conflicting_writer once per registry.
 func conflictMetric(reg prometheus.Registerer) *prometheus.GaugeVec {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodeshepherd", Name: "conflicting_writer",
-		Help: "1 when the controller was refused or stopped because writer, another field manager (kube-controller-manager), writes what it owns."},
+		Help: "1 when the controller was refused or stopped because writer, another field manager (kube-controller-manager, kube-scheduler), writes what it owns or serves the same scheduler name."},
 		[]string{"controller", "writer"})
 	if reg == nil {
 		return g
@@ -315,8 +445,11 @@ func (g *guard) event(ctx context.Context, e Evidence, msg string) {
 	}
 	ref := v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: meta.GetName(), UID: meta.GetUID()}
 	ns := metav1.NamespaceDefault // where events of cluster-scoped objects go
-	if e.Kind == "pod" {
+	switch e.Kind {
+	case "pod":
 		ref.Kind, ref.Namespace, ns = "Pod", meta.GetNamespace(), meta.GetNamespace()
+	case "lease":
+		ref.APIVersion, ref.Kind, ref.Namespace, ns = "coordination.k8s.io/v1", "Lease", meta.GetNamespace(), meta.GetNamespace()
 	}
 	now := metav1.NewTime(g.now())
 	ev := &v1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: meta.GetName() + ".", Namespace: ns}, InvolvedObject: ref,

@@ -196,20 +196,31 @@ func (c *Config) Select(resolved, explicit []string) []string {
 }
 
 // Constructors builds every controller from a copy of cfg; dry run comes
-// from the manager. A controller that is not a companion is guarded: it is
-// refused, or stopped, while another writer writes what it owns.
+// from the manager. A controller with conflicts (a controller that is not a
+// companion, or one whose settings make it share something, such as the
+// scheduler under another scheduler's name) is guarded: it is refused, or
+// stopped, while another writer writes what it owns.
 func Constructors(cfg Config) map[string]manager.Constructor {
 	out := map[string]manager.Constructor{}
 	for _, e := range registry {
 		info := e.info()
 		build := func(ctx manager.Context) (manager.Controller, error) { return e.build(&cfg, ctx) }
-		if !info.Companion {
-			build = companion.Guard(companion.Guarded{Name: info.Name, Replaces: info.Replaces, Claims: info.Conflicts,
-				Allowed: cfg.Companion.Allowed(info.Name)}, build)
-		}
-		out[info.Name] = build
+		out[info.Name] = companion.Guard(companion.Guarded{Name: info.Name, Replaces: info.Replaces, Claims: Conflicts(&cfg, info.Name),
+			Allowed: cfg.Companion.Allowed(info.Name)}, build)
 	}
 	return out
+}
+
+// Conflicts returns what the named controller shares with another writer
+// under the settings c: its descriptor's Conflicts and those of its
+// settings (Descriptor.ConflictsFor).
+func Conflicts(c *Config, name string) []companion.Claim {
+	for _, e := range registry {
+		if e.info().Name == name {
+			return append(slices.Clone(e.info().Conflicts), e.conflicts(c)...)
+		}
+	}
+	return nil
 }
 
 // Companions lists the controllers that can run next to a managed control
@@ -256,6 +267,7 @@ type entry interface {
 	idle(c *Config) error
 	validate(c *Config) error
 	build(c *Config, ctx manager.Context) (manager.Controller, error)
+	conflicts(c *Config) []companion.Claim
 }
 
 type bound[C any] struct {
@@ -301,4 +313,15 @@ func (b bound[C]) build(c *Config, ctx manager.Context) (manager.Controller, err
 		return nil, err
 	}
 	return b.d.New(&own, ctx)
+}
+
+func (b bound[C]) conflicts(c *Config) []companion.Claim {
+	if b.d.ConflictsFor == nil {
+		return nil
+	}
+	own, err := b.d.Complete(b.field(c), &c.Shared)
+	if err != nil {
+		return nil // Validate reports it, and build fails with it
+	}
+	return b.d.ConflictsFor(&own)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 )
 
@@ -154,7 +155,30 @@ func TestCompanionsAndConflicts(t *testing.T) {
 			t.Errorf("%s: a companion names no conflicts, and every other controller names what it conflicts on (companion %v, %d conflicts)", d.Name, d.Companion, len(d.Conflicts))
 		}
 	}
+	// The scheduler is a companion under a name of its own, and guarded
+	// against another scheduler of its name: by kube-scheduler's Lease too
+	// when that name is default-scheduler.
+	leases := func(c *Config) (claims, leases int) {
+		for _, cl := range Conflicts(c, "scheduler") {
+			claims++
+			if cl.Lease == companion.KubeScheduler {
+				leases++
+			}
+		}
+		return claims, leases
+	}
 	c := Default()
+	if claims, l := leases(&c); claims == 0 || l != 0 {
+		t.Errorf("scheduler as %s: %d claims, %d on kube-scheduler's Lease; want some, none on the Lease", c.Scheduler.SchedulerName, claims, l)
+	}
+	c.Scheduler.SchedulerName = "default-scheduler"
+	if _, l := leases(&c); l != 1 {
+		t.Errorf("scheduler as default-scheduler: %d claims on kube-scheduler's Lease, want 1", l)
+	}
+	if got := Conflicts(&c, "nodelifecycle"); len(got) != len(companion.NodeLifecycle) {
+		t.Errorf("nodelifecycle's conflicts: %d, want its descriptor's %d", len(got), len(companion.NodeLifecycle))
+	}
+	c = Default()
 	c.Companion.AllowConflictingWriters = []string{"nodelifecycle", "nodelifecycel"}
 	if err := c.Validate([]string{"drain"}); err == nil || !strings.Contains(err.Error(), `unknown controller "nodelifecycel" in --allow-conflicting-writers`) {
 		t.Errorf("error %v", err)

@@ -56,7 +56,8 @@ type Info struct {
 	// Conflicts are what a controller that is not a companion writes that
 	// one of those writers writes too: while their managedFields show that
 	// writer active, nodeshepherd refuses to run the controller, unless
-	// --allow-conflicting-writers names it (pkg/companion).
+	// --allow-conflicting-writers names it (pkg/companion). What depends on
+	// the controller's settings is Descriptor.ConflictsFor.
 	Conflicts []companion.Claim
 	// Needs are the controllers that carry out part of this one's work
 	// (remediation's Drain steps are the drain controller's): selecting it
@@ -103,6 +104,12 @@ type Descriptor[C any] struct {
 	Validate func(c *C) error
 	// New builds the controller; dry run and the clients come from ctx.
 	New func(c *C, ctx manager.Context) (manager.Controller, error)
+	// ConflictsFor returns what the controller, with these (complete)
+	// settings, shares with another writer, guarded as Info.Conflicts are:
+	// the scheduler's depend on its --scheduler-name (another scheduler
+	// serving the same name). A companion may have some: it runs next to a
+	// managed control plane with its default settings. nil means none.
+	ConflictsFor func(c *C) []companion.Claim
 }
 
 // Complete returns a copy of c with the shared settings applied.

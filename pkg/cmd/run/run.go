@@ -62,7 +62,9 @@ Run kube-controller-manager with
 --controllers=` + controllers.KubeControllerManagerFlag() + ` next to it. Flag names and defaults follow kube-controller-manager.
 Where kube-controller-manager's cannot be turned off (a managed cluster), run only the controllers
 that can run next to them: ` + strings.Join(controllers.Companions(), ", ") + `; the others are refused while
-managedFields show kube-controller-manager writing what they own (--allow-conflicting-writers; docs/companion.md).`,
+managedFields show kube-controller-manager writing what they own (--allow-conflicting-writers; docs/companion.md).
+The scheduler named default-scheduler is refused while kube-scheduler's leader Lease is live or its
+writes show it serving that name.`,
 		Example: `  nodeshepherd run --kubeconfig ~/.kube/config --controllers=nodelifecycle,tainteviction
   nodeshepherd run --dry-run --leader-elect=false   # report what would be done, write nothing
   nodeshepherd run --kubeconfig ~/.kube/config --secure-port=0 --metrics-bind-address=127.0.0.1:8080   # local: plain HTTP on loopback

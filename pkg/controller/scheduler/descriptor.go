@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	_ "embed"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 )
@@ -14,17 +16,21 @@ var rbacRules []byte
 
 // Descriptor tells nodeshepherd how to configure, check and build the
 // scheduler. It replaces no kube-controller-manager controller: it runs next
-// to kube-scheduler under its own name, or in its place as default-scheduler.
+// to kube-scheduler under its own name, or in its place as default-scheduler;
+// another scheduler seen serving its name (kube-scheduler's leader Lease for
+// default-scheduler, or their writes on its pods) refuses or stops it
+// (companion.Scheduler).
 var Descriptor = descriptor.Descriptor[Config]{
 	Info: descriptor.Info{
 		Name: Name,
 		Help: "schedules the pods whose spec.schedulerName is --scheduler-name (default\n" +
-			"nodeshepherd-scheduler; default-scheduler replaces kube-scheduler): priority\n" +
-			"queue, kube-scheduler's filters and scores, binding, preemption with\n" +
-			"PodDisruptionBudgets as kube-scheduler 1.37 does it; topology spread,\n" +
-			"inter-pod (anti-)affinity and volumes (PVC binding, volume zones,\n" +
-			"ReadWriteOncePod, CSI limits) included. Pods using in-tree disks, DRA\n" +
-			"claims or scheduling groups are refused (left Pending, reason SchedulerError).",
+			"nodeshepherd-scheduler; default-scheduler replaces kube-scheduler, and is refused\n" +
+			"while a kube-scheduler is seen serving it): priority queue, kube-scheduler 1.37's\n" +
+			"default filters and scores, binding, preemption with PodDisruptionBudgets;\n" +
+			"topology spread, inter-pod (anti-)affinity, volumes (PVC binding, volume zones,\n" +
+			"ReadWriteOncePod, CSI limits, storage capacity), node declared features, image\n" +
+			"locality and in-place resizes included. Pods using in-tree disks, DRA claims or\n" +
+			"scheduling groups are refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
 		RBACRules:   rbacRules,
 		// A second scheduler next to kube-scheduler under its own --scheduler-name.
@@ -32,8 +38,9 @@ var Descriptor = descriptor.Descriptor[Config]{
 	},
 	Sections: []descriptor.Section[Config]{{Name: "scheduler",
 		Help: "The scheduler (kube-scheduler's names for its settings).", AddFlags: (*Config).AddFlags}},
-	Default:  DefaultConfig,
-	Validate: (*Config).Validate,
+	Default:      DefaultConfig,
+	Validate:     (*Config).Validate,
+	ConflictsFor: func(c *Config) []companion.Claim { return companion.Scheduler(c.SchedulerName) },
 	New: func(c *Config, ctx manager.Context) (manager.Controller, error) {
 		return New(*c, Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(),
 			Pods: ctx.Informers.Core().V1().Pods(), Namespaces: ctx.Informers.Core().V1().Namespaces(), PDBs: ctx.Informers.Policy().V1().PodDisruptionBudgets(),
