@@ -222,27 +222,31 @@ func (e Evidence) String() string {
 // owner returns the managedFields entry that owns the field, if any.
 func owner(obj metav1.Object, field Path) (metav1.ManagedFieldsEntry, bool) {
 	for _, e := range obj.GetManagedFields() {
-		if e.FieldsV1 == nil {
-			continue
-		}
-		var set map[string]any
-		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &set) != nil {
-			continue
-		}
-		found := true
-		for _, k := range field {
-			next, ok := set[k].(map[string]any)
-			if !ok {
-				found = false
-				break
-			}
-			set = next
-		}
-		if found {
+		if holds(e, field) {
 			return e, true
 		}
 	}
 	return metav1.ManagedFieldsEntry{}, false
+}
+
+// holds says whether the entry's field set has the field (or something
+// under it).
+func holds(e metav1.ManagedFieldsEntry, field Path) bool {
+	if e.FieldsV1 == nil {
+		return false
+	}
+	var set map[string]any
+	if json.Unmarshal(e.FieldsV1.GetRawBytes(), &set) != nil {
+		return false
+	}
+	for _, k := range field {
+		next, ok := set[k].(map[string]any)
+		if !ok {
+			return false
+		}
+		set = next
+	}
+	return true
 }
 
 // holders returns the managedFields entries by the claim's writer that
@@ -251,23 +255,7 @@ func owner(obj metav1.Object, field Path) (metav1.ManagedFieldsEntry, bool) {
 func holders(obj metav1.Object, field Path, c *Claim, own string) []metav1.ManagedFieldsEntry {
 	var out []metav1.ManagedFieldsEntry
 	for _, e := range obj.GetManagedFields() {
-		if e.FieldsV1 == nil || !c.matches(e.Manager, own) {
-			continue
-		}
-		var set map[string]any
-		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &set) != nil {
-			continue
-		}
-		found := true
-		for _, k := range field {
-			next, ok := set[k].(map[string]any)
-			if !ok {
-				found = false
-				break
-			}
-			set = next
-		}
-		if found {
+		if c.matches(e.Manager, own) && holds(e, field) {
 			out = append(out, e)
 		}
 	}
