@@ -121,7 +121,7 @@ bench-detection: controlplane
 bench-drain: controlplane
 	go test -run '^$$' -bench BenchmarkDrain -benchtime 1x -timeout 45m ./test/bench/
 
-## bench-scheduler: kube-scheduler vs nodeshepherd, 1,000 nodes: 10,000 plain pods (as fast as 32 clients go, then paced at 100/s), anti-affine and spread pods, 1,000 preemptors (3 trials); one cycle at 5,000 nodes
+## bench-scheduler: kube-scheduler vs nodeshepherd, 1,000 nodes: 10,000 plain pods (as fast as 32 clients go, then paced at 100/s), anti-affine and spread pods, 1,000 preemptors (5 trials, kube-scheduler's client limits checked on its /configz); one cycle at 5,000 nodes
 bench-scheduler: controlplane
 	go test -run '^$$' -bench 'Benchmark(ScheduleOne|ScheduleOneAntiAffinity|ScheduleOneSpread|Preemption|FilterFailing)5000Nodes' ./pkg/controller/scheduler/
 	go test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 180m ./test/bench/

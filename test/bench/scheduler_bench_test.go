@@ -56,25 +56,39 @@ import (
 //	              priority 1000 and 1 CPU: preemptors bound per second and
 //	              victims per preemptor.
 //
-// BENCH_TRIALS (3) trials on the same control plane; the scheduler that goes
+// BENCH_TRIALS (5) trials on the same control plane; the scheduler that goes
 // first alternates. The node lifecycle controller (for the not-ready taints)
 // runs in a third process. It prints every trial, then one table with the
 // median and range of both schedulers' figures and of their ratios.
 func BenchmarkScheduler(b *testing.B) {
 	nodes, pods, preemptors := envInt("BENCH_NODES", 1000), envInt("BENCH_PODS", 10000), envInt("BENCH_PREEMPTORS", 1000)
-	qps, trials := envInt("BENCH_QPS", 1000), envInt("BENCH_TRIALS", 3)
+	qps, trials := envInt("BENCH_QPS", 1000), envInt("BENCH_TRIALS", 5)
 	workloads := []string{"plain", "paced", "antiaffinity", "spread", "preemption"}
 	paceRate := envInt("BENCH_CREATE_RATE", 100)
 	if w := os.Getenv("BENCH_WORKLOADS"); w != "" {
 		workloads = strings.Split(w, ",")
 	}
 	qpsArgs := []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", qps)}
+	// kube-scheduler gets its client limits in its configuration file (with
+	// its default backoffs), and the benchmark reads them back from its
+	// /configz, as simulate does: flags that a configuration overrides
+	// would otherwise compare unlike with unlike, silently.
+	schedCfg := controlplane.SchedulerConfig{QPS: float32(qps), Burst: int32(qps), PodInitialBackoffSeconds: 1, PodMaxBackoffSeconds: 10}
 	// BENCH_APISERVER_ARGS (space-separated), e.g. -v=1 to log the watchers
 	// that kube-apiserver closes for falling behind.
-	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Scheduler: true, SchedulerArgs: qpsArgs,
+	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Scheduler: true, SchedulerConfig: &schedCfg,
 		APIServerArgs: strings.Fields(os.Getenv("BENCH_APISERVER_ARGS"))})
 	client := framework.Client(b, cp)
 	ctx := framework.Context(b)
+	got, err := cp.SchedulerConfigz(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if got.QPS != schedCfg.QPS || got.Burst != schedCfg.Burst {
+		b.Fatalf("kube-scheduler's /configz reports client QPS %g and burst %d, not the %g and %d it was given", got.QPS, got.Burst, schedCfg.QPS, schedCfg.Burst)
+	}
+	fmt.Fprintf(os.Stderr, "kube-scheduler /configz: client QPS %g, burst %d, backoff %ds to %ds; load average at start: %s\n",
+		got.QPS, got.Burst, got.PodInitialBackoffSeconds, got.PodMaxBackoffSeconds, loadAverage())
 	// The fake nodes run in their own process, so that the watch measuring
 	// bindings does not share this process's CPU with 1,000 fake kubelets.
 	sockDir := b.TempDir()
@@ -164,8 +178,8 @@ func BenchmarkScheduler(b *testing.B) {
 					record(workload, "creation to binding p99 (s)", side.name, r.p99)
 				}
 				record(workload, "scheduler CPU (s)", side.name, cpu)
-				fmt.Fprintf(os.Stderr, "trial %d %s %s: %d pods bound, %.0f pods/s, p50 %.2fs, p99 %.2fs, %.1f CPU-s; creation took %.1fs, %d bound by then\n",
-					trial+1, workload, side.name, r.placed, r.throughput, r.p50, r.p99, cpu, r.createDur, r.boundAtCreated)
+				fmt.Fprintf(os.Stderr, "trial %d %s %s: %d pods bound, %.0f pods/s, p50 %.2fs, p99 %.2fs, %.1f CPU-s; creation took %.1fs, %d bound by then; load average %s\n",
+					trial+1, workload, side.name, r.placed, r.throughput, r.p50, r.p99, cpu, r.createDur, r.boundAtCreated, loadAverage())
 			}
 		}
 	}
@@ -189,6 +203,20 @@ func BenchmarkScheduler(b *testing.B) {
 			fmt.Fprintf(os.Stderr, "%-45s %-22s %-22s %s\n", workload+" "+measure, spreadOf(k, "%.2f"), spreadOf(n, "%.2f"), spreadOf(ratios, "%.2fx"))
 		}
 	}
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages, so that a
+// reader can tell a quiet run from a shared one.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // spreadOf formats the median and range of vs.
