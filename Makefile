@@ -48,9 +48,22 @@ chromium:
 INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
 
 ## test: lint, unit and integration tests and chaos seeds 1,2,3, race detector on (builds the control plane first)
-test: vet lint controlplane helm chromium
-	hack/test-unit.sh $(GO_TEST_FLAGS)
+test:
+	@$(MAKE) --no-print-directory -j2 test-lane-nonrace test-lane-race
 	$(INTEGRATION_TEST)
+
+# make test's first phase runs in two lanes side by side, each lane's steps
+# one after another: go vet, staticcheck and the control plane compile one
+# set of packages (CGO_ENABLED=0, -trimpath) and must not compile the same
+# package twice at once; the unit tests' race-enabled set shares none of it.
+# A cold build leaves a core idle while it downloads modules or links a
+# binary, which the other lane uses.
+.PHONY: test-lane-nonrace test-lane-race
+test-lane-nonrace:
+	@$(MAKE) --no-print-directory -j1 vet lint controlplane
+test-lane-race:
+	@$(MAKE) --no-print-directory -j1 helm chromium
+	hack/test-unit.sh $(GO_TEST_FLAGS)
 
 ## test-unit: only the tests that need no control plane (packages outside test/, and the checks of deploy/ and the
 ## chart in pkg/manifests), race detector on; test binaries kept in bin/unit-tests, relinked when stale (hack/test-unit.sh)

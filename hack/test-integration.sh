@@ -19,6 +19,7 @@
 #   hack/test-integration.sh [-v]     (make test-integration; make test)
 #   SHARDS=4; CHAOS_SEEDS=1,2,3 CHAOS_DURATION=45s (the defaults; CHAOS_SEEDS= skips them)
 set -uo pipefail
+export LC_NUMERIC=C # $EPOCHREALTIME with a decimal point
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
@@ -43,15 +44,20 @@ export GOGC=${GOGC-400}
 mkdir -p bin
 testbin="$root/bin/integration.test"
 chaosbin="$root/bin/chaos.test"
-echo "test-integration: building the race-enabled test binaries"
-go test -race -c -o "$testbin" ./test/integration || exit 1
-go test -race -c -o "$chaosbin" ./test/chaos || exit 1
+echo "test-integration: building the race-enabled test binaries and nodeshepherd"
 # The tests run the shipped binary (make build) and, for the failover tests,
 # one with fault hooks (GO_BUILD_TAGS=faulthook). Build both once here for
 # every test process (test/framework reads their paths from the variables)
-# instead of once per process.
-make --no-print-directory build >/dev/null || exit 1
-make --no-print-directory build BIN="$root/bin/faulthook" GO_BUILD_TAGS=faulthook >/dev/null || exit 1
+# instead of once per process; all four builds at once, since each ends in
+# a link that keeps one core busy.
+make --no-print-directory build >/dev/null &
+build1=$!
+make --no-print-directory build BIN="$root/bin/faulthook" GO_BUILD_TAGS=faulthook >/dev/null &
+build2=$!
+# One call writes bin/integration.test and bin/chaos.test.
+go test -race -c -o "$root/bin/" ./test/integration ./test/chaos || { wait; exit 1; }
+wait "$build1" || exit 1
+wait "$build2" || exit 1
 export NODESHEPHERD_TEST_BINARY="$root/bin/nodeshepherd" NODESHEPHERD_TEST_FAULT_BINARY="$root/bin/faulthook/nodeshepherd"
 
 mapfile -t tests < <(cd test/integration && "$testbin" -test.list '.*' | grep '^Test')
@@ -82,14 +88,20 @@ mapfile -t order < <(for n in "${items[@]}"; do
   echo "$d $n"
 done | sort -s -k1,1 -rn)
 
-# Longest first, each to the shard with the least work so far.
+# Longest first, each to the shard with the least work so far. The example
+# scenarios and the chaos seeds mostly wait (timelines in scaled real time),
+# the other tests mostly compute: the waiting goes to the odd shards, which
+# run it first, so that it overlaps the computing and the run ends with
+# every shard computing, never with the cores idle while timelines play out.
 declare -a load=() list=() sub=()
 chaos_shard=-1
 for ((i = 0; i < shards; i++)); do load[$i]=0; list[$i]=""; sub[$i]=""; done
 for l in "${order[@]}"; do
   read -r d n <<<"$l"
-  best=0
-  for ((i = 1; i < shards; i++)); do
+  first=0 step=1
+  case "$n" in chaos | "$split"/*) [ "$shards" -gt 1 ] && first=1 step=2 ;; esac
+  best=$first
+  for ((i = first + step; i < shards; i += step)); do
     awk -v a="${load[$i]}" -v b="${load[$best]}" 'BEGIN { exit !(a < b) }' && best=$i
   done
   load[$best]=$(awk -v a="${load[$best]}" -v b="$d" 'BEGIN { print a + b }')
@@ -105,28 +117,47 @@ start=$(date +%s)
 # A -test.run pattern's second part would filter every test's subtests:
 # the scenarios run in a process of their own.
 run_tests() { # index
-  [ -z "${list[$1]}" ] || (cd test/integration && "$testbin" -test.count=1 -test.timeout=40m -test.v -test.run "^(${list[$1]})\$") >>"$logdir/shard$1.log" 2>&1
+  [ -z "${list[$1]}" ] || run_binary "$1" -test.run "^(${list[$1]})\$"
 }
 run_scenarios() { # index
-  [ -z "${sub[$1]}" ] || (cd test/integration && "$testbin" -test.count=1 -test.timeout=40m -test.v -test.run "^$split\$/^(${sub[$1]})\$") >>"$logdir/shard$1.log" 2>&1
+  [ -z "${sub[$1]}" ] || run_binary "$1" -test.run "^$split\$/^(${sub[$1]})\$"
 }
-# The example scenarios and the chaos seeds mostly wait (timelines in
-# scaled real time), the other tests mostly compute. When every shard ran
-# its tests first, the two cores were overloaded at first and nearly idle
-# for the last five minutes (scenarios and chaos alone): so the odd shards
-# run their scenarios first, the even ones last, and the chaos seeds go
-# first in their shard.
+# run_binary INDEX ARGS: the test binary, its output appended to the shard's
+# log. The durations for the next split are wall times, from one test's
+# "=== RUN" to the next's (shardN.starts): go test's own figure for a test
+# leaves out its parallel subtests (TestStuckControllerGivesUpLease said 5 s
+# and ran 155), which made one shard end minutes after the others.
+run_binary() {
+  local i=$1
+  shift
+  (cd test/integration && "$testbin" -test.count=1 -test.timeout=40m -test.v "$@") 2>&1 | stamp "$logdir/shard$i.starts" >>"$logdir/shard$i.log"
+  local rc=${PIPESTATUS[0]}
+  echo "$EPOCHREALTIME END" >>"$logdir/shard$i.starts"
+  return "$rc"
+}
+# stamp FILE: copies its input and notes in FILE when each top-level test
+# (and each example scenario) starts.
+stamp() {
+  local line
+  while IFS= read -r line || [ -n "$line" ]; do
+    printf '%s\n' "$line"
+    case "$line" in
+      "=== RUN   $split/"*/*) ;;
+      "=== RUN   $split/"*) echo "$EPOCHREALTIME ${line#=== RUN   }" >>"$1" ;;
+      "=== RUN   Test"*/*) ;;
+      "=== RUN   Test"*) echo "$EPOCHREALTIME ${line#=== RUN   }" >>"$1" ;;
+    esac
+  done
+}
+# The waiting first (chaos seeds, scenarios), then the computing. When
+# every shard ran its tests first and its scenarios last, the two cores
+# were overloaded at first and nearly idle for the last five minutes.
 run_shard() { # index
   local i=$1
   local rc=0
   if [ "$i" -eq "$chaos_shard" ]; then run_chaos; fi
-  if [ $((i % 2)) -eq 1 ]; then
-    run_scenarios "$i" || rc=1
-    run_tests "$i" || rc=1
-  else
-    run_tests "$i" || rc=1
-    run_scenarios "$i" || rc=1
-  fi
+  run_scenarios "$i" || rc=1
+  run_tests "$i" || rc=1
   echo $rc >"$logdir/shard$i.rc"
 }
 run_chaos() { # the fixed seeds, one after another (each on a fresh cluster)
@@ -157,7 +188,7 @@ for ((i = 0; i < shards; i++)); do
   : >"$logdir/shard$i.log"
   n=$(tr '|' '\n' <<<"${list[$i]}" | grep -c .)
   m=$(tr '|' '\n' <<<"${sub[$i]}" | grep -c .)
-  echo "test-integration: shard $i: $n tests and $m example scenarios, about ${load[$i]%.*}s by the last durations$([ "$i" -eq "$chaos_shard" ] && echo ", chaos seeds $chaos_seeds first")$([ $((i % 2)) -eq 1 ] && [ "$m" -gt 0 ] && echo ", scenarios before tests")"
+  echo "test-integration: shard $i: $n tests and $m example scenarios, about ${load[$i]%.*}s by the last durations$([ "$i" -eq "$chaos_shard" ] && echo ", chaos seeds $chaos_seeds first")"
   [ "$i" -eq "$chaos_shard" ] && : >"$logdir/chaos.log"
   run_shard "$i" &
   pids+=($!)
@@ -188,8 +219,11 @@ done
 
 # Keep the durations of a full run for the next split (a failed test's too:
 # it ran as long as it did).
-new=$(cat "$logdir"/shard*.log | sed -nE -e 's/^--- (PASS|FAIL|SKIP): (Test[^ ]+) \(([0-9.]+)s\)$/\3 \2/p' \
-  -e "s/^    --- (PASS|FAIL|SKIP): ($split\/[^ ]+) \(([0-9.]+)s\)\$/\3 \2/p")
+new=$(for f in "$logdir"/shard*.starts; do
+  [ -f "$f" ] || continue
+  # "time name" lines, "time END" after each process: a test lasted until the next line.
+  awk 'prev != "" && prev != "END" { printf "%.2f %s\n", $1 - t, prev } { t = $1; prev = $2 }' "$f"
+done)
 if [ -n "$new" ]; then
   {
     echo "$new"
