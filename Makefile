@@ -60,9 +60,12 @@ test:
 # binary, which the other lane uses.
 .PHONY: test-lane-nonrace test-lane-race
 test-lane-nonrace:
-	@$(MAKE) --no-print-directory -j1 vet lint controlplane
+	@$(MAKE) --no-print-directory vet
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory controlplane
 test-lane-race:
-	@$(MAKE) --no-print-directory -j1 helm chromium
+	@$(MAKE) --no-print-directory helm
+	@$(MAKE) --no-print-directory chromium
 	hack/test-unit.sh $(GO_TEST_FLAGS)
 
 ## test-unit: only the tests that need no control plane (packages outside test/, and the checks of deploy/ and the
