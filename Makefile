@@ -8,6 +8,11 @@ CONTROLPLANE_BINS := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-ma
 CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard hack/controlplane/*/main.go) hack/build-controlplane.sh
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
+# The Go compiler and linker, the tests and the control plane collect garbage
+# less often with a larger heap goal: a cold CGO_ENABLED=0 build of ./...
+# took 119-123 s with GOGC=400 against 141-150 s with Go's default (100) on
+# 2 cores (2026-11-29). Set GOGC to choose another.
+export GOGC ?= 400
 
 .PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler chaos fuzz generate vet lint fmt clean
 
@@ -48,25 +53,12 @@ chromium:
 INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
 
 ## test: lint, unit and integration tests and chaos seeds 1,2,3, race detector on (builds the control plane first)
-test:
-	@$(MAKE) --no-print-directory -j2 test-lane-nonrace test-lane-race
-	$(INTEGRATION_TEST)
-
-# make test's first phase runs in two lanes side by side, each lane's steps
-# one after another: go vet, staticcheck and the control plane compile one
-# set of packages (CGO_ENABLED=0, -trimpath) and must not compile the same
-# package twice at once; the unit tests' race-enabled set shares none of it.
-# A cold build leaves a core idle while it downloads modules or links a
-# binary, which the other lane uses.
-.PHONY: test-lane-nonrace test-lane-race
-test-lane-nonrace:
-	@$(MAKE) --no-print-directory vet
-	@$(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory controlplane
-test-lane-race:
-	@$(MAKE) --no-print-directory helm
-	@$(MAKE) --no-print-directory chromium
+# (vet, staticcheck and the control plane side by side with Helm and the
+# race-enabled unit tests took 2.4 min longer on a cold cache than one after
+# another: the steps run in order.)
+test: vet lint controlplane helm chromium
 	hack/test-unit.sh $(GO_TEST_FLAGS)
+	$(INTEGRATION_TEST)
 
 ## test-unit: only the tests that need no control plane (packages outside test/, and the checks of deploy/ and the
 ## chart in pkg/manifests), race detector on; test binaries kept in bin/unit-tests, relinked when stale (hack/test-unit.sh)
