@@ -47,7 +47,7 @@ chromium:
 
 # The in-process controllers, fake nodes and test code run under the race
 # detector too; the control plane and simulate's binary are separate processes.
-# SHARDS (4) processes run side by side, split by the last run's test durations,
+# SHARDS (6) processes run side by side, split by the last run's test durations,
 # and chaos seeds 1,2,3 at the start of one of them (hack/test-integration.sh;
 # GO_TEST_FLAGS may be -v; SHARDS, CHAOS_SEEDS, CHAOS_DURATION).
 INTEGRATION_TEST = hack/test-integration.sh $(GO_TEST_FLAGS)
