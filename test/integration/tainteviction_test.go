@@ -336,3 +336,57 @@ func TestTaintEvictionCancelledAndRecreatedPods(t *testing.T) {
 		t.Errorf("sts-0 is %s, want the recreated %s (old %s)", p.UID, newSts0.UID, oldSts0.UID)
 	}
 }
+
+// TestTaintEvictionDryRunReportsOnce: in a dry run the pod stays, so it is
+// judged again whenever its tolerations or its node's taints change; on the
+// same taints its deletion is reported (event and dry-run action) once, not
+// once per judgement.
+func TestTaintEvictionDryRunReportsOnce(t *testing.T) {
+	cp, client := teCluster(t)
+	ctx := framework.Context(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 1, false))
+	a := m.NodeNames()[0]
+	ns := framework.StartNodeShepherd(t, cp.RESTConfig(), controllers.Default(), func(o *manager.Options) {
+		tainteviction1(o)
+		o.DryRun = true
+	})
+	const ded = "nodeshepherd.io/dedicated"
+	createTEPod(t, client, "p", a, nil, nil, teToleration("nodeshepherd.io/other", nil))
+	setNoExecuteTaints(t, client, a, teTaint(ded))
+	reports := func(n float64) {
+		t.Helper()
+		framework.Eventually(t, time.Minute, fmt.Sprintf("%v dry-run deletions reported", n), func(context.Context) (bool, string, error) {
+			v := ns.Metric(t, "nodeshepherd_dry_run_actions_total", map[string]string{"controller": tainteviction.Name, "action": "delete-pod"})
+			return v >= n, fmt.Sprintf("%v", v), nil
+		})
+	}
+	reports(1)
+	// Judged again: a toleration added (the API allows adding them).
+	p, err := client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Tolerations = append(p.Spec.Tolerations, teToleration("nodeshepherd.io/another", nil))
+	if _, err := client.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A second pod on the node, seen after that update: its report comes
+	// after p was judged again.
+	createTEPod(t, client, "q", a, nil, nil)
+	reports(2)
+	if v := ns.Metric(t, "nodeshepherd_dry_run_actions_total", map[string]string{"controller": tainteviction.Name, "action": "delete-pod"}); v != 2 {
+		t.Errorf("%v dry-run deletions reported for two pods, want 2: p reported again on the same taints", v)
+	}
+	framework.Eventually(t, time.Minute, "q's Marking event", func(context.Context) (bool, string, error) {
+		marks, _ := evictionMarks(t, client, "q")
+		return sum(marks) == 1, fmt.Sprint(marks), nil
+	})
+	if marks, cancels := evictionMarks(t, client, "p"); sum(marks) != 1 || sum(cancels) != 0 {
+		t.Errorf("p: %d Marking and %d Cancelling events, want 1 and 0", sum(marks), sum(cancels))
+	}
+	for _, name := range []string{"p", "q"} {
+		if pod, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err != nil || pod.DeletionTimestamp != nil {
+			t.Errorf("a dry run deleted %s: %v", name, err)
+		}
+	}
+}

@@ -128,4 +128,32 @@ func TestDryRunConfirmsTheTaint(t *testing.T) {
 	if h.podGone("p") {
 		t.Error("a dry run deleted the pod")
 	}
+	// The pod judged again on the same taints (the node's sync at the start
+	// can come after the report on a busy machine): kept as reported, not
+	// reported again, not counted as pending.
+	h.until("kept as reported", func() bool { w, ok := h.c.workers.Get("default/p"); return ok && w.done })
+	pod, err := h.c.podLister.Pods("default").Get("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c.processPod(h.ctx, pod, h.c.taintsOf("n1"), h.clk.Now())
+	h.clk.Step(retryMax)
+	if w, ok := h.c.workers.Get("default/p"); !ok || !w.done || w.timer != nil {
+		t.Errorf("after judging the pod again: work %+v (present %v), want the reported one, unarmed", w, ok)
+	}
+	if n := h.c.workers.Len(); n != 0 {
+		t.Errorf("%d deletions pending after a dry run's report, want 0", n)
+	}
+	if n := h.eventsLike("Marking for deletion Pod default/p"); n != 1 {
+		t.Errorf("%d Marking events, want 1: reported again on the same taints", n)
+	}
+	// The taint comes off: the record goes, without a Cancelling event (no
+	// deletion was pending).
+	h.c.processPod(h.ctx, pod, &nodeTaints{}, h.clk.Now())
+	if _, ok := h.c.workers.Get("default/p"); ok {
+		t.Error("the reported deletion is kept after the taint came off")
+	}
+	if n := h.eventsLike("Cancelling deletion"); n != 0 {
+		t.Errorf("%d Cancelling events for a dry run's reported deletion, want 0", n)
+	}
 }

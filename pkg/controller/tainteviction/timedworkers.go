@@ -27,13 +27,17 @@ type timedWork struct {
 	// copies fn gets): one event per eviction, whichever attempt gets to it.
 	announced *atomic.Bool
 	running   bool
+	// done marks a dry run's deletion once reported: it is kept, never
+	// armed, so that the pod judged again on the same taints (a late
+	// informer event, a restart of its node's sync) is not reported again.
+	done bool
 
 	timer     clock.Timer
 	cancelled bool
 }
 
 // started says whether a deletion attempt was made or is being made.
-func (w *timedWork) started() bool { return w.running || w.attempts > 0 }
+func (w *timedWork) started() bool { return w.running || w.attempts > 0 || w.done }
 
 // timedWorkers runs fn for a key at its work's due time, and again after
 // backoff(attempts) for as long as fn asks to retry. A key has at most one
@@ -61,7 +65,9 @@ func (q *timedWorkers) Add(key string, w *timedWork) {
 		old.stop()
 	}
 	q.work[key] = w
-	q.arm(key, w, w.due.Sub(q.clock.Now()))
+	if !w.done {
+		q.arm(key, w, w.due.Sub(q.clock.Now()))
+	}
 }
 
 // arm runs w after delay; q.mu is held.
@@ -109,7 +115,8 @@ func (w *timedWork) stop() {
 }
 
 // Cancel drops key's work. It returns the work, and whether it was pending
-// (not in the middle of an attempt, which cannot be called back).
+// (not in the middle of an attempt, which cannot be called back, nor a dry
+// run's deletion already reported).
 func (q *timedWorkers) Cancel(key string) (timedWork, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -119,7 +126,7 @@ func (q *timedWorkers) Cancel(key string) (timedWork, bool) {
 	}
 	delete(q.work, key)
 	w.stop()
-	return *w, !w.running
+	return *w, !w.running && !w.done
 }
 
 // Get returns a copy of key's work.
@@ -133,11 +140,18 @@ func (q *timedWorkers) Get(key string) (timedWork, bool) {
 	return *w, true
 }
 
-// Len is the number of keys with work: due later, running, or to be retried.
+// Len is the number of keys with work: due later, running, or to be retried
+// (not a dry run's reported deletion).
 func (q *timedWorkers) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.work)
+	n := 0
+	for _, w := range q.work {
+		if !w.done {
+			n++
+		}
+	}
+	return n
 }
 
 // CancelAll stops every timer and waits for the attempts under way (on
