@@ -565,9 +565,9 @@ func (c *Controller) evict(key string, w timedWork) bool {
 		logger.V(2).Info("Not deleting pod", "pod", key, "reason", err)
 		return false
 	case err == nil && c.dryRun.Enabled():
-		// Kept as reported (this work replaced, so it ends here): the pod
-		// stays, and judged again on the same taints it is not reported again.
-		c.workers.Add(key, &timedWork{uid: w.uid, due: w.due, cause: w.cause, announced: w.announced, done: true})
+		// Kept as reported: the pod stays, and judged again on the same
+		// taints it is not reported again.
+		c.workers.MarkDone(key, w.uid)
 		return false
 	}
 	if err != nil && ctx.Err() != nil {

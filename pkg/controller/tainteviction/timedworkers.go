@@ -65,9 +65,7 @@ func (q *timedWorkers) Add(key string, w *timedWork) {
 		old.stop()
 	}
 	q.work[key] = w
-	if !w.done {
-		q.arm(key, w, w.due.Sub(q.clock.Now()))
-	}
+	q.arm(key, w, w.due.Sub(q.clock.Now()))
 }
 
 // arm runs w after delay; q.mu is held.
@@ -100,7 +98,9 @@ func (q *timedWorkers) run(key string, w *timedWork) {
 		return
 	}
 	if !retry {
-		delete(q.work, key)
+		if !w.done {
+			delete(q.work, key)
+		}
 		return
 	}
 	w.attempts++
@@ -127,6 +127,17 @@ func (q *timedWorkers) Cancel(key string) (timedWork, bool) {
 	delete(q.work, key)
 	w.stop()
 	return *w, !w.running && !w.done
+}
+
+// MarkDone keeps key's work, in the middle of its attempt for the pod uid,
+// as a dry run's reported deletion: not retried, not pending. A work that
+// replaced it meanwhile (another pod of that name) is left alone.
+func (q *timedWorkers) MarkDone(key string, uid types.UID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if w := q.work[key]; w != nil && w.uid == uid && w.running {
+		w.done = true
+	}
 }
 
 // Get returns a copy of key's work.
