@@ -66,7 +66,7 @@ test-unit: helm
 	hack/test-unit.sh $(GO_TEST_FLAGS)
 
 ## test-loaded: make test LOADED_RUNS times (3) in a row while make test-unit runs in a loop beside it, as on a
-## busy CI box; the loop stops at the end (hack/test-loaded.sh: LOADED_CPUS=0,1 pins to 2 CPUs, LOADED_CMD, LOADED_LOAD)
+## busy CI box; the loop stops at the end, and a failed round of it fails the target too (hack/test-loaded.sh: LOADED_CPUS=0,1 pins to 2 CPUs, LOADED_CMD, LOADED_LOAD)
 test-loaded:
 	hack/test-loaded.sh
 

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -263,6 +264,7 @@ func (b *build) binary(t testing.TB) string {
 func RunBinary(t testing.TB, bin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	DieWithTest(cmd)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -293,6 +295,17 @@ func StartFaultBinary(t testing.TB, fault string, args ...string) *exec.Cmd {
 	return startBinary(t, FaultBinary(t), []string{faulthook.Env + "=" + fault}, args)
 }
 
+// DieWithTest has the kernel kill cmd's process when the test process dies:
+// a test binary killed at its timeout runs no cleanup, and a `nodeshepherd
+// run` or fakenodes left behind would eat CPU in the next run. Call it
+// before cmd.Start on every long-running process a test starts.
+func DieWithTest(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
 func startBinary(t testing.TB, bin string, env, args []string) *exec.Cmd {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--secure-port") }) {
@@ -302,6 +315,7 @@ func startBinary(t testing.TB, bin string, env, args []string) *exec.Cmd {
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	DieWithTest(cmd)
 	logf, err := os.Create(filepath.Join(t.TempDir(), "nodeshepherd.log"))
 	if err != nil {
 		t.Fatal(err)

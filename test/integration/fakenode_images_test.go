@@ -123,6 +123,7 @@ func TestFakeNodeImagesReported(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd.Stdout, cmd.Stderr = log, log
+		framework.DieWithTest(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

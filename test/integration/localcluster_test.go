@@ -117,6 +117,7 @@ func TestDemo(t *testing.T) {
 	cmd := exec.Command(framework.Binary(t), "demo", "--nodes=3", "--zones=zone-a,zone-b", "--replicas=3", "--timeout=2m", "--keep-running")
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	framework.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
