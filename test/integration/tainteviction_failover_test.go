@@ -178,7 +178,7 @@ func onceDeletedAndMarked(t *testing.T, client kubernetes.Interface, ns *framewo
 // TestTaintEvictionFailoverShortenedToleration: a pod tolerates a NoExecute
 // taint for an hour; 8s after the taint its toleration is shortened to 25s
 // (an update the API server allows: an existing toleration may change its
-// tolerationSeconds); the leader is killed 2s later. The countdown starts at
+// tolerationSeconds); the leader is killed 8s later. The countdown starts at
 // the change, as the API server recorded it, so the new leader evicts no
 // earlier than the change + 1s (one-second precision) + 25s, as the old one
 // would have, and not 25s after the taint.
@@ -225,8 +225,8 @@ func TestTaintEvictionFailoverShortenedToleration(t *testing.T) {
 	}
 	changed := managedTolerationsTime(t, pod)
 	due := changed.Add(time.Second + 25*time.Second)
-	framework.Eventually(t, 10*time.Second, "2s after the change", func(context.Context) (bool, string, error) {
-		return time.Since(changed) >= 2*time.Second, "", nil
+	framework.Eventually(t, 20*time.Second, "8s after the change", func(context.Context) (bool, string, error) {
+		return time.Since(changed) >= 8*time.Second, "", nil
 	})
 	standby, tookOver := failOver(t, client, rs, leader)
 	t.Logf("taint at %s, toleration shortened at %s (+%v), standby led at +%v; due %s (+%v); counted from the taint it would be +26s",
@@ -245,8 +245,12 @@ func TestTaintEvictionFailoverShortenedToleration(t *testing.T) {
 		t.Errorf("deleted at %s, before the change + 1s + 25s = %s: the new leader evicted earlier than the old one would have",
 			d.marked.Format(time.RFC3339), due.Format(time.RFC3339))
 	}
-	if d.seen.After(due.Add(5 * time.Second)) {
-		t.Errorf("deleted %v after its deadline", d.seen.Sub(due))
+	// Counted from the takeover instead, the deletion would come 25s after
+	// it, at least 7s after due (the failover starts 8s after the change):
+	// that alternative is the bound, on the controller's own stamp.
+	if fromTakeover := tookOver.Add(25 * time.Second).Truncate(time.Second); !d.marked.Before(fromTakeover) {
+		t.Errorf("marked at %s, not before the takeover + 25s = %s: the new leader counted from its takeover",
+			d.marked.Format(time.RFC3339), fromTakeover.Format(time.RFC3339))
 	}
 	onceDeletedAndMarked(t, client, standby.ns, "shortened")
 }
@@ -297,8 +301,10 @@ func TestTaintEvictionFailoverTaintWithoutTimeAdded(t *testing.T) {
 	if d.marked.Before(due.Truncate(time.Second)) {
 		t.Errorf("deleted at %s, before the takeover + 20s = %s", d.marked.Format(time.RFC3339), due.Format(time.RFC3339Nano))
 	}
-	if d.seen.After(due.Add(5 * time.Second)) {
-		t.Errorf("deleted %v after the takeover + 20s", d.seen.Sub(due))
+	// Not late either, judged on the controller's own stamp (the test's
+	// view of the deletion may trail on a busy machine).
+	if d.marked.After(due.Add(10 * time.Second)) {
+		t.Errorf("marked at %s, more than 10s after the takeover + 20s", d.marked.Format(time.RFC3339))
 	}
 	onceDeletedAndMarked(t, client, standby.ns, "untimed")
 }
@@ -421,8 +427,10 @@ func TestTaintEvictionStatefulSetPodReplacedBeforeDelete(t *testing.T) {
 		t.Errorf("the second web-0 deleted at %s, before its own deadline %s (its creation + 1s + %ds)",
 			d.marked.Format(time.RFC3339), own.Format(time.RFC3339), tolSeconds)
 	}
-	if d.seen.After(own.Add(5 * time.Second)) {
-		t.Errorf("the second web-0 deleted %v after its deadline", d.seen.Sub(own))
+	// Not late either, judged on the controller's own stamp (the test's
+	// view of the deletion may trail on a busy machine).
+	if d.marked.After(own.Add(10 * time.Second)) {
+		t.Errorf("the second web-0 marked at %s, more than 10s after its deadline", d.marked.Format(time.RFC3339))
 	}
 	var marks map[types.UID]int32
 	framework.Eventually(t, 10*time.Second, "the second web-0's event", func(context.Context) (bool, string, error) {

@@ -135,7 +135,7 @@ func deletedAt(t *testing.T, client kubernetes.Interface, name string, timeout t
 func tainteviction1(o *manager.Options) { o.Controllers = []string{tainteviction.Name} }
 
 // TestTaintEvictionLeaderKilledMidCountdown: two `nodeshepherd run`
-// processes; the leader is killed with SIGKILL 5s into a pod's 20s
+// processes; the leader is killed with SIGKILL 8s into a pod's 20s
 // countdown. The new leader deletes the pod at the taint's timeAdded + 1s
 // (second precision) + 20s, not 20s after it took over.
 func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
@@ -154,8 +154,8 @@ func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
 	taints := setNoExecuteTaints(t, client, node, teTaint(key))
 	added := taints[0].TimeAdded.Time
 	// Mid-countdown, deliberately: the kill must fall inside the 20s.
-	framework.Eventually(t, 15*time.Second, "5s into the countdown", func(context.Context) (bool, string, error) {
-		return time.Since(added) >= 5*time.Second, "", nil
+	framework.Eventually(t, 20*time.Second, "8s into the countdown", func(context.Context) (bool, string, error) {
+		return time.Since(added) >= 8*time.Second, "", nil
 	})
 	killed := rs.kill(leader)
 	standby := rs.list[0]
@@ -172,8 +172,12 @@ func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
 	if marked.Before(due) {
 		t.Errorf("deleted at %v, before timeAdded+1s+tolerationSeconds = %v", marked, due)
 	}
-	if seen.After(due.Add(3 * time.Second)) {
-		t.Errorf("deleted %v after timeAdded+1s+tolerationSeconds: the countdown was not continued", seen.Sub(due))
+	// A countdown restarted by the new leader would end 20s after the
+	// takeover, at least 7s after due (the kill comes 8s in): the bound is
+	// that alternative, judged on the controller's own stamp, not a few
+	// seconds of slack after due that a busy machine may exceed.
+	if restarted := tookOver.Add(20 * time.Second).Truncate(time.Second); !marked.Before(restarted) {
+		t.Errorf("marked at %v, not before the takeover+20s (%v): the countdown was restarted, not continued", marked, restarted)
 	}
 	if n := standby.ns.Metric(t, "taint_eviction_controller_pod_deletions_total", nil); n != 1 {
 		t.Errorf("the new leader counted %v deletions, want 1", n)
