@@ -392,6 +392,6 @@ func (c *Controller) resetAllProbes(now time.Time, keep map[string]judgedTaint) 
 		if _, ok := keep[name]; ok {
 			continue
 		}
-		rec.probe, rec.readyTransition = now, now
+		rec.probe, rec.readyTransition, rec.renewedBefore = now, now, time.Time{}
 	}
 }

@@ -169,6 +169,7 @@ func freshHeartbeat(rec *nodeHealth, now time.Time) {
 	if now.After(rec.probe) {
 		rec.probe = now
 	}
+	rec.renewedBefore = time.Time{}
 }
 
 // confirmSuspects sends a fresh read if the pass left suspects and one is
