@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
@@ -104,5 +107,72 @@ func TestNewLeaderCountsZoneSilentBeforeStart(t *testing.T) {
 	}
 	if ready := kube.NodeCondition(getNode(t, client, a), v1.NodeReady); ready.Status != v1.ConditionUnknown {
 		t.Errorf("%s: Ready %s, want Unknown", a, ready.Status)
+	}
+}
+
+// TestAllZonesExitQueuesJudgedTaintAtZoneRate: a node of zone-a (4 nodes) is
+// partitioned and tainted; then every node is: the all-zones mode strips
+// its taint. One other node of zone-a heals: the mode ends with zone-a
+// PartialDisruption (3 of 4, a small zone: rate 0) and zone-b still
+// FullDisruption. The dead node must not get its taint back while zone-a is
+// PartialDisruption (upstream queues it at rate 0); when zone-a heals but
+// for it, its taint comes back with its original timeAdded. Before, the
+// taint was restored at once on leaving the mode, before any zone state
+// was computed.
+func TestAllZonesExitQueuesJudgedTaintAtZoneRate(t *testing.T) {
+	cp := framework.StartControlPlane(t, controlplane.Config{})
+	client := framework.Client(t, cp)
+	nodes := fastNodes(client, 0, false)
+	nodes.Zones, _ = fakenode.ParseZones("zone-a=4,zone-b=2")
+	m := framework.StartFakeNodes(t, nodes)
+	ns := framework.StartNodeShepherd(t, cp.RESTConfig(), fastLifecycle(100), nil)
+	var a []string
+	for _, n := range m.NodeNames() {
+		if m.Zone(n) == "zone-a" {
+			a = append(a, n)
+		}
+	}
+	waitNodesReady(t, client, m.NodeNames()...)
+	dead := a[0]
+	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{dead}})
+	framework.Eventually(t, time.Minute, dead+" tainted", nodeTainted(client, dead, nodelifecycle.UnreachableTaint, true))
+	t0 := *kube.FindTaint(getNode(t, client, dead), nodelifecycle.UnreachableTaint).TimeAdded
+
+	partition(t, m, fakenode.Partition, fakenode.Target{All: true})
+	zoneIs := func(zone, state string) func(context.Context) (bool, string, error) {
+		return func(context.Context) (bool, string, error) {
+			v := ns.Metric(t, "nodeshepherd_nodelifecycle_zone_state", map[string]string{"zone": zone, "state": state})
+			return v == 1, fmt.Sprintf("%s %s=%v", zone, state, v), nil
+		}
+	}
+	for _, zone := range []string{"zone-a", "zone-b"} {
+		framework.Eventually(t, time.Minute, zone+" FullDisruption", zoneIs(zone, "FullDisruption"))
+	}
+	framework.Eventually(t, 30*time.Second, "every NoExecute taint stripped in the all-zones mode", func(ctx context.Context) (bool, string, error) {
+		for _, n := range m.NodeNames() {
+			if ok, s, err := nodeTainted(client, n, nodelifecycle.UnreachableTaint, false)(ctx); !ok || err != nil {
+				return false, s, err
+			}
+		}
+		return true, "", nil
+	})
+
+	watch := watchNoExecute(t, client)
+	partition(t, m, fakenode.Heal, fakenode.Target{Nodes: []string{a[3]}})
+	framework.Eventually(t, time.Minute, "zone-a PartialDisruption", zoneIs("zone-a", "PartialDisruption"))
+	passesAfter(t, ns, 4)
+	for _, v := range watch.seen() {
+		for _, n := range a {
+			if strings.Contains(v, "node "+n+" ") {
+				t.Errorf("a node of zone-a, PartialDisruption (rate 0) since the all-zones mode ended, was tainted: %s", v)
+			}
+		}
+	}
+
+	partition(t, m, fakenode.Heal, fakenode.Target{Nodes: a[1:3]})
+	framework.Eventually(t, time.Minute, "zone-a Normal", zoneIs("zone-a", "Normal"))
+	framework.Eventually(t, 30*time.Second, dead+"'s taint back", nodeTainted(client, dead, nodelifecycle.UnreachableTaint, true))
+	if got := kube.FindTaint(getNode(t, client, dead), nodelifecycle.UnreachableTaint).TimeAdded; got == nil || !got.Equal(&t0) {
+		t.Errorf("%s's taint came back with timeAdded %v, want %v", dead, got, t0)
 	}
 }

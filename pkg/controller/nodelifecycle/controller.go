@@ -122,6 +122,9 @@ type Controller struct {
 	// judged are the nodes that carried a NoExecute taint, already judged
 	// dead, when every zone went down (allzones.go), guarded by mu.
 	judged map[string]judgedTaint
+	// restoring are the nodes judged dead before the all-zones mode that
+	// wait in their zone's queue for their taint back (allzones.go).
+	restoring map[string]judgedTaint
 
 	markedMu sync.Mutex
 	marked   map[types.UID]markedPod
@@ -162,6 +165,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		held:        map[string]bool{},
 		freshBeats:  map[string]metav1.Time{},
 		judged:      map[string]judgedTaint{},
+		restoring:   map[string]judgedTaint{},
 		overlay:     controllerutil.NewOverlay[*v1.Node](),
 		marked:      map[types.UID]markedPod{},
 		ping:        d.Ping,

@@ -79,6 +79,7 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 				delete(c.known, name)
 				delete(c.health, name)
 				delete(c.zoneOfNode, name)
+				delete(c.restoring, name)
 				c.lost.forgetNode(name)
 			}
 		}
@@ -397,7 +398,6 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		// Nodes judged dead before the mode keep their countdown (allzones.go).
 		judged := c.takeJudged()
 		c.resetAllProbes(now, judged)
-		c.restoreJudged(ctx, judged)
 		c.releaseMarks(ctx, now)
 		c.mu.Lock()
 		for zone, state := range newStates {
@@ -406,6 +406,9 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 			c.metrics.setZoneState(zone, state)
 		}
 		c.mu.Unlock()
+		// Only now, with every zone's state and rate set: restored taints go
+		// through the zone queues at their rate, as any other.
+		c.restoreJudged(ctx, judged)
 	default:
 		c.mu.Lock()
 		zones := make([]string, 0, len(newStates))
