@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/nodetopology"
@@ -79,5 +80,56 @@ func TestLeavingAllZonesModeHonoursZoneRate(t *testing.T) {
 	}
 	if tt := cl.taintOf(dead, UnreachableTaint); tt == nil || tt.TimeAdded == nil || !tt.TimeAdded.Equal(&t0) {
 		t.Errorf("%s in a Normal zone: unreachable taint %v, want it back with timeAdded %v", dead, tt, t0)
+	}
+}
+
+// TestNewLeaderKeepsNoExecuteTaint: a node dies and is tainted (timeAdded
+// T0); the leader dies and a standby takes over with no memory. The node is
+// still Unknown: the new leader keeps its taint and timeAdded (its pods'
+// tolerationSeconds keep counting from T0) and never writes it away. When
+// the node comes back, the taint is removed. Before, a new leader stripped
+// the NoExecute taints of every node it saw for the first time and tainted
+// it again with a new timeAdded.
+func TestNewLeaderKeepsNoExecuteTaint(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 4})
+	cl.run(10 * time.Second)
+	dead := cl.inZone("a")[0]
+	notReady := cl.inZone("b")[0]
+	cl.silence([]string{dead}, 0)
+	cl.report(notReady, v1.ConditionFalse) // and keeps renewing its Lease
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	before := map[string]v1.Taint{}
+	for n, want := range map[string]v1.Taint{dead: UnreachableTaint, notReady: NotReadyTaint} {
+		tt := cl.taintOf(n, want)
+		if tt == nil || tt.TimeAdded == nil {
+			t.Fatalf("%s not tainted %s before the takeover", n, want.Key)
+		}
+		before[n] = *tt
+	}
+	patches := len(cl.client.Actions())
+
+	cl.leaderless(takeoverGap)
+	cl.takeover()
+	cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
+	for n, was := range before {
+		tt := cl.taintOf(n, was)
+		if tt == nil || !tt.TimeAdded.Equal(was.TimeAdded) {
+			t.Errorf("%s after the takeover: taint %v, want %v kept with its timeAdded", n, tt, was.ToString())
+		}
+	}
+	for _, a := range cl.client.Actions()[patches:] {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "nodes" {
+			t.Errorf("the new leader patched node %s, whose taints were right: %s", p.GetName(), p.GetPatch())
+		}
+	}
+
+	cl.report(dead, v1.ConditionTrue)
+	cl.report(notReady, v1.ConditionTrue)
+	cl.run(cfg.NodeMonitorPeriod + 2*time.Second)
+	for n, was := range before {
+		if tt := cl.taintOf(n, was); tt != nil {
+			t.Errorf("%s Ready again but keeps %v", n, tt)
+		}
 	}
 }

@@ -89,6 +89,15 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 	for _, n := range added {
 		logger.V(1).Info("Controller observed a new Node", "node", klog.KObj(n))
 		c.recordNodeEvent(n, v1.EventTypeNormal, EventRegisteredNode, fmt.Sprintf("Node %s event: Registered Node %s in Controller", n.Name, n.Name))
+		// Upstream strips the NoExecute taints of every node it sees for the
+		// first time, so a new leader taints a node still down again with a
+		// new timeAdded: its pods' tolerationSeconds start over. Here only a
+		// node that is Ready loses them (it recovered while no one led); a
+		// node still not Ready keeps its taint and timeAdded, and the health
+		// pass below swaps the kind if the failure changed.
+		if latest, err := c.latestNode(n.Name); err == nil && !kube.NodeReady(latest) {
+			continue
+		}
 		if err := c.markReachable(ctx, n.Name); err != nil {
 			logger.Error(err, "Failed to remove NoExecute taints from a newly seen node", "node", klog.KObj(n))
 		}

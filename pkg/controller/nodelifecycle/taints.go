@@ -90,8 +90,12 @@ func (c *Controller) markForTainting(node *v1.Node, want v1.Taint) {
 	c.mu.Unlock()
 	if !hasTaint(node, want) {
 		q.Remove(node.Name)
+		q.Add(node.Name, node.UID, now)
+		return
 	}
-	q.Add(node.Name, node.UID, now)
+	// Tainted already (by this leader, or one before it): nothing to write,
+	// no token of the zone's rate to spend.
+	q.Done(node.Name)
 }
 
 // markReachable removes both NoExecute taints and dequeues the node.
