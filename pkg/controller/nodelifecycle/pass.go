@@ -30,10 +30,11 @@ type nodeResult struct {
 	name     string
 	zone     string
 	current  *v1.NodeCondition
-	counted  bool // false: excluded or skipped
-	overdue  bool // Ready, but silent for longer than its heartbeats are apart
-	suspect  bool // silent on the informers' view, not yet confirmed by a fresh read
-	markPods bool // just stopped being Ready: its pods are to be marked NotReady
+	counted  bool      // false: excluded or skipped
+	overdue  bool      // Ready, but silent for longer than its heartbeats are apart
+	suspect  bool      // silent on the informers' view, not yet confirmed by a fresh read
+	expired  time.Time // a suspect past its grace period: when it expired
+	markPods bool      // just stopped being Ready: its pods are to be marked NotReady
 	deadline time.Time
 }
 
@@ -194,7 +195,7 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 	}
 	observed, current := u.observed, u.current
 	r := nodeResult{name: name, zone: topology.GetZoneKey(node), current: current, counted: !nodetopology.ExcludedFromDisruption(node),
-		overdue: u.overdue, suspect: u.suspect, deadline: u.deadline}
+		overdue: u.overdue, suspect: u.suspect, expired: u.expired, deadline: u.deadline}
 	if current == nil {
 		return r
 	}
@@ -222,6 +223,7 @@ type healthUpdate struct {
 	// with no fresh read since to confirm it; judged as if within its
 	// grace period and not overdue until one does (see freshview.go).
 	suspect bool
+	expired time.Time // a suspect past its grace period: when it expired
 }
 
 // tryUpdateNodeHealth applies the grace-period rules to one node and writes
@@ -250,8 +252,9 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 		suspect = ready != nil && ready.Status == v1.ConditionTrue
 	}
 	expired := now.After(expiry)
+	var unconfirmed time.Time
 	if expired && !c.confirmedAfterLocked(expiry) && (ready == nil || ready.Status != v1.ConditionUnknown) {
-		expired, suspect = false, true
+		expired, suspect, unconfirmed = false, true, expiry
 	}
 	c.mu.Unlock()
 
@@ -273,7 +276,7 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 		if !deadline.After(now) {
 			deadline = time.Time{} // expired but unconfirmed: the next fresh read decides
 		}
-		return healthUpdate{observed: observed, current: ready, deadline: deadline, overdue: overdue, suspect: suspect}, nil
+		return healthUpdate{observed: observed, current: ready, deadline: deadline, overdue: overdue, suspect: suspect, expired: unconfirmed}, nil
 	}
 	nowMeta := metav1.NewTime(now)
 	node = node.DeepCopy()
