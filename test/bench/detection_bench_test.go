@@ -62,7 +62,11 @@ var detectionResults = map[string][]detection{}
 // the NoExecute taint and the eviction of the node's last pod (pods
 // tolerate it for BENCH_TOLERATION, 2s, counted from grace expiry too), and
 // the API writes one failed node costs; then prints a table of both sides
-// with ratios, ready to paste into docs/benchmarks.md.
+// with ratios, ready to paste into docs/benchmarks.md. Then, nodeshepherd
+// only, the cases of detection_cases_bench_test.go: the first failure after
+// a process starts, and a failure while another node's fresh read is in
+// flight (Unknown and taint; -bench 'BenchmarkDetection/nodeshepherd-' runs
+// only those).
 func BenchmarkDetection(b *testing.B) {
 	grace := envDuration("BENCH_GRACE", 10*time.Second)
 	tol := envDuration("BENCH_TOLERATION", 2*time.Second).Truncate(time.Second)
@@ -78,6 +82,13 @@ func BenchmarkDetection(b *testing.B) {
 	}
 	if len(detectionResults) == 2 {
 		printDetectionTable(os.Stdout, grace, tol, trials)
+	}
+	for _, name := range detectionCases {
+		b.Run("nodeshepherd-"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				reportDetectionCase(b, name, runDetectionCase(b, name, grace, trials))
+			}
+		})
 	}
 }
 

@@ -20,11 +20,14 @@ import (
 // timeAdded), and its grace period: an outage of the whole cluster would
 // postpone the eviction of pods from a node that died before it. So a node
 // that carries a NoExecute taint and is not Ready on entering is remembered
-// with that taint; on leaving, if it is the same node and still not Ready,
-// it gets the taint back at once with its original timeAdded (no token of
-// the zone's rate: it was spent on the first taint; a swap of the failure
-// kind meanwhile gets a new timeAdded, as any swap does), and its probe is
-// not reset. Pods whose tolerationSeconds ran out during the mode are then
+// with that taint, and its probe is not reset on leaving. On leaving, once
+// the zone states are computed and the zone rates set, such a node, if it
+// is the same node and still not Ready, is queued in its zone's tainting
+// queue like any other node (upstream queues it too): it gets its taint back
+// when the zone's rate allows, with its original timeAdded (a swap of the
+// failure kind meanwhile gets a new timeAdded, as any swap does). A zone
+// that is PartialDisruption at the exit (rate 0 in a small zone) taints it
+// only when its state allows. Pods whose tolerationSeconds ran out are then
 // evicted at once. The memory is the leader's: a new leader during the mode
 // taints such a node anew.
 
@@ -35,7 +38,8 @@ type judgedTaint struct {
 }
 
 // rememberJudged records the NoExecute taint of a node not Ready, before
-// entering the all-zones mode strips it.
+// entering the all-zones mode strips it; a taint still waiting to be
+// restored from an earlier mode is remembered as it was.
 func (c *Controller) rememberJudged(name string) {
 	node, err := c.latestNode(name)
 	if err != nil || kube.NodeReady(node) {
@@ -49,6 +53,11 @@ func (c *Controller) rememberJudged(name string) {
 			return
 		}
 	}
+	c.mu.Lock()
+	if j, ok := c.restoring[name]; ok && j.uid == node.UID {
+		c.judged[name] = j
+	}
+	c.mu.Unlock()
 }
 
 // takeJudged returns the remembered nodes and forgets them.
@@ -60,8 +69,10 @@ func (c *Controller) takeJudged() map[string]judgedTaint {
 	return j
 }
 
-// restoreJudged gives the remembered nodes still not Ready their NoExecute
-// taint back, with its original timeAdded when the kind is the same.
+// restoreJudged queues the remembered nodes still not Ready in their
+// zone's tainting queue, to get their NoExecute taint back with its
+// original timeAdded (restoredTaint) when the zone's rate allows. It runs
+// after the zone states and rates of the pass are set.
 func (c *Controller) restoreJudged(ctx context.Context, judged map[string]judgedTaint) {
 	logger := klog.FromContext(ctx)
 	for name, j := range judged {
@@ -69,30 +80,38 @@ func (c *Controller) restoreJudged(ctx context.Context, judged map[string]judged
 		if err != nil || node.UID != j.uid {
 			continue
 		}
-		ready := kube.NodeCondition(node, v1.NodeReady)
-		if ready == nil {
+		if ready := kube.NodeCondition(node, v1.NodeReady); ready == nil || ready.Status == v1.ConditionTrue {
 			continue
 		}
-		add, remove := UnreachableTaint, NotReadyTaint
-		switch ready.Status {
-		case v1.ConditionTrue:
-			continue
-		case v1.ConditionFalse:
-			add, remove = NotReadyTaint, UnreachableTaint
-		}
-		if add.Key == j.taint.Key {
-			add.TimeAdded = j.taint.TimeAdded.DeepCopy()
-		}
-		if err := c.writeTaints(ctx, name, []v1.Taint{add}, []v1.Taint{remove}, "restore-noexecute-taint"); err != nil {
-			// Left to the normal path: queued at the zone's rate, a new timeAdded.
-			logger.Error(err, "Failed to restore the NoExecute taint of a node judged dead before every zone went down", "node", klog.KObj(node))
-			continue
-		}
+		now := c.clock.Now()
 		c.mu.Lock()
-		q := c.zoneQueueLocked(topology.GetZoneKey(node), c.clock.Now())
+		c.restoring[name] = j
+		q := c.zoneQueueLocked(topology.GetZoneKey(node), now)
 		c.mu.Unlock()
-		q.Done(name)
-		logger.Info("Restored the NoExecute taint of a node judged dead before every zone went down, keeping its timeAdded",
-			"node", klog.KObj(node), "taint", add.ToString(), "timeAdded", add.TimeAdded)
+		q.Add(name, node.UID, now) // usually queued already by this pass
+		logger.Info("Queued the NoExecute taint of a node judged dead before every zone went down, to restore with its timeAdded at its zone's rate",
+			"node", klog.KObj(node), "taint", j.taint.ToString(), "timeAdded", j.taint.TimeAdded)
 	}
+}
+
+// restoredTaint is the taint to add to a node from its zone's queue: the
+// remembered one with its timeAdded if the node is waiting for it and the
+// failure is of the same kind, else want (a new timeAdded).
+func (c *Controller) restoredTaint(node *v1.Node, want v1.Taint) (v1.Taint, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.restoring[node.Name]
+	if !ok || j.uid != node.UID || j.taint.Key != want.Key || j.taint.TimeAdded == nil {
+		return want, false
+	}
+	want.TimeAdded = j.taint.TimeAdded.DeepCopy()
+	return want, true
+}
+
+// forgetRestoring drops a node's remembered taint (applied, or the node
+// recovered or is gone).
+func (c *Controller) forgetRestoring(name string) {
+	c.mu.Lock()
+	delete(c.restoring, name)
+	c.mu.Unlock()
 }

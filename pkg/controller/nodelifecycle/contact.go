@@ -30,6 +30,18 @@ func newContact(now time.Time, gap, grace time.Duration) *contact {
 	return &contact{gap: gap, maxBlind: max(grace, maxBlindAfterOutage), lastAnswer: now}
 }
 
+// start records that the controller starts now: its informers have just
+// synced, an answer from the API server. The controller is built before its
+// caches sync, which can take seconds on a busy machine; counted from then,
+// its first passes would see a gap without answers and not judge at all.
+func (c *contact) start(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reconnected.IsZero() && now.After(c.lastAnswer) {
+		c.lastAnswer = now
+	}
+}
+
 // answered records a successful ping; it reports the length of the outage
 // that just ended, if any.
 func (c *contact) answered(now time.Time) time.Duration {

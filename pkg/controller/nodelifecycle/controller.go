@@ -115,13 +115,20 @@ type Controller struct {
 	// heartbeats the informers had missed.
 	freshRead  time.Time
 	freshTried time.Time
-	freshBeats map[string]metav1.Time
-	viewStale  bool
-	unsettled  map[string]bool // zones with unconfirmed suspects: no NoExecute taint
+	// freshEarlyAt is when the last read sent early to confirm an expiry
+	// went; freshEarly: the read about to be sent is one.
+	freshEarlyAt time.Time
+	freshEarly   bool
+	freshBeats   map[string]metav1.Time
+	viewStale    bool
+	unsettled    map[string]bool // zones with unconfirmed suspects: no NoExecute taint
 
 	// judged are the nodes that carried a NoExecute taint, already judged
 	// dead, when every zone went down (allzones.go), guarded by mu.
 	judged map[string]judgedTaint
+	// restoring are the nodes judged dead before the all-zones mode that
+	// wait in their zone's queue for their taint back (allzones.go).
+	restoring map[string]judgedTaint
 
 	markedMu sync.Mutex
 	marked   map[types.UID]markedPod
@@ -162,6 +169,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		held:        map[string]bool{},
 		freshBeats:  map[string]metav1.Time{},
 		judged:      map[string]judgedTaint{},
+		restoring:   map[string]judgedTaint{},
 		overlay:     controllerutil.NewOverlay[*v1.Node](),
 		marked:      map[types.UID]markedPod{},
 		ping:        d.Ping,
@@ -278,6 +286,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced,
 		Queues: []interface{ ShutDown() }{c.nodeQueue, c.podQueue, c.markQueue, c.restoreQueue},
 		Start: func(ctx context.Context) error {
+			c.begin(c.clock.Now())
 			klog.FromContext(ctx).Info("Starting node lifecycle controller", "dryRun", c.dryRun.Enabled(), "nodeMonitorPeriod", c.cfg.NodeMonitorPeriod,
 				"nodeMonitorGracePeriod", c.cfg.NodeMonitorGracePeriod, "nodeEvictionRate", c.cfg.NodeEvictionRate)
 			spawn := func(n int, f func(context.Context) bool) {
@@ -298,6 +307,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		}})
 }
+
+// begin is called when the caches have synced and the loops start.
+func (c *Controller) begin(now time.Time) { c.contact.start(now) }
 
 // progressed records that the monitor loop moved: at each step, and for
 // each node a pass judges or taints, so that a long pass (thousands of
@@ -336,13 +348,17 @@ func (c *Controller) monitorStep(ctx context.Context, nextPass *time.Time) time.
 			logger.Info("Heartbeats visible again; giving every node a fresh grace period")
 			c.resetAllProbes(now, nil)
 		}
-		if judge {
-			start := c.clock.Now()
-			if err := c.monitorNodeHealth(ctx); err != nil {
-				logger.Error(err, "Error monitoring node health")
-			}
-			c.metrics.updateAllNodesHealth.Observe(c.clock.Since(start).Seconds())
+		if !judge {
+			// Asked again at the next step, not a monitor period later: the
+			// pass must run as soon as heartbeats are visible again.
+			c.doNoExecuteTaintingPass(ctx)
+			return noExecuteTaintingPeriod
 		}
+		start := c.clock.Now()
+		if err := c.monitorNodeHealth(ctx); err != nil {
+			logger.Error(err, "Error monitoring node health")
+		}
+		c.metrics.updateAllNodesHealth.Observe(c.clock.Since(start).Seconds())
 		now = c.clock.Now()
 		*nextPass = now.Add(c.cfg.NodeMonitorPeriod)
 		c.mu.Lock()
@@ -392,6 +408,6 @@ func (c *Controller) resetAllProbes(now time.Time, keep map[string]judgedTaint) 
 		if _, ok := keep[name]; ok {
 			continue
 		}
-		rec.probe, rec.readyTransition = now, now
+		rec.probe, rec.readyTransition, rec.renewedBefore = now, now, time.Time{}
 	}
 }

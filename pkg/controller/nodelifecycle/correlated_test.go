@@ -661,3 +661,45 @@ func TestHealthyDuringALongPass(t *testing.T) {
 		t.Errorf("after the pass: %v", err)
 	}
 }
+
+// TestNewLeaderCountsNodesSilentBeforeTakeover: nodes A, B and C of a zone
+// of 4 fall silent 4 and 1 s apart; the old leader marks A Unknown when its grace
+// ends and holds its taint, B and C being overdue, then dies before B
+// expires. The standby takes over with no memory of any heartbeat: B and C
+// must count as failing from their first pass (the silence taken from their
+// Leases' renewTime, confirmed by a fresh read), so A is not tainted; B and
+// C are then marked Unknown a fresh grace period after the takeover
+// (upstream's restart), and the zone stays PartialDisruption (4 nodes: rate
+// 0). Before, the standby counted B and C healthy from first sight, read the
+// zone Normal and tainted A at once.
+func TestNewLeaderCountsNodesSilentBeforeTakeover(t *testing.T) {
+	for _, gap := range []time.Duration{100 * time.Millisecond, takeoverGap} {
+		t.Run(fmt.Sprintf("leaderless%v", gap), func(t *testing.T) {
+			cfg := correlatedConfig()
+			cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 4})
+			cl.run(10 * time.Second)
+			abc := cl.inZone("a")[:3]
+			// Further apart than the renewals (2 s), so that B and C expire
+			// after A, but overdue when A does.
+			t0 := cl.clk.Now()
+			cl.silentAt[abc[0]], cl.silentAt[abc[1]], cl.silentAt[abc[2]] = t0, t0.Add(4*time.Second), t0.Add(5*time.Second)
+			// The old leader runs until A is Unknown, and a little more.
+			cl.run(cfg.NodeMonitorGracePeriod + time.Second)
+			if node, _ := cl.c.latestNode(abc[0]); kube.NodeReady(node) {
+				t.Fatalf("the old leader did not mark %s Unknown", abc[0])
+			}
+			for _, n := range abc[1:] {
+				if node, _ := cl.c.latestNode(n); !kube.NodeReady(node) {
+					t.Fatalf("the old leader marked %s Unknown before the takeover: the case needs it Ready", n)
+				}
+			}
+			if len(cl.tainted) > 0 {
+				t.Fatalf("the old leader tainted %v", cl.tainted)
+			}
+			cl.leaderless(gap)
+			cl.takeover()
+			cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
+			checkNoTaint(t, cl, "a", 3)
+		})
+	}
+}

@@ -29,9 +29,15 @@ import (
 // node is judged on silence until a read succeeds (as while blind, see
 // contact). Suspects without a Lease are confirmed by a LIST of Nodes (their
 // Ready heartbeat). Reads are sent only by a pass that has suspects, at most
-// one every freshReadEvery, each bounded by freshReadTimeout. While a zone has
-// suspects no read has settled, it applies no NoExecute taint: counting them
-// healthy could let a taint out that counting them overdue would forbid.
+// one every freshReadEvery, each bounded by freshReadTimeout; but a read that
+// confirms a grace-period expiry which the previous read preceded (sent, or
+// still in flight, before the expiry) may go early, at most one such early
+// read every freshReadEvery: the previous read, sent for another node
+// moments before, cannot confirm this expiry, and detection at expiry must
+// not wait for the spacing. So at most two reads in any freshReadEvery, one
+// on average while nothing expires. While a zone has suspects no read has
+// settled, it applies no NoExecute taint: counting them healthy could let a
+// taint out that counting them overdue would forbid.
 
 // freshReadTimeout bounds one fresh read (both lists).
 const freshReadTimeout = 5 * time.Second
@@ -51,12 +57,30 @@ func (c *Controller) confirmedAfterLocked(t time.Time) bool {
 }
 
 // freshReadAllowed says whether a fresh read may be sent now, and if not,
-// when it may.
-func (c *Controller) freshReadAllowed(now time.Time) (bool, time.Time) {
+// when it may. expiry is the earliest grace-period expiry the read would
+// confirm (zero: none, only overdue nodes): if the last read was sent
+// before it, the read may go early (see above).
+func (c *Controller) freshReadAllowed(now, expiry time.Time) (bool, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at := c.freshTried.Add(c.freshReadEvery())
-	return c.freshTried.IsZero() || !now.Before(at), at
+	every := c.freshReadEvery()
+	at := c.freshTried.Add(every)
+	if c.freshTried.IsZero() || !now.Before(at) {
+		c.freshEarly = false
+		return true, at
+	}
+	if expiry.IsZero() || !c.freshTried.Before(expiry) {
+		return false, at
+	}
+	early := c.freshEarlyAt.Add(every)
+	if c.freshEarlyAt.IsZero() || !now.Before(early) {
+		c.freshEarly = true
+		return true, at
+	}
+	if early.Before(at) {
+		return false, early
+	}
+	return false, at
 }
 
 // readFresh lists the Leases (and, for suspects without one, the Nodes)
@@ -67,6 +91,9 @@ func (c *Controller) readFresh(ctx context.Context, suspects []string) error {
 	sent := c.clock.Now()
 	c.mu.Lock()
 	c.freshTried = sent
+	if c.freshEarly {
+		c.freshEarlyAt = sent
+	}
 	c.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, freshReadTimeout)
 	defer cancel()
@@ -169,6 +196,7 @@ func freshHeartbeat(rec *nodeHealth, now time.Time) {
 	if now.After(rec.probe) {
 		rec.probe = now
 	}
+	rec.renewedBefore = time.Time{}
 }
 
 // confirmSuspects sends a fresh read if the pass left suspects and one is
@@ -176,15 +204,19 @@ func freshHeartbeat(rec *nodeHealth, now time.Time) {
 // must run again for the suspects still unconfirmed (zero: none left).
 func (c *Controller) confirmSuspects(ctx context.Context, results []nodeResult) time.Time {
 	var suspects []int
+	var expiry time.Time // the earliest expiry to confirm
 	for i := range results {
 		if results[i].suspect {
 			suspects = append(suspects, i)
+			if e := results[i].expired; !e.IsZero() && (expiry.IsZero() || e.Before(expiry)) {
+				expiry = e
+			}
 		}
 	}
 	if len(suspects) == 0 {
 		return time.Time{}
 	}
-	allowed, at := c.freshReadAllowed(c.clock.Now())
+	allowed, at := c.freshReadAllowed(c.clock.Now(), expiry)
 	if !allowed {
 		return at
 	}
@@ -194,7 +226,7 @@ func (c *Controller) confirmSuspects(ctx context.Context, results []nodeResult) 
 	}
 	if err := c.readFresh(ctx, names); err != nil {
 		klog.FromContext(ctx).Error(err, "Not judging silent nodes until a fresh read confirms their silence", "retryIn", c.freshReadEvery())
-		_, at = c.freshReadAllowed(c.clock.Now())
+		_, at = c.freshReadAllowed(c.clock.Now(), time.Time{})
 		return at
 	}
 	workqueue.ParallelizeUntil(ctx, nodeUpdateWorkers, len(suspects), func(j int) {

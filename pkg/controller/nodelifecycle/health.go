@@ -30,6 +30,24 @@ type nodeHealth struct {
 	// gaps are the last two intervals between heartbeats: how often this
 	// node usually reports, to tell an overdue node before its grace ends.
 	gaps [2]time.Duration
+	// renewedBefore is, for a node first seen with a Lease and not heard
+	// since, when its last renewal was made (the Lease's renewTime, on the
+	// kubelet's clock, rounded up, never after first sight). Until this
+	// process hears a heartbeat, the overdue rule counts the silence from
+	// it, not from first sight: nodes that fell silent before a takeover
+	// (or a restart) are counted as failing with their zone at once. It
+	// never shortens the grace period, which runs from first sight.
+	renewedBefore time.Time
+}
+
+// silentSince is when the node's silence began as far as the overdue rule
+// knows: the last heartbeat heard, or the Lease renewal found at first
+// sight if that is earlier and nothing was heard since.
+func (h *nodeHealth) silentSince() time.Time {
+	if !h.probeHeard && !h.renewedBefore.IsZero() && h.renewedBefore.Before(h.probe) {
+		return h.renewedBefore
+	}
+	return h.probe
 }
 
 // heard records a heartbeat seen at now.
@@ -37,7 +55,7 @@ func (h *nodeHealth) heard(now time.Time) {
 	if h.probeHeard && now.After(h.probe) {
 		h.gaps[1], h.gaps[0] = h.gaps[0], now.Sub(h.probe)
 	}
-	h.probe, h.probeHeard = now, true
+	h.probe, h.probeHeard, h.renewedBefore = now, true, time.Time{}
 }
 
 // interval is how often the node usually heartbeats: the larger of the last
@@ -74,7 +92,7 @@ func (h *nodeHealth) overdue(now time.Time, grace, slack time.Duration) bool {
 	if slack <= 0 || !h.hasReady {
 		return false
 	}
-	return now.Sub(h.probe) > overdueAfter(h.interval(grace), grace, slack)
+	return now.Sub(h.silentSince()) > overdueAfter(h.interval(grace), grace, slack)
 }
 
 // overdueAfter is the silence after which a node heartbeating every
@@ -150,8 +168,30 @@ func (c *Config) observe(rec *nodeHealth, node *v1.Node, lease *coordinationv1.L
 				rec.heard(now)
 			}
 		}
+		if rt := lease.Spec.RenewTime; fresh && rec.hasReady && rt != nil {
+			rec.renewedBefore = renewalNotBefore(rt.Time, now)
+		}
 	}
 	return rec, grace, observed
+}
+
+// renewalNotBefore is the latest instant a Lease's renewTime may stand for,
+// capped at now: a whole-second stamp (written with second precision) may
+// stand for any instant of its second, a microsecond stamp for any of its
+// microsecond. Counting the silence from it never makes a node overdue
+// sooner than it is; a kubelet clock ahead of the controller's counts as
+// renewed now. (A kubelet clock far behind makes the node count as overdue
+// early, until its next heartbeat: that only holds back taints in its zone.)
+func renewalNotBefore(t, now time.Time) time.Time {
+	if t.Nanosecond() == 0 {
+		t = t.Add(time.Second)
+	} else {
+		t = t.Truncate(time.Microsecond).Add(time.Microsecond)
+	}
+	if t.After(now) {
+		return now
+	}
+	return t
 }
 
 func leaseRenewOf(rec *nodeHealth) time.Time {

@@ -30,10 +30,11 @@ type nodeResult struct {
 	name     string
 	zone     string
 	current  *v1.NodeCondition
-	counted  bool // false: excluded or skipped
-	overdue  bool // Ready, but silent for longer than its heartbeats are apart
-	suspect  bool // silent on the informers' view, not yet confirmed by a fresh read
-	markPods bool // just stopped being Ready: its pods are to be marked NotReady
+	counted  bool      // false: excluded or skipped
+	overdue  bool      // Ready, but silent for longer than its heartbeats are apart
+	suspect  bool      // silent on the informers' view, not yet confirmed by a fresh read
+	expired  time.Time // a suspect past its grace period: when it expired
+	markPods bool      // just stopped being Ready: its pods are to be marked NotReady
 	deadline time.Time
 }
 
@@ -79,6 +80,7 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 				delete(c.known, name)
 				delete(c.health, name)
 				delete(c.zoneOfNode, name)
+				delete(c.restoring, name)
 				c.lost.forgetNode(name)
 			}
 		}
@@ -88,6 +90,15 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 	for _, n := range added {
 		logger.V(1).Info("Controller observed a new Node", "node", klog.KObj(n))
 		c.recordNodeEvent(n, v1.EventTypeNormal, EventRegisteredNode, fmt.Sprintf("Node %s event: Registered Node %s in Controller", n.Name, n.Name))
+		// Upstream strips the NoExecute taints of every node it sees for the
+		// first time, so a new leader taints a node still down again with a
+		// new timeAdded: its pods' tolerationSeconds start over. Here only a
+		// node that is Ready loses them (it recovered while no one led); a
+		// node still not Ready keeps its taint and timeAdded, and the health
+		// pass below swaps the kind if the failure changed.
+		if latest, err := c.latestNode(n.Name); err == nil && !kube.NodeReady(latest) {
+			continue
+		}
 		if err := c.markReachable(ctx, n.Name); err != nil {
 			logger.Error(err, "Failed to remove NoExecute taints from a newly seen node", "node", klog.KObj(n))
 		}
@@ -184,7 +195,7 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 	}
 	observed, current := u.observed, u.current
 	r := nodeResult{name: name, zone: topology.GetZoneKey(node), current: current, counted: !nodetopology.ExcludedFromDisruption(node),
-		overdue: u.overdue, suspect: u.suspect, deadline: u.deadline}
+		overdue: u.overdue, suspect: u.suspect, expired: u.expired, deadline: u.deadline}
 	if current == nil {
 		return r
 	}
@@ -212,6 +223,7 @@ type healthUpdate struct {
 	// with no fresh read since to confirm it; judged as if within its
 	// grace period and not overdue until one does (see freshview.go).
 	suspect bool
+	expired time.Time // a suspect past its grace period: when it expired
 }
 
 // tryUpdateNodeHealth applies the grace-period rules to one node and writes
@@ -240,8 +252,9 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 		suspect = ready != nil && ready.Status == v1.ConditionTrue
 	}
 	expired := now.After(expiry)
+	var unconfirmed time.Time
 	if expired && !c.confirmedAfterLocked(expiry) && (ready == nil || ready.Status != v1.ConditionUnknown) {
-		expired, suspect = false, true
+		expired, suspect, unconfirmed = false, true, expiry
 	}
 	c.mu.Unlock()
 
@@ -263,7 +276,7 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 		if !deadline.After(now) {
 			deadline = time.Time{} // expired but unconfirmed: the next fresh read decides
 		}
-		return healthUpdate{observed: observed, current: ready, deadline: deadline, overdue: overdue, suspect: suspect}, nil
+		return healthUpdate{observed: observed, current: ready, deadline: deadline, overdue: overdue, suspect: suspect, expired: unconfirmed}, nil
 	}
 	nowMeta := metav1.NewTime(now)
 	node = node.DeepCopy()
@@ -397,7 +410,6 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		// Nodes judged dead before the mode keep their countdown (allzones.go).
 		judged := c.takeJudged()
 		c.resetAllProbes(now, judged)
-		c.restoreJudged(ctx, judged)
 		c.releaseMarks(ctx, now)
 		c.mu.Lock()
 		for zone, state := range newStates {
@@ -406,6 +418,9 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 			c.metrics.setZoneState(zone, state)
 		}
 		c.mu.Unlock()
+		// Only now, with every zone's state and rate set: restored taints go
+		// through the zone queues at their rate, as any other.
+		c.restoreJudged(ctx, judged)
 	default:
 		c.mu.Lock()
 		zones := make([]string, 0, len(newStates))

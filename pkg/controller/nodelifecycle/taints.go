@@ -90,8 +90,12 @@ func (c *Controller) markForTainting(node *v1.Node, want v1.Taint) {
 	c.mu.Unlock()
 	if !hasTaint(node, want) {
 		q.Remove(node.Name)
+		q.Add(node.Name, node.UID, now)
+		return
 	}
-	q.Add(node.Name, node.UID, now)
+	// Tainted already (by this leader, or one before it): nothing to write,
+	// no token of the zone's rate to spend.
+	q.Done(node.Name)
 }
 
 // markReachable removes both NoExecute taints and dequeues the node.
@@ -110,6 +114,9 @@ func (c *Controller) markReachable(ctx context.Context, name string) error {
 	c.mu.Unlock()
 	if q != nil {
 		q.Remove(name)
+	}
+	if kube.NodeReady(node) {
+		c.forgetRestoring(name)
 	}
 	return nil
 }
@@ -275,19 +282,24 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 			if ready == nil {
 				return false, 50 * time.Millisecond
 			}
-			var err2 error
+			add, remove := UnreachableTaint, NotReadyTaint
 			switch ready.Status {
 			case v1.ConditionFalse:
-				err2 = c.swapTaints(ctx, node.Name, NotReadyTaint, UnreachableTaint, zone)
+				add, remove = NotReadyTaint, UnreachableTaint
 			case v1.ConditionUnknown:
-				err2 = c.swapTaints(ctx, node.Name, UnreachableTaint, NotReadyTaint, zone)
 			default:
 				logger.V(2).Info("Node is ready now. Ignoring taint request", "node", v.value)
 				return true, 0
 			}
-			if err2 != nil {
-				logger.Error(err2, "Failed to apply NoExecute taint", "node", v.value)
+			add, restored := c.restoredTaint(node, add)
+			if err := c.swapTaints(ctx, node.Name, add, remove, zone); err != nil {
+				logger.Error(err, "Failed to apply NoExecute taint", "node", v.value)
 				return false, 0
+			}
+			c.forgetRestoring(node.Name)
+			if restored {
+				logger.Info("Restored the NoExecute taint of a node judged dead before every zone went down, keeping its timeAdded",
+					"node", klog.KObj(node), "taint", add.ToString(), "timeAdded", add.TimeAdded)
 			}
 			return true, 0
 		})
