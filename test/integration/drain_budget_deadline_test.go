@@ -69,6 +69,7 @@ func TestDrainBudgetFreedAtDrainDeadline(t *testing.T) {
 		d.DrainTimeout = timeout
 		d.RetryBackoff = time.Hour // the failed node does not take the slot again
 		d.EvictUnreplicatedPods = true
+		d.StartHold = 0 // one process: no previous leader's write in flight
 	}), func(o *manager.Options) { o.Controllers = []string{drain.Name} })
 
 	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, first)

@@ -151,6 +151,10 @@ type Controller struct {
 	// of the node settles them (settle): the informer alone may show a
 	// landed cordon or drain long after the write.
 	lost map[string][]lostWrite
+	// holdUntil is when the start hold ends (cfg.StartHold after Run
+	// started); fresh is set once every node was read afresh after it.
+	holdUntil time.Time
+	fresh     bool
 }
 
 // lostWrite is a write of a node whose answer was lost: the action (cordon,
@@ -248,6 +252,11 @@ func (c *Controller) requeueWaiting() {
 func (c *Controller) Run(ctx context.Context) error {
 	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced, Queues: []interface{ ShutDown() }{c.queue},
 		Start: func(ctx context.Context) error {
+			if !c.dryRun.Enabled() { // a dry run writes nothing: no previous write to wait for
+				c.mu.Lock()
+				c.holdUntil = c.clock.Now().Add(c.cfg.StartHold)
+				c.mu.Unlock()
+			}
 			conds := make([]string, len(c.rules.Conditions))
 			for i, r := range c.rules.Conditions {
 				conds[i] = r.String()
@@ -416,6 +425,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return nil
 		}
 		c.setSkipped(name, n, nil)
+		if v, err := c.startHold(ctx, now); err != nil || !v.Allowed {
+			if err == nil {
+				c.wait(n, "cordon", v)
+				c.queue.AddAfter(name, v.RetryAt.Sub(now))
+			}
+			return err
+		}
 		if v := c.cfg.Budget.Cordon(c.cluster(), name); !v.Allowed {
 			c.wait(n, "cordon", v)
 			return nil
@@ -534,6 +550,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			Reason: fmt.Sprintf("outside the maintenance windows (%s); the drain starts at %s", w, next.In(w.Loc).Format(time.RFC3339))})
 		c.queue.AddAfter(name, next.Sub(now))
 		return nil
+	}
+	if v, err := c.startHold(ctx, now); err != nil || !v.Allowed {
+		if err == nil {
+			c.wait(n, "drain", v)
+			c.queue.AddAfter(name, v.RetryAt.Sub(now))
+		}
+		return err
 	}
 	v := c.cfg.Budget.StartDrain(c.cluster(), name, now)
 	if !v.Allowed {
@@ -754,6 +777,52 @@ func (c *Controller) forceAfter(n *v1.Node) time.Duration {
 		}
 	}
 	return out
+}
+
+// BudgetStartHold names the start hold in CordonWaiting, DrainWaiting and
+// nodeshepherd_drain_nodes_waiting.
+const BudgetStartHold = "start-hold"
+
+// startHold holds back new cordons and drains until the hold after the
+// start has passed and every node has been read afresh (a LIST from the API
+// server, not the informer, which may lag): a cordon or drain schedule that
+// a previous leader had in flight then shows in the view, and the budgets
+// count it. The argument is in docs/drain.md ("Budgets across a leader
+// change").
+func (c *Controller) startHold(ctx context.Context, now time.Time) (budget.Verdict, error) {
+	c.mu.Lock()
+	until, fresh := c.holdUntil, c.fresh
+	c.mu.Unlock()
+	if fresh || until.IsZero() {
+		return budget.Verdict{Allowed: true}, nil
+	}
+	if now.Before(until) {
+		return budget.Verdict{Budget: BudgetStartHold, RetryAt: until, Reason: fmt.Sprintf(
+			"the controller started less than --drain-start-hold=%s ago: a cordon or drain a previous leader had in flight may still land; every node is read afresh at %s",
+			c.cfg.StartHold, formatTime(until))}, nil
+	}
+	rctx, cancel := bounded(ctx)
+	defer cancel()
+	list, err := c.client.CoreV1().Nodes().List(rctx, metav1.ListOptions{})
+	if err != nil {
+		return budget.Verdict{}, fmt.Errorf("reading every node afresh after the start hold: %w", err)
+	}
+	for i := range list.Items {
+		fresh := &list.Items[i]
+		if cached, err := c.nodes.Get(fresh.Name); err == nil {
+			c.overlay.Put(fresh.Name, cached.ResourceVersion, fresh) // newer than the informer's, until it catches up
+		}
+	}
+	c.mu.Lock()
+	c.fresh = true
+	c.mu.Unlock()
+	klog.FromContext(ctx).Info("Start hold over: every node read afresh; cordons and drains may start", "nodes", len(list.Items))
+	// Decided again on the fresh copies, this node too (its own copy in
+	// this pass is the one from before the read).
+	c.requeueWaiting()
+	return budget.Verdict{Budget: BudgetStartHold, RetryAt: now, Reason: fmt.Sprintf(
+		"the controller started less than --drain-start-hold=%s ago: a cordon or drain a previous leader had in flight may still land; every node is read afresh at %s",
+		c.cfg.StartHold, formatTime(until))}, nil
 }
 
 // errSkip ends a write whose precondition no longer holds on the fresh object.
