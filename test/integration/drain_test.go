@@ -36,6 +36,9 @@ func drainConfig(mut func(*drain.Config)) controllers.Config {
 	d.UncordonAfter, d.RetryBackoff, d.DrainTimeout, d.MaxGracePeriod = 2*time.Second, 2*time.Second, 30*time.Second, 5*time.Second
 	d.ResyncPeriod = time.Hour // durations must be re-checked by timers, not by resyncs
 	d.Budget.MaxConcurrentDrains, d.Budget.MaxCordonedNodes = 0, "100%"
+	// No previous leader's write can be in flight in these tests: no hold
+	// (TestDrainBudgetLateWriteOfOldLeader tests it).
+	d.StartHold = 0
 	if mut != nil {
 		mut(d)
 	}

@@ -177,6 +177,8 @@ func (c *Controller) rollingOut(ctx context.Context, p *v1.Pod) string {
 	if owner == nil {
 		return ""
 	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	apps := c.client.AppsV1()
 	switch owner.Kind {
 	case "ReplicaSet":

@@ -13,6 +13,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/budget"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/window"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // SafeToEvictAnnotation=false protects a pod from eviction, always, as
@@ -71,8 +72,21 @@ type Config struct {
 	UnhealthyZoneThreshold float32
 	// ResyncPeriod re-evaluates every node, as a safety net for timers.
 	ResyncPeriod time.Duration
-	DryRun       bool
+	// StartHold is how long after it starts (a process start, a new
+	// leader) the controller waits before its first new cordon or drain,
+	// then reads every node afresh: a cordon or drain schedule that a
+	// previous leader (or this process before a restart) had in flight
+	// lands meanwhile, and is counted by the budgets (docs/drain.md,
+	// "Budgets across a leader change").
+	StartHold time.Duration
+	DryRun    bool
 }
+
+// DefaultStartHold covers a previous leader's last writes: they were sent
+// before it lost the Lease, so before this process could take it, and each
+// was given up by its client at the latest kube.WriteTimeout after it was
+// sent (or when its process stopped leading, earlier).
+const DefaultStartHold = kube.WriteTimeout
 
 // MaxRetryBackoff caps the doubling of RetryBackoff.
 const MaxRetryBackoff = time.Hour
@@ -85,6 +99,7 @@ func DefaultConfig() Config {
 		RetryBackoff: 2 * time.Minute, UncordonAfter: 5 * time.Minute,
 		Budget:                 budget.Limits{MaxConcurrentDrains: 1, MaxCordonedNodes: "10%", MaxUnhealthyNodes: "45%"},
 		UnhealthyZoneThreshold: 0.55, ResyncPeriod: 30 * time.Second, WindowTimeZone: "UTC",
+		StartHold: DefaultStartHold,
 	}
 }
 
@@ -114,6 +129,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Budget.MaxCordonedNodes, "max-cordoned-nodes", c.Budget.MaxCordonedNodes, "Nodes the drain controller may have cordoned at once: a count or a percentage of the selected nodes (per group with --group-by-label; a percentage allows at least one); empty means no limit.")
 	fs.StringVar(&c.Budget.GroupByLabel, "group-by-label", c.Budget.GroupByLabel, "Apply --max-concurrent-drains and --max-cordoned-nodes within each group of nodes sharing this label's value (e.g. topology.kubernetes.io/zone or a node-pool label).")
 	fs.DurationVar(&c.Budget.DrainBuffer, "drain-buffer", c.Budget.DrainBuffer, "Least time between two drain starts, cluster-wide (Draino's default was 10m).")
+	fs.DurationVar(&c.StartHold, "drain-start-hold", c.StartHold, "After the drain controller starts (a process start or a new leader), wait this long before the first new cordon or drain, then read every node afresh, so that a cordon or drain a previous leader had in flight is counted by the budgets. Resumed drains and uncordons do not wait.")
 }
 
 // Validate checks the settings; Compile also parses the rules.
@@ -136,7 +152,8 @@ func (c *Config) Compile() (*rules.Rules, error) {
 		}
 	}
 	for name, d := range map[string]time.Duration{"--max-grace-period": c.MaxGracePeriod, "--drain-timeout": c.DrainTimeout,
-		"--drain-retry-backoff": c.RetryBackoff, "--uncordon-after": c.UncordonAfter, "--drain-force-after": c.ForceAfter} {
+		"--drain-retry-backoff": c.RetryBackoff, "--uncordon-after": c.UncordonAfter, "--drain-force-after": c.ForceAfter,
+		"--drain-start-hold": c.StartHold} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", name, d))
 		}

@@ -145,6 +145,23 @@ type Controller struct {
 	// unreadable holds the nodes whose remediation record cannot be read,
 	// with the error last logged (said once per change).
 	unreadable map[string]string
+	// lost holds, per node, the writes whose answer never came (a timeout,
+	// a broken connection, a 5xx after which the write may have landed), as
+	// they would have landed. The budgets count them as landed until a read
+	// of the node settles them (settle): the informer alone may show a
+	// landed cordon or drain long after the write.
+	lost map[string][]lostWrite
+	// holdUntil is when the start hold ends (cfg.StartHold after Run
+	// started); fresh is set once every node was read afresh after it.
+	holdUntil time.Time
+	fresh     bool
+}
+
+// lostWrite is a write of a node whose answer was lost: the action (cordon,
+// drain, ...) and the node as it was sent.
+type lostWrite struct {
+	action string
+	sent   *v1.Node
 }
 
 // selection is a node's place in the budgets, by resourceVersion: taken by
@@ -189,6 +206,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},
 		said: map[string]map[string]string{}, stopping: make(chan struct{}), unreadable: map[string]string{},
+		lost: map[string][]lostWrite{},
 	}
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
@@ -234,6 +252,11 @@ func (c *Controller) requeueWaiting() {
 func (c *Controller) Run(ctx context.Context) error {
 	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced, Queues: []interface{ ShutDown() }{c.queue},
 		Start: func(ctx context.Context) error {
+			if !c.dryRun.Enabled() { // a dry run writes nothing: no previous write to wait for
+				c.mu.Lock()
+				c.holdUntil = c.clock.Now().Add(c.cfg.StartHold)
+				c.mu.Unlock()
+			}
 			conds := make([]string, len(c.rules.Conditions))
 			for i, r := range c.rules.Conditions {
 				conds[i] = r.String()
@@ -353,11 +376,17 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.mu.Lock()
 		delete(c.selected, name)
 		delete(c.unreadable, name)
+		delete(c.lost, name)
 		c.mu.Unlock()
 		c.dryWrites.Forget(name)
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	// A write of the node whose answer was lost is settled first: nothing
+	// is decided about the node on a copy that may miss it.
+	if err := c.settle(ctx, cached); err != nil {
 		return err
 	}
 	n := c.view(cached)
@@ -396,6 +425,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return nil
 		}
 		c.setSkipped(name, n, nil)
+		if v, err := c.startHold(ctx, now); err != nil || !v.Allowed {
+			if err == nil {
+				c.wait(n, "cordon", v)
+				c.queue.AddAfter(name, v.RetryAt.Sub(now))
+			}
+			return err
+		}
 		if v := c.cfg.Budget.Cordon(c.cluster(), name); !v.Allowed {
 			c.wait(n, "cordon", v)
 			return nil
@@ -515,6 +551,13 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.queue.AddAfter(name, next.Sub(now))
 		return nil
 	}
+	if v, err := c.startHold(ctx, now); err != nil || !v.Allowed {
+		if err == nil {
+			c.wait(n, "drain", v)
+			c.queue.AddAfter(name, v.RetryAt.Sub(now))
+		}
+		return err
+	}
 	v := c.cfg.Budget.StartDrain(c.cluster(), name, now)
 	if !v.Allowed {
 		c.wait(n, "drain", v)
@@ -616,10 +659,19 @@ func (c *Controller) cluster() budget.Cluster {
 		}
 		c.mu.Lock()
 		_, running := c.running[n.Name]
+		lost := c.lost[n.Name]
 		c.mu.Unlock()
+		cordoned, draining := st.owned && st.cordoned, st.owned && (st.phase == phaseInFlight || running)
+		// A write whose answer was lost may have landed: it counts as
+		// landed until a read of the node says (settle).
+		for _, w := range lost {
+			s := readState(w.sent)
+			cordoned = cordoned || (s.owned && s.cordoned)
+			draining = draining || (s.owned && s.phase == phaseInFlight)
+		}
 		cl.Nodes = append(cl.Nodes, budget.Node{
 			Name: n.Name, Group: n.Labels[c.cfg.Budget.GroupByLabel], Ready: kube.NodeReady(n),
-			Cordoned: st.owned && st.cordoned, Draining: st.owned && (st.phase == phaseInFlight || running),
+			Cordoned: cordoned, Draining: draining,
 		})
 	}
 	cl.ZoneDisruption = zoneDisruption(nodetopology.DisruptedZones(views, c.cfg.UnhealthyZoneThreshold))
@@ -727,8 +779,112 @@ func (c *Controller) forceAfter(n *v1.Node) time.Duration {
 	return out
 }
 
+// BudgetStartHold names the start hold in CordonWaiting, DrainWaiting and
+// nodeshepherd_drain_nodes_waiting.
+const BudgetStartHold = "start-hold"
+
+// startHold holds back new cordons and drains until the hold after the
+// start has passed and every node has been read afresh (a LIST from the API
+// server, not the informer, which may lag): a cordon or drain schedule that
+// a previous leader had in flight then shows in the view, and the budgets
+// count it. The argument is in docs/drain.md ("Budgets across a leader
+// change").
+func (c *Controller) startHold(ctx context.Context, now time.Time) (budget.Verdict, error) {
+	c.mu.Lock()
+	until, fresh := c.holdUntil, c.fresh
+	c.mu.Unlock()
+	if fresh || until.IsZero() {
+		return budget.Verdict{Allowed: true}, nil
+	}
+	if now.Before(until) {
+		return budget.Verdict{Budget: BudgetStartHold, RetryAt: until, Reason: fmt.Sprintf(
+			"the controller started less than --drain-start-hold=%s ago: a cordon or drain a previous leader had in flight may still land; every node is read afresh at %s",
+			c.cfg.StartHold, formatTime(until))}, nil
+	}
+	rctx, cancel := bounded(ctx)
+	defer cancel()
+	list, err := c.client.CoreV1().Nodes().List(rctx, metav1.ListOptions{})
+	if err != nil {
+		return budget.Verdict{}, fmt.Errorf("reading every node afresh after the start hold: %w", err)
+	}
+	for i := range list.Items {
+		fresh := &list.Items[i]
+		if cached, err := c.nodes.Get(fresh.Name); err == nil {
+			c.overlay.Put(fresh.Name, cached.ResourceVersion, fresh) // newer than the informer's, until it catches up
+		}
+	}
+	c.mu.Lock()
+	c.fresh = true
+	c.mu.Unlock()
+	klog.FromContext(ctx).Info("Start hold over: every node read afresh; cordons and drains may start", "nodes", len(list.Items))
+	// Decided again on the fresh copies, this node too (its own copy in
+	// this pass is the one from before the read).
+	c.requeueWaiting()
+	return budget.Verdict{Budget: BudgetStartHold, RetryAt: now, Reason: fmt.Sprintf(
+		"the controller started less than --drain-start-hold=%s ago: a cordon or drain a previous leader had in flight may still land; every node is read afresh at %s",
+		c.cfg.StartHold, formatTime(until))}, nil
+}
+
 // errSkip ends a write whose precondition no longer holds on the fresh object.
 var errSkip = errors.New("precondition no longer holds")
+
+// errAnswerLost marks a write whose answer never came: it may have landed.
+var errAnswerLost = errors.New("the write may have landed")
+
+// settle reads a node again (bounded) when a write of it got no answer, and
+// puts what the API server holds in the view: a cordon or a drain's schedule
+// that landed is then reported once, as written (no second write follows);
+// one that did not is decided on anew. Until the read succeeds the writes
+// stay counted by the budgets as landed, and nothing is decided about the
+// node.
+func (c *Controller) settle(ctx context.Context, cached *v1.Node) error {
+	c.mu.Lock()
+	lost := c.lost[cached.Name]
+	c.mu.Unlock()
+	if len(lost) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	fresh, err := c.client.CoreV1().Nodes().Get(rctx, cached.Name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading node %s again after a write whose answer was lost: %w", cached.Name, err)
+	}
+	c.mu.Lock()
+	// Writes lost meanwhile (by a drain) stay for the next read.
+	if rest := c.lost[cached.Name][len(lost):]; len(rest) > 0 {
+		c.lost[cached.Name] = rest
+	} else {
+		delete(c.lost, cached.Name)
+	}
+	c.mu.Unlock()
+	if err != nil || fresh.UID != cached.UID {
+		return nil // gone: nothing to settle
+	}
+	c.overlay.Put(cached.Name, cached.ResourceVersion, fresh)
+	st := readState(fresh)
+	for _, w := range lost {
+		sent := readState(w.sent)
+		switch {
+		case w.action == "cordon" && st.owned && st.cordoned && st.cordonedAt.Equal(sent.cordonedAt):
+			c.metrics.cordoned.WithLabelValues(resultSucceeded).Inc()
+			c.metrics.cordonedNodes.Inc()
+			c.event(fresh, EventCordonSucceeded, "Cordoned node: "+holdersOf(fresh).short())
+			klog.FromContext(ctx).Info("Cordoned node (the write's answer was lost; a read shows it landed)", "node", fresh.Name)
+		case w.action == "drain" && st.phase == phaseInFlight && st.scheduledAt.Equal(sent.scheduledAt):
+			c.metrics.scheduled.WithLabelValues(resultSucceeded).Inc()
+			klog.FromContext(ctx).Info("Drain scheduled (the write's answer was lost; a read shows it landed)", "node", fresh.Name)
+		default:
+			klog.FromContext(ctx).V(2).Info("A write whose answer was lost did not land, or was overtaken; deciding anew", "node", fresh.Name, "action", w.action)
+		}
+	}
+	return nil
+}
+
+// holdersOf reads what the node's cordon is held for.
+func holdersOf(n *v1.Node) holders {
+	return holders{conditions: n.Annotations[AnnotationConditions], request: n.Annotations[AnnotationRequest]}
+}
 
 // write changes a node, spec and metadata (status false, with a
 // resourceVersion precondition, so that a human's concurrent cordon wins)
@@ -744,8 +900,9 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, status bool, action,
 	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
 	defer cancel()
 	cur := n
-	var out *v1.Node
+	var out, sent *v1.Node
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sent = nil
 		if out != nil || cur == nil {
 			fresh, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err != nil {
@@ -770,9 +927,20 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, status bool, action,
 		}
 		if err != nil {
 			out = cur // next attempt reads afresh
+			if !kube.Answered(err) {
+				sent = mod // it may have landed
+			}
 		}
 		return err
 	})
+	if err != nil && sent != nil {
+		// Neither done nor failed: counted by the budgets as landed until a
+		// read of the node settles it, before the next decision about it.
+		c.mu.Lock()
+		c.lost[n.Name] = append(c.lost[n.Name], lostWrite{action: action, sent: sent})
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%s of node %s got no answer; the node is read again before anything else is decided about it: %w (%w)", action, n.Name, err, errAnswerLost)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -884,6 +1052,8 @@ func (c *Controller) cordon(ctx context.Context, n *v1.Node, h holders) error {
 	case errors.Is(err, errSkip):
 		c.queue.Add(n.Name)
 		return nil
+	case errors.Is(err, errAnswerLost):
+		return err // settled by a read at the next sync
 	case err != nil:
 		c.metrics.cordoned.WithLabelValues(resultFailed).Inc()
 		c.event(n, EventCordonFailed, "Cordoning node failed: "+err.Error())
@@ -970,6 +1140,9 @@ func (c *Controller) schedule(ctx context.Context, n *v1.Node, st nodeState, now
 	if errors.Is(err, errSkip) {
 		c.queue.Add(n.Name)
 		return nil
+	}
+	if errors.Is(err, errAnswerLost) {
+		return err // settled by a read at the next sync; then resumed if it landed
 	}
 	if err != nil {
 		c.metrics.scheduled.WithLabelValues(resultFailed).Inc()

@@ -99,10 +99,19 @@ func returningOwner(p *v1.Pod) types.UID {
 // tolerating the cordon): such an owner's pods are evicted once per drain
 // and their replacements neither evicted nor waited for, so the drain ends.
 // Pods already terminating are only waited for, never evicted twice.
-func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time) {
-	logger := klog.FromContext(ctx).WithValues("node", n.Name)
+func (c *Controller) drain(parent context.Context, n *v1.Node, scheduled time.Time) {
+	logger := klog.FromContext(parent).WithValues("node", n.Name)
 	start := c.clock.Now()
 	deadline := scheduled.Add(c.cfg.DrainTimeout)
+	// The drain's own deadline: its calls are cut deadlineSlack after it
+	// (or after its start, for a drain resumed late, so that its first look
+	// can tell whether force-after keeps it going), so that a call that does
+	// not return cannot hold the drain and its budget slot past its timeout.
+	// The drain then fails as at its timeout; its end is written with parent.
+	ctx, cut := context.WithCancelCause(parent)
+	defer cut(nil)
+	dog := newWatchdog(c.clock, latestOf(deadline, start).Add(deadlineSlack), func() { cut(errDrainTimedOut) })
+	defer dog.stop()
 	toEvict, skipped := 0, map[string]int{}
 	for _, p := range c.podsOn(n.Name) {
 		if why := c.cfg.skipReason(p); why != "" {
@@ -247,20 +256,26 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 		if blockChanged && ctx.Err() == nil {
 			c.recordBlocked(ctx, n, scheduled, tracked)
 		}
-		if ctx.Err() != nil {
-			c.aborted(ctx, n, onNode)
+		if parent.Err() != nil {
+			c.aborted(parent, n, onNode)
 			return
+		}
+		// Cut at its deadline: the drain fails now, whatever was in flight.
+		timedOut := ctx.Err() != nil
+		if timedOut {
+			now = c.clock.Now()
 		}
 		if len(waiting) == 0 {
 			msg := fmt.Sprintf("Drained node: evicted %d pods in %s", evicted, c.clock.Since(start).Round(time.Second))
 			if forced > 0 {
 				msg += fmt.Sprintf("; deleted %d pods by force-after", forced)
 			}
-			c.finish(ctx, n, scheduled, true, msg, "", start, "")
+			c.finish(parent, n, scheduled, true, msg, "", start, "")
 			return
 		}
 		pending, pendingUntil := forcePending(waiting, forceAfter, deadline)
-		if !now.Before(deadline) && pending && now.Before(pendingUntil) {
+		if !timedOut && !now.Before(deadline) && pending && now.Before(pendingUntil) {
+			dog.extend(pendingUntil.Add(deadlineSlack))
 			// Only force-after can end this drain: it goes on (at most
 			// force-after past its timeout, and the forced pods' grace)
 			// instead of failing and starting a new count on the retry. Said
@@ -278,17 +293,24 @@ func (c *Controller) drain(ctx context.Context, n *v1.Node, scheduled time.Time)
 					"Drain blocked past --drain-timeout=%s: %s; force-after=%s deletes a pod once every eviction of it has been refused for that long (the first at %s), unless its workload is rolling out",
 					c.cfg.DrainTimeout, formatBlockers(blockers, maxBlockersInEvent), forceAfter, formatTime(firstForce(blocked, forceAfter))))
 			}
-		} else if !now.Before(deadline) {
+		} else if !now.Before(deadline) || timedOut {
 			blockers := c.describeBlockers(ctx, waiting)
 			msg := fmt.Sprintf("Draining node failed: %d pods not gone after --drain-timeout=%s: %s", len(waiting), c.cfg.DrainTimeout, formatBlockers(blockers, maxBlockersInEvent))
-			c.undoMoves(context.WithoutCancel(ctx), n.Name, onNode)
-			c.finish(ctx, n, scheduled, false, msg, "Blocked: "+formatBlockers(blockers, maxBlockersInCondition), start, formatBlockers(blockers, 0))
+			if timedOut {
+				msg += " (" + errDrainTimedOut.Error() + ")"
+				logger.Info("Drain cut at its deadline", "deadline", deadline)
+			}
+			c.undoMoves(context.WithoutCancel(parent), n.Name, onNode)
+			c.finish(parent, n, scheduled, false, msg, "Blocked: "+formatBlockers(blockers, maxBlockersInCondition), start, formatBlockers(blockers, 0))
 			return
 		}
 		select {
 		case <-ctx.Done():
-			c.aborted(ctx, n, onNode)
-			return
+			if parent.Err() != nil {
+				c.aborted(parent, n, onNode)
+				return
+			}
+			// Cut at the deadline: the next look fails the drain.
 		case <-ticker.C():
 		}
 	}
@@ -316,9 +338,11 @@ func (c *Controller) describeBlockers(ctx context.Context, waiting []*podEvictio
 		if e.refused && !e.evicted {
 			list, ok := pdbs[p.Namespace]
 			if !ok {
-				if l, err := c.client.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+				rctx, cancel := bounded(ctx)
+				if l, err := c.client.PolicyV1().PodDisruptionBudgets(p.Namespace).List(rctx, metav1.ListOptions{}); err == nil {
 					list = l.Items
 				}
+				cancel()
 				pdbs[p.Namespace] = list
 			}
 			if d := c.explainPDBs(p, list); d != "" {
@@ -431,7 +455,7 @@ func (c *Controller) evictAll(ctx context.Context, due []*podEviction, now time.
 			defer func() { <-sem }()
 			var ok bool
 			// A request that never answers must not hold the whole drain.
-			wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+			wctx, cancel := bounded(ctx)
 			defer cancel()
 			if e.force {
 				c.forceDelete(wctx, e, forceAfter)

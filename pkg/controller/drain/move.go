@@ -126,6 +126,8 @@ func readMove(d *appsv1.Deployment) *moveRecord {
 // ownerDeployment returns the Deployment that owns the pod through its
 // ReplicaSet, or why there is none that could surge.
 func (c *Controller) ownerDeployment(ctx context.Context, p *v1.Pod) (*appsv1.Deployment, string, error) {
+	ctx, cancel := bounded(ctx) // its reads
+	defer cancel()
 	owner := metav1.GetControllerOf(p)
 	switch {
 	case owner == nil:
@@ -160,6 +162,8 @@ func (c *Controller) moveEnabled(ctx context.Context, d *appsv1.Deployment) (on 
 // namespaceOptIn is move-before-evict as the Namespace's annotation or, without
 // one, the flag sets it.
 func (c *Controller) namespaceOptIn(ctx context.Context, namespace string) (on bool, bad string, err error) {
+	ctx, cancel := bounded(ctx) // its reads
+	defer cancel()
 	ns, err := c.client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 	if err != nil {
 		return false, "", err
@@ -208,6 +212,8 @@ func maxSurge(d *appsv1.Deployment) (int32, string) {
 
 // cannotMove says why the Deployment's pods cannot be moved ("" when they can).
 func (c *Controller) cannotMove(ctx context.Context, d *appsv1.Deployment) (string, error) {
+	ctx, cancel := bounded(ctx) // its reads
+	defer cancel()
 	name := "Deployment " + d.Namespace + "/" + d.Name
 	if d.Spec.Paused {
 		return name + " is paused", nil
@@ -347,7 +353,9 @@ func (c *Controller) startMove(ctx context.Context, node *v1.Node, d *appsv1.Dep
 			continue
 		}
 		if _, ok := rsOwner[p.Namespace+"/"+o.Name]; !ok {
-			rs, err := c.client.AppsV1().ReplicaSets(p.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+			rctx, cancel := bounded(ctx)
+			rs, err := c.client.AppsV1().ReplicaSets(p.Namespace).Get(rctx, o.Name, metav1.GetOptions{})
+			cancel()
 			if err != nil {
 				continue
 			}
@@ -487,7 +495,7 @@ func (c *Controller) patchDeployment(ctx context.Context, d *appsv1.Deployment, 
 		c.dryRun.Report(ctx, d, "move", "patch Deployment "+d.Namespace+"/"+d.Name+": "+string(b))
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	wctx, cancel := bounded(ctx)
 	defer cancel()
 	_, err := c.client.AppsV1().Deployments(d.Namespace).Patch(wctx, d.Name, types.MergePatchType, b, metav1.PatchOptions{})
 	return err
@@ -502,7 +510,7 @@ func (c *Controller) setDeletionCost(ctx context.Context, ns, pod, cost string) 
 	if c.dryRun.Enabled() {
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	wctx, cancel := bounded(ctx)
 	defer cancel()
 	_, err := c.client.CoreV1().Pods(ns).Patch(wctx, pod, types.MergePatchType, b, metav1.PatchOptions{})
 	return err
@@ -557,7 +565,9 @@ func (c *Controller) undoMove(ctx context.Context, d *appsv1.Deployment, rec *mo
 		}
 		err := c.patchDeployment(ctx, d, replicas, nil)
 		if apierrors.IsConflict(err) {
-			fresh, gerr := c.client.AppsV1().Deployments(d.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
+			rctx, cancel := bounded(ctx)
+			fresh, gerr := c.client.AppsV1().Deployments(d.Namespace).Get(rctx, d.Name, metav1.GetOptions{})
+			cancel()
 			if apierrors.IsNotFound(gerr) {
 				replicas = -2
 				return nil
@@ -591,7 +601,9 @@ func (c *Controller) undoMove(ctx context.Context, d *appsv1.Deployment, rec *mo
 // node "" sweeps every node, else only that one.
 // It reports whether every such move is over.
 func (c *Controller) sweepMoves(ctx context.Context, node string) bool {
-	l, err := c.client.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+	rctx, cancel := bounded(ctx)
+	l, err := c.client.AppsV1().Deployments("").List(rctx, metav1.ListOptions{})
+	cancel()
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing Deployments for moves left behind")
 		return false
