@@ -133,6 +133,9 @@ type Controller struct {
 	// ignored is, per node, why its remediation record was last ignored:
 	// logged once per change, not at every look.
 	ignored map[string]string
+	// unconfirmed is, per node, the boot it reported when this process
+	// last saw it without a person's confirmation (confirm.go).
+	unconfirmed map[string]sighting
 }
 
 // lostWrite is an update of a node whose answer was lost.
@@ -155,7 +158,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
-		lost: map[string]lostWrite{}, ignored: map[string]string{},
+		lost: map[string]lostWrite{}, ignored: map[string]string{}, unconfirmed: map[string]sighting{},
 	}
 	if cfg.Fencing.URL != "" {
 		f, err := webhook.NewNamed(cfg.Fencing, fencingFlags)
@@ -174,8 +177,24 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		}
 		c.instances = instances
 	}
-	_, err = d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
+	// Each node is observed (confirm.go) before it is queued, so that a
+	// sync never sees a confirmation whose absence it has not seen first.
+	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNode(obj) },
+		UpdateFunc: func(_, obj any) { c.onNode(obj) },
+		DeleteFunc: func(obj any) { c.onNode(obj) },
+	})
 	return c, err
+}
+
+// onNode observes a node's event and queues it.
+func (c *Controller) onNode(obj any) {
+	n, ok := kube.Untombstone(obj).(*v1.Node)
+	if !ok {
+		return
+	}
+	c.observe(n)
+	c.queue.Add(n.Name)
 }
 
 // Run works until ctx ends, with one worker so that every decision counts
@@ -254,10 +273,24 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	recorded, owned := n.Annotations[AnnotationBootID]
 	tainted := kube.HasTaint(n, v1.TaintNodeOutOfService)
 	in.owned, in.taintedByOther, in.recordedBootID = owned && tainted, tainted && !owned, recorded
-	if reason, ok := n.Annotations[AnnotationConfirm]; ok {
-		in.confirmations = append(in.confirmations, confirmation{source: SourcePerson, detail: fmt.Sprintf("annotation %s=%q", AnnotationConfirm, reason)})
-	}
 	in.confirmationBootID, in.confirmationStamped = n.Annotations[AnnotationConfirmationBootID]
+	if reason, ok := n.Annotations[AnnotationConfirm]; ok {
+		person := confirmation{source: SourcePerson, detail: fmt.Sprintf("annotation %s=%q", AnnotationConfirm, reason)}
+		// Without a recorded boot, it counts only if it was written
+		// during the current boot (confirm.go).
+		b := binding{ok: true}
+		if !in.confirmationStamped {
+			b = c.bindConfirmation(n)
+		}
+		if b.ok {
+			in.confirmations = append(in.confirmations, person)
+			in.bound = b.how
+		} else {
+			in.unbound = fmt.Sprintf("Not counting the confirmation by %s of node %s: it cannot be shown that it was written during the node's current boot (boot ID %q): %s. "+
+				"It confirms nothing: remove the annotation and add it again, or name the boot it is for in annotation %s",
+				person, n.Name, n.Status.NodeInfo.BootID, b.how, AnnotationConfirmationBootID)
+		}
+	}
 	// The provider is asked only about silent nodes and nodes this
 	// controller tainted: a Ready node needs no confirmation.
 	if c.instances != nil && (!in.ready || in.owned) {
@@ -432,6 +465,7 @@ func (c *Controller) forget(name string) {
 	c.mu.Lock()
 	delete(c.lost, name)
 	delete(c.ignored, name)
+	delete(c.unconfirmed, name)
 	c.mu.Unlock()
 	c.forgetSaid(name)
 	c.overlay.Forget(name)
