@@ -136,6 +136,10 @@ type Controller struct {
 	// unconfirmed is, per node, the boot it reported when this process
 	// last saw it without a person's confirmation (confirm.go).
 	unconfirmed map[string]sighting
+	// fenceUntil is when this process's first budgeted write may be sent
+	// (after its start, the previous leader's writes are settled: see
+	// budgetCount); zero until Run starts.
+	fenceUntil time.Time
 }
 
 // lostWrite is an update of a node whose answer was lost.
@@ -202,8 +206,15 @@ func (c *Controller) onNode(obj any) {
 func (c *Controller) Run(ctx context.Context) error {
 	return c.Base.Run(ctx, controllerutil.Work{Synced: []cache.InformerSynced{c.synced}, Queues: []interface{ ShutDown() }{c.queue},
 		Start: func(ctx context.Context) error {
+			// Started once this process leads (the manager builds and runs
+			// the controllers after it won the Lease): see settleBudget.
+			c.mu.Lock()
+			c.fenceUntil = c.clock.Now().Add(c.cfg.TakeoverWait)
+			fence := c.fenceUntil
+			c.mu.Unlock()
 			klog.FromContext(ctx).Info("Starting out-of-service controller", "after", c.cfg.After, "maxNodes", c.cfg.MaxNodes,
-				"maxPercent", c.cfg.MaxPercent, "cloudProvider", c.cfg.Cloud.Name, "dryRun", c.dryRun.Enabled())
+				"maxPercent", c.cfg.MaxPercent, "cloudProvider", c.cfg.Cloud.Name, "dryRun", c.dryRun.Enabled(),
+				"firstTaintNotBefore", fence)
 			controllerutil.Workers(ctx, c.Base, 1, c.queue, "node", "Syncing node; will retry", c.sync)
 			return nil
 		}})
@@ -235,6 +246,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	n := c.view(cached)
 	in := c.input(ctx, n, all)
 	v := decide(in)
+	if v.action == actTaint {
+		if v, err = c.settleBudget(ctx, v, in, all); err != nil {
+			return err
+		}
+	}
 	c.report(ctx, n, v)
 	switch v.action {
 	case actTaint, actUntaint:
@@ -338,6 +354,53 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	_, in.clusterState = nodetopology.ComputeZoneState(conds, c.cfg.UnhealthyZoneThreshold)
 	in.limit = c.cfg.limit(len(all))
 	return in
+}
+
+// settleBudget checks a decision to taint against the budget as the API
+// server has it, not as this process has seen it (issue 45, hole 4f).
+// The informer's count can miss a taint written by another process whose
+// answer had not landed when the informer listed: above all the previous
+// leader's, sent before it lost the Lease and landing after this process
+// took over and listed. The previous leader stops writing when it loses the
+// Lease (its controllers' context ends; the manager), and each of its writes
+// is bounded by kube.WriteTimeout, so every write it sent has landed or
+// failed within kube.WriteTimeout after this process won the Lease. So the
+// first taint waits until Config.TakeoverWait (kube.WriteTimeout) after the
+// controller started (which is after the Lease was won), and every taint is
+// counted afresh: the
+// nodes tainted in a fresh list (a quorum read), in this process's view and
+// among its unanswered writes, each node once. A list that fails decides
+// nothing (retried).
+func (c *Controller) settleBudget(ctx context.Context, v verdict, in input, all []*v1.Node) (verdict, error) {
+	c.mu.Lock()
+	fence := c.fenceUntil
+	c.mu.Unlock()
+	if now := c.clock.Now(); now.Before(fence) {
+		return verdict{action: actWait, code: codeTakeover, retryAt: fence, message: fmt.Sprintf(
+			"Node %s is confirmed dead by %s; it is tainted out of service no sooner than %s: this process has just started leading, and a write of the previous leader may land until kube.WriteTimeout (%v) after that, so the budget is counted then",
+			in.node, describe(in.confirmations), fence.UTC().Format(time.RFC3339Nano), kube.WriteTimeout)}, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	fresh, err := c.client.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
+	if err != nil {
+		return v, fmt.Errorf("listing the nodes to count the out-of-service budget before tainting node %s: %w", in.node, err)
+	}
+	counted := map[string]bool{}
+	maybe := c.maybeTainted()
+	for _, o := range all {
+		if kube.HasTaint(c.view(o), v1.TaintNodeOutOfService) || maybe[o.Name] {
+			counted[o.Name] = true
+		}
+	}
+	for i := range fresh.Items {
+		if kube.HasTaint(&fresh.Items[i], v1.TaintNodeOutOfService) {
+			counted[fresh.Items[i].Name] = true
+		}
+	}
+	again := in
+	again.outOfService, again.limit = len(counted), min(in.limit, c.cfg.limit(len(fresh.Items)))
+	return decide(again), nil
 }
 
 // askProvider asks whether the node's machine is gone or shut down; an

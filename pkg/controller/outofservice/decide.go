@@ -92,6 +92,7 @@ const (
 	codeRebooted        = "rebooted"               // untaint: a new boot ID
 	codeWithdrawn       = "confirmation-withdrawn" // untaint: no confirmation left; forget
 	codeSilentTooShort  = "silent-too-short"       // wait
+	codeTakeover        = "takeover"               // wait: the previous leader's writes may still land
 	codeBudget          = "budget"                 // refuse
 	codeNodeReady       = "node-ready"             // refuse: confirmed, yet Ready
 	codeNotRebooted     = "not-rebooted"           // refuse to untaint: Ready, same boot, confirmed
