@@ -801,7 +801,7 @@ func outOfService(n *v1.Node) OutOfServiceSet {
 		o.Summary = fmt.Sprintf("a person confirmed the machine dead (%s=%q) for boot %s, but the node now reports boot %s: the confirmation no longer applies and the outofservice controller (when it runs) removes it", outofservice.AnnotationConfirm, *o.Confirmation, o.ConfirmationBootID, o.NodeBootID)
 	case o.Confirmation != nil:
 		o.State = "confirmed"
-		boot := "for the boot the node reports when the controller first sees it (not recorded yet)"
+		boot := "for the boot it was written during (not recorded yet: the controller records the current boot only if it can show that the confirmation was written during it, and counts it for nothing otherwise)"
 		if o.ConfirmationBootID != "" {
 			boot = "for boot " + o.ConfirmationBootID + " only"
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/webhook"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // Config holds the controller's settings.
@@ -36,13 +37,19 @@ type Config struct {
 	// controller does.
 	UnhealthyZoneThreshold float32
 	DryRun                 bool
+	// TakeoverWait is how long after the controller starts (once this
+	// process leads) its first taint waits, so that the previous leader's
+	// writes have landed or failed and are counted (settleBudget): at least
+	// kube.WriteTimeout, the bound of each of those writes. No flag: tests
+	// lengthen it to make their timing loose.
+	TakeoverWait time.Duration
 }
 
 // DefaultConfig returns the defaults: 5 minutes silent, at most 3 nodes
 // and 10 % of the nodes (rounded up) out of service at once.
 func DefaultConfig() Config {
 	return Config{After: 5 * time.Minute, MaxNodes: 3, MaxPercent: 10, Fencing: webhook.Config{Timeout: 5 * time.Second},
-		NodeMonitorPeriod: 5 * time.Second, UnhealthyZoneThreshold: 0.55}
+		NodeMonitorPeriod: 5 * time.Second, UnhealthyZoneThreshold: 0.55, TakeoverWait: kube.WriteTimeout}
 }
 
 // AddFlags registers the controller's own flags.
@@ -77,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeMonitorPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--node-monitor-period must be positive, got %v", c.NodeMonitorPeriod))
+	}
+	if c.TakeoverWait < kube.WriteTimeout {
+		errs = append(errs, fmt.Errorf("the outofservice controller's wait after a takeover must be at least kube.WriteTimeout (%v), got %v", kube.WriteTimeout, c.TakeoverWait))
 	}
 	if c.UnhealthyZoneThreshold <= 0 || c.UnhealthyZoneThreshold > 1 {
 		errs = append(errs, fmt.Errorf("--unhealthy-zone-threshold must be in (0, 1], got %v", c.UnhealthyZoneThreshold))

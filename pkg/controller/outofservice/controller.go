@@ -133,6 +133,13 @@ type Controller struct {
 	// ignored is, per node, why its remediation record was last ignored:
 	// logged once per change, not at every look.
 	ignored map[string]string
+	// unconfirmed is, per node, the boot it reported when this process
+	// last saw it without a person's confirmation (confirm.go).
+	unconfirmed map[string]sighting
+	// fenceUntil is when this process's first budgeted write may be sent
+	// (after its start, the previous leader's writes are settled: see
+	// budgetCount); zero until Run starts.
+	fenceUntil time.Time
 }
 
 // lostWrite is an update of a node whose answer was lost.
@@ -155,7 +162,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
-		lost: map[string]lostWrite{}, ignored: map[string]string{},
+		lost: map[string]lostWrite{}, ignored: map[string]string{}, unconfirmed: map[string]sighting{},
 	}
 	if cfg.Fencing.URL != "" {
 		f, err := webhook.NewNamed(cfg.Fencing, fencingFlags)
@@ -174,8 +181,24 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		}
 		c.instances = instances
 	}
-	_, err = d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
+	// Each node is observed (confirm.go) before it is queued, so that a
+	// sync never sees a confirmation whose absence it has not seen first.
+	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNode(obj) },
+		UpdateFunc: func(_, obj any) { c.onNode(obj) },
+		DeleteFunc: func(obj any) { c.onNode(obj) },
+	})
 	return c, err
+}
+
+// onNode observes a node's event and queues it.
+func (c *Controller) onNode(obj any) {
+	n, ok := kube.Untombstone(obj).(*v1.Node)
+	if !ok {
+		return
+	}
+	c.observe(n)
+	c.queue.Add(n.Name)
 }
 
 // Run works until ctx ends, with one worker so that every decision counts
@@ -183,8 +206,15 @@ func New(cfg Config, d Deps) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) error {
 	return c.Base.Run(ctx, controllerutil.Work{Synced: []cache.InformerSynced{c.synced}, Queues: []interface{ ShutDown() }{c.queue},
 		Start: func(ctx context.Context) error {
+			// Started once this process leads (the manager builds and runs
+			// the controllers after it won the Lease): see settleBudget.
+			c.mu.Lock()
+			c.fenceUntil = c.clock.Now().Add(c.cfg.TakeoverWait)
+			fence := c.fenceUntil
+			c.mu.Unlock()
 			klog.FromContext(ctx).Info("Starting out-of-service controller", "after", c.cfg.After, "maxNodes", c.cfg.MaxNodes,
-				"maxPercent", c.cfg.MaxPercent, "cloudProvider", c.cfg.Cloud.Name, "dryRun", c.dryRun.Enabled())
+				"maxPercent", c.cfg.MaxPercent, "cloudProvider", c.cfg.Cloud.Name, "dryRun", c.dryRun.Enabled(),
+				"firstTaintNotBefore", fence)
 			controllerutil.Workers(ctx, c.Base, 1, c.queue, "node", "Syncing node; will retry", c.sync)
 			return nil
 		}})
@@ -216,6 +246,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	n := c.view(cached)
 	in := c.input(ctx, n, all)
 	v := decide(in)
+	if v.action == actTaint {
+		if v, err = c.settleBudget(ctx, v, in, all); err != nil {
+			return err
+		}
+	}
 	c.report(ctx, n, v)
 	switch v.action {
 	case actTaint, actUntaint:
@@ -254,10 +289,24 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	recorded, owned := n.Annotations[AnnotationBootID]
 	tainted := kube.HasTaint(n, v1.TaintNodeOutOfService)
 	in.owned, in.taintedByOther, in.recordedBootID = owned && tainted, tainted && !owned, recorded
-	if reason, ok := n.Annotations[AnnotationConfirm]; ok {
-		in.confirmations = append(in.confirmations, confirmation{source: SourcePerson, detail: fmt.Sprintf("annotation %s=%q", AnnotationConfirm, reason)})
-	}
 	in.confirmationBootID, in.confirmationStamped = n.Annotations[AnnotationConfirmationBootID]
+	if reason, ok := n.Annotations[AnnotationConfirm]; ok {
+		person := confirmation{source: SourcePerson, detail: fmt.Sprintf("annotation %s=%q", AnnotationConfirm, reason)}
+		// Without a recorded boot, it counts only if it was written
+		// during the current boot (confirm.go).
+		b := binding{ok: true}
+		if !in.confirmationStamped {
+			b = c.bindConfirmation(n)
+		}
+		if b.ok {
+			in.confirmations = append(in.confirmations, person)
+			in.bound = b.how
+		} else {
+			in.unbound = fmt.Sprintf("Not counting the confirmation by %s of node %s: it cannot be shown that it was written during the node's current boot (boot ID %q): %s. "+
+				"It confirms nothing: remove the annotation and add it again, or name the boot it is for in annotation %s",
+				person, n.Name, n.Status.NodeInfo.BootID, b.how, AnnotationConfirmationBootID)
+		}
+	}
 	// The provider is asked only about silent nodes and nodes this
 	// controller tainted: a Ready node needs no confirmation.
 	if c.instances != nil && (!in.ready || in.owned) {
@@ -305,6 +354,53 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	_, in.clusterState = nodetopology.ComputeZoneState(conds, c.cfg.UnhealthyZoneThreshold)
 	in.limit = c.cfg.limit(len(all))
 	return in
+}
+
+// settleBudget checks a decision to taint against the budget as the API
+// server has it, not as this process has seen it (issue 45, hole 4f).
+// The informer's count can miss a taint written by another process whose
+// answer had not landed when the informer listed: above all the previous
+// leader's, sent before it lost the Lease and landing after this process
+// took over and listed. The previous leader stops writing when it loses the
+// Lease (its controllers' context ends; the manager), and each of its writes
+// is bounded by kube.WriteTimeout, so every write it sent has landed or
+// failed within kube.WriteTimeout after this process won the Lease. So the
+// first taint waits until Config.TakeoverWait (kube.WriteTimeout) after the
+// controller started (which is after the Lease was won), and every taint is
+// counted afresh: the
+// nodes tainted in a fresh list (a quorum read), in this process's view and
+// among its unanswered writes, each node once. A list that fails decides
+// nothing (retried).
+func (c *Controller) settleBudget(ctx context.Context, v verdict, in input, all []*v1.Node) (verdict, error) {
+	c.mu.Lock()
+	fence := c.fenceUntil
+	c.mu.Unlock()
+	if now := c.clock.Now(); now.Before(fence) {
+		return verdict{action: actWait, code: codeTakeover, retryAt: fence, message: fmt.Sprintf(
+			"Node %s is confirmed dead by %s; it is tainted out of service no sooner than %s: this process has just started leading, and a write of the previous leader may land until kube.WriteTimeout (%v) after that, so the budget is counted then",
+			in.node, describe(in.confirmations), fence.UTC().Format(time.RFC3339Nano), kube.WriteTimeout)}, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	fresh, err := c.client.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
+	if err != nil {
+		return v, fmt.Errorf("listing the nodes to count the out-of-service budget before tainting node %s: %w", in.node, err)
+	}
+	counted := map[string]bool{}
+	maybe := c.maybeTainted()
+	for _, o := range all {
+		if kube.HasTaint(c.view(o), v1.TaintNodeOutOfService) || maybe[o.Name] {
+			counted[o.Name] = true
+		}
+	}
+	for i := range fresh.Items {
+		if kube.HasTaint(&fresh.Items[i], v1.TaintNodeOutOfService) {
+			counted[fresh.Items[i].Name] = true
+		}
+	}
+	again := in
+	again.outOfService, again.limit = len(counted), min(in.limit, c.cfg.limit(len(fresh.Items)))
+	return decide(again), nil
 }
 
 // askProvider asks whether the node's machine is gone or shut down; an
@@ -432,6 +528,7 @@ func (c *Controller) forget(name string) {
 	c.mu.Lock()
 	delete(c.lost, name)
 	delete(c.ignored, name)
+	delete(c.unconfirmed, name)
 	c.mu.Unlock()
 	c.forgetSaid(name)
 	c.overlay.Forget(name)

@@ -60,9 +60,14 @@ type input struct {
 	// recorded at all.
 	confirmationBootID  string
 	confirmationStamped bool
-	zone                string
-	zoneState           nodetopology.ZoneState
-	clusterState        nodetopology.ZoneState
+	// A person's confirmation without a recorded boot counts (it is among
+	// confirmations) only when it was written during the current boot:
+	// bound says how that is known; unbound, when it is not, is the
+	// refusal's message (confirm.go).
+	bound, unbound string
+	zone           string
+	zoneState      nodetopology.ZoneState
+	clusterState   nodetopology.ZoneState
 	// outOfService nodes carry the taint now; limit is the budget.
 	outOfService, limit int
 	after               time.Duration
@@ -87,6 +92,7 @@ const (
 	codeRebooted        = "rebooted"               // untaint: a new boot ID
 	codeWithdrawn       = "confirmation-withdrawn" // untaint: no confirmation left; forget
 	codeSilentTooShort  = "silent-too-short"       // wait
+	codeTakeover        = "takeover"               // wait: the previous leader's writes may still land
 	codeBudget          = "budget"                 // refuse
 	codeNodeReady       = "node-ready"             // refuse: confirmed, yet Ready
 	codeNotRebooted     = "not-rebooted"           // refuse to untaint: Ready, same boot, confirmed
@@ -94,6 +100,7 @@ const (
 	codeDisruption      = "disruption"             // refuse: only fencing confirms, zone or cluster disrupted
 	codeNewConfirmation = "new-confirmation"       // record
 	codeBootChanged     = "boot-changed"           // expire
+	codeUnbound         = "confirmation-unbound"   // refuse: a person's confirmation of an unknown boot
 )
 
 // verdict is what to do with one node, and what to say about it.
@@ -124,13 +131,30 @@ func describe(cs []confirmation) string {
 
 // decide is the decision table. It never taints without a confirmation and
 // a long enough silence, never beyond the budget, never on a person's
-// confirmation given for another boot (a remediation policy's Fence for
-// another boot is no confirmation at all: input leaves it out), and never
-// takes its own taint back from a node that is still silent.
+// confirmation given for another boot or not shown to be written during
+// this one (a remediation policy's Fence for another boot, and a person's
+// confirmation of an unknown boot, are no confirmation at all: input leaves
+// them out), and never takes its own taint back from a node that is still
+// silent.
 func decide(in input) verdict {
 	if v, ok := decideConfirmation(in); ok {
 		return v
 	}
+	v := decideNode(in)
+	if in.unbound != "" {
+		// Said whatever else is decided, so that the person learns that
+		// the annotation counts for nothing.
+		if v.action == actNothing {
+			return verdict{action: actRefuse, code: codeUnbound, message: in.unbound}
+		}
+		v.message += "; " + in.unbound
+	}
+	return v
+}
+
+// decideNode decides about the taint, once a person's confirmation is
+// settled.
+func decideNode(in input) verdict {
 	if in.owned {
 		return decideTakeBack(in)
 	}
@@ -194,8 +218,8 @@ func personConfirmation(cs []confirmation) (confirmation, bool) {
 
 // decideConfirmation binds a person's confirmation to the boot of the
 // machine it was given for: the machine was confirmed dead, not the node's
-// name. It is recorded when first seen (the boot the taint was recorded
-// for, on a node this controller tainted: that is the boot acted upon) and
+// name. It is recorded when first seen, for the current boot, if it was
+// written during that boot (input counts it only then: confirm.go), and
 // removed once the node reports another boot ID, so that a later silence of
 // the machine that came back (say, a partition) is not taken for the death
 // already confirmed. ok is false when it has nothing to do.
@@ -203,13 +227,13 @@ func decideConfirmation(in input) (verdict, bool) {
 	c, confirmed := personConfirmation(in.confirmations)
 	switch {
 	case confirmed && !in.confirmationStamped:
-		boot := in.bootID
-		if in.owned {
-			boot = in.recordedBootID
+		how := ""
+		if in.bound != "" {
+			how = ": " + in.bound
 		}
-		return verdict{action: actRecord, code: codeNewConfirmation, confirmationBootID: boot, message: fmt.Sprintf(
-			"Recorded the confirmation by %s of node %s for its boot ID %q (annotation %s): it applies to this boot of the machine only",
-			c, in.node, boot, AnnotationConfirmationBootID)}, true
+		return verdict{action: actRecord, code: codeNewConfirmation, confirmationBootID: in.bootID, message: fmt.Sprintf(
+			"Recorded the confirmation by %s of node %s for its boot ID %q (annotation %s)%s; it applies to this boot of the machine only",
+			c, in.node, in.bootID, AnnotationConfirmationBootID, how)}, true
 	case !confirmed && in.confirmationStamped:
 		return verdict{action: actForget, code: codeWithdrawn, message: fmt.Sprintf(
 			"Removing annotation %s from node %s: the confirmation it belonged to was withdrawn", AnnotationConfirmationBootID, in.node)}, true

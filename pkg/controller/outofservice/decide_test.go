@@ -160,10 +160,29 @@ func TestDecideConfirmationBoot(t *testing.T) {
 			actRecord, "b1", false, `for its boot ID "b1"`},
 		{"new confirmation on a Ready node: recorded too", func(in *input) { in.ready, in.confirmationBootID, in.confirmationStamped = true, "", false },
 			actRecord, "b1", false, ""},
-		{"new confirmation of a node tainted for boot b1, now b2: for b1", func(in *input) {
+		{"new confirmation, shown written during this boot: the how said", func(in *input) {
+			in.confirmationBootID, in.confirmationStamped, in.bound = "", false, "it was added while the node reported boot ID \"b1\""
+		}, actRecord, "b1", false, `(annotation nodeshepherd.io/out-of-service-confirmation-boot-id): it was added while`},
+		// Issue 45 (4e): the boot it was written during, not the boot the
+		// taint was recorded for.
+		{"new confirmation written during boot b2 of a node tainted for boot b1", func(in *input) {
 			owned(in)
 			in.bootID, in.confirmationBootID, in.confirmationStamped = "b2", "", false
-		}, actRecord, "b1", false, `boot ID "b1"`},
+		}, actRecord, "b2", false, `boot ID "b2"`},
+		{"new confirmation of an unknown boot: counts for nothing, said", func(in *input) {
+			in.confirmations, in.confirmationBootID, in.confirmationStamped, in.unbound = nil, "", false, "Not counting the confirmation"
+		}, actRefuse, "", false, "Not counting the confirmation"},
+		{"unknown boot, another source confirms: tainted on it, the person's not counted", func(in *input) {
+			in.confirmations, in.provider, in.confirmationBootID, in.confirmationStamped, in.unbound = []confirmation{provider}, providerDead, "", false, "Not counting the confirmation"
+		}, actTaint, "", false, "confirmed dead by cloud-provider"},
+		{"unknown boot, node tainted for b1, Ready on b2: taken back", func(in *input) {
+			owned(in)
+			in.ready, in.bootID, in.confirmations, in.confirmationBootID, in.confirmationStamped, in.unbound = true, "b2", nil, "", false, "Not counting the confirmation"
+		}, actUntaint, "", false, "; Not counting the confirmation"},
+		{"unknown boot, node tainted for b1 and still silent: kept, said", func(in *input) {
+			owned(in)
+			in.confirmations, in.confirmationBootID, in.confirmationStamped, in.unbound = nil, "", false, "Not counting the confirmation"
+		}, actRefuse, "", false, "no confirmation is left"},
 		{"recorded for this boot: the table decides", func(*input) {}, actTaint, "", false, ""},
 		{"recorded for another boot, silent long enough: expired, not tainted", func(in *input) { in.bootID = "b2" },
 			actExpire, "", false, `given for boot ID "b1", the node now reports boot ID "b2"`},

@@ -172,7 +172,8 @@ func TestRemediationFenceRefusedInADisruption(t *testing.T) {
 
 // The running controller reacts to the record's arrival and departure (a
 // node's annotations changing is a node event), not only to its timers:
-// the fake clock never moves here.
+// the fake clock moves once, at the start, past the wait of a new leader's
+// first taint (settleBudget), and never after.
 func TestRunReactsToTheRemediationRecord(t *testing.T) {
 	old := t0.Add(-time.Hour)
 	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", nil), node("n2", true, old, "x", nil),
@@ -182,6 +183,12 @@ func TestRunReactsToTheRemediationRecord(t *testing.T) {
 	f.factory.Start(ctx.Done())
 	done := make(chan error)
 	go func() { done <- f.c.Run(ctx) }()
+	waitFor(t, "the controller started", func() bool {
+		f.c.mu.Lock()
+		defer f.c.mu.Unlock()
+		return !f.c.fenceUntil.IsZero()
+	})
+	f.clock.Step(f.c.cfg.TakeoverWait)
 	// update writes through the API (the informer delivers it), with a
 	// newer resourceVersion, as another writer's update has.
 	update := func(change func(*v1.Node)) {

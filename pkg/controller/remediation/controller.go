@@ -132,7 +132,16 @@ type Controller struct {
 	// with the machine, and the one that registers anew under the name
 	// (another UID) ends the repair, said as done.
 	replacing map[string]replacement
+	// lost are the nodes whose write into repair got no answer (by name):
+	// it may have landed, so each counts as in repair for the brakes until
+	// a read of it settles it (sync).
+	lost map[string]bool
 }
+
+// providerTimeout bounds one repair request to the cloud provider (each
+// of its own questions and writes included): an error or a timeout is no
+// answer, and the request is sent again with the same ID.
+const providerTimeout = kube.WriteTimeout
 
 // replacement is a node whose machine the provider was asked to replace.
 type replacement struct {
@@ -161,7 +170,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	c := &Controller{Base: b, client: d.Client, dynamic: d.Dynamic, clock: d.Clock, recorder: d.Recorder, repairer: d.Repairer,
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
-		requested: map[string]string{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{},
+		requested: map[string]string{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{},
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation", Clock: d.Clock})),
 		statusQ: controllerutil.Track(b, "policy", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -275,6 +284,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.recheck(ctx, n); err != nil {
+		return err
+	}
 	req, inRepair, err := rem.RequestOf(n)
 	if err != nil {
 		c.eventOnce(n, EventBlocked, "Repair record unreadable, not acting on the node: "+err.Error())
@@ -330,7 +342,9 @@ func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Ti
 	}
 	pool := p.spec.PoolOf(p.name, n.Labels[v1.LabelTopologyZone], nodes, func(m *v1.Node) bool {
 		_, ok, err := rem.RequestOf(m)
-		return ok || err != nil // an unreadable record counts as a repair
+		// An unreadable record counts as a repair, and so does a write
+		// into repair whose answer was lost.
+		return ok || err != nil || c.maybeInRepair(m.Name)
 	}, now)
 	c.mu.Lock()
 	pool.StormEnded = p.stormEnded
@@ -361,7 +375,9 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		// watch or a process that has just become leader may hold a node's
 		// old unhealthy condition, or miss the other nodes failing with it.
 		// The decision is made again on a fresh list from the API server.
-		fresh, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		lctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		fresh, err := c.client.CoreV1().Nodes().List(lctx, metav1.ListOptions{})
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -539,8 +555,36 @@ func (c *Controller) forget(node string) {
 	delete(c.requested, node)
 }
 
+// maybeInRepair says whether a write of the node into repair got no answer
+// and no read has settled it yet.
+func (c *Controller) maybeInRepair(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost[name]
+}
+
+// recheck settles a write of the node whose answer was lost with a read of
+// the node (bounded): until the read succeeds nothing is decided about the
+// node. The decision that follows is made as always (a start or a new step
+// on a fresh list of the nodes), so a write that landed is not made twice.
+func (c *Controller) recheck(ctx context.Context, n *v1.Node) error {
+	if !c.maybeInRepair(n.Name) {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	if _, err := c.client.CoreV1().Nodes().Get(rctx, n.Name, metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading node %s again after a write whose answer was lost: %w", n.Name, err)
+	}
+	c.mu.Lock()
+	delete(c.lost, n.Name)
+	c.mu.Unlock()
+	return nil
+}
+
 func (c *Controller) forgetNode(name string) {
 	c.mu.Lock()
+	delete(c.lost, name)
 	prev, had := c.verdicts[name]
 	delete(c.said, name)
 	delete(c.verdicts, name)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
@@ -125,6 +126,9 @@ func (c *Controller) writeStatus(ctx context.Context, name string) error {
 	// heartbeat): looked at again every statusResync.
 	defer c.statusQ.AddAfter(name, statusResync)
 	st := c.count(p)
+	// The read and the write, bounded together.
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
 	cur, err := c.dynamic.Resource(rem.GroupVersionResource).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -13,6 +13,7 @@ import (
 
 	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
@@ -22,8 +23,15 @@ import (
 // records, and none of this controller's when it leaves repair; the repair
 // record (which the drain and outofservice controllers read) in the same
 // patch, bound to the node's resourceVersion.
+//
+// Each attempt (its read and its patch) is bounded by kube.WriteTimeout. A
+// patch into repair whose answer is lost may have landed: the node counts
+// as in repair for the brakes until a read of it settles that (recheck),
+// never as not in repair.
 func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		defer cancel()
 		cur, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -84,6 +92,14 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem
 			return nil
 		}
 		_, err = c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		c.mu.Lock()
+		switch {
+		case err == nil || kube.Answered(err):
+			delete(c.lost, n.Name)
+		case next != nil:
+			c.lost[n.Name] = true
+		}
+		c.mu.Unlock()
 		return err
 	})
 }
@@ -118,7 +134,10 @@ func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.Stat
 	if action == rem.ActionReplace {
 		call = c.repairer.Replace
 	}
-	err := call(ctx, n, id)
+	// Bounded: a provider that never answers must not hold the worker.
+	pctx, cancel := context.WithTimeout(ctx, providerTimeout)
+	err := call(pctx, n, id)
+	cancel()
 	var refused *nscloud.RefusedError
 	switch {
 	case errors.As(err, &refused):

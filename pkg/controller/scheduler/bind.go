@@ -57,9 +57,10 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 	// Bounded: a binding whose answer never comes is an error; the pod goes
 	// back to the queue, and the retry finds it bound (the informer drops
 	// it, or the API server answers Conflict) if the first call landed.
-	bctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
-	err := s.client.CoreV1().Pods(pod.Namespace).Bind(bctx, b, metav1.CreateOptions{})
-	cancel()
+	// A tracked step too, so that /healthz would tell a binding that hangs.
+	_, err := boundWrite(ctx, s, "binding pod "+pod.Namespace+"/"+pod.Name+" to node "+node, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{})
+	})
 	s.metrics.bindingsInFlight.Dec()
 	if err != nil && s.cache.isBound(pod.UID) {
 		// The binding landed although the call failed (a timeout under

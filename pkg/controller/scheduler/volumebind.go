@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	volumehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // volumeBindTimeout is how long the binding of a pod waits for its claims
@@ -62,6 +64,16 @@ func (s *Scheduler) bindWithVolumes(ctx context.Context, p *queuedPod, node *v1.
 
 var errPodGone = errors.New("pod does not exist any more")
 
+// boundWrite runs one API write of a binding goroutine as a tracked step
+// (what says what it does), bounded by kube.WriteTimeout.
+func boundWrite[T any](ctx context.Context, s *Scheduler, what string, write func(context.Context) (T, error)) (T, error) {
+	end := s.Begin(what)
+	defer end()
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	return write(wctx)
+}
+
 // prebindVolumes writes the bindings and waits until they are complete.
 func (s *Scheduler) prebindVolumes(ctx context.Context, pod *v1.Pod, node *v1.Node, b *volumeBindings) error {
 	logger := klog.FromContext(ctx)
@@ -86,8 +98,18 @@ func (s *Scheduler) prebindVolumes(ctx context.Context, pod *v1.Pod, node *v1.No
 		}
 		s.volumes.forgetAssumed(rest)
 	}()
+	// Each write is bounded (kube.WriteTimeout) and a tracked step, so that
+	// a write whose answer never comes neither holds the pod assumed for
+	// good nor goes unseen by /healthz. One whose answer is lost may have
+	// landed: nothing here counts on either outcome. Its assumed copy is
+	// dropped like a failed one's, the pod is retried, and every write of
+	// a volume or claim is conditional on the resourceVersion it was
+	// decided on, so a write that landed makes any later one conflict until
+	// the informer shows it.
 	for i, sb := range b.static {
-		pv, err := s.client.CoreV1().PersistentVolumes().Update(ctx, sb.pv, metav1.UpdateOptions{})
+		pv, err := boundWrite(ctx, s, "binding persistentvolume "+sb.pv.Name+" for pod "+pod.Namespace+"/"+pod.Name, func(ctx context.Context) (*v1.PersistentVolume, error) {
+			return s.client.CoreV1().PersistentVolumes().Update(ctx, sb.pv, metav1.UpdateOptions{})
+		})
 		if err != nil {
 			return err
 		}
@@ -96,7 +118,9 @@ func (s *Scheduler) prebindVolumes(ctx context.Context, pod *v1.Pod, node *v1.No
 		written++
 	}
 	for i, c := range b.provision {
-		pvc, err := s.client.CoreV1().PersistentVolumeClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+		pvc, err := boundWrite(ctx, s, "selecting node "+node.Name+" for claim "+c.Namespace+"/"+c.Name+" of pod "+pod.Namespace+"/"+pod.Name, func(ctx context.Context) (*v1.PersistentVolumeClaim, error) {
+			return s.client.CoreV1().PersistentVolumeClaims(c.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+		})
 		if err != nil {
 			return err
 		}
