@@ -547,6 +547,9 @@ func TestCountdownStrippedWithoutRecovery(t *testing.T) {
 	c.ObserveNode(at(10), withReady(node("n0"), v1.ConditionUnknown), false)
 	c.Settle(at(13))
 	wantViolations(t, c, InvCountdown, 1, "removed while the node had not recovered")
+	c.ObserveNode(at(14), withReady(node("n0"), v1.ConditionUnknown), false) // the same strip, seen again
+	c.Settle(at(20))
+	wantViolations(t, c, InvCountdown, 1, "")
 
 	// Taken off once the node is back: Ready=True and renewing.
 	c = history(t, 1.0, partition("n0"), 9.0, heal("n0"))

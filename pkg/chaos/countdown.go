@@ -39,6 +39,8 @@ type pendingStrip struct {
 // first seen to a recovery seen (Ready=True and none of them on the node).
 type countdown struct {
 	first time.Time
+	// stripped: its taints were seen gone (judged once, until one is back).
+	stripped bool
 	// added is the first timeAdded seen for each key in the episode.
 	added map[string]time.Time
 }
@@ -207,6 +209,7 @@ func (c *Checker) checkCountdownTaint(at time.Time, n *v1.Node, s *taintSeen) {
 		c.countdowns[n.Name] = cd
 		c.checkRate(at, n.Name, added)
 	}
+	cd.stripped = false
 	obj := "node/" + n.Name
 	if first, ok := cd.added[s.taint.Key]; ok && !added.IsZero() && added.After(first.Add(time.Second)) {
 		c.violate(at, InvCountdown, obj, "%s:NoExecute again with timeAdded %s, later than the %s it carried first in this countdown (seen since %s, no recovery seen): the countdown restarted",
@@ -225,14 +228,10 @@ func (c *Checker) checkCountdownTaint(at time.Time, n *v1.Node, s *taintSeen) {
 // countdown seen gone. Judged after the slack (strip).
 func (c *Checker) checkCountdownGone(at time.Time, n *v1.Node) {
 	cd := c.countdowns[n.Name]
-	if cd == nil || len(countdownTaints(n)) > 0 {
+	if cd == nil || cd.stripped || len(countdownTaints(n)) > 0 {
 		return
 	}
-	for _, p := range c.pendingStrip {
-		if p.node == n.Name {
-			return // already waiting
-		}
-	}
+	cd.stripped = true
 	var keys []string
 	for k := range cd.added {
 		keys = append(keys, k)

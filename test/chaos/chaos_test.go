@@ -392,7 +392,9 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %d invariant violations (replay: make chaos SEED=%d DURATION=%v)\n", seed, len(vs), seed, duration)
 	for _, v := range vs {
-		fmt.Fprintf(&b, "  +%v %s %s: %s\n", v.At.Sub(t0).Round(time.Millisecond), v.Invariant, v.Object, v.Detail)
+		// The time since the schedule's start, then Violation.String():
+		// "HH:MM:SS.mmm INVARIANT OBJECT: detail".
+		fmt.Fprintf(&b, "  +%v %s\n", v.At.Sub(t0).Round(time.Millisecond), v)
 	}
 	fmt.Fprintf(&b, "timeline before the first violation (all of it in %s):\n%s", path, excerpt(c.merged(checker, rc), t0, vs[0].At))
 	t.Error(b.String())

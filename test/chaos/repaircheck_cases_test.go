@@ -139,22 +139,32 @@ func testRepairChecker(t *testing.T) {
 		name: "selection: a request for a node out of the pool all along, not for one that left within the slack",
 		events: []event{
 			{t: 10, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot")}},
-			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a"}},
+			{t: 15, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 15, 15)}},
+			{t: 18, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 18, 15)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", sickSince: sick, rec: rec(1, 18, 15)}},
 			{t: 22, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot"), "a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
 			{t: 40, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot"), "a0": req("uid-a0/boot1/chaos/3/Replace", "replace")}},
 		},
+		// x is healthy and has no record either; a0's record is at Reboot.
 		want: []string{InvRepairSelection + " node/x reboot request uid-x/boot1/chaos/2/Reboot written while policy chaos did not select",
-			InvRepairSelection + " node/a0 replace request uid-a0/boot1/chaos/3/Replace"},
+			InvRepairUnhealthy + " node/x reboot request uid-x/boot1/chaos/2/Reboot of policy chaos while the node was not unhealthy",
+			InvRepairLadder + " node/x reboot request uid-x/boot1/chaos/2/Reboot while the node's record of policy chaos was never at a Reboot step",
+			InvRepairSelection + " node/a0 replace request uid-a0/boot1/chaos/3/Replace",
+			InvRepairLadder + " node/a0 replace request uid-a0/boot1/chaos/3/Replace while the node's record of policy chaos was never at a Replace step"},
 	}, {
 		name: "requests: an ID written again after another, a second reboot of one boot",
 		events: []event{
+			{t: 5, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 5, 5)}},
+			{t: 8, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 8, 5)}},
 			{t: 10, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
 			{t: 11, cm: map[string]string{"a0": `{"id":"uid-a0/boot1/chaos/2/Reboot","action":"reboot","done":"2026-11-26T10:00:11Z"}`}},
 			{t: 20, cm: map[string]string{"a0": req("uid-a0/boot2/chaos/3/Replace", "replace")}},
 			{t: 30, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
 			{t: 40, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/9/Reboot", "reboot")}},
 		},
+		// The Replace request comes with the record still at Reboot.
 		want: []string{InvRepairRequests + " node/a0 request uid-a0/boot1/chaos/2/Reboot (reboot) written 2 times",
+			InvRepairLadder + " node/a0 replace request uid-a0/boot2/chaos/3/Replace while the node's record of policy chaos was never at a Replace step",
 			InvRepairRequests + " node/a0 a second reboot for Node UID uid-a0 boot boot1"},
 	}, {
 		name: "unhealthy: a climb to Reboot of a node healthy all around it; not of one whose condition holds",

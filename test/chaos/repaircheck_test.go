@@ -62,6 +62,7 @@ var repairNotChecked = []string{
 	"repair-brakes: the cooldown after a storm (a process's memory: a new leader starts without it); maxUnhealthy is judged only when the unhealthy nodes held their condition over the whole window from the decision to the checker's view of it",
 	"repair-selection: a request written less than the slack after its node left the pool is not told from one written just before",
 	"repair-ladder: steps' timeouts and the healthy hold (when a step may come) are not checked, only their order",
+	"repair-brakes: a node being replaced (its Node absent) is not counted in repair",
 }
 
 // record is a node's repair record (the annotation's JSON).
