@@ -54,7 +54,9 @@ func TestGenerateShape(t *testing.T) {
 	kinds := map[Kind]bool{}
 	for seed := int64(0); seed < 200; seed++ {
 		s := gen(t, seed)
-		var procEnd, apiEnd time.Duration
+		// The faults are listed by stream, not by time: every pair of
+		// process faults, and of API faults, is compared.
+		var procs, apis []Fault
 		for _, f := range s.Faults {
 			kinds[f.Kind] = true
 			if f.At < 0 || f.At+f.Duration > s.Duration {
@@ -62,15 +64,18 @@ func TestGenerateShape(t *testing.T) {
 			}
 			switch f.Kind {
 			case LeaderKill, ProcessRestart:
-				if f.At < procEnd {
-					t.Fatalf("seed %d: process faults overlap at %v", seed, f.At)
-				}
-				procEnd = f.At + f.Duration
+				procs = append(procs, f)
 			case APIErrors, APIThrottle, WatchStall, LostAnswer, WatchGone, APIServerRestart:
-				if f.At < apiEnd {
-					t.Fatalf("seed %d: API faults overlap at %v", seed, f.At)
+				apis = append(apis, f)
+			}
+		}
+		for _, list := range [][]Fault{procs, apis} {
+			for i, a := range list {
+				for _, b := range list[i+1:] {
+					if a.At < b.At+b.Duration && b.At < a.At+a.Duration {
+						t.Fatalf("seed %d: %s and %s overlap", seed, a, b)
+					}
 				}
-				apiEnd = f.At + f.Duration
 			}
 		}
 		for i := 1; i < len(s.Steps); i++ {
