@@ -573,10 +573,14 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case chaos.OpAPIServerStop:
 		// In the background: the ready step waits for it, the other steps
 		// go on meanwhile (fakenodes and the checkers retry on their own).
+		// The pid is read before: the restart replaces the process under
+		// the control plane's feet, with no lock (the ready step reads it
+		// after the restart's answer).
+		pid := c.cp.PID(controlplane.APIServer)
 		done := make(chan error, 1)
 		c.restarted = done
 		go func() { done <- c.cp.RestartAPIServer(ctx, s.Down) }()
-		return fmt.Sprintf(" (kube-apiserver pid %d stopped)", c.cp.PID(controlplane.APIServer))
+		return fmt.Sprintf(" (kube-apiserver pid %d stopped)", pid)
 	case chaos.OpAPIServerReady:
 		if c.restarted == nil {
 			return " (no restart)"
