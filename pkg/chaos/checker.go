@@ -44,6 +44,18 @@ const (
 	InvCIDR          = "pod-cidr"
 	InvReadiness     = "readiness-restore"
 	InvProgress      = "progress"
+	// InvEarlyUnknown and InvEarlyTaint: Ready=Unknown, or a not-ready or
+	// unreachable NoExecute taint, on a node whose Lease renewals the
+	// checker saw with no gap longer than the grace period (point 3a).
+	InvEarlyUnknown = "early-unknown"
+	InvEarlyTaint   = "early-taint"
+	// InvCountdown: a node's not-ready/unreachable countdown stripped
+	// without a recovery, or restarted (the same key again with a later
+	// timeAdded, or an older one than the checker ever saw) (point 3b).
+	InvCountdown = "countdown-restart"
+	// InvRateLimit: a zone's new not-ready/unreachable taints faster than
+	// the eviction rate (point 3c).
+	InvRateLimit = "rate-limit"
 )
 
 // NotChecked lists what the checker does not check yet; runs print it so
@@ -55,6 +67,9 @@ var NotChecked = []string{
 	"taint-eviction cancellation: a pod whose taint went away before its toleration ended is not followed",
 	"uncordon after a drain condition clears is not checked",
 	"untainted-eviction: an eviction decided less than EvictionSlack (plus the second its time is rounded to) after the taint went is not told from one decided just before",
+	"early-unknown/early-taint: a mark whose Lease renewals the checker saw late (its watch trailing by more than the grace period less the renewal interval) is not judged",
+	"countdown-restart: a strip followed by a recovery within the slack is not told from a removal after it; a re-add of the other failure kind with a new timeAdded counts as a swap",
+	"rate-limit: the fresh limiter of a zone state change (upstream swaps it) is not allowed for, a leader change's is",
 }
 
 // Limits are the configuration the invariants depend on.
@@ -78,6 +93,11 @@ type Limits struct {
 	// taint eviction controller may have made its decision: it reads the
 	// node from the API server right before (default 1s).
 	EvictionSlack time.Duration
+	// EvictionRate is the node lifecycle controller's nodeEvictionRate
+	// (taints per second in a zone, with a burst of one; the secondary
+	// rate and a PartialDisruption zone's 0 are lower): the rate-limit rule
+	// is judged only when it is set.
+	EvictionRate float64
 	// SkipReadinessRestore turns readiness-restore off: where kubelets post
 	// their pods' Ready before their node's status (simulate's kubelet
 	// timings), the rule, which cannot tell the writer, would blame them.
@@ -146,6 +166,22 @@ type Checker struct {
 	// pendingEvict are taint evictions waiting for the node's view to
 	// settle (the slack); Settle decides them.
 	pendingEvict []pendingEvict
+	// renewals are the node Leases' renewals the checker saw, in order of
+	// renewTime (which the fake kubelets set from this machine's clock).
+	renewals map[string][]renewal
+	// readyFalse are the moments the checker saw a node report Ready=False.
+	readyFalse map[string][]time.Time
+	// pendingEarly are early-unknown/early-taint checks waiting for the
+	// Lease watch to catch up; pendingStrip the countdown strips.
+	pendingEarly []pendingEarly
+	pendingStrip []pendingStrip
+	// countdowns are the nodes' not-ready/unreachable episodes, from the
+	// first such taint seen to a recovery seen (Ready=True, no such taint).
+	countdowns map[string]*countdown
+	// starts are each zone's countdown starts seen (rate-limit), and
+	// leaderChanges the moments the controllers' leader changed.
+	starts        map[string][]countdownStart
+	leaderChanges []time.Time
 
 	violations []Violation
 	timeline   []Entry
@@ -168,7 +204,8 @@ func NewChecker(l Limits, truth *Truth) *Checker {
 	return &Checker{limits: l, truth: truth, nodes: map[string]*v1.Node{}, taints: map[string][]*taintSeen{},
 		pods: map[string]*podSeen{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, leases: map[string]time.Time{},
 		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{},
-		seenPods: map[string]*v1.Pod{}, evictions: map[string]bool{}}
+		seenPods: map[string]*v1.Pod{}, evictions: map[string]bool{}, renewals: map[string][]renewal{},
+		readyFalse: map[string][]time.Time{}, countdowns: map[string]*countdown{}, starts: map[string][]countdownStart{}}
 }
 
 // Violations returns what was found so far.
@@ -240,11 +277,16 @@ func (c *Checker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 	old := c.nodes[n.Name]
 	if deleted {
 		delete(c.nodes, n.Name)
+		delete(c.countdowns, n.Name) // a Node anew starts afresh
 		c.note(at, "node %s deleted", n.Name)
 		return
 	}
+	if old != nil && old.UID != n.UID {
+		delete(c.countdowns, n.Name)
+	}
 	c.nodes[n.Name] = n
 	c.diffNode(at, old, n)
+	c.observeReady(at, old, n)
 
 	// The NoExecute taints' lives, and the checks on new ones.
 	seen := c.taints[n.Name]
@@ -265,8 +307,10 @@ func (c *Checker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 			s := &taintSeen{taint: t, from: at}
 			c.taints[n.Name] = append(c.taints[n.Name], s)
 			c.checkNewTaint(at, n, s)
+			c.checkCountdownTaint(at, n, s)
 		}
 	}
+	c.checkCountdownGone(at, n)
 	for _, s := range c.taints[n.Name] {
 		if s.to.IsZero() && s.taint.Key == taintOutOfService {
 			c.checkOutOfServiceTaint(at, n.Name, s)
@@ -394,10 +438,13 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 			return
 		}
 	}
-	// The decision was made between timeAdded (whole seconds, rounded
-	// down) and now.
-	decided := at
-	if s.taint.TimeAdded != nil && s.taint.TimeAdded.Time.Before(at) {
+	// The decision was made before the checker saw the taint, and at most
+	// the slack before (a write is seen within the slack): judged from the
+	// checker's own sight, not from timeAdded, which a taint re-applied
+	// with its old time carries from long before (issue 45, point 3).
+	// timeAdded (whole seconds, rounded down) only narrows it.
+	decided := at.Add(-c.limits.Slack)
+	if s.taint.TimeAdded != nil && s.taint.TimeAdded.Time.After(decided) && s.taint.TimeAdded.Time.Before(at) {
 		decided = s.taint.TimeAdded.Time
 	}
 	states := c.zoneStates(decided.Add(-c.countMargin()), at)
@@ -498,12 +545,16 @@ func (c *Checker) ObserveLease(at time.Time, l *coordinationv1.Lease) {
 	if l.Namespace == "kube-node-lease" {
 		if l.Spec.RenewTime != nil {
 			c.leases[l.Name] = l.Spec.RenewTime.Time
+			c.observeRenewal(at, l.Name, l.Spec.RenewTime.Time)
 		}
 		c.settle(at)
 		return
 	}
 	k := l.Namespace + "/" + l.Name
 	if h := l.Spec.HolderIdentity; h != nil && *h != c.leaders[k] {
+		if c.leaders[k] != "" {
+			c.leaderChanges = append(c.leaderChanges, at)
+		}
 		c.leaders[k] = *h
 		c.note(at, "leader lease %s held by %s", k, *h)
 	}
@@ -851,6 +902,7 @@ func (c *Checker) Settle(at time.Time) {
 }
 
 func (c *Checker) settle(at time.Time) {
+	c.settleEarly(at)
 	var keepEvict []pendingEvict
 	for _, pe := range c.pendingEvict {
 		if at.Sub(pe.seen) <= c.limits.Slack {

@@ -476,3 +476,165 @@ func TestReadinessRestoreCanBeSkipped(t *testing.T) {
 	c.Settle(at(30))
 	wantViolations(t, c, InvReadiness, 0, "")
 }
+
+// renewing feeds n's Lease renewals every 0.5s over [from, to), each seen
+// 50ms later.
+func renewing(c *Checker, n string, from, to float64) {
+	for s := from; s < to; s += 0.5 {
+		c.ObserveLease(at(s+0.05), lease(n, s))
+	}
+}
+
+func withReady(n *v1.Node, st v1.ConditionStatus) *v1.Node {
+	n.Status.Conditions[0].Status = st
+	return n
+}
+
+func TestReadyUnknownOnARenewingNode(t *testing.T) {
+	// Renewing all along: Unknown at 15 is early.
+	c := history(t)
+	renewing(c, "n0", 0, 20)
+	c.ObserveNode(at(15), withReady(node("n0"), v1.ConditionUnknown), false)
+	c.Settle(at(15 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvEarlyUnknown, 1, "Lease renewed with no gap")
+
+	// Silent since 10: Unknown at 14 is in time.
+	c = history(t, 10.0, partition("n0"))
+	renewing(c, "n0", 0, 10)
+	c.ObserveNode(at(14), withReady(node("n0"), v1.ConditionUnknown), false)
+	c.Settle(at(20))
+	wantViolations(t, c, InvEarlyUnknown, 0, "")
+
+	// A renewal seen late (the Lease watch trailing by more than the grace
+	// period) is a gap the controller may have seen too: no violation.
+	c = history(t)
+	for s := 0.0; s < 20; s += 0.5 {
+		seen := s + 0.05
+		if s >= 10 && s < 12 {
+			seen = 13.5
+		}
+		c.ObserveLease(at(seen), lease("n0", s))
+	}
+	c.ObserveNode(at(15), withReady(node("n0"), v1.ConditionUnknown), false)
+	c.Settle(at(20))
+	wantViolations(t, c, InvEarlyUnknown, 0, "")
+}
+
+func TestCountdownTaintOnARenewingNode(t *testing.T) {
+	// An unreachable taint on a node that renews all along.
+	c := history(t)
+	renewing(c, "n0", 0, 20)
+	c.ObserveNode(at(15), node("n0", unreachable(14.8)), false)
+	c.Settle(at(18))
+	wantViolations(t, c, InvEarlyTaint, 1, "unreachable")
+
+	// A not-ready taint on a node that reports Ready=False: the kubelet's
+	// word, not silence.
+	c = history(t, 12.0, Step{Op: OpCondition, Nodes: []string{"n0"}, Condition: "Ready=False"})
+	renewing(c, "n0", 0, 20)
+	c.ObserveNode(at(12.5), withReady(node("n0"), v1.ConditionFalse), false)
+	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(12.6)}
+	c.ObserveNode(at(13), withReady(node("n0", notReady), v1.ConditionFalse), false)
+	c.Settle(at(18))
+	wantViolations(t, c, InvEarlyTaint, 0, "")
+}
+
+func TestCountdownStrippedWithoutRecovery(t *testing.T) {
+	// Tainted at 6 while silent; stripped at 10 while still silent.
+	c := history(t, 1.0, partition("n0"))
+	renewing(c, "n0", 0, 1)
+	c.ObserveNode(at(6), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
+	c.ObserveNode(at(10), withReady(node("n0"), v1.ConditionUnknown), false)
+	c.Settle(at(13))
+	wantViolations(t, c, InvCountdown, 1, "removed while the node had not recovered")
+	c.ObserveNode(at(14), withReady(node("n0"), v1.ConditionUnknown), false) // the same strip, seen again
+	c.Settle(at(20))
+	wantViolations(t, c, InvCountdown, 1, "")
+
+	// Taken off once the node is back: Ready=True and renewing.
+	c = history(t, 1.0, partition("n0"), 9.0, heal("n0"))
+	renewing(c, "n0", 0, 1)
+	c.ObserveNode(at(6), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
+	renewing(c, "n0", 9, 12)
+	c.ObserveNode(at(9.6), node("n0", unreachable(5.5)), false)
+	c.ObserveNode(at(10), node("n0"), false)
+	c.Settle(at(13))
+	wantViolations(t, c, InvCountdown, 0, "")
+
+	// Every zone down: the all-zones mode strips every taint, and gives it
+	// back with its time; neither is a restart.
+	all := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"}
+	c = history(t, 1.0, partition("n0"), 8.0, partition(all...))
+	c.ObserveNode(at(6), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
+	c.ObserveNode(at(13), withReady(node("n0"), v1.ConditionUnknown), false)
+	c.ObserveNode(at(20), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
+	c.Settle(at(23))
+	wantViolations(t, c, InvCountdown, 0, "")
+}
+
+func TestCountdownRestartedOrBackdated(t *testing.T) {
+	// The same key again with a later timeAdded (a new leader's strip and
+	// re-add, in one write here).
+	c := history(t, 1.0, partition("n0"))
+	c.ObserveNode(at(6), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
+	c.ObserveNode(at(9), withReady(node("n0", unreachable(8.5)), v1.ConditionUnknown), false)
+	wantViolations(t, c, InvCountdown, 1, "the countdown restarted")
+
+	// A swap of the failure kind gets a new timeAdded: fine.
+	c = history(t, 1.0, partition("n0"))
+	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(5.5)}
+	c.ObserveNode(at(6), withReady(node("n0", notReady), v1.ConditionFalse), false)
+	c.ObserveNode(at(9), withReady(node("n0", unreachable(8.5)), v1.ConditionUnknown), false)
+	wantViolations(t, c, InvCountdown, 0, "")
+
+	// A taint first seen at 20 that says it was added at 5: backdated.
+	c = history(t, 1.0, partition("n0"))
+	c.ObserveNode(at(20), withReady(node("n0", unreachable(5)), v1.ConditionUnknown), false)
+	wantViolations(t, c, InvCountdown, 1, "backdated")
+}
+
+func TestRateLimit(t *testing.T) {
+	limits := testLimits
+	limits.EvictionRate = 0.1
+	mk := func(steps ...any) *Checker {
+		c := history(t, steps...)
+		c.limits = limits
+		return c
+	}
+	// Two nodes of zone-a tainted 2s apart: one token, not two.
+	c := mk(1.0, partition("n0", "n1"))
+	c.ObserveNode(at(5.5), node("n0", unreachable(5.2)), false)
+	c.ObserveNode(at(7.5), node("n1", unreachable(7.2)), false)
+	wantViolations(t, c, InvRateLimit, 1, "2 new not-ready/unreachable taints in zone zone-a")
+
+	// Ten seconds apart: the second token.
+	c = mk(1.0, partition("n0", "n1"))
+	c.ObserveNode(at(5.5), node("n0", unreachable(5.2)), false)
+	c.ObserveNode(at(16.5), node("n1", unreachable(16.2)), false)
+	wantViolations(t, c, InvRateLimit, 0, "")
+
+	// Other zones have their own limiter.
+	c = mk(1.0, partition("n0", "n4"))
+	c.ObserveNode(at(5.5), node("n0", unreachable(5.2)), false)
+	c.ObserveNode(at(6.5), node("n4", unreachable(6.2)), false)
+	wantViolations(t, c, InvRateLimit, 0, "")
+
+	// A new leader brings a fresh limiter.
+	c = mk(1.0, partition("n0", "n1"))
+	holder := func(h string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "nodeshepherd"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(h)}}
+	}
+	c.ObserveLease(at(1), holder("a"))
+	c.ObserveNode(at(5.5), node("n0", unreachable(5.2)), false)
+	c.ObserveLease(at(6), holder("b"))
+	c.ObserveNode(at(7.5), node("n1", unreachable(7.2)), false)
+	wantViolations(t, c, InvRateLimit, 0, "")
+}
+
+// A taint re-applied with its old time is judged from when the checker
+// saw it, not from its timeAdded.
+func TestZoneRulesReappliedOldTaint(t *testing.T) {
+	c := history(t, 1.0, partition("n0", "n1", "n2"))
+	c.ObserveNode(at(30), node("n0", unreachable(0.5)), false)
+	wantViolations(t, c, InvZoneRules, 1, "PartialDisruption")
+}

@@ -35,6 +35,36 @@ const (
 	WatchStall     Kind = "watch-stall"     // watches of a resource cut and held without events
 )
 
+// The targeted kinds (issue 45 point 2): faults that a mix of the kinds
+// above reaches only by chance, drawn on purpose from a stream of their
+// own, so that every seed's faults of the kinds above stay what they were.
+const (
+	// ZoneSilenceSpread: 3 of a zone's 4 nodes fall silent one after the
+	// other, spread over 0.1-10s (a partially disrupted zone whose silences
+	// a new leader may take as one event), half the time with the leader
+	// killed in between.
+	ZoneSilenceSpread Kind = "zone-silence-spread"
+	// AllZonesPartition: every node of every zone cut at once (the
+	// all-zones mode: no taint, no eviction).
+	AllZonesPartition Kind = "all-zones-partition"
+	// LostAnswer: every other write of a resource reaches the API server
+	// and takes effect, and its answer is lost (the client sees an error).
+	LostAnswer Kind = "lost-answer"
+	// WatchGone: the replicas' watches of a resource are cut, and every
+	// watch or list that resumes from a resourceVersion is answered 410
+	// Gone (Expired), as after an etcd compaction: they re-list.
+	WatchGone Kind = "watch-gone"
+	// APIServerRestart: kube-apiserver stopped for 1-4s and started again
+	// (every client, kubelets and checker included, loses it meanwhile).
+	APIServerRestart Kind = "apiserver-restart"
+)
+
+// TargetedKinds are the targeted kinds, in the order their stream draws.
+var TargetedKinds = []Kind{ZoneSilenceSpread, AllZonesPartition, LostAnswer, WatchGone, APIServerRestart}
+
+// AllKinds is the whole vocabulary: Kinds, then TargetedKinds.
+func AllKinds() []Kind { return append(slices.Clone(Kinds), TargetedKinds...) }
+
 // Kinds is the whole vocabulary, in the order Generate draws from.
 var Kinds = []Kind{NodePartition, RackPartition, ZonePartition, KubeletStop, PowerOff, Reboot,
 	ConditionFlap, ReadyFlap, LeaderKill, ProcessRestart, APIErrors, APIThrottle, WatchStall}
@@ -59,6 +89,12 @@ const (
 	OpAPIFaultEnd     Op = "api-fault-end"
 	OpWatchStallStart Op = "watch-stall-start"
 	OpWatchStallEnd   Op = "watch-stall-end"
+	OpLostAnswerStart Op = "lost-answer-start" // fault proxy: forward every other write of Resource, drop its answer
+	OpLostAnswerEnd   Op = "lost-answer-end"
+	OpWatchGoneStart  Op = "watch-gone-start" // fault proxy: 410 Gone to resumed watches and lists of Resource
+	OpWatchGoneEnd    Op = "watch-gone-end"
+	OpAPIServerStop   Op = "apiserver-restart" // kube-apiserver stopped for Down, then started again
+	OpAPIServerReady  Op = "apiserver-ready"   // waits until the restart's kube-apiserver answers
 )
 
 // Step is an action at an offset from the schedule's start.
@@ -71,6 +107,7 @@ type Step struct {
 	Replica   int           `json:"replica,omitempty"`   // slot for OpStopReplica/OpStartReplica; -1: the slot the leader was in
 	Resource  string        `json:"resource,omitempty"`  // nodes, pods, leases, evictions (pods/eviction)
 	Status    int           `json:"status,omitempty"`    // 500 or 429
+	Down      time.Duration `json:"down,omitempty"`      // OpAPIServerStop: how long it stays down
 }
 
 func (s Step) String() string {
@@ -85,11 +122,13 @@ func (s Step) String() string {
 	switch s.Op {
 	case OpStopReplica, OpStartReplica:
 		fmt.Fprintf(&b, " replica %d", s.Replica)
-	case OpAPIFaultStart, OpAPIFaultEnd, OpWatchStallStart, OpWatchStallEnd:
+	case OpAPIFaultStart, OpAPIFaultEnd, OpWatchStallStart, OpWatchStallEnd, OpLostAnswerStart, OpLostAnswerEnd, OpWatchGoneStart, OpWatchGoneEnd:
 		b.WriteString(" " + s.Resource)
 		if s.Status != 0 {
 			fmt.Fprintf(&b, " %d", s.Status)
 		}
+	case OpAPIServerStop:
+		fmt.Fprintf(&b, " down %v", s.Down)
 	}
 	return b.String()
 }
@@ -109,6 +148,8 @@ func (f Fault) String() string {
 	switch {
 	case f.Zone != "" && f.Kind == ZonePartition:
 		s += " zone " + f.Zone
+	case f.Kind == AllZonesPartition:
+		s += " every zone"
 	case len(f.Nodes) > 0:
 		s += " on " + strings.Join(f.Nodes, ",")
 	case f.Resource != "":
@@ -133,7 +174,11 @@ type Options struct {
 	Replicas int
 	// MeanGap is the mean time between two fault starts (default 4s).
 	MeanGap time.Duration
-	// Kinds restricts the vocabulary (default: all of Kinds).
+	// TargetedMeanGap is the mean time between two targeted faults
+	// (default 12s; with Kinds naming targeted kinds only, MeanGap's
+	// default applies to them instead, so that a targeted run is dense).
+	TargetedMeanGap time.Duration
+	// Kinds restricts the vocabulary (default: all of AllKinds).
 	Kinds []Kind
 }
 
@@ -164,8 +209,8 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Sprintf("replicas must be at least 1, got %d", o.Replicas))
 	}
 	for _, k := range o.Kinds {
-		if !slices.Contains(Kinds, k) {
-			errs = append(errs, fmt.Sprintf("unknown fault kind %q; kinds: %v", k, Kinds))
+		if !slices.Contains(AllKinds(), k) {
+			errs = append(errs, fmt.Sprintf("unknown fault kind %q; kinds: %v", k, AllKinds()))
 		}
 	}
 	if len(errs) > 0 {
@@ -195,14 +240,31 @@ var durations = map[Kind]span{
 	APIErrors:      {3 * time.Second, 10 * time.Second},
 	APIThrottle:    {3 * time.Second, 10 * time.Second},
 	WatchStall:     {3 * time.Second, 10 * time.Second},
+	// Targeted: the silence lasts this long after the spread.
+	ZoneSilenceSpread: {5 * time.Second, 12 * time.Second},
+	AllZonesPartition: {5 * time.Second, 15 * time.Second},
+	LostAnswer:        {3 * time.Second, 10 * time.Second},
+	WatchGone:         {2 * time.Second, 6 * time.Second},
+	// The restart's downtime; the fault reserves apiServerStartup after it.
+	APIServerRestart: {1 * time.Second, 4 * time.Second},
 }
+
+// apiServerStartup is what a targeted fault reserves for kube-apiserver to
+// answer again after a restart (its ready wait is bounded by the runner).
+const apiServerStartup = 15 * time.Second
+
+// lostAnswerResources are the writes whose answers lost-answer drops: the
+// controllers' every kind of write (configmaps: the fake cloud's requests).
+var lostAnswerResources = []string{"nodes", "pods", "leases", "evictions", "configmaps"}
 
 var apiResources = []string{"nodes", "pods", "leases", "evictions"}
 var watchResources = []string{"nodes", "pods", "leases"}
 
 // Generate draws a schedule from the seed. Process faults never overlap
 // (a replica is always left to lead), nor do API faults (one proxy rule at
-// a time); node faults may overlap freely, as real ones do.
+// a time); node faults may overlap freely, as real ones do. The kinds of
+// Kinds come from the seed's first stream, exactly as before the targeted
+// kinds existed; the targeted kinds from a second stream, numbered after.
 func Generate(o Options) (Schedule, error) {
 	if err := o.Validate(); err != nil {
 		return Schedule{}, err
@@ -210,17 +272,61 @@ func Generate(o Options) (Schedule, error) {
 	if o.MeanGap <= 0 {
 		o.MeanGap = 4 * time.Second
 	}
-	kinds := o.Kinds
-	if len(kinds) == 0 {
-		kinds = Kinds
+	kinds, targeted := Kinds, TargetedKinds
+	if len(o.Kinds) > 0 {
+		kinds, targeted = nil, nil
+		for _, k := range o.Kinds {
+			if slices.Contains(Kinds, k) {
+				kinds = append(kinds, k)
+			} else {
+				targeted = append(targeted, k)
+			}
+		}
 	}
+	if o.TargetedMeanGap <= 0 {
+		o.TargetedMeanGap = 12 * time.Second
+		if len(kinds) == 0 {
+			o.TargetedMeanGap = o.MeanGap
+		}
+	}
+	sched := Schedule{Seed: o.Seed, Duration: o.Duration}
+	var busy busyTimes
+	if len(kinds) > 0 {
+		generateBase(o, kinds, &sched, &busy)
+	}
+	if len(targeted) > 0 {
+		generateTargeted(o, targeted, &sched, &busy)
+	}
+	// Stable: steps at one instant keep their draw order (an end before a
+	// start at the same time stays so).
+	sort.SliceStable(sched.Steps, func(i, j int) bool { return sched.Steps[i].At < sched.Steps[j].At })
+	return sched, nil
+}
+
+// interval is a stretch of the window a fault holds.
+type interval struct{ from, to time.Duration }
+
+// busyTimes are the stretches the process and the API faults hold, so that
+// the targeted ones overlap none of them.
+type busyTimes struct{ process, api []interval }
+
+func free(list []interval, from, to time.Duration) bool {
+	for _, iv := range list {
+		if from < iv.to && iv.from < to {
+			return false
+		}
+	}
+	return true
+}
+
+// generateBase draws the kinds of Kinds, from the seed's first stream.
+func generateBase(o Options, kinds []Kind, sched *Schedule, busy *busyTimes) {
 	// PCG seeded from the seed alone: Go's math/rand/v2 promises PCG's
 	// output stays the same across releases.
 	r := rand.New(rand.NewPCG(uint64(o.Seed), uint64(o.Seed)^0x9e3779b97f4a7c15))
 	draw := func(s span) time.Duration {
 		return s.min + time.Duration(r.Int64N(int64(s.max-s.min)/int64(time.Millisecond)+1))*time.Millisecond
 	}
-	sched := Schedule{Seed: o.Seed, Duration: o.Duration}
 	var processBusy, apiBusy time.Duration
 	at := time.Duration(0)
 	for {
@@ -278,6 +384,7 @@ func Generate(o Options) (Schedule, error) {
 				continue // one process fault at a time; the draw is spent all the same
 			}
 			processBusy = at + d + 2*time.Second
+			busy.process = append(busy.process, interval{at, processBusy})
 			if k == LeaderKill {
 				add(0, Step{Op: OpKillLeader})
 				add(d, Step{Op: OpStartReplica, Replica: -1})
@@ -291,6 +398,7 @@ func Generate(o Options) (Schedule, error) {
 				continue
 			}
 			apiBusy = at + d
+			busy.api = append(busy.api, interval{at, apiBusy})
 			if k == WatchStall {
 				f.Resource = watchResources[r.IntN(len(watchResources))]
 				add(0, Step{Op: OpWatchStallStart, Resource: f.Resource})
@@ -307,10 +415,103 @@ func Generate(o Options) (Schedule, error) {
 		}
 		sched.Faults = append(sched.Faults, f)
 	}
-	// Stable: steps at one instant keep their draw order (an end before a
-	// start at the same time stays so).
-	sort.SliceStable(sched.Steps, func(i, j int) bool { return sched.Steps[i].At < sched.Steps[j].At })
-	return sched, nil
+}
+
+// generateTargeted draws the targeted kinds from a stream of their own
+// (seeded from the seed alone), skipping a draw whose process or API part
+// would overlap a fault that holds them.
+func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes) {
+	r := rand.New(rand.NewPCG(uint64(o.Seed)^0x7461726765746564, uint64(o.Seed)+0x6f6e707572706f73))
+	draw := func(s span) time.Duration {
+		return s.min + time.Duration(r.Int64N(int64(s.max-s.min)/int64(time.Millisecond)+1))*time.Millisecond
+	}
+	at := time.Duration(0)
+	for {
+		at = (at + time.Duration(r.ExpFloat64()*float64(o.TargetedMeanGap))).Round(time.Millisecond)
+		if at >= o.Duration {
+			break
+		}
+		k := kinds[r.IntN(len(kinds))]
+		d := draw(durations[k])
+		z := o.Zones[r.IntN(len(o.Zones))]
+		f := Fault{Kind: k, At: at}
+		var steps []Step
+		add := func(off time.Duration, s Step) {
+			s.At = at + off
+			steps = append(steps, s)
+		}
+		switch k {
+		case ZoneSilenceSpread:
+			// 3 of the zone's nodes (all of a smaller zone but one), in a
+			// random order, the last one spread (0.1-10s) after the first.
+			nodes := slices.Clone(z.Nodes)
+			r.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+			if len(nodes) > 3 {
+				nodes = nodes[:3]
+			}
+			spread := draw(span{100 * time.Millisecond, 10 * time.Second})
+			offs := []time.Duration{0, time.Duration(r.Int64N(int64(spread)/int64(time.Millisecond)+1)) * time.Millisecond, spread}
+			kill := r.IntN(2) == 0
+			killAt := time.Duration(r.Int64N(int64(spread)/int64(time.Millisecond)+1)) * time.Millisecond
+			down := draw(span{2 * time.Second, 5 * time.Second})
+			d += spread
+			if at+d > o.Duration {
+				continue
+			}
+			f.Zone, f.Nodes, f.Duration = z.Name, nodes, d
+			for i, n := range nodes {
+				add(offs[min(i, len(offs)-1)], Step{Op: OpPartition, Nodes: []string{n}})
+			}
+			if kill && at+killAt+down < o.Duration && free(busy.process, at+killAt, at+killAt+down+2*time.Second) {
+				busy.process = append(busy.process, interval{at + killAt, at + killAt + down + 2*time.Second})
+				add(killAt, Step{Op: OpKillLeader})
+				add(killAt+down, Step{Op: OpStartReplica, Replica: -1})
+			}
+			add(d, Step{Op: OpHeal, Nodes: nodes})
+		case AllZonesPartition:
+			if at+d > o.Duration {
+				continue
+			}
+			f.Duration = d
+			for _, zz := range o.Zones {
+				f.Nodes = append(f.Nodes, zz.Nodes...)
+			}
+			add(0, Step{Op: OpPartition, Nodes: f.Nodes})
+			add(d, Step{Op: OpHeal, Nodes: f.Nodes})
+		case LostAnswer, WatchGone:
+			d = min(d, o.Duration-at)
+			if !free(busy.api, at, at+d) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + d})
+			f.Duration = d
+			if k == LostAnswer {
+				f.Resource = lostAnswerResources[r.IntN(len(lostAnswerResources))]
+				add(0, Step{Op: OpLostAnswerStart, Resource: f.Resource})
+				add(d, Step{Op: OpLostAnswerEnd, Resource: f.Resource})
+			} else {
+				f.Resource = watchResources[r.IntN(len(watchResources))]
+				add(0, Step{Op: OpWatchGoneStart, Resource: f.Resource})
+				add(d, Step{Op: OpWatchGoneEnd, Resource: f.Resource})
+			}
+		case APIServerRestart:
+			// Down d, then the restart's start-up: the whole fault must fit.
+			hold := d + apiServerStartup
+			if at+hold > o.Duration || !free(busy.api, at, at+hold) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + hold})
+			f.Duration = hold
+			add(0, Step{Op: OpAPIServerStop, Down: d})
+			add(hold, Step{Op: OpAPIServerReady})
+		}
+		idx := len(sched.Faults)
+		for i := range steps {
+			steps[i].Fault = idx
+		}
+		sched.Faults = append(sched.Faults, f)
+		sched.Steps = append(sched.Steps, steps...)
+	}
 }
 
 // String lists the faults, one a line, for failure output and docs.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,9 @@ func TestGenerateShape(t *testing.T) {
 	kinds := map[Kind]bool{}
 	for seed := int64(0); seed < 200; seed++ {
 		s := gen(t, seed)
-		var procEnd, apiEnd time.Duration
+		// The faults are listed by stream, not by time: every pair of
+		// process faults, and of API faults, is compared.
+		var procs, apis []Fault
 		for _, f := range s.Faults {
 			kinds[f.Kind] = true
 			if f.At < 0 || f.At+f.Duration > s.Duration {
@@ -61,15 +64,18 @@ func TestGenerateShape(t *testing.T) {
 			}
 			switch f.Kind {
 			case LeaderKill, ProcessRestart:
-				if f.At < procEnd {
-					t.Fatalf("seed %d: process faults overlap at %v", seed, f.At)
+				procs = append(procs, f)
+			case APIErrors, APIThrottle, WatchStall, LostAnswer, WatchGone, APIServerRestart:
+				apis = append(apis, f)
+			}
+		}
+		for _, list := range [][]Fault{procs, apis} {
+			for i, a := range list {
+				for _, b := range list[i+1:] {
+					if a.At < b.At+b.Duration && b.At < a.At+a.Duration {
+						t.Fatalf("seed %d: %s and %s overlap", seed, a, b)
+					}
 				}
-				procEnd = f.At + f.Duration
-			case APIErrors, APIThrottle, WatchStall:
-				if f.At < apiEnd {
-					t.Fatalf("seed %d: API faults overlap at %v", seed, f.At)
-				}
-				apiEnd = f.At + f.Duration
 			}
 		}
 		for i := 1; i < len(s.Steps); i++ {
@@ -93,9 +99,72 @@ func TestGenerateShape(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range Kinds {
+	for _, k := range AllKinds() {
 		if !kinds[k] {
 			t.Errorf("kind %s never drawn in 200 seeds", k)
+		}
+	}
+}
+
+// The targeted kinds come from a stream of their own: a seed's faults of
+// the first vocabulary are those it drew before they existed, and -kinds
+// restricted to targeted kinds draws them densely.
+func TestGenerateTargeted(t *testing.T) {
+	s := gen(t, 1)
+	base, err := Generate(Options{Seed: 1, Duration: 90 * time.Second, Zones: testZones(), Replicas: 3, Kinds: Kinds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(s.Faults[:len(base.Faults)], base.Faults) {
+		t.Fatalf("seed 1's first-stream faults changed with the targeted kinds:\n%s\n%s", s, base)
+	}
+	for _, f := range s.Faults[len(base.Faults):] {
+		if !slices.Contains(TargetedKinds, f.Kind) {
+			t.Fatalf("a fault of the first vocabulary after the first stream's: %s", f)
+		}
+	}
+	for _, k := range TargetedKinds {
+		only, err := Generate(Options{Seed: 7, Duration: 60 * time.Second, Zones: testZones(), Replicas: 3, Kinds: []Kind{k}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(only.Faults) < 2 {
+			t.Errorf("-kinds=%s: only %d faults in 60s:\n%s", k, len(only.Faults), only)
+		}
+		for _, f := range only.Faults {
+			if f.Kind != k {
+				t.Errorf("-kinds=%s drew %s", k, f)
+			}
+		}
+	}
+	// The shapes: 3 of 4 nodes of one zone spread over at most 10s; every
+	// node of every zone at once.
+	for seed := int64(0); seed < 50; seed++ {
+		sp, err := Generate(Options{Seed: seed, Duration: 60 * time.Second, Zones: testZones(), Replicas: 3, Kinds: []Kind{ZoneSilenceSpread, AllZonesPartition}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range sp.Faults {
+			var parts []time.Duration
+			nodes := map[string]bool{}
+			for _, st := range sp.Steps {
+				if st.Fault == i && st.Op == OpPartition {
+					parts = append(parts, st.At)
+					for _, n := range st.Nodes {
+						nodes[n] = true
+					}
+				}
+			}
+			switch f.Kind {
+			case ZoneSilenceSpread:
+				if len(parts) != 3 || len(nodes) != 3 || parts[2]-parts[0] > 10*time.Second || parts[2]-parts[0] < 100*time.Millisecond {
+					t.Fatalf("seed %d: %s: partitions at %v of %v", seed, f, parts, nodes)
+				}
+			case AllZonesPartition:
+				if len(nodes) != 12 {
+					t.Fatalf("seed %d: %s cuts %d nodes", seed, f, len(nodes))
+				}
+			}
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,7 +45,63 @@ var (
 	flagSeed     = flag.String("seed", "", "seeds to run, comma-separated (replays their schedules)")
 	flagDuration = flag.Duration("duration", 60*time.Second, "fault window of each seed (cluster time)")
 	flagOut      = flag.String("out", "", "directory for each seed's full timeline (default: $TMPDIR/nodeshepherd-chaos)")
+	flagKinds    = flag.String("kinds", "", "fault kinds to draw, comma-separated (pkg/chaos's, the remediation ones and the person ones; default: all)")
 )
+
+// faultKinds is every kind -kinds takes: pkg/chaos's vocabulary, the
+// remediation faults (repair_test.go) and a person's (person_test.go).
+func faultKinds() []chaos.Kind {
+	return append(append(chaos.AllKinds(), repairKinds...), personKinds...)
+}
+
+// kindSet is -kinds parsed: nil when empty (every kind).
+type kindSet map[chaos.Kind]bool
+
+// parseKinds reads -kinds; an unknown kind is an error that lists them all.
+func parseKinds(s string) (kindSet, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	all := faultKinds()
+	out := kindSet{}
+	var bad []string
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if !slices.Contains(all, chaos.Kind(k)) {
+			bad = append(bad, k)
+			continue
+		}
+		out[chaos.Kind(k)] = true
+	}
+	if len(bad) > 0 || len(out) == 0 {
+		names := make([]string, len(all))
+		for i, k := range all {
+			names[i] = string(k)
+		}
+		return nil, fmt.Errorf("-kinds=%q: unknown fault kind(s) %q; the kinds are: %s", s, bad, strings.Join(names, ","))
+	}
+	return out, nil
+}
+
+// has says whether the set draws k (every kind when nil).
+func (ks kindSet) has(k chaos.Kind) bool { return ks == nil || ks[k] }
+
+// of returns the kinds of list the set draws (nil: the set is nil too).
+func (ks kindSet) of(list []chaos.Kind) []chaos.Kind {
+	if ks == nil {
+		return nil
+	}
+	var out []chaos.Kind
+	for _, k := range list {
+		if ks[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 // The compressed timings: the controllers' and the fake kubelets'. The
 // checker's limits are derived from the same values.
@@ -60,6 +117,11 @@ const (
 	// evictionSlack: how long before its stamp a taint eviction may have
 	// been decided (the controller reads the node right before).
 	evictionSlack = time.Second
+	// evictionRate is nodeEvictionRate (one taint per 10s per zone, as
+	// upstream's default; zones of at most 50 nodes get 0 while partially
+	// disrupted, unhealthyZoneThreshold and largeClusterSizeThreshold
+	// being left at their defaults): the checker's rate-limit rule.
+	evictionRate = 0.1
 )
 
 const configYAML = `apiVersion: nodeshepherd.io/v1alpha1
@@ -76,7 +138,8 @@ shared:
 nodeLifecycle:
   nodeMonitorGracePeriod: 3s
   nodeStartupGracePeriod: 5s
-  nodeEvictionRate: 100
+  nodeEvictionRate: 0.1
+  secondaryNodeEvictionRate: 0.01
   podReadinessRestoreDelay: 1s
 cloudProvider:
   cloudProvider: fake
@@ -126,6 +189,10 @@ func TestChaos(t *testing.T) {
 	if *flagDuration <= 0 {
 		t.Fatalf("-duration=%v: give a positive duration, e.g. 60s", *flagDuration)
 	}
+	kinds, err := parseKinds(*flagKinds)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("not checked yet:\n  - %s", strings.Join(append(append([]string(nil), chaos.NotChecked...), repairNotChecked...), "\n  - "))
 	// The repair checker's own cases first: a checker that cannot tell
 	// must not judge a run.
@@ -133,7 +200,7 @@ func TestChaos(t *testing.T) {
 		t.FailNow()
 	}
 	for _, seed := range seeds(t) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSeed(t, seed, *flagDuration) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runSeed(t, seed, *flagDuration, kinds) })
 	}
 }
 
@@ -151,6 +218,7 @@ const restartDelay = time.Second
 
 type cluster struct {
 	t        *testing.T
+	cp       *controlplane.ControlPlane
 	client   kubernetes.Interface
 	nodes    *fakenode.Manager
 	proxy    *framework.FaultProxy
@@ -166,6 +234,8 @@ type cluster struct {
 	stopping bool
 	exits    int
 	rules    map[int]*framework.FaultRule
+	// restarted is the running kube-apiserver restart's result.
+	restarted chan error
 	// faults are the schedule's, pkg/chaos's and the remediation ones.
 	faults []chaos.Fault
 	// notes are the fault steps and the fake cloud's repairs (noted from
@@ -180,7 +250,7 @@ func (c *cluster) note(at time.Time, what string) {
 	c.notes = append(c.notes, chaos.Entry{At: at, What: what})
 }
 
-func runSeed(t *testing.T, seed int64, duration time.Duration) {
+func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	start := time.Now()
 	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: true})
 	client := framework.Client(t, cp)
@@ -197,7 +267,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 		czones = append(czones, cz)
 	}
 	truth := chaos.NewTruth(czones)
-	c := &cluster{t: t, client: client, killed: -1, rules: map[int]*framework.FaultRule{}}
+	c := &cluster{t: t, cp: cp, client: client, killed: -1, rules: map[int]*framework.FaultRule{}}
 	defer func() { // before the cleanups kill the replicas
 		c.mu.Lock()
 		c.stopping = true
@@ -217,25 +287,31 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 	}
 	// 2 or 3 replicas, from the seed.
 	replicas := 2 + int(uint64(seed)%2)
-	sched, err := chaos.Generate(chaos.Options{Seed: seed, Duration: duration, Zones: czones, Replicas: replicas})
-	if err != nil {
-		t.Fatal(err)
+	// -kinds: pkg/chaos draws only its kinds of the set; none of them, no
+	// pkg/chaos fault at all (its empty Kinds means every kind).
+	sched := chaos.Schedule{Seed: seed, Duration: duration}
+	if own := kinds.of(chaos.AllKinds()); kinds == nil || len(own) > 0 {
+		var err error
+		if sched, err = chaos.Generate(chaos.Options{Seed: seed, Duration: duration, Zones: czones, Replicas: replicas, Kinds: own}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	sched = withRepairFaults(sched, czones)
+	sched = withRepairFaults(sched, czones, kinds)
+	sched = withPersonFaults(sched, czones, kinds)
 	c.faults = sched.Faults
 	t.Logf("%d replicas; schedule %s", replicas, sched)
 
 	// The checkers watch before anything else writes.
 	checker := chaos.NewChecker(chaos.Limits{Grace: grace, MonitorPeriod: monitorPeriod, Slack: slack, MaxCordoned: maxCordoned,
-		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS, EvictionSlack: evictionSlack}, truth)
+		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS, EvictionSlack: evictionSlack, EvictionRate: evictionRate}, truth)
 	if err := chaos.Watch(ctx, client, checker); err != nil {
 		t.Fatal(err)
 	}
-	rc := newRepairChecker(chaosPolicy, slack, true)
-	if err := watchRepairs(ctx, client, rc); err != nil {
+	rc := repairCheckers{newRepairChecker(chaosPolicy, slack, true), newRepairChecker(fencePolicy, slack, true)}
+	if err := watchRepairs(ctx, client, rc...); err != nil {
 		t.Fatal(err)
 	}
-	installRepairPolicy(t, dynamic.NewForConfigOrDie(cp.RESTConfig()))
+	installRepairPolicy(t, dynamic.NewForConfigOrDie(cp.RESTConfig()), chaosPolicy, fencePolicy)
 	c.proxy = framework.StartFaultProxy(t, cp.RESTConfig())
 	pcfg := c.proxy.RESTConfig(cp.RESTConfig())
 	c.kc = framework.WriteKubeconfig(t, pcfg.Host, pcfg.CAData, pcfg.BearerToken)
@@ -316,7 +392,9 @@ func runSeed(t *testing.T, seed int64, duration time.Duration) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %d invariant violations (replay: make chaos SEED=%d DURATION=%v)\n", seed, len(vs), seed, duration)
 	for _, v := range vs {
-		fmt.Fprintf(&b, "  +%v %s %s: %s\n", v.At.Sub(t0).Round(time.Millisecond), v.Invariant, v.Object, v.Detail)
+		// The time since the schedule's start, then Violation.String():
+		// "HH:MM:SS.mmm INVARIANT OBJECT: detail".
+		fmt.Fprintf(&b, "  +%v %s\n", v.At.Sub(t0).Round(time.Millisecond), v)
 	}
 	fmt.Fprintf(&b, "timeline before the first violation (all of it in %s):\n%s", path, excerpt(c.merged(checker, rc), t0, vs[0].At))
 	t.Error(b.String())
@@ -468,6 +546,55 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		return fmt.Sprintf(" (slot %d, pid %d)", slot, c.slots[slot].cmd.Process.Pid)
 	case opPoolLeave, opPoolJoin:
 		return setPoolLabel(ctx, c.client, s.Nodes[0], s.Op == opPoolJoin)
+	case opConfirm:
+		return setAnnotation(ctx, c.client, s.Nodes[0], annConfirm, "chaos: a person confirmed the machine dead")
+	case opUnconfirm:
+		return setAnnotation(ctx, c.client, s.Nodes[0], annConfirm, nil)
+	case opFenceJoin:
+		return setLabel(ctx, c.client, s.Nodes[0], fencePolicy.PoolLabel, fencePolicy.PoolValue)
+	case opFenceExit:
+		return setLabel(ctx, c.client, s.Nodes[0], fencePolicy.PoolLabel, nil)
+	case chaos.OpLostAnswerStart:
+		r := framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Kind: framework.FaultLostAnswer, Methods: framework.Writes, Every: 2}
+		if s.Resource == "evictions" {
+			r.Resource, r.Subresource = "pods", "eviction"
+		}
+		c.rules[s.Fault] = c.proxy.Inject(r)
+	case chaos.OpWatchGoneStart:
+		// The watches are cut; their resumption, and the re-list from the
+		// last resourceVersion, are answered 410 Gone until the end.
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, ResumeOnly: true, Kind: framework.FaultGone})
+		return fmt.Sprintf(" (%d watches cut)", c.proxy.DropWatches())
+	case chaos.OpLostAnswerEnd, chaos.OpWatchGoneEnd:
+		if r := c.rules[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			return fmt.Sprintf(" (injected %d times)", c.proxy.Injected(r.Name))
+		}
+	case chaos.OpAPIServerStop:
+		// In the background: the ready step waits for it, the other steps
+		// go on meanwhile (fakenodes and the checkers retry on their own).
+		// The pid is read before: the restart replaces the process under
+		// the control plane's feet, with no lock (the ready step reads it
+		// after the restart's answer).
+		pid := c.cp.PID(controlplane.APIServer)
+		done := make(chan error, 1)
+		c.restarted = done
+		go func() { done <- c.cp.RestartAPIServer(ctx, s.Down) }()
+		return fmt.Sprintf(" (kube-apiserver pid %d stopped)", pid)
+	case chaos.OpAPIServerReady:
+		if c.restarted == nil {
+			return " (no restart)"
+		}
+		select {
+		case err := <-c.restarted:
+			c.restarted = nil
+			if err != nil {
+				t.Fatalf("step %s: kube-apiserver did not come back: %v", s, err)
+			}
+			return fmt.Sprintf(" (kube-apiserver pid %d answers)", c.cp.PID(controlplane.APIServer))
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("step %s: kube-apiserver not ready 2m after its restart", s)
+		}
 	case chaos.OpAPIFaultStart:
 		r := framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Kind: framework.FaultStatus, Status: s.Status, Every: 2}
 		if s.Resource == "evictions" {
@@ -562,7 +689,7 @@ func whole(deps []chaos.Deployment) bool {
 
 // merged is the faults, the fake cloud's repairs and the observed writes,
 // in time order.
-func (c *cluster) merged(ch *chaos.Checker, rc *repairChecker) []chaos.Entry {
+func (c *cluster) merged(ch *chaos.Checker, rc repairCheckers) []chaos.Entry {
 	c.notesMu.Lock()
 	all := append([]chaos.Entry(nil), c.notes...)
 	c.notesMu.Unlock()
@@ -586,7 +713,7 @@ func excerpt(all []chaos.Entry, t0, until time.Time) string {
 	return b.String()
 }
 
-func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker, rc *repairChecker) string {
+func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker, rc repairCheckers) string {
 	dir := *flagOut
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "nodeshepherd-chaos")

@@ -65,7 +65,10 @@ type repairPolicy struct {
 var chaosPolicy = repairPolicy{
 	Name: "chaos", PoolLabel: "nodeshepherd.io/chaos-pool", PoolValue: "repair",
 	Condition: "ReadonlyFilesystem", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
-	Steps:       []repairStep{{"Taint", 10 * time.Second}, {"Reboot", 15 * time.Second}, {"Replace", 10 * time.Second}},
+	// Fence last (issue 45): with the fake provider a Replace ends the
+	// repair, so it is reached only when a replacement does not come;
+	// fencePolicy (person_test.go) reaches its Fence on purpose.
+	Steps:       []repairStep{{"Taint", 10 * time.Second}, {"Reboot", 15 * time.Second}, {"Replace", 10 * time.Second}, {"Fence", 10 * time.Second}},
 	TaintKey:    "nodeshepherd.io/chaos-unhealthy",
 	MaxInRepair: intstr.FromInt32(2), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(3),
 	Cooldown: 5 * time.Second,
@@ -132,22 +135,24 @@ func nodeGroups(zones []string, perZone int) []fakenode.NodeGroup {
 }
 
 // installRepairPolicy installs the RemediationPolicy CRD, waits until its
-// resource is served, and creates the chaos policy.
-func installRepairPolicy(t *testing.T, dyn dynamic.Interface) {
+// resource is served, and creates the policies.
+func installRepairPolicy(t *testing.T, dyn dynamic.Interface, policies ...repairPolicy) {
 	t.Helper()
 	if err := remediation.InstallCRD(framework.Context(t), dyn, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	var pol unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(chaosPolicy.manifest()), &pol.Object); err != nil {
-		t.Fatal(err)
+	for _, p := range policies {
+		var pol unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(p.manifest()), &pol.Object); err != nil {
+			t.Fatal(err)
+		}
+		// Established comes before discovery serves the resource: the
+		// create itself is the test that it is served.
+		framework.Eventually(t, 60*time.Second, "the "+p.Name+" RemediationPolicy created", func(ctx context.Context) (bool, string, error) {
+			_, err := dyn.Resource(remediation.GroupVersionResource).Create(ctx, &pol, metav1.CreateOptions{})
+			return err == nil, fmt.Sprint(err), nil
+		})
 	}
-	// Established comes before discovery serves the resource: the create
-	// itself is the test that it is served.
-	framework.Eventually(t, 60*time.Second, "the chaos RemediationPolicy created", func(ctx context.Context) (bool, string, error) {
-		_, err := dyn.Resource(remediation.GroupVersionResource).Create(ctx, &pol, metav1.CreateOptions{})
-		return err == nil, fmt.Sprint(err), nil
-	})
 }
 
 // The remediation faults: kinds and ops of their own, drawn from a stream
@@ -167,6 +172,9 @@ const (
 	opPoolJoin  chaos.Op = "pool-join"
 )
 
+// repairKinds are the remediation faults' kinds, for -kinds.
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave}
+
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
 
@@ -177,8 +185,9 @@ const labelTimeout = 5 * time.Second
 // pool node 4 times in 5 (on another node, they must start nothing),
 // half of them lasting, and pool departures (3 in 20). Fault indexes follow first
 // (the pkg/chaos faults' count). Like chaos.Generate, every fault ends
-// inside the window, and the same seed gives the same faults.
-func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first int) ([]chaos.Fault, []chaos.Step) {
+// inside the window, and the same seed gives the same faults. With -kinds
+// naming some of them (allowed), each draw's kind is one of those instead.
+func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first int, allowed []chaos.Kind) ([]chaos.Fault, []chaos.Step) {
 	r := rand.New(rand.NewPCG(uint64(seed)^0x7265706169722121, uint64(seed)+0x6c6164646572))
 	var pool, rest []string
 	for _, z := range zones {
@@ -203,12 +212,23 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			s.At, s.Fault = at+off, idx
 			steps = append(steps, s)
 		}
-		switch x := r.IntN(20); {
-		case x < 17:
+		var kind chaos.Kind
+		if allowed == nil {
+			switch x := r.IntN(20); {
+			case x < 17:
+				kind = kindRepairCondition
+			default:
+				kind = kindPoolLeave
+			}
+		} else {
+			kind = allowed[r.IntN(len(allowed))]
+		}
+		switch kind {
+		case kindRepairCondition, kindRepairLasting:
 			// A lasting one long enough, from early on, climbs to Replace
 			// (For, the Taint's and the Reboot's timeouts: 27s).
 			f.Kind, f.Duration = kindRepairCondition, draw(4*time.Second, 25*time.Second)
-			if r.IntN(2) == 0 {
+			if (allowed == nil && r.IntN(2) == 0) || kind == kindRepairLasting {
 				f.Kind, f.Duration = kindRepairLasting, draw(15*time.Second, 45*time.Second)
 			}
 			if r.IntN(5) < 4 {
@@ -235,9 +255,13 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 
 // withRepairFaults merges the remediation faults into a pkg/chaos
 // schedule: its steps in time order, a step of pkg/chaos first at the
-// same instant.
-func withRepairFaults(s chaos.Schedule, zones []chaos.Zone) chaos.Schedule {
-	faults, steps := repairSchedule(s.Seed, s.Duration, zones, len(s.Faults))
+// same instant. kinds (-kinds) may leave some or all of them out.
+func withRepairFaults(s chaos.Schedule, zones []chaos.Zone, kinds kindSet) chaos.Schedule {
+	allowed := kinds.of(repairKinds)
+	if kinds != nil && len(allowed) == 0 {
+		return s
+	}
+	faults, steps := repairSchedule(s.Seed, s.Duration, zones, len(s.Faults), allowed)
 	s.Faults = append(append([]chaos.Fault(nil), s.Faults...), faults...)
 	s.Steps = append(append([]chaos.Step(nil), s.Steps...), steps...)
 	sort.SliceStable(s.Steps, func(i, j int) bool { return s.Steps[i].At < s.Steps[j].At })

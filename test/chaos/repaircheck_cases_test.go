@@ -31,6 +31,7 @@ func testRepairChecker(t *testing.T) {
 		rec        *record
 		sickSince  time.Time // zero: the condition False
 		uid        string
+		oos        bool // the out-of-service taint
 	}
 	mk := func(s nodeSpec) *v1.Node {
 		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.name, UID: types.UID("uid-" + s.name + s.uid),
@@ -47,6 +48,9 @@ func testRepairChecker(t *testing.T) {
 			cond = v1.NodeCondition{Type: chaosPolicy.Condition, Status: chaosPolicy.Status, LastTransitionTime: metav1.NewTime(s.sickSince)}
 		}
 		n.Status.Conditions = []v1.NodeCondition{cond}
+		if s.oos {
+			n.Spec.Taints = []v1.Taint{{Key: taintOutOfService, Effect: v1.TaintEffectNoExecute}}
+		}
 		return n
 	}
 	rec := func(step int, since, repair float64) *record {
@@ -61,6 +65,7 @@ func testRepairChecker(t *testing.T) {
 		node    *nodeSpec
 		deleted bool
 		cm      map[string]string // the requests ConfigMap's data
+		machine map[string]string // the machine states ConfigMap's data
 	}
 	// Six pool nodes, two per zone, and one node outside the pool; all
 	// seen healthy at t=0.
@@ -134,23 +139,74 @@ func testRepairChecker(t *testing.T) {
 		name: "selection: a request for a node out of the pool all along, not for one that left within the slack",
 		events: []event{
 			{t: 10, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot")}},
-			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a"}},
+			{t: 15, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 15, 15)}},
+			{t: 18, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 18, 15)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", sickSince: sick, rec: rec(1, 18, 15)}},
 			{t: 22, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot"), "a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
 			{t: 40, cm: map[string]string{"x": req("uid-x/boot1/chaos/2/Reboot", "reboot"), "a0": req("uid-a0/boot1/chaos/3/Replace", "replace")}},
 		},
+		// x is healthy and has no record either; a0's record is at Reboot.
 		want: []string{InvRepairSelection + " node/x reboot request uid-x/boot1/chaos/2/Reboot written while policy chaos did not select",
-			InvRepairSelection + " node/a0 replace request uid-a0/boot1/chaos/3/Replace"},
+			InvRepairUnhealthy + " node/x reboot request uid-x/boot1/chaos/2/Reboot of policy chaos while the node was not unhealthy",
+			InvRepairLadder + " node/x reboot request uid-x/boot1/chaos/2/Reboot while the node's record of policy chaos was never at a Reboot step",
+			InvRepairSelection + " node/a0 replace request uid-a0/boot1/chaos/3/Replace",
+			InvRepairLadder + " node/a0 replace request uid-a0/boot1/chaos/3/Replace while the node's record of policy chaos was never at a Replace step"},
 	}, {
 		name: "requests: an ID written again after another, a second reboot of one boot",
 		events: []event{
+			{t: 5, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 5, 5)}},
+			{t: 8, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 8, 5)}},
 			{t: 10, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
 			{t: 11, cm: map[string]string{"a0": `{"id":"uid-a0/boot1/chaos/2/Reboot","action":"reboot","done":"2026-11-26T10:00:11Z"}`}},
 			{t: 20, cm: map[string]string{"a0": req("uid-a0/boot2/chaos/3/Replace", "replace")}},
 			{t: 30, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
 			{t: 40, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/9/Reboot", "reboot")}},
 		},
+		// The Replace request comes with the record still at Reboot.
 		want: []string{InvRepairRequests + " node/a0 request uid-a0/boot1/chaos/2/Reboot (reboot) written 2 times",
+			InvRepairLadder + " node/a0 replace request uid-a0/boot2/chaos/3/Replace while the node's record of policy chaos was never at a Replace step",
 			InvRepairRequests + " node/a0 a second reboot for Node UID uid-a0 boot boot1"},
+	}, {
+		name: "unhealthy: a climb to Reboot of a node healthy all around it; not of one whose condition holds",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 12, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, rec: rec(0, 10, 10)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, rec: rec(1, 20, 10)}},
+			{t: 20, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 20, 20)}},
+			{t: 30, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(1, 30, 20)}},
+		},
+		want: []string{InvRepairUnhealthy + " node/a0 climb to Reboot of policy chaos while the node was not unhealthy"},
+	}, {
+		name: "selection of a climb: to Reboot after leaving the pool",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 15, node: &nodeSpec{name: "a0", zone: "zone-a", sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 30, node: &nodeSpec{name: "a0", zone: "zone-a", sickSince: sick, rec: rec(1, 30, 10)}},
+		},
+		want: []string{InvRepairSelection + " node/a0 climb to Reboot of policy chaos while the policy did not select the node"},
+	}, {
+		name: "a request at a step the record never reached: a step skipped",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 12, cm: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}},
+		},
+		want: []string{InvRepairLadder + " node/a0 reboot request uid-a0/boot1/chaos/2/Reboot while the node's record of policy chaos was never at a Reboot step"},
+	}, {
+		name: "fence-running: an out-of-service taint under Fence while the machine ran; not once it is off",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 20, 10)}},
+			{t: 35, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(2, 35, 10)}},
+			{t: 45, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(3, 45, 10)}},
+			{t: 50, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(3, 45, 10), oos: true}},
+			{t: 60, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 60, 60)}},
+			{t: 70, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(1, 70, 60)}},
+			{t: 85, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(2, 85, 60)}},
+			{t: 95, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(3, 95, 60)}},
+			{t: 97, machine: map[string]string{"b0": "shutdown"}},
+			{t: 99, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(3, 95, 60), oos: true}},
+		},
+		want: []string{InvFenceRunning + " node/a0 out-of-service taint under policy chaos's Fence step while the fake cloud said the machine runs"},
 	}}
 	for _, tc := range cases {
 		c := newRepairChecker(chaosPolicy, 5*time.Second, true)
@@ -160,6 +216,8 @@ func testRepairChecker(t *testing.T) {
 			switch {
 			case e.cm != nil:
 				c.ObserveRequests(at(e.t), &v1.ConfigMap{Data: e.cm})
+			case e.machine != nil:
+				c.ObserveMachines(at(e.t), &v1.ConfigMap{Data: e.machine}, false)
 			default:
 				c.ObserveNode(at(e.t), mk(*e.node), e.deleted)
 			}
@@ -201,8 +259,8 @@ func testRepairChecker(t *testing.T) {
 	// The remediation faults are the seed's: the same seed, the same
 	// faults; every one ends inside the window.
 	zones := []chaos.Zone{{Name: "zone-a", Nodes: []string{"n0", "n1", "n2", "n3"}}, {Name: "zone-b", Nodes: []string{"n4", "n5", "n6", "n7"}}}
-	f1, s1 := repairSchedule(7, 60*time.Second, zones, 3)
-	f2, s2 := repairSchedule(7, 60*time.Second, zones, 3)
+	f1, s1 := repairSchedule(7, 60*time.Second, zones, 3, nil)
+	f2, s2 := repairSchedule(7, 60*time.Second, zones, 3, nil)
 	if !reflect.DeepEqual(f1, f2) || !reflect.DeepEqual(s1, s2) || len(f1) < 3 {
 		t.Errorf("seed 7: remediation faults differ between two draws, or too few (%d):\n%v\n%v", len(f1), f1, f2)
 	}

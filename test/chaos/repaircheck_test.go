@@ -34,14 +34,27 @@ const (
 	InvRepairLadder    = "repair-ladder"
 	InvRepairRequests  = "repair-requests"
 	InvRepairProgress  = "repair-progress"
+	// InvRepairUnhealthy: a Reboot, Replace or Fence (a request, or the
+	// record climbing to such a step) of a node that no version the checker
+	// saw around it showed unhealthy by the policy's condition.
+	InvRepairUnhealthy = "repair-unhealthy"
+	// InvFenceRunning: an out-of-service taint under a Fence step while the
+	// fake cloud (the provider's source) said the machine runs, in every
+	// version of its state from the Fence step to the taint.
+	InvFenceRunning = "fence-running"
 )
 
 // The API contract the checker reads, spelled out rather than imported from
 // the controller it judges (as pkg/chaos does).
 const (
-	annRepairRecord = "nodeshepherd.io/remediation"
-	labelZone       = "topology.kubernetes.io/zone"
+	annRepairRecord   = "nodeshepherd.io/remediation"
+	labelZone         = "topology.kubernetes.io/zone"
+	taintOutOfService = "node.kubernetes.io/out-of-service"
 )
+
+// disruptive are the steps that take a node's machine or workloads away:
+// each needs the node selected and unhealthy when it is taken.
+var disruptive = map[string]bool{"Reboot": true, "Replace": true, "Fence": true}
 
 // repairNotChecked is what the repair checker leaves out, printed with
 // pkg/chaos's list.
@@ -49,6 +62,7 @@ var repairNotChecked = []string{
 	"repair-brakes: the cooldown after a storm (a process's memory: a new leader starts without it); maxUnhealthy is judged only when the unhealthy nodes held their condition over the whole window from the decision to the checker's view of it",
 	"repair-selection: a request written less than the slack after its node left the pool is not told from one written just before",
 	"repair-ladder: steps' timeouts and the healthy hold (when a step may come) are not checked, only their order",
+	"repair-brakes: a node being replaced (its Node absent) is not counted in repair",
 }
 
 // record is a node's repair record (the annotation's JSON).
@@ -81,18 +95,31 @@ type nodeView struct {
 	// cond is the policy's condition, nil when the node has none.
 	cond *v1.NodeCondition
 	rec  *record
+	// oos: the node carries the out-of-service taint.
+	oos bool
+}
+
+// machineView is one version of the fake cloud's machine states (its
+// ConfigMap: a node's key missing means running), from `from` on.
+type machineView struct {
+	from  time.Time
+	state map[string]string
 }
 
 // pendingRepair is a check that needs the view up to a moment past the
 // slack: a request's selection, or a new repair's maxUnhealthy.
 type pendingRepair struct {
-	kind string // "selection" or "unhealthy"
+	kind string // "selection", "unhealthy", "step" (a climb or a request) or "fence"
 	node string
 	seen time.Time // when the checker saw the request or the record
 	// decided is the controller's own time of the decision (the record's
 	// repairSince) for "unhealthy"; id and action the request's.
 	decided    time.Time
 	id, action string
+	// step: the climb's record (kind "step"), or the Fence step's first
+	// sight (kind "fence").
+	rec       *record
+	fenceSeen time.Time
 }
 
 // repairChecker judges the ladder of one policy.
@@ -101,6 +128,18 @@ type repairChecker struct {
 	pol      repairPolicy
 	slack    time.Duration
 	provider bool // a cloud provider that can reboot and replace
+	// others are the other policies' names: their records are theirs to
+	// judge. requestActions says which of the fake cloud's request actions
+	// this checker judges (nil: all). events: this checker puts the
+	// remediation events into the timeline (one of them does).
+	others         map[string]bool
+	requestActions func(action string) bool
+	events         bool
+	// machines are the fake cloud's machine states, version by version;
+	// fenceSeen is when the checker first saw each node's record at a
+	// Fence step (zero: not at one).
+	machines  []machineView
+	fenceSeen map[string]time.Time
 
 	nodes map[string]*v1.Node
 	views map[string][]nodeView
@@ -127,7 +166,7 @@ type repairChecker struct {
 func newRepairChecker(pol repairPolicy, slack time.Duration, provider bool) *repairChecker {
 	return &repairChecker{pol: pol, slack: slack, provider: provider, nodes: map[string]*v1.Node{}, views: map[string][]nodeView{}, bad: map[string]string{},
 		maxZonePool: map[string]int{}, requests: map[string]fakecloud.Request{}, written: map[string]int{}, byBoot: map[string][]string{},
-		stats: map[string]int{}}
+		stats: map[string]int{}, others: map[string]bool{}, events: true, fenceSeen: map[string]time.Time{}}
 }
 
 func (c *repairChecker) violate(at time.Time, inv, obj, format string, args ...any) {
@@ -214,6 +253,8 @@ func (c *repairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 			c.violate(at, InvRepairLadder, "node/"+name, "repair record unreadable: %v", err)
 		}
 		rec = prev // judge the next readable one against the last
+	case rec != nil && rec.Policy != c.pol.Name && c.others[rec.Policy]:
+		rec = nil // another checker's
 	case rec != nil && rec.Policy != c.pol.Name:
 		if raw := n.Annotations[annRepairRecord]; c.bad[name] != raw {
 			c.bad[name] = raw
@@ -222,10 +263,97 @@ func (c *repairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 		rec = nil
 	}
 	view.rec = rec
+	view.oos = hasTaint(n, taintOutOfService)
+	var wasOOS bool
+	if vs := c.views[name]; len(vs) > 0 {
+		wasOOS = vs[len(vs)-1].exists && vs[len(vs)-1].oos
+	}
 	c.views[name] = append(c.views[name], view)
 	c.poolSizes()
 	c.ladder(at, n, prev, rec)
+	c.fence(at, name, rec, view.oos && !wasOOS)
 	c.settle(at)
+}
+
+func hasTaint(n *v1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// fence follows a node's Fence step: its first sight, and an out-of-
+// service taint that comes under it (fence-running, judged once the
+// machine states' watch has had the slack to catch up).
+func (c *repairChecker) fence(at time.Time, name string, rec *record, newOOS bool) {
+	if rec == nil || rec.Action != "Fence" {
+		delete(c.fenceSeen, name)
+		return
+	}
+	if c.fenceSeen[name].IsZero() {
+		c.fenceSeen[name] = at
+	}
+	if newOOS {
+		c.pending = append(c.pending, pendingRepair{kind: "fence", node: name, seen: at, fenceSeen: c.fenceSeen[name]})
+	}
+}
+
+// ObserveMachines takes the fake cloud's machine states ConfigMap.
+func (c *repairChecker) ObserveMachines(at time.Time, cm *v1.ConfigMap, deleted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := map[string]string{}
+	if !deleted {
+		for k, v := range cm.Data {
+			st[k] = v
+		}
+	}
+	c.machines = append(c.machines, machineView{from: at, state: st})
+	c.settle(at)
+}
+
+// machineRan says whether every version of the machine states visible in
+// [from, to] said the node's machine runs (no key, or "running"); before
+// the first version seen, the ConfigMap did not exist: every machine ran.
+func (c *repairChecker) machineRan(node string, from, to time.Time) (bool, []string) {
+	var seen []string
+	for i, v := range c.machines {
+		if v.from.After(to) {
+			break
+		}
+		if i+1 < len(c.machines) && !c.machines[i+1].from.After(from) {
+			continue
+		}
+		s := v.state[node]
+		seen = append(seen, v.from.Format("15:04:05.000")+" "+dashIfEmptyState(s))
+		if s != "" && s != fakecloud.Running {
+			return false, seen
+		}
+	}
+	return true, seen
+}
+
+func dashIfEmptyState(s string) string {
+	if s == "" {
+		return fakecloud.Running + " (no key)"
+	}
+	return s
+}
+
+// checkFence (fence-running): an out-of-service taint came under a Fence
+// step while the provider, asked at any moment from the slack before the
+// checker first saw the step to the taint, would have said the machine runs.
+func (c *repairChecker) checkFence(p pendingRepair) {
+	from := p.fenceSeen.Add(-c.slack)
+	if p.fenceSeen.IsZero() {
+		from = p.seen.Add(-c.slack)
+	}
+	if ran, seen := c.machineRan(p.node, from, p.seen); ran {
+		c.violate(p.seen, InvFenceRunning, "node/"+p.node, "out-of-service taint under policy %s's Fence step while the fake cloud said the machine runs (its states from %s to %s: %s)",
+			c.pol.Name, from.Format("15:04:05.000"), p.seen.Format("15:04:05.000"), dashIfNone(seen))
+	}
 }
 
 // poolSizes keeps the largest pool sizes seen.
@@ -297,6 +425,10 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 	case rec.Step == next:
 		c.note(at, "repair of %s climbs: %s", name, *rec)
 		c.stats["climbed to "+rec.Action]++
+		if disruptive[rec.Action] {
+			r := *rec
+			c.pending = append(c.pending, pendingRepair{kind: "step", node: name, seen: at, action: rec.Action, rec: &r})
+		}
 	case rec.Step < prev.Step:
 		c.violate(at, InvRepairLadder, obj, "moved back from %s to %s", *prev, *rec)
 	default:
@@ -365,6 +497,9 @@ func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
 		}
 		prev, had := c.requests[node]
 		c.requests[node] = r
+		if c.requestActions != nil && !c.requestActions(r.Action) {
+			continue // another checker's
+		}
 		if had && prev.ID == r.ID {
 			if prev.Done == nil && r.Done != nil {
 				c.note(at, "request %s %s carried out (%s)", r.Action, node, r.ID)
@@ -403,7 +538,65 @@ func (c *repairChecker) write(at time.Time, node string, r fakecloud.Request) {
 	} else {
 		c.violate(at, InvRepairRequests, obj, "request ID %q names no Node UID and boot", r.ID)
 	}
-	c.pending = append(c.pending, pendingRepair{kind: "selection", node: node, seen: at, id: r.ID, action: r.Action})
+	c.pending = append(c.pending, pendingRepair{kind: "selection", node: node, seen: at, id: r.ID, action: r.Action},
+		pendingRepair{kind: "step", node: node, seen: at, id: r.ID, action: r.Action})
+}
+
+// stepAction is the ladder's action a fake cloud request carries out.
+func stepAction(requestAction string) string {
+	switch requestAction {
+	case "reboot":
+		return "Reboot"
+	case "replace":
+		return "Replace"
+	}
+	return "Fence"
+}
+
+// checkStep judges a disruptive action (a climb to its step, or a request)
+// against every version of the node visible from the slack before the
+// checker saw it to the slack after: one of them must have been selected by
+// the policy and unhealthy by its condition (repair-selection for a climb,
+// repair-unhealthy), and, for a request, carried this policy's record at
+// the action's step (repair-ladder: no step skipped).
+func (c *repairChecker) checkStep(p pendingRepair) {
+	from, to := p.seen.Add(-c.slack), p.seen.Add(c.slack)
+	what := "climb to " + p.action
+	action := p.action
+	if p.rec == nil {
+		what, action = fmt.Sprintf("%s request %s", p.action, p.id), stepAction(p.action)
+	}
+	var selected, sick, atStep bool
+	var seen []string
+	for _, v := range c.within(p.node, from, to) {
+		if !v.exists {
+			seen = append(seen, v.from.Format("15:04:05.000")+" no Node")
+			continue
+		}
+		selected = selected || v.selected
+		sick = sick || (v.cond != nil && v.cond.Status == c.pol.Status)
+		atStep = atStep || (v.rec != nil && v.rec.Action == action)
+		st := "none"
+		if v.cond != nil {
+			st = string(v.cond.Status)
+		}
+		rs := "no record"
+		if v.rec != nil {
+			rs = fmt.Sprintf("record at step %d (%s)", v.rec.Step+1, v.rec.Action)
+		}
+		seen = append(seen, fmt.Sprintf("%s %s=%s, %s", v.from.Format("15:04:05.000"), c.pol.Condition, st, rs))
+	}
+	obj := "node/" + p.node
+	window := fmt.Sprintf("its versions from %s to %s: %s", from.Format("15:04:05.000"), to.Format("15:04:05.000"), dashIfNone(seen))
+	if p.rec != nil && !selected {
+		c.violate(p.seen, InvRepairSelection, obj, "%s of policy %s while the policy did not select the node (%s)", what, c.pol.Name, window)
+	}
+	if !sick {
+		c.violate(p.seen, InvRepairUnhealthy, obj, "%s of policy %s while the node was not unhealthy by %s=%s (%s)", what, c.pol.Name, c.pol.Condition, c.pol.Status, window)
+	}
+	if p.rec == nil && !atStep {
+		c.violate(p.seen, InvRepairLadder, obj, "%s while the node's record of policy %s was never at a %s step: a step skipped (%s)", what, c.pol.Name, action, window)
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -473,6 +666,10 @@ func (c *repairChecker) settle(at time.Time) {
 			c.checkSelection(p)
 		case "unhealthy":
 			c.checkUnhealthy(p)
+		case "step":
+			c.checkStep(p)
+		case "fence":
+			c.checkFence(p)
 		}
 	}
 	c.pending = keep
@@ -593,7 +790,7 @@ func (c *repairChecker) Summary() string {
 // ObserveEvent notes the remediation controller's events in the timeline
 // (not judged: they explain).
 func (c *repairChecker) ObserveEvent(at time.Time, e *v1.Event) {
-	if !strings.HasPrefix(e.Reason, "Remediation") {
+	if !c.events || !strings.HasPrefix(e.Reason, "Remediation") {
 		return
 	}
 	c.mu.Lock()
@@ -604,40 +801,148 @@ func (c *repairChecker) ObserveEvent(at time.Time, e *v1.Event) {
 	c.note(at, "event %s %s/%s: %s", e.Reason, strings.ToLower(e.InvolvedObject.Kind), e.InvolvedObject.Name, e.Message)
 }
 
-// watchRepairs feeds the repair checker from its own informers (Nodes,
-// the requests ConfigMap, events), through a client that bypasses the
-// fault proxy, until ctx ends; it returns once they are synced.
-func watchRepairs(ctx context.Context, client kubernetes.Interface, c *repairChecker) error {
+// repairCheckers are the checkers of every policy of the run, each judging
+// its own.
+type repairCheckers []*repairChecker
+
+func (rs repairCheckers) each(f func(c *repairChecker)) {
+	for _, c := range rs {
+		f(c)
+	}
+}
+
+// InRepair lists the nodes in repair under any policy.
+func (rs repairCheckers) InRepair() []string {
+	var out []string
+	rs.each(func(c *repairChecker) { out = append(out, c.InRepair()...) })
+	return out
+}
+
+func (rs repairCheckers) CheckProgress(at time.Time, bound time.Duration) {
+	rs.each(func(c *repairChecker) { c.CheckProgress(at, bound) })
+}
+
+func (rs repairCheckers) Pending() int {
+	n := 0
+	rs.each(func(c *repairChecker) { n += c.Pending() })
+	return n
+}
+
+func (rs repairCheckers) Done() []string {
+	var out []string
+	rs.each(func(c *repairChecker) { out = append(out, c.Done()...) })
+	return out
+}
+
+func (rs repairCheckers) Violations() []chaos.Violation {
+	var out []chaos.Violation
+	rs.each(func(c *repairChecker) { out = append(out, c.Violations()...) })
+	return out
+}
+
+func (rs repairCheckers) Timeline() []chaos.Entry {
+	var out []chaos.Entry
+	rs.each(func(c *repairChecker) { out = append(out, c.Timeline()...) })
+	return out
+}
+
+func (rs repairCheckers) Summary() string {
+	var parts []string
+	rs.each(func(c *repairChecker) { parts = append(parts, c.pol.Name+": "+c.Summary()) })
+	return strings.Join(parts, "; ")
+}
+
+// watchRepairs feeds the repair checkers from their own informers (Nodes,
+// the fake cloud's requests and machine states ConfigMaps, events), through
+// a client that bypasses the fault proxy, until ctx ends; it returns once
+// they are synced. Each checker leaves the others' records to them; the
+// first one judges the fake cloud's reboots and replacements and notes the
+// events, the others the other requests.
+func watchRepairs(ctx context.Context, client kubernetes.Interface, rs ...*repairChecker) error {
+	for i, c := range rs {
+		for j, o := range rs {
+			if i != j {
+				c.others[o.pol.Name] = true
+			}
+		}
+		if i > 0 {
+			c.events = false
+			c.requestActions = func(a string) bool { return a != "reboot" && a != "replace" }
+		} else if len(rs) > 1 {
+			c.requestActions = func(a string) bool { return a == "reboot" || a == "replace" }
+		}
+	}
 	f := informers.NewSharedInformerFactory(client, 0)
-	cms := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(fakecloud.ConfigMapNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", fakecloud.RequestsConfigMapName).String()
-		}))
+	cmsFor := func(name string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(fakecloud.ConfigMapNamespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+			}))
+	}
+	cms, machines := cmsFor(fakecloud.RequestsConfigMapName), cmsFor(fakecloud.ConfigMapName)
 	untomb := func(obj any) any {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			return d.Obj
 		}
 		return obj
 	}
+	all := func(f func(c *repairChecker)) {
+		for _, c := range rs {
+			f(c)
+		}
+	}
 	var errs []error
 	_, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.ObserveNode(time.Now(), obj.(*v1.Node), false) },
-		UpdateFunc: func(_, obj any) { c.ObserveNode(time.Now(), obj.(*v1.Node), false) },
+		AddFunc: func(obj any) {
+			now := time.Now()
+			all(func(c *repairChecker) { c.ObserveNode(now, obj.(*v1.Node), false) })
+		},
+		UpdateFunc: func(_, obj any) {
+			now := time.Now()
+			all(func(c *repairChecker) { c.ObserveNode(now, obj.(*v1.Node), false) })
+		},
 		DeleteFunc: func(obj any) {
 			if n, ok := untomb(obj).(*v1.Node); ok {
-				c.ObserveNode(time.Now(), n, true)
+				now := time.Now()
+				all(func(c *repairChecker) { c.ObserveNode(now, n, true) })
 			}
 		},
 	})
 	errs = append(errs, err)
 	_, err = f.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.ObserveEvent(time.Now(), obj.(*v1.Event)) },
-		UpdateFunc: func(_, obj any) { c.ObserveEvent(time.Now(), obj.(*v1.Event)) },
+		AddFunc: func(obj any) { now := time.Now(); all(func(c *repairChecker) { c.ObserveEvent(now, obj.(*v1.Event)) }) },
+		UpdateFunc: func(_, obj any) {
+			now := time.Now()
+			all(func(c *repairChecker) { c.ObserveEvent(now, obj.(*v1.Event)) })
+		},
 	})
 	errs = append(errs, err)
 	_, err = cms.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.ObserveRequests(time.Now(), obj.(*v1.ConfigMap)) },
-		UpdateFunc: func(_, obj any) { c.ObserveRequests(time.Now(), obj.(*v1.ConfigMap)) },
+		AddFunc: func(obj any) {
+			now := time.Now()
+			all(func(c *repairChecker) { c.ObserveRequests(now, obj.(*v1.ConfigMap)) })
+		},
+		UpdateFunc: func(_, obj any) {
+			now := time.Now()
+			all(func(c *repairChecker) { c.ObserveRequests(now, obj.(*v1.ConfigMap)) })
+		},
+	})
+	errs = append(errs, err)
+	_, err = machines.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			now := time.Now()
+			all(func(c *repairChecker) { c.ObserveMachines(now, obj.(*v1.ConfigMap), false) })
+		},
+		UpdateFunc: func(_, obj any) {
+			now := time.Now()
+			all(func(c *repairChecker) { c.ObserveMachines(now, obj.(*v1.ConfigMap), false) })
+		},
+		DeleteFunc: func(obj any) {
+			if cm, ok := untomb(obj).(*v1.ConfigMap); ok {
+				now := time.Now()
+				all(func(c *repairChecker) { c.ObserveMachines(now, cm, true) })
+			}
+		},
 	})
 	errs = append(errs, err)
 	for _, err := range errs {
@@ -645,9 +950,11 @@ func watchRepairs(ctx context.Context, client kubernetes.Interface, c *repairChe
 			return fmt.Errorf("repair checker: %w", err)
 		}
 	}
-	f.Start(ctx.Done())
-	cms.Start(ctx.Done())
-	for _, fac := range []informers.SharedInformerFactory{f, cms} {
+	facs := []informers.SharedInformerFactory{f, cms, machines}
+	for _, fac := range facs {
+		fac.Start(ctx.Done())
+	}
+	for _, fac := range facs {
 		for typ, ok := range fac.WaitForCacheSync(ctx.Done()) {
 			if !ok {
 				return fmt.Errorf("repair checker: the %v watch did not sync", typ)
@@ -660,11 +967,12 @@ func watchRepairs(ctx context.Context, client kubernetes.Interface, c *repairChe
 		for {
 			select {
 			case <-ctx.Done():
-				f.Shutdown()
-				cms.Shutdown()
+				for _, fac := range facs {
+					fac.Shutdown()
+				}
 				return
 			case now := <-t.C:
-				c.Settle(now)
+				all(func(c *repairChecker) { c.Settle(now) })
 			}
 		}
 	}()

@@ -76,6 +76,11 @@ const (
 	// silent while the API server answers everything else, until the API
 	// server ends it or DropWatches cuts it.
 	FaultStall FaultKind = "stall"
+	// FaultLostAnswer forwards the request (a write takes effect) and then
+	// aborts the client's stream or connection instead of relaying the
+	// answer: the client sees an error at once and cannot tell whether its
+	// write happened (FaultHang's case, without waiting for its timeout).
+	FaultLostAnswer FaultKind = "lost-answer"
 )
 
 // FaultRule injects Kind into the requests it matches: every Every-th match
@@ -469,6 +474,15 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	case FaultHangUnsent:
 		p.record(e)
 		p.hang(r)
+	case FaultLostAnswer:
+		d := &discard{}
+		e.Reached = true
+		p.rp.ServeHTTP(d, r.WithContext(context.WithoutCancel(r.Context())))
+		e.Status = d.status
+		p.record(e)
+		// net/http resets the HTTP/2 stream (or closes the HTTP/1
+		// connection) without a word: the answer is lost on the way.
+		panic(http.ErrAbortHandler)
 	case FaultBefore:
 		fr.Before()
 		rec := &statusRecorder{ResponseWriter: w}

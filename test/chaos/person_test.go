@@ -1,0 +1,169 @@
+package chaos
+
+// A person's faults (issue 45, point 2): an out-of-service confirmation
+// followed by a power cycle and a partition of the live machine, and a
+// partition of a live machine under a policy with a Fence step. They are
+// drawn from a stream of their own, so that every seed's other faults stay
+// what they were.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+)
+
+const (
+	// kindConfirmPowerCycle: a machine is shut down, a person confirms it
+	// dead (the out-of-service annotation), the machine starts again (a new
+	// boot) and, 0.5-3s later, is cut off while it runs. The confirmation
+	// was for the old boot: an out-of-service taint or a force deletion on
+	// the live machine is running-machine's violation.
+	kindConfirmPowerCycle chaos.Kind = "confirm-then-powercycle"
+	// kindFencePartition: a node outside the chaos pool joins the fence
+	// pool (fencePolicy: Taint, then Fence) with the policy's condition,
+	// and is cut off while its machine runs: a Fence that fences it is
+	// running-machine's (and fence-running's) violation.
+	kindFencePartition chaos.Kind = "fence-partition"
+
+	opConfirm   chaos.Op = "confirm-out-of-service"
+	opUnconfirm chaos.Op = "unconfirm-out-of-service"
+	opFenceJoin chaos.Op = "fence-pool-join"
+	opFenceExit chaos.Op = "fence-pool-leave"
+
+	// annConfirm is outofservice's AnnotationConfirm, spelled out (the
+	// runner plays a person, who types it).
+	annConfirm = "nodeshepherd.io/out-of-service"
+)
+
+// personKinds are a person's kinds, for -kinds.
+var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition}
+
+// personMeanGap is the mean time between two of a person's faults.
+const personMeanGap = 20 * time.Second
+
+// fencePolicy is the second RemediationPolicy: a pool that no node is in
+// until fence-partition puts one there (nodes outside the chaos pool), a
+// condition of its own, and a ladder that reaches Fence within 12s.
+var fencePolicy = repairPolicy{
+	Name: "chaos-fence", PoolLabel: "nodeshepherd.io/chaos-fence", PoolValue: "on",
+	Condition: "ChaosFence", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
+	Steps:       []repairStep{{"Taint", 10 * time.Second}, {"Fence", 10 * time.Second}},
+	TaintKey:    "nodeshepherd.io/chaos-fence",
+	MaxInRepair: intstr.FromInt32(1), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(2),
+	Cooldown: 5 * time.Second,
+}
+
+// personSchedule draws a person's faults of a seed; allowed (-kinds) may
+// restrict them. Every one ends inside the window.
+func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first int, allowed []chaos.Kind) ([]chaos.Fault, []chaos.Step) {
+	r := rand.New(rand.NewPCG(uint64(seed)^0x706572736f6e2121, uint64(seed)+0x636f6e6669726d))
+	kinds := personKinds
+	if allowed != nil {
+		kinds = allowed
+	}
+	var all, rest []string
+	for _, z := range zones {
+		all = append(all, z.Nodes...)
+		rest = append(rest, z.Nodes[poolPerZone:]...)
+	}
+	draw := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(r.Int64N(int64(hi-lo)/int64(time.Millisecond)+1))*time.Millisecond
+	}
+	var faults []chaos.Fault
+	var steps []chaos.Step
+	at := time.Duration(0)
+	for {
+		at = (at + time.Duration(r.ExpFloat64()*float64(personMeanGap))).Round(time.Millisecond)
+		if at >= window {
+			break
+		}
+		k := kinds[r.IntN(len(kinds))]
+		f := chaos.Fault{Kind: k, At: at}
+		var fs []chaos.Step
+		add := func(off time.Duration, s chaos.Step) {
+			s.At, s.Fault = at+off, first+len(faults)
+			fs = append(fs, s)
+		}
+		switch k {
+		case kindConfirmPowerCycle:
+			n := []string{all[r.IntN(len(all))]}
+			confirm := draw(1500*time.Millisecond, 4*time.Second)
+			on := confirm + draw(4*time.Second, 10*time.Second)
+			cut := on + draw(500*time.Millisecond, 3*time.Second)
+			end := cut + draw(6*time.Second, 15*time.Second)
+			f.Nodes, f.Duration = n, end
+			add(0, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: n})
+			add(confirm, chaos.Step{Op: opConfirm, Nodes: n})
+			add(on, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
+			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+		case kindFencePartition:
+			n := []string{rest[r.IntN(len(rest))]}
+			cut := draw(1500*time.Millisecond, 3*time.Second)
+			end := cut + draw(18*time.Second, 28*time.Second)
+			leave := end + 6*time.Second // after the hold: the repair ends on its own
+			f.Nodes, f.Duration = n, leave
+			add(0, chaos.Step{Op: opFenceJoin, Nodes: n})
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: n, Condition: string(fencePolicy.Condition) + "=" + string(fencePolicy.Status)})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
+			add(end, chaos.Step{Op: chaos.OpClearCondition, Nodes: n, Condition: string(fencePolicy.Condition)})
+			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			add(leave, chaos.Step{Op: opFenceExit, Nodes: n})
+		}
+		if at+f.Duration > window {
+			continue // the draw is spent: the same seed keeps its faults
+		}
+		faults = append(faults, f)
+		steps = append(steps, fs...)
+	}
+	return faults, steps
+}
+
+// withPersonFaults merges a person's faults into the schedule, like
+// withRepairFaults.
+func withPersonFaults(s chaos.Schedule, zones []chaos.Zone, kinds kindSet) chaos.Schedule {
+	allowed := kinds.of(personKinds)
+	if kinds != nil && len(allowed) == 0 {
+		return s
+	}
+	faults, steps := personSchedule(s.Seed, s.Duration, zones, len(s.Faults), allowed)
+	s.Faults = append(append([]chaos.Fault(nil), s.Faults...), faults...)
+	s.Steps = append(append([]chaos.Step(nil), s.Steps...), steps...)
+	sort.SliceStable(s.Steps, func(i, j int) bool { return s.Steps[i].At < s.Steps[j].At })
+	return s
+}
+
+// setAnnotation sets (value non-nil) or removes a node's annotation, as a
+// person would with kubectl, within labelTimeout.
+func setAnnotation(ctx context.Context, client kubernetes.Interface, node, key string, value any) string {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
+	ctx, cancel := context.WithTimeout(ctx, labelTimeout)
+	defer cancel()
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Sprintf(" (%v)", err)
+	}
+	return ""
+}
+
+// setLabel sets (value non-nil) or removes a node's label.
+func setLabel(ctx context.Context, client kubernetes.Interface, node, key string, value any) string {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
+	ctx, cancel := context.WithTimeout(ctx, labelTimeout)
+	defer cancel()
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Sprintf(" (%v)", err)
+	}
+	return ""
+}
