@@ -78,6 +78,15 @@ DURATION ?= 60s
 chaos: controlplane
 	go test -count=1 -v -timeout 0 -run '^TestChaos$$' ./test/chaos/ -args -seeds=$(SEEDS) -seed=$(SEED) -duration=$(DURATION)
 
+## chaos-mutants: measure the chaos checker by mutation (docs/chaos.md#mutants): each mutant of test/chaos/mutants (one
+## safety rule reverted) applied to a scratch copy of the tree, its seeds run until a violation, 10 min at most each;
+## the table on stdout and in MUTANTS_OUT (bin/chaos-mutants.md). MUTANT=name,name for some; MUTANT=none runs the seeds unmutated
+MUTANT ?=
+MUTANTS_OUT ?=
+.PHONY: chaos-mutants
+chaos-mutants: controlplane
+	go run ./hack/chaosmutants -mutant=$(MUTANT) $(if $(MUTANTS_OUT),-out=$(MUTANTS_OUT))
+
 ## generate: write what follows from the controllers' descriptors (pkg/generate): deploy/components/NAME
 ## and the Helm chart's templates/_controllers.tpl; TestGeneratedFilesAreCurrent fails while one is stale
 generate:

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+)
+
+// A mutant file, test/chaos/mutants/NAME.patch, is a header of "Key: value"
+// lines followed by a `git diff` (git apply ignores what comes before the
+// first "diff --git"). Lines starting with # are comments.
+//
+//	Mutant: zone-rate-ignored
+//	Invariant: zone-rules
+//	Reverts: the rule, one sentence, and the commit that introduced it
+//	Kinds: zone-partition,rack-partition
+//	Seeds: 1,2,3,4,5
+//	Duration: 45s
+//	Status: pending <what must land first>   (optional; then no diff)
+//	Note: free text (optional)
+
+// mutant is one parsed mutant file.
+type mutant struct {
+	Name      string
+	File      string
+	Invariant []string // any of them is the one expected
+	Reverts   string
+	Kinds     []string
+	Seeds     []int64
+	Duration  time.Duration
+	// Pending says what must land in main before the mutant can be written
+	// (its safety rule does not exist yet); a pending mutant has no diff.
+	Pending string
+	Note    string
+	HasDiff bool
+}
+
+// maxDuration: a seed's fault window must leave room in the 10 minutes a
+// mutant gets for the control plane's start and the progress wait.
+const maxDuration = 5 * time.Minute
+
+// repairInvariants are the repair checker's names (test/chaos/repaircheck_test.go,
+// InvRepair*: a test package, which cannot be imported; TestKnownNamesMatchTheCheckers
+// compares them with that file).
+var repairInvariants = []string{"repair-brakes", "repair-selection", "repair-ladder", "repair-requests", "repair-progress"}
+
+// repairKinds are test/chaos/repair_test.go's fault kinds (compared there too).
+var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave"}
+
+// knownInvariants are every name a violation can carry.
+func knownInvariants() []string {
+	return append([]string{chaos.InvZoneRules, chaos.InvRunningForced, chaos.InvBudgets, chaos.InvToleration, chaos.InvUntainted,
+		chaos.InvPDB, chaos.InvCIDR, chaos.InvReadiness, chaos.InvProgress}, repairInvariants...)
+}
+
+// knownKinds are the fault kinds a schedule can draw.
+func knownKinds() []string {
+	var out []string
+	for _, k := range chaos.Kinds {
+		out = append(out, string(k))
+	}
+	return append(out, repairKinds...)
+}
+
+var headerKeys = []string{"Mutant", "Invariant", "Reverts", "Kinds", "Seeds", "Duration", "Status", "Note"}
+
+// parseMutant reads and checks one mutant file.
+func parseMutant(path string) (*mutant, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	name := strings.TrimSuffix(filepath.Base(path), ".patch")
+	m := &mutant{File: path}
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		l := sc.Text()
+		if strings.HasPrefix(l, "diff --git ") {
+			m.HasDiff = true
+			break
+		}
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(l, ":")
+		if !ok || !slices.Contains(headerKeys, key) {
+			return nil, fmt.Errorf("%s:%d: %q is not a header line (want one of %s: VALUE, before the first \"diff --git\")", path, line, l, strings.Join(headerKeys, ", "))
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("%s:%d: %s given twice", path, line, key)
+		}
+		seen[key] = true
+		val = strings.TrimSpace(val)
+		switch key {
+		case "Mutant":
+			m.Name = val
+		case "Invariant":
+			m.Invariant = splitList(val)
+		case "Reverts":
+			m.Reverts = val
+		case "Kinds":
+			m.Kinds = splitList(val)
+		case "Seeds":
+			for _, s := range splitList(val) {
+				n, err := strconv.ParseInt(s, 10, 64)
+				if err != nil || n < 0 {
+					return nil, fmt.Errorf("%s:%d: seed %q is not a whole number", path, line, s)
+				}
+				m.Seeds = append(m.Seeds, n)
+			}
+		case "Duration":
+			d, err := time.ParseDuration(val)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: Duration %q: %v (e.g. 45s)", path, line, val, err)
+			}
+			m.Duration = d
+		case "Status":
+			p, ok := strings.CutPrefix(val, "pending")
+			if !ok || strings.TrimSpace(p) == "" {
+				return nil, fmt.Errorf("%s:%d: Status %q: the only status is \"pending WHAT MUST LAND FIRST\"", path, line, val)
+			}
+			m.Pending = strings.TrimSpace(p)
+		case "Note":
+			m.Note = val
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	var missing []string
+	for _, k := range []string{"Mutant", "Invariant", "Reverts", "Kinds", "Seeds", "Duration"} {
+		if !seen[k] {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s: header lacks %s (every mutant states Mutant, Invariant, Reverts, Kinds, Seeds, Duration)", path, strings.Join(missing, ", "))
+	}
+	if m.Name != name {
+		return nil, fmt.Errorf("%s: Mutant %q differs from the file's name %q", path, m.Name, name)
+	}
+	if m.Reverts == "" {
+		return nil, fmt.Errorf("%s: Reverts is empty: say which safety rule the mutant reverts", path)
+	}
+	if len(m.Invariant) == 0 {
+		return nil, fmt.Errorf("%s: Invariant is empty", path)
+	}
+	for _, inv := range m.Invariant {
+		if !slices.Contains(knownInvariants(), inv) {
+			return nil, fmt.Errorf("%s: invariant %q is not one the checkers report (%s)", path, inv, strings.Join(knownInvariants(), ", "))
+		}
+	}
+	if len(m.Seeds) == 0 {
+		return nil, fmt.Errorf("%s: Seeds is empty", path)
+	}
+	if m.Duration <= 0 || m.Duration > maxDuration {
+		return nil, fmt.Errorf("%s: Duration %v: want more than 0 and at most %v", path, m.Duration, maxDuration)
+	}
+	if m.Pending != "" {
+		// Its kinds may be ones still to come (issue 45 point 2).
+		if m.HasDiff {
+			return nil, fmt.Errorf("%s: a pending mutant has no diff yet (remove the Status line once its rule is in main and the diff written)", path)
+		}
+		return m, nil
+	}
+	for _, k := range m.Kinds {
+		if !slices.Contains(knownKinds(), k) {
+			return nil, fmt.Errorf("%s: fault kind %q is not drawn by any schedule (%s)", path, k, strings.Join(knownKinds(), ", "))
+		}
+	}
+	if !m.HasDiff {
+		return nil, fmt.Errorf("%s: no diff (a line starting \"diff --git\") after the header; a mutant whose rule is not in main yet says Status: pending WHAT", path)
+	}
+	return m, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// loadMutants parses every *.patch in dir, sorted by name.
+func loadMutants(dir string) ([]*mutant, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.patch"))
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("no mutants (*.patch) in %s", dir)
+	}
+	sort.Strings(paths)
+	var out []*mutant
+	var errs []string
+	for _, p := range paths {
+		m, err := parseMutant(p)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		out = append(out, m)
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("%s", strings.Join(errs, "\n"))
+	}
+	return out, nil
+}
