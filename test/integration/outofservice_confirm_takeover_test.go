@@ -136,7 +136,7 @@ func TestOutOfServiceBudgetAcrossTakeover(t *testing.T) {
 	conf := oosConfig(fastLifecycle(100), 1)
 	conf.OutOfService.TakeoverWait = 45 * time.Second
 	started := time.Now()
-	framework.StartNodeShepherd(t, conf, onlyOutOfService)
+	framework.StartNodeShepherd(t, cfg, conf, onlyOutOfService)
 	// The new leader has listed and decided about the first node: it
 	// tainted it (the defect) or said that it waits.
 	framework.Eventually(t, 60*time.Second, "the new leader's first decision", func(ctx context.Context) (bool, string, error) {

@@ -149,7 +149,7 @@ func TestSchedulerWritesHeldForever(t *testing.T) {
 		return proxy.Injected("hold-pv") == 1, proxy.String(), nil
 	})
 	pod("meanwhile", "")
-	framework.Eventually(t, 60*time.Second, "a pod bound while the volume's write is held", bound("meanwhile"))
+	framework.Eventually(t, 60*time.Second, "a pod created while the volume's write is held bound", bound("meanwhile"))
 	if ok, why := healthy(t, ns); !ok {
 		t.Errorf("/healthz while a write is held: %s", why)
 	}
