@@ -56,7 +56,7 @@ const personMeanGap = 20 * time.Second
 // until fence-partition puts one there (nodes outside the chaos pool), a
 // condition of its own, and a ladder that reaches Fence within 12s.
 var fencePolicy = repairPolicy{
-	Name: "chaos-fence", PoolLabel: "nodeshepherd.io/chaos-fence", PoolValue: "on",
+	Name: "chaos-fence", PoolLabel: "nodeshepherd.io/chaos-fence", PoolValue: "fence", // not "on": YAML 1.1 reads it as a boolean
 	Condition: "ChaosFence", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
 	Steps:       []repairStep{{"Taint", 10 * time.Second}, {"Fence", 10 * time.Second}},
 	TaintKey:    "nodeshepherd.io/chaos-fence",
