@@ -7,6 +7,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -478,11 +479,32 @@ func (c *cluster) leader(ctx context.Context) (int, string) {
 // apply performs one step and says what it did when that is not obvious.
 func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	t := c.t
+	var retried string
 	node := func(a fakenode.Action, cond *fakenode.Condition) {
-		if _, err := c.nodes.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: s.Nodes}, Condition: cond}); err != nil {
-			t.Fatalf("step %s: %v", s, err)
+		// A machine change takes effect in fakenodes at once, and is then
+		// published to the fake cloud's ConfigMap: while kube-apiserver
+		// restarts, that write fails, and is tried again (the same change
+		// again is no change) until it lands.
+		for tries, first := 1, time.Now(); ; tries++ {
+			_, err := c.nodes.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: s.Nodes}, Condition: cond})
+			var fe *fakenode.FaultError
+			switch {
+			case err == nil:
+				if tries > 1 {
+					retried = fmt.Sprintf(" (published on try %d)", tries)
+				}
+				return
+			case errors.As(err, &fe) || time.Since(first) > 90*time.Second || ctx.Err() != nil:
+				t.Fatalf("step %s: %v", s, err)
+			}
+			time.Sleep(500 * time.Millisecond) // the API server's restart, not luck: bounded above
 		}
 	}
+	defer func() {
+		if retried != "" {
+			c.note(time.Now(), fmt.Sprintf("FAULT #%d: step %s%s", s.Fault, s, retried))
+		}
+	}()
 	cond := func(needStatus bool) *fakenode.Condition {
 		cd, err := fakenode.ParseCondition(s.Condition, needStatus)
 		if err != nil {
