@@ -7,6 +7,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -45,6 +46,7 @@ var (
 	flagSeed     = flag.String("seed", "", "seeds to run, comma-separated (replays their schedules)")
 	flagDuration = flag.Duration("duration", 60*time.Second, "fault window of each seed (cluster time)")
 	flagOut      = flag.String("out", "", "directory for each seed's full timeline (default: $TMPDIR/nodeshepherd-chaos)")
+	flagPlan     = flag.Bool("schedule-only", false, "print each seed's schedule (every stream, with -kinds) and run nothing")
 	flagKinds    = flag.String("kinds", "", "fault kinds to draw, comma-separated (pkg/chaos's, the remediation ones and the person ones; default: all)")
 )
 
@@ -252,9 +254,6 @@ func (c *cluster) note(at time.Time, what string) {
 
 func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	start := time.Now()
-	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: true})
-	client := framework.Client(t, cp)
-	ctx := framework.Context(t)
 	zoneNames := []string{"zone-a", "zone-b", "zone-c"}
 	// The truth is filled as the steps are applied; the zones it needs are
 	// known before the nodes start, and fakenodes' repairs go into it.
@@ -266,8 +265,28 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 		}
 		czones = append(czones, cz)
 	}
+	// 2 or 3 replicas, from the seed.
+	replicas := 2 + int(uint64(seed)%2)
+	// -kinds: pkg/chaos draws only its kinds of the set; none of them, no
+	// pkg/chaos fault at all (its empty Kinds means every kind).
+	sched := chaos.Schedule{Seed: seed, Duration: duration}
+	if own := kinds.of(chaos.AllKinds()); kinds == nil || len(own) > 0 {
+		var err error
+		if sched, err = chaos.Generate(chaos.Options{Seed: seed, Duration: duration, Zones: czones, Replicas: replicas, Kinds: own}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sched = withRepairFaults(sched, czones, kinds)
+	sched = withPersonFaults(sched, czones, kinds)
+	if *flagPlan {
+		t.Logf("%d replicas; schedule %s", replicas, sched)
+		return
+	}
+	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: true})
+	client := framework.Client(t, cp)
+	ctx := framework.Context(t)
 	truth := chaos.NewTruth(czones)
-	c := &cluster{t: t, cp: cp, client: client, killed: -1, rules: map[int]*framework.FaultRule{}}
+	c := &cluster{t: t, cp: cp, client: client, killed: -1, rules: map[int]*framework.FaultRule{}, faults: sched.Faults}
 	defer func() { // before the cleanups kill the replicas
 		c.mu.Lock()
 		c.stopping = true
@@ -285,20 +304,6 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 			}
 		}
 	}
-	// 2 or 3 replicas, from the seed.
-	replicas := 2 + int(uint64(seed)%2)
-	// -kinds: pkg/chaos draws only its kinds of the set; none of them, no
-	// pkg/chaos fault at all (its empty Kinds means every kind).
-	sched := chaos.Schedule{Seed: seed, Duration: duration}
-	if own := kinds.of(chaos.AllKinds()); kinds == nil || len(own) > 0 {
-		var err error
-		if sched, err = chaos.Generate(chaos.Options{Seed: seed, Duration: duration, Zones: czones, Replicas: replicas, Kinds: own}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sched = withRepairFaults(sched, czones, kinds)
-	sched = withPersonFaults(sched, czones, kinds)
-	c.faults = sched.Faults
 	t.Logf("%d replicas; schedule %s", replicas, sched)
 
 	// The checkers watch before anything else writes.
@@ -474,11 +479,32 @@ func (c *cluster) leader(ctx context.Context) (int, string) {
 // apply performs one step and says what it did when that is not obvious.
 func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	t := c.t
+	var retried string
 	node := func(a fakenode.Action, cond *fakenode.Condition) {
-		if _, err := c.nodes.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: s.Nodes}, Condition: cond}); err != nil {
-			t.Fatalf("step %s: %v", s, err)
+		// A machine change takes effect in fakenodes at once, and is then
+		// published to the fake cloud's ConfigMap: while kube-apiserver
+		// restarts, that write fails, and is tried again (the same change
+		// again is no change) until it lands.
+		for tries, first := 1, time.Now(); ; tries++ {
+			_, err := c.nodes.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: s.Nodes}, Condition: cond})
+			var fe *fakenode.FaultError
+			switch {
+			case err == nil:
+				if tries > 1 {
+					retried = fmt.Sprintf(" (published on try %d)", tries)
+				}
+				return
+			case errors.As(err, &fe) || time.Since(first) > 90*time.Second || ctx.Err() != nil:
+				t.Fatalf("step %s: %v", s, err)
+			}
+			time.Sleep(500 * time.Millisecond) // the API server's restart, not luck: bounded above
 		}
 	}
+	defer func() {
+		if retried != "" {
+			c.note(time.Now(), fmt.Sprintf("FAULT #%d: step %s%s", s.Fault, s, retried))
+		}
+	}()
 	cond := func(needStatus bool) *fakenode.Condition {
 		cd, err := fakenode.ParseCondition(s.Condition, needStatus)
 		if err != nil {

@@ -56,7 +56,7 @@ const personMeanGap = 20 * time.Second
 // until fence-partition puts one there (nodes outside the chaos pool), a
 // condition of its own, and a ladder that reaches Fence within 12s.
 var fencePolicy = repairPolicy{
-	Name: "chaos-fence", PoolLabel: "nodeshepherd.io/chaos-fence", PoolValue: "on",
+	Name: "chaos-fence", PoolLabel: "nodeshepherd.io/chaos-fence", PoolValue: "fence", // not "on": YAML 1.1 reads it as a boolean
 	Condition: "ChaosFence", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
 	Steps:       []repairStep{{"Taint", 10 * time.Second}, {"Fence", 10 * time.Second}},
 	TaintKey:    "nodeshepherd.io/chaos-fence",
@@ -68,9 +68,10 @@ var fencePolicy = repairPolicy{
 // restrict them. Every one ends inside the window.
 func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first int, allowed []chaos.Kind) ([]chaos.Fault, []chaos.Step) {
 	r := rand.New(rand.NewPCG(uint64(seed)^0x706572736f6e2121, uint64(seed)+0x636f6e6669726d))
-	kinds := personKinds
+	kinds, gap := personKinds, personMeanGap
 	if allowed != nil {
-		kinds = allowed
+		// -kinds named some of them: a targeted run, denser.
+		kinds, gap = allowed, personMeanGap/2
 	}
 	var all, rest []string
 	for _, z := range zones {
@@ -84,7 +85,7 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	var steps []chaos.Step
 	at := time.Duration(0)
 	for {
-		at = (at + time.Duration(r.ExpFloat64()*float64(personMeanGap))).Round(time.Millisecond)
+		at = (at + time.Duration(r.ExpFloat64()*float64(gap))).Round(time.Millisecond)
 		if at >= window {
 			break
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -148,9 +149,14 @@ func installRepairPolicy(t *testing.T, dyn dynamic.Interface, policies ...repair
 		}
 		// Established comes before discovery serves the resource: the
 		// create itself is the test that it is served.
+		// A create whose answer was lost is there: AlreadyExists is done.
+		// An Invalid one will not come: said at once.
 		framework.Eventually(t, 60*time.Second, "the "+p.Name+" RemediationPolicy created", func(ctx context.Context) (bool, string, error) {
 			_, err := dyn.Resource(remediation.GroupVersionResource).Create(ctx, &pol, metav1.CreateOptions{})
-			return err == nil, fmt.Sprint(err), nil
+			if apierrors.IsInvalid(err) {
+				return false, "", err
+			}
+			return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err), nil
 		})
 	}
 }

@@ -237,14 +237,20 @@ func testRepairChecker(t *testing.T) {
 		}
 	}
 
-	// The policy installed is one the controller acts on, and says what the
-	// checker judges by.
+	// The policies installed are ones the controller acts on, and say what
+	// the checker judges by.
+	for _, p := range []repairPolicy{fencePolicy, chaosPolicy} {
+		var pol remediation.RemediationPolicy
+		if err := yaml.UnmarshalStrict([]byte(p.manifest()), &pol); err != nil {
+			t.Fatalf("the %s policy's manifest: %v\n%s", p.Name, err, p.manifest())
+		}
+		if errs := pol.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
+			t.Errorf("the %s policy is refused: %v", p.Name, errs.ToAggregate())
+		}
+	}
 	var pol remediation.RemediationPolicy
 	if err := yaml.UnmarshalStrict([]byte(chaosPolicy.manifest()), &pol); err != nil {
-		t.Fatalf("the chaos policy's manifest: %v\n%s", err, chaosPolicy.manifest())
-	}
-	if errs := pol.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
-		t.Errorf("the chaos policy is refused: %v", errs.ToAggregate())
+		t.Fatal(err)
 	}
 	if !pol.Spec.Selects(&v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{chaosPolicy.PoolLabel: chaosPolicy.PoolValue}}}) ||
 		pol.Spec.Selects(&v1.Node{}) || len(pol.Spec.Steps) != len(chaosPolicy.Steps) || pol.Spec.Brakes.MaxInRepair.String() != chaosPolicy.MaxInRepair.String() {
