@@ -72,8 +72,16 @@ func TestNewLeaderCountsZoneSilentBeforeStart(t *testing.T) {
 	client := framework.Client(t, cp)
 	nodes := fastNodes(client, 0, false)
 	nodes.Zones, _ = fakenode.ParseZones("zone-a=1,zone-b=3")
-	framework.StartFakeNodes(t, nodes)
-	framework.WaitAllNodesReady(t, client, 4, time.Minute)
+	m := framework.StartFakeNodes(t, nodes)
+	// Ready (their not-ready NoSchedule taint stays: no controller runs yet).
+	framework.Eventually(t, 2*time.Minute, "fake nodes Ready", func(ctx context.Context) (bool, string, error) {
+		for _, n := range m.NodeNames() {
+			if ok, s, err := nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue)(ctx); !ok || err != nil {
+				return false, s, err
+			}
+		}
+		return true, "", nil
+	})
 
 	now := time.Now()
 	a, b, c := "left-a", "left-b", "left-c"
