@@ -55,7 +55,7 @@ func TestDrainBudgetFreedAtDrainDeadline(t *testing.T) {
 	m := framework.StartFakeNodes(t, quietNodes(client, 2))
 	names := m.NodeNames()
 	first, second := names[0], names[1]
-	waitNodesReady(t, client, names...)
+	waitNodesReadyOnly(t, client, names...)
 	for i := range 16 {
 		createPod(t, client, fmt.Sprintf("stuck-%d", i), first, nil)
 	}

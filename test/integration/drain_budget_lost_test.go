@@ -117,6 +117,16 @@ func quietNodes(client kubernetes.Interface, n int) fakenode.Config {
 	return c
 }
 
+// waitNodesReadyOnly waits for the nodes' Ready=True (no node lifecycle
+// controller runs here to lift the not-ready taint they register with;
+// the drain controller looks at Ready only).
+func waitNodesReadyOnly(t *testing.T, client kubernetes.Interface, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
+	}
+}
+
 // otherNode is the name in names that is not name.
 func otherNode(names []string, name string) string {
 	for _, n := range names {
@@ -136,22 +146,34 @@ func otherNode(names []string, name string) string {
 // cordoned only once the first is uncordoned. At no moment are two nodes
 // cordoned by the controller.
 func TestDrainBudgetCountsLostCordon(t *testing.T) {
+	// Long enough for the node watch to be held before any cordon.
+	const minDuration = 45 * time.Second
 	cp, client := teCluster(t) // API server and etcd; the default ServiceAccount for the pods
 	m := framework.StartFakeNodes(t, quietNodes(client, 2))
 	names := m.NodeNames()
-	waitNodesReady(t, client, names...)
+	waitNodesReadyOnly(t, client, names...)
 	watch := watchCordons(t, client)
-	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, names...)
 
 	proxy := framework.StartFaultProxy(t, cp.RESTConfig())
-	// Held from the start: the informer's first LIST shows both nodes
-	// matching, and it never hears of the cordon.
-	stall := proxy.Inject(framework.FaultRule{Name: "stall-node-watch", Resource: "nodes", Watch: true, Kind: framework.FaultStall})
 	proxy.Inject(framework.FaultRule{Name: "lose-cordon-answer", Methods: []string{http.MethodPatch}, Resource: "nodes", Subresource: "-",
 		Kind: framework.FaultHang, Times: 1})
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, names...)
+	matched := time.Now()
 	framework.StartNodeShepherd(t, proxy.RESTConfig(cp.RESTConfig()), budgetDrainConfig(func(d *drain.Config) {
+		d.Conditions = []string{"KernelDeadlock=True," + minDuration.String()}
 		d.Budget.MaxCordonedNodes = "1"
 	}), func(o *manager.Options) { o.Controllers = []string{drain.Name} })
+	// The controller's node watch is held open without events from now on
+	// (its first watch, which lists, is cut once synced): it never hears of
+	// the cordon. The conditions are in its cache; timers cordon.
+	stall := proxy.Inject(framework.FaultRule{Name: "stall-node-watch", Resource: "nodes", Watch: true, ResumeOnly: true, Kind: framework.FaultStall})
+	proxy.DropWatches()
+	framework.Eventually(t, time.Minute, "the controller's node watch held open without events", func(context.Context) (bool, string, error) {
+		return proxy.Injected("stall-node-watch") >= 1, proxy.String(), nil
+	})
+	if since := time.Since(matched); since >= minDuration || proxy.Injected("lose-cordon-answer") > 0 {
+		t.Fatalf("the node watch was held %v after the nodes matched (cordons due at %v): too slow to exercise", since, minDuration)
+	}
 
 	var first string
 	framework.Eventually(t, 2*time.Minute, "a cordon forwarded and its answer withheld", func(context.Context) (bool, string, error) {

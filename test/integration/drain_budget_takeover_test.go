@@ -154,7 +154,7 @@ func TestDrainBudgetLateWriteOfOldLeader(t *testing.T) {
 	m := framework.StartFakeNodes(t, quietNodes(client, 2))
 	names := m.NodeNames()
 	first, second := names[0], names[1] // the new leader looks at first before second (LIST order)
-	waitNodesReady(t, client, names...)
+	waitNodesReadyOnly(t, client, names...)
 	watch := watchCordons(t, client)
 	conf := func(hold time.Duration) func(*drain.Config) {
 		return func(d *drain.Config) { d.Budget.MaxCordonedNodes, d.StartHold = "1", hold }

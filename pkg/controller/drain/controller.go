@@ -252,7 +252,7 @@ func (c *Controller) requeueWaiting() {
 func (c *Controller) Run(ctx context.Context) error {
 	return c.Base.Run(ctx, controllerutil.Work{Synced: c.synced, Queues: []interface{ ShutDown() }{c.queue},
 		Start: func(ctx context.Context) error {
-			if !c.dryRun.Enabled() { // a dry run writes nothing: no previous write to wait for
+			if !c.dryRun.Enabled() && c.cfg.StartHold > 0 { // a dry run writes nothing: no previous write to wait for
 				c.mu.Lock()
 				c.holdUntil = c.clock.Now().Add(c.cfg.StartHold)
 				c.mu.Unlock()
@@ -425,11 +425,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return nil
 		}
 		c.setSkipped(name, n, nil)
-		if v, err := c.startHold(ctx, now); err != nil || !v.Allowed {
-			if err == nil {
-				c.wait(n, "cordon", v)
-				c.queue.AddAfter(name, v.RetryAt.Sub(now))
-			}
+		if held, err := c.holdBack(ctx, n, "cordon", now); held || err != nil {
 			return err
 		}
 		if v := c.cfg.Budget.Cordon(c.cluster(), name); !v.Allowed {
@@ -551,11 +547,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.queue.AddAfter(name, next.Sub(now))
 		return nil
 	}
-	if v, err := c.startHold(ctx, now); err != nil || !v.Allowed {
-		if err == nil {
-			c.wait(n, "drain", v)
-			c.queue.AddAfter(name, v.RetryAt.Sub(now))
-		}
+	if held, err := c.holdBack(ctx, n, "drain", now); held || err != nil {
 		return err
 	}
 	v := c.cfg.Budget.StartDrain(c.cluster(), name, now)
@@ -783,29 +775,31 @@ func (c *Controller) forceAfter(n *v1.Node) time.Duration {
 // nodeshepherd_drain_nodes_waiting.
 const BudgetStartHold = "start-hold"
 
-// startHold holds back new cordons and drains until the hold after the
-// start has passed and every node has been read afresh (a LIST from the API
+// holdBack holds back a new cordon or drain (action) of n until the hold
+// after the start has passed and every node has been read afresh (a LIST from the API
 // server, not the informer, which may lag): a cordon or drain schedule that
 // a previous leader had in flight then shows in the view, and the budgets
 // count it. The argument is in docs/drain.md ("Budgets across a leader
 // change").
-func (c *Controller) startHold(ctx context.Context, now time.Time) (budget.Verdict, error) {
+func (c *Controller) holdBack(ctx context.Context, n *v1.Node, action string, now time.Time) (bool, error) {
 	c.mu.Lock()
 	until, fresh := c.holdUntil, c.fresh
 	c.mu.Unlock()
 	if fresh || until.IsZero() {
-		return budget.Verdict{Allowed: true}, nil
+		return false, nil
 	}
 	if now.Before(until) {
-		return budget.Verdict{Budget: BudgetStartHold, RetryAt: until, Reason: fmt.Sprintf(
+		c.wait(n, action, budget.Verdict{Budget: BudgetStartHold, RetryAt: until, Reason: fmt.Sprintf(
 			"the controller started less than --drain-start-hold=%s ago: a cordon or drain a previous leader had in flight may still land; every node is read afresh at %s",
-			c.cfg.StartHold, formatTime(until))}, nil
+			c.cfg.StartHold, formatTime(until))})
+		c.queue.AddAfter(n.Name, until.Sub(now))
+		return true, nil
 	}
 	rctx, cancel := bounded(ctx)
 	defer cancel()
 	list, err := c.client.CoreV1().Nodes().List(rctx, metav1.ListOptions{})
 	if err != nil {
-		return budget.Verdict{}, fmt.Errorf("reading every node afresh after the start hold: %w", err)
+		return true, fmt.Errorf("reading every node afresh after the start hold: %w", err)
 	}
 	for i := range list.Items {
 		fresh := &list.Items[i]
@@ -820,9 +814,8 @@ func (c *Controller) startHold(ctx context.Context, now time.Time) (budget.Verdi
 	// Decided again on the fresh copies, this node too (its own copy in
 	// this pass is the one from before the read).
 	c.requeueWaiting()
-	return budget.Verdict{Budget: BudgetStartHold, RetryAt: now, Reason: fmt.Sprintf(
-		"the controller started less than --drain-start-hold=%s ago: a cordon or drain a previous leader had in flight may still land; every node is read afresh at %s",
-		c.cfg.StartHold, formatTime(until))}, nil
+	c.queue.Add(n.Name)
+	return true, nil
 }
 
 // errSkip ends a write whose precondition no longer holds on the fresh object.
@@ -918,6 +911,9 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, status bool, action,
 		patch, err := twoWayPatch(cur, mod, !status)
 		if err != nil {
 			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err // not sent: nothing may have landed
 		}
 		nodes := c.client.CoreV1().Nodes()
 		if status {

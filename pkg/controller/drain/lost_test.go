@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -216,5 +217,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// After its start, the controller cordons nothing for --drain-start-hold
+// (CordonWaiting naming it, once), then lists every node from the API
+// server before it decides; a resumed drain does not wait.
+func TestHandlerStartHold(t *testing.T) {
+	cfg := handlerConfig()
+	h := newHandler(t, cfg, drainNode("a", true), drainNode("d", true, draining))
+	h.c.mu.Lock()
+	h.c.holdUntil = h.clk.Now().Add(DefaultStartHold) // as Run sets it
+	h.c.mu.Unlock()
+	h.sync("a")
+	h.sync("a")
+	if got := h.writes(); len(got) != 0 {
+		t.Fatalf("wrote %q during the start hold", got)
+	}
+	if got := h.reasons(); !slices.Equal(got, []string{"Normal " + EventCordonWaiting}) || !strings.Contains(h.events[0], "--drain-start-hold=15s") {
+		t.Fatalf("events %q, want one CordonWaiting naming --drain-start-hold", h.events)
+	}
+	h.sync("d") // resumed: its drain runs during the hold
+	h.until("d drained", func() bool { return h.event(EventDrainSucceeded) != "" })
+	h.client.ClearActions()
+	h.clk.Step(DefaultStartHold)
+	h.sync("a") // the hold is over: every node is listed first
+	lists := 0
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "nodes" {
+			lists++
+		}
+	}
+	if lists != 1 || h.node("a").Spec.Unschedulable {
+		t.Fatalf("%d LISTs of the nodes after the hold, cordoned %v; want one LIST, then a decision on it", lists, h.node("a").Spec.Unschedulable)
+	}
+	h.sync("a")
+	if !h.node("a").Spec.Unschedulable {
+		t.Fatal("a not cordoned after the hold")
 	}
 }
