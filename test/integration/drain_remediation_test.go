@@ -10,8 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
@@ -20,24 +18,6 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
-
-// updateNodeRetrying changes a node as its user would, read and written
-// again on a conflict: the fake kubelet writes the node meanwhile.
-func updateNodeRetrying(t *testing.T, client kubernetes.Interface, node string, mut func(*v1.Node)) {
-	t.Helper()
-	ctx := framework.Context(t)
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		mut(n)
-		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatalf("updating node %s: %v", node, err)
-	}
-}
 
 // TestDrainForRemediationRequest: the drain controller alone, without any
 // drain rule, cordons and drains a node whose remediation record asks for a
@@ -60,7 +40,7 @@ func TestDrainForRemediationRequest(t *testing.T) {
 	now := time.Now()
 	record := remediation.EncodeState("gpu", remediation.ActionDrain,
 		remediation.State{Step: 1, StepSince: now, RepairSince: now.Add(-time.Minute), Drain: true})
-	updateNodeRetrying(t, client, sick, func(n *v1.Node) {
+	framework.UpdateNode(t, client, sick, func(n *v1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
@@ -107,7 +87,7 @@ func TestDrainForRemediationRequest(t *testing.T) {
 		t.Errorf("%s, which no request names, was cordoned", other)
 	}
 
-	updateNodeRetrying(t, client, sick, func(n *v1.Node) { delete(n.Annotations, remediation.AnnotationState) })
+	framework.UpdateNode(t, client, sick, func(n *v1.Node) { delete(n.Annotations, remediation.AnnotationState) })
 	framework.Eventually(t, 30*time.Second, sick+" uncordoned at once", func(ctx context.Context) (bool, string, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, sick, metav1.GetOptions{})
 		if err != nil {

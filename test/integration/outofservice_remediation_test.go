@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
@@ -25,24 +24,15 @@ import (
 // conflict: the fake kubelet and the controllers write it meanwhile.
 func setFenceRecord(t *testing.T, client kubernetes.Interface, node, fenceBoot string) {
 	t.Helper()
-	ctx := framework.Context(t)
 	since := time.Now().Add(-time.Minute)
 	record := remediation.EncodeState("gpu", remediation.ActionFence, remediation.State{Step: 3, StepSince: since,
 		RepairSince: since.Add(-10 * time.Minute), BootID: fenceBoot, FenceBootID: fenceBoot})
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
+	framework.UpdateNode(t, client, node, func(n *v1.Node) {
 		if n.Annotations == nil {
 			n.Annotations = map[string]string{}
 		}
 		n.Annotations[remediation.AnnotationState] = record
-		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatalf("writing the repair record of node %s: %v", node, err)
-	}
+	})
 }
 
 // TestOutOfServiceForRemediationFence: a remediation policy's Fence step
