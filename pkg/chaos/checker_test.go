@@ -613,6 +613,13 @@ func TestRateLimit(t *testing.T) {
 	c.ObserveNode(at(16.5), node("n1", unreachable(16.2)), false)
 	wantViolations(t, c, InvRateLimit, 0, "")
 
+	// Seed 11's pair: seen 9.9s apart, the second stamped 9.8s after the
+	// first was seen; the limiter may have had 10.1s: fine.
+	c = mk(1.0, partition("n0", "n1"))
+	c.ObserveNode(at(42.234), node("n0", unreachable(42.1)), false)
+	c.ObserveNode(at(52.112), node("n1", unreachable(52.05)), false)
+	wantViolations(t, c, InvRateLimit, 0, "")
+
 	// Other zones have their own limiter.
 	c = mk(1.0, partition("n0", "n4"))
 	c.ObserveNode(at(5.5), node("n0", unreachable(5.2)), false)

@@ -283,20 +283,26 @@ func (c *Checker) judgeStrip(p pendingStrip) {
 }
 
 // checkRate (rate-limit): a zone's countdown starts, n of them from the
-// k-th to this one, need n-1 tokens at the rate after the first: the first
-// was decided no later than the checker saw it, this one no earlier than
-// its timeAdded (whole seconds, rounded down). A leader change meanwhile
-// may bring a fresh token (a new process's limiter).
+// k-th to this one, need n-1 tokens at the rate after the first. The
+// most time they can have had: the k-th decided no earlier than its
+// timeAdded (whole seconds, rounded down) less a second (a token taken just
+// before the taint was made), this one no later than the checker saw it.
+// A leader change meanwhile may bring a fresh token (a new process's
+// limiter).
 func (c *Checker) checkRate(at time.Time, node string, added time.Time) {
 	zone := c.truth.Zone(node)
 	c.starts[zone] = append(c.starts[zone], countdownStart{node: node, seen: at, added: added})
-	if c.limits.EvictionRate <= 0 || added.IsZero() {
+	if c.limits.EvictionRate <= 0 {
 		return
 	}
 	ss := c.starts[zone]
 	last := len(ss) - 1
 	for k := last - 1; k >= 0; k-- {
-		span := added.Sub(ss[k].seen)
+		from := ss[k].added.Add(-time.Second)
+		if ss[k].added.IsZero() || ss[k].added.After(ss[k].seen) {
+			from = ss[k].seen.Add(-c.limits.Slack)
+		}
+		span := at.Sub(from)
 		if span < 0 {
 			span = 0
 		}
@@ -311,8 +317,8 @@ func (c *Checker) checkRate(at time.Time, node string, added time.Time) {
 			for _, s := range ss[k:] {
 				names = append(names, s.node+" "+s.seen.Format("15:04:05.000"))
 			}
-			c.violate(at, InvRateLimit, "zone/"+zone, "%d new not-ready/unreachable taints in zone %s from %s to %s (timeAdded %s), %d allowed at %v a second with a burst of 1 and the leader changes: %s",
-				n, zone, ss[k].seen.Format("15:04:05.000"), at.Format("15:04:05.000"), added.Format("15:04:05"), allowed, c.limits.EvictionRate, strings.Join(names, ", "))
+			c.violate(at, InvRateLimit, "zone/"+zone, "%d new not-ready/unreachable taints in zone %s seen from %s to %s (the first's timeAdded %s), %d allowed in at most %v at %v a second with a burst of 1 and the leader changes: %s",
+				n, zone, ss[k].seen.Format("15:04:05.000"), at.Format("15:04:05.000"), ss[k].added.Format("15:04:05"), allowed, span.Round(time.Millisecond), c.limits.EvictionRate, strings.Join(names, ", "))
 			return
 		}
 	}
