@@ -139,7 +139,7 @@ func (p *lateProxy) RESTConfig(cfg *rest.Config) *rest.Config {
 // --max-cordoned-nodes=1. The old leader cordons the second node, and its
 // request is stuck on the way (the client gets no answer). The old leader
 // then stops, as on losing the Lease (its manager cancels the controllers:
-// the write is given up). The first node then matches too, and a new leader
+// the write is given up). The first node matches too, and a new leader
 // starts. The old leader's cordon lands after the new leader's first LIST,
 // well within --drain-start-hold. The new leader starts no cordon before
 // its hold is over and it has read every node afresh: it then counts the
@@ -172,15 +172,22 @@ func TestDrainBudgetLateWriteOfOldLeader(t *testing.T) {
 	if late.node != second {
 		t.Fatalf("held the cordon of %s, want %s", late.node, second)
 	}
-	old.Stop() // as on losing the Lease: its writes are given up
+	// The first node matches too, for longer than the rule's minimum (1s)
+	// when the new leader starts, so that the new leader looks at it first.
+	// The old leader's one worker waits on its cordon meanwhile (at most
+	// kube.WriteTimeout, 15 s: it is stopped well before).
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, first)
+	time.Sleep(2 * time.Second) // the rule's minimum duration, on the node's one-second clock
+	old.Stop()                  // as on losing the Lease: its writes are given up
 	stopped := time.Now()
 	t.Logf("the old leader's cordon of %s is in flight; the old leader stopped", second)
-	if n := getNode(t, client, second); n.Spec.Unschedulable {
-		t.Fatalf("%s cordoned before the late write", second)
+	for _, n := range names {
+		if getNode(t, client, n).Spec.Unschedulable {
+			t.Fatalf("%s cordoned before the new leader started", n)
+		}
 	}
 
-	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, first)
-	framework.StartNodeShepherd(t, cp.RESTConfig(), budgetDrainConfig(conf(hold)), drainOnly)
+	leader := framework.StartNodeShepherd(t, cp.RESTConfig(), budgetDrainConfig(conf(hold)), drainOnly)
 	// The new leader has listed the nodes: it either cordons the first node
 	// at once (the hole) or waits on its start hold.
 	framework.Eventually(t, time.Minute, "the new leader cordons "+first+" or holds", func(ctx context.Context) (bool, string, error) {
@@ -198,12 +205,15 @@ func TestDrainBudgetLateWriteOfOldLeader(t *testing.T) {
 		t.Fatalf("the late cordon landed %v after the old leader stopped: too slow to exercise a %v hold", since, hold)
 	}
 	t.Logf("the old leader's cordon of %s landed %v after it stopped", second, time.Since(stopped).Round(time.Millisecond))
-	framework.Eventually(t, 2*time.Minute, first+" waits on --max-cordoned-nodes after the hold", func(ctx context.Context) (bool, string, error) {
+	// The new leader's own verdict (its metrics; the old one said the same
+	// as it stopped, counting its write whose answer it never got).
+	framework.Eventually(t, 2*time.Minute, "the new leader holds "+first+" on --max-cordoned-nodes after its hold", func(ctx context.Context) (bool, string, error) {
 		if err := watch.check(1, 0); err != nil {
 			return false, "", err
 		}
-		_, msgs := eventsNow(ctx, client, nodeEvents(first, drain.EventCordonWaiting))
-		return strings.Contains(strings.Join(msgs, "\n"), "--max-cordoned-nodes=1"), fmt.Sprintf("events %q", msgs), nil
+		v := leader.Metric(t, "nodeshepherd_drain_nodes_waiting", map[string]string{"action": "cordon", "budget": "max-cordoned-nodes"})
+		h := leader.Metric(t, "nodeshepherd_drain_nodes_waiting", map[string]string{"budget": drain.BudgetStartHold})
+		return v == 1 && h == 0, fmt.Sprintf("waiting on max-cordoned-nodes %v, on start-hold %v", v, h), nil
 	})
 	if n := getNode(t, client, second); !n.Spec.Unschedulable || !ownedByDrain(n) {
 		t.Errorf("%s not cordoned by the late write", second)

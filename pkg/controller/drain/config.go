@@ -129,7 +129,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Budget.MaxCordonedNodes, "max-cordoned-nodes", c.Budget.MaxCordonedNodes, "Nodes the drain controller may have cordoned at once: a count or a percentage of the selected nodes (per group with --group-by-label; a percentage allows at least one); empty means no limit.")
 	fs.StringVar(&c.Budget.GroupByLabel, "group-by-label", c.Budget.GroupByLabel, "Apply --max-concurrent-drains and --max-cordoned-nodes within each group of nodes sharing this label's value (e.g. topology.kubernetes.io/zone or a node-pool label).")
 	fs.DurationVar(&c.Budget.DrainBuffer, "drain-buffer", c.Budget.DrainBuffer, "Least time between two drain starts, cluster-wide (Draino's default was 10m).")
-	fs.DurationVar(&c.StartHold, "drain-start-hold", c.StartHold, "After the drain controller starts (a process start or a new leader), wait this long before the first new cordon or drain, then read every node afresh, so that a cordon or drain a previous leader had in flight is counted by the budgets. Resumed drains and uncordons do not wait.")
+	fs.DurationVar(&c.StartHold, "drain-start-hold", c.StartHold, "After the drain controller starts (a process start or a new leader), wait this long before the first new cordon or drain, then read every node afresh, so that a cordon or drain a previous leader had in flight is counted by the budgets. Resumed drains and uncordons do not wait; 0 turns the hold off.")
 }
 
 // Validate checks the settings; Compile also parses the rules.
