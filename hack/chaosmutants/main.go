@@ -255,7 +255,9 @@ func (r *runner) runSeed(ctx context.Context, b *build, name string, seed int64,
 		return sr
 	}
 	defer logf.Close()
-	args := []string{"-test.run", "^TestChaos$", "-test.v", "-test.count=1", "-test.timeout=0", "-args",
+	// A test binary takes its own flags and the test's side by side (-args
+	// is go test's).
+	args := []string{"-test.run", "^TestChaos$", "-test.v", "-test.count=1", "-test.timeout=0",
 		"-seed=" + strconv.FormatInt(seed, 10), "-duration=" + d.String(), "-out=" + filepath.Join(b.dir, "timelines")}
 	if b.kinds && len(kinds) > 0 {
 		args = append(args, "-kinds="+strings.Join(kinds, ","))
@@ -310,7 +312,7 @@ func parseViolations(out string) (lines, invariants []string) {
 func lastFailure(out string) string {
 	ls := strings.Split(out, "\n")
 	for _, l := range ls {
-		if strings.Contains(l, "_test.go:") && failureLine(l) {
+		if strings.Contains(l, "_test.go:") && failureLine(l) || strings.HasPrefix(l, "flag provided but not defined") {
 			return strings.TrimSpace(l)
 		}
 	}
@@ -379,6 +381,10 @@ func (r *runner) mutant(m *mutant) result {
 		switch {
 		case sr.timedOut:
 			progress("%s: seed %d stopped at the budget (log %s)", m.Name, seed, sr.log)
+		case sr.other != "" && strings.Contains(sr.other, "flag provided but not defined"):
+			// The test binary refused its arguments: no seed will run.
+			res.Outcome, res.Why = "error", fmt.Sprintf("seed %d: %s (log %s)", seed, sr.other, sr.log)
+			return res
 		case sr.other != "":
 			progress("%s: seed %d failed without a violation: %s (log %s)", m.Name, seed, sr.other, sr.log)
 			others = append(others, fmt.Sprintf("seed %d: %s", seed, sr.other))
