@@ -50,24 +50,31 @@ const maxDuration = 5 * time.Minute
 // repairInvariants are the repair checker's names (test/chaos/repaircheck_test.go,
 // InvRepair*: a test package, which cannot be imported; TestKnownNamesMatchTheCheckers
 // compares them with that file).
-var repairInvariants = []string{"repair-brakes", "repair-selection", "repair-ladder", "repair-requests", "repair-progress"}
+var repairInvariants = []string{"repair-brakes", "repair-selection", "repair-ladder", "repair-requests", "repair-progress", "repair-unhealthy"}
+
+// fenceRunning is the repair checker's InvFenceRunning (not an InvRepair* name).
+const fenceRunning = "fence-running"
 
 // repairKinds are test/chaos/repair_test.go's fault kinds (compared there too).
 var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave"}
 
+// personKinds are test/chaos/person_test.go's fault kinds (compared there too).
+var personKinds = []string{"confirm-then-powercycle", "fence-partition"}
+
 // knownInvariants are every name a violation can carry.
 func knownInvariants() []string {
 	return append([]string{chaos.InvZoneRules, chaos.InvRunningForced, chaos.InvBudgets, chaos.InvToleration, chaos.InvUntainted,
-		chaos.InvPDB, chaos.InvCIDR, chaos.InvReadiness, chaos.InvProgress}, repairInvariants...)
+		chaos.InvPDB, chaos.InvCIDR, chaos.InvReadiness, chaos.InvProgress, chaos.InvEarlyUnknown, chaos.InvEarlyTaint,
+		chaos.InvCountdown, chaos.InvRateLimit, fenceRunning}, repairInvariants...)
 }
 
 // knownKinds are the fault kinds a schedule can draw.
 func knownKinds() []string {
 	var out []string
-	for _, k := range chaos.Kinds {
+	for _, k := range append(append([]chaos.Kind(nil), chaos.Kinds...), chaos.TargetedKinds...) {
 		out = append(out, string(k))
 	}
-	return append(out, repairKinds...)
+	return append(append(out, repairKinds...), personKinds...)
 }
 
 var headerKeys = []string{"Mutant", "Invariant", "Reverts", "Kinds", "Seeds", "Duration", "Status", "Note"}
