@@ -3,7 +3,9 @@
 package kube
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -145,4 +148,20 @@ func PDBSelects(b *policyv1.PodDisruptionBudget, p *v1.Pod) bool {
 	}
 	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
 	return err == nil && sel.Matches(labels.Set(p.Labels))
+}
+
+// ReadNodeAfterLostWrite reads a node from the API server, bounded by
+// WriteTimeout, to settle a write whose answer was lost: the node as it is
+// now, or nil if it is gone. An error means nothing is settled yet.
+func ReadNodeAfterLostWrite(ctx context.Context, client kubernetes.Interface, name string) (*v1.Node, error) {
+	rctx, cancel := context.WithTimeout(ctx, WriteTimeout)
+	defer cancel()
+	n, err := client.CoreV1().Nodes().Get(rctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading node %s again after a write whose answer was lost: %w", name, err)
+	}
+	return n, nil
 }

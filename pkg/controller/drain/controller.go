@@ -837,11 +837,9 @@ func (c *Controller) settle(ctx context.Context, cached *v1.Node) error {
 	if len(lost) == 0 {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
-	defer cancel()
-	fresh, err := c.client.CoreV1().Nodes().Get(rctx, cached.Name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading node %s again after a write whose answer was lost: %w", cached.Name, err)
+	fresh, err := kube.ReadNodeAfterLostWrite(ctx, c.client, cached.Name)
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	// Writes lost meanwhile (by a drain) stay for the next read.
@@ -851,7 +849,7 @@ func (c *Controller) settle(ctx context.Context, cached *v1.Node) error {
 		delete(c.lost, cached.Name)
 	}
 	c.mu.Unlock()
-	if err != nil || fresh.UID != cached.UID {
+	if fresh == nil || fresh.UID != cached.UID {
 		return nil // gone: nothing to settle
 	}
 	c.overlay.Put(cached.Name, cached.ResourceVersion, fresh)

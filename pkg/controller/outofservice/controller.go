@@ -639,16 +639,14 @@ func (c *Controller) recheck(ctx context.Context, cached *v1.Node) error {
 	if !ok {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
-	defer cancel()
-	fresh, err := c.client.CoreV1().Nodes().Get(rctx, cached.Name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading node %s again after a write whose answer was lost: %w", cached.Name, err)
+	fresh, err := kube.ReadNodeAfterLostWrite(ctx, c.client, cached.Name)
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	delete(c.lost, cached.Name)
 	c.mu.Unlock()
-	if err != nil || fresh.UID != l.sent.UID {
+	if fresh == nil || fresh.UID != l.sent.UID {
 		return nil // gone: nothing to settle
 	}
 	if !landed(fresh, l.sent) {
