@@ -238,8 +238,10 @@ type seedRun struct {
 }
 
 var (
-	// A violation, as TestChaos prints it: "  +12.345s zone-rules node: ...".
-	violationRE = regexp.MustCompile(`^\s+\+(-?[0-9][0-9.hmsµn]*) ([a-z-]+) (.*)$`)
+	// A violation, as TestChaos prints it: "  +12.345s 02:48:22.108 zone-rules node: ..."
+	// (the offset, then chaos.Violation.String(): the clock time is optional,
+	// as older checkers printed none).
+	violationRE = regexp.MustCompile(`^\s+\+(-?[0-9][0-9.hmsµn]*) (?:[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} )?([a-z-]+) (.*)$`)
 	failRE      = regexp.MustCompile(`^\s*--- FAIL: TestChaos/seed=`)
 )
 

@@ -173,13 +173,14 @@ func TestParseViolations(t *testing.T) {
     chaos_test.go:307: seed 3: 2 invariant violations (replay: make chaos SEED=3 DURATION=45s)
           +12.345s budgets nodes: 3 nodes carry the out-of-service taint, the budget is 2
           +1m2.5s repair-ladder fake-node-0001: step 1 -> 3
+          +37.185s 02:48:22.108 countdown-restart node/fake-node-0010: node.kubernetes.io/unreachable:NoExecute again with a later timeAdded
         timeline before the first violation (all of it in /tmp/x):
            +10.000s FAULT #2 power-off: machine-shutdown fake-node-0002
           +11.000s +note something
 --- FAIL: TestChaos/seed=3 (70.00s)
 `
 	lines, invs := parseViolations(out)
-	if len(lines) != 2 || !slices.Equal(invs, []string{"budgets", "repair-ladder"}) {
+	if len(lines) != 3 || !slices.Equal(invs, []string{"budgets", "repair-ladder", "countdown-restart"}) {
 		t.Fatalf("lines %q, invariants %v", lines, invs)
 	}
 	if lines[0] != "+12.345s budgets nodes: 3 nodes carry the out-of-service taint, the budget is 2" {
