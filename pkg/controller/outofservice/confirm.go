@@ -119,7 +119,7 @@ func confirmationWritten(n *v1.Node) (at time.Time, manager, why string) {
 			continue
 		}
 		var set map[string]any
-		if err := json.Unmarshal(e.FieldsV1.Raw, &set); err != nil {
+		if err := json.Unmarshal(e.FieldsV1.GetRawBytes(), &set); err != nil {
 			continue
 		}
 		meta, _ := set["f:metadata"].(map[string]any)

@@ -16,7 +16,7 @@ import (
 // fieldsJSON.
 func written(manager string, at time.Time, fieldsJSON string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fieldsJSON)}}
+		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fieldsJSON)}
 }
 
 // byPerson is the entry `kubectl annotate` leaves: the confirmation alone.
