@@ -865,6 +865,10 @@ func (c *Controller) settle(ctx context.Context, cached *v1.Node) error {
 		case w.action == "drain" && st.phase == phaseInFlight && st.scheduledAt.Equal(sent.scheduledAt):
 			c.metrics.scheduled.WithLabelValues(resultSucceeded).Inc()
 			klog.FromContext(ctx).Info("Drain scheduled (the write's answer was lost; a read shows it landed)", "node", fresh.Name)
+		case w.action == "cordon" && !st.cordoned:
+			// The cordon failed after all (a 500 with nothing written): said once, as any failed cordon.
+			c.metrics.cordoned.WithLabelValues(resultFailed).Inc()
+			c.event(fresh, EventCordonFailed, "Cordoning node failed: the write's answer was lost and a read shows it did not land")
 		default:
 			klog.FromContext(ctx).V(2).Info("A write whose answer was lost did not land, or was overtaken; deciding anew", "node", fresh.Name, "action", w.action)
 		}
