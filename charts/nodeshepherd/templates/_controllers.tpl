@@ -29,7 +29,7 @@ kube-controller-manager or cloud-controller-manager writes (docs/companion.md). 
 {{- /* Each controller's Roles in other namespaces (pkg/controller/NAME/rbac.yaml). */ -}}
 {{- define "nodeshepherd.controllerRoles" -}}
 {
-  "nodelifecycle": [{"name":"nodeshepherd:node-leases","namespace":"kube-node-lease","why":"The kubelets' heartbeats live in kube-node-lease only.","rules":[{"verbs":["list","watch"],"apiGroups":["coordination.k8s.io"],"resources":["leases"]}]}],
+  "nodelifecycle": [{"name":"nodeshepherd:node-leases","namespace":"kube-node-lease","why":"The kubelets' heartbeats live in kube-node-lease only.","rules":[{"verbs":["get","list","watch"],"apiGroups":["coordination.k8s.io"],"resources":["leases"]}]}],
   "tainteviction": [],
   "nodeipam": [],
   "cloudnodelifecycle": [],

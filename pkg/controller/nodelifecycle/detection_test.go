@@ -63,3 +63,39 @@ func TestExpiryReadNotDelayedByAnotherRead(t *testing.T) {
 		t.Errorf("%d fresh reads for two failures", reads)
 	}
 }
+
+// TestRackExpiriesEachConfirmedAtItsOwn: a rack of three nodes (one in each
+// of three zones, so no zone rule holds a taint) falls silent; their last
+// renewals, hence their grace periods' ends, are 20 ms apart. Each expiry
+// needs a read sent after it; the reads of the first two cannot confirm the
+// third. Each node must be marked and tainted within 0.1 s of its own
+// expiry. Before, the third waited for the read spacing (1 s): one early
+// read a second was all the LIST's pacing allowed.
+func TestRackExpiriesEachConfirmedAtItsOwn(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 4, "c": 4})
+	rack := []string{cl.inZone("a")[0], cl.inZone("b")[0], cl.inZone("c")[0]}
+	cl.run(10 * time.Second)
+	for i, n := range rack[1:] { // the next renewals 20 and 40 ms after the first's
+		cl.lastRnw[n] = cl.lastRnw[rack[0]].Add(time.Duration(i+1) * 20 * time.Millisecond)
+	}
+	cl.step = 5 * time.Millisecond // finer than the renewals' spread
+	cl.run(3 * time.Second)
+	cl.silence(rack, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 3*time.Second)
+	for i := 1; i < len(rack); i++ {
+		if got := cl.lastRnw[rack[i]].Sub(cl.lastRnw[rack[i-1]]); got != 20*time.Millisecond {
+			t.Fatalf("last renewals of %s and %s %v apart, want 20ms", rack[i-1], rack[i], got)
+		}
+	}
+	for _, n := range rack {
+		at, ok := cl.tainted[n]
+		if !ok {
+			t.Errorf("%s not tainted", n)
+			continue
+		}
+		if late := at.Sub(cl.lastRnw[n].Add(cfg.NodeMonitorGracePeriod)); late < 0 || late > 100*time.Millisecond {
+			t.Errorf("%s tainted %v after its grace period ended, want within 0.1 s", n, late)
+		}
+	}
+}

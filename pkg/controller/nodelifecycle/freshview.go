@@ -3,6 +3,7 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -39,7 +40,17 @@ import (
 // settled, it applies no NoExecute taint: counting them healthy could let a
 // taint out that counting them overdue would forbid.
 
-// freshReadTimeout bounds one fresh read (both lists).
+// pointReadMax: a pass with at most this many suspects, each with a Lease,
+// confirms them by a quorum GET of each one's Lease, all sent at once and
+// without the spacing below. A GET reads one key, so a rack whose grace
+// periods end some milliseconds apart has each expiry confirmed by a read
+// sent after it, not after the spacing; a node is a suspect about twice per
+// silence (overdue, then expired), or once an interval while its watch is
+// stale, so the GETs stay bounded by the nodes that fall silent. More
+// suspects (a stalled watch over many nodes) take one LIST, paced.
+const pointReadMax = 16
+
+// freshReadTimeout bounds one fresh read (both lists, or one GET).
 const freshReadTimeout = 5 * time.Second
 
 // freshReadEvery is the shortest time between two fresh reads: the monitor
@@ -50,10 +61,20 @@ func (c *Controller) freshReadEvery() time.Duration {
 	return min(c.cfg.NodeMonitorPeriod, time.Second)
 }
 
-// confirmedAfterLocked reports whether a fresh read was sent after t (and so
-// covers any heartbeat sent before t), under mu.
-func (c *Controller) confirmedAfterLocked(t time.Time) bool {
-	return !c.freshRead.IsZero() && c.freshRead.After(t)
+// readSinceLocked is when the last fresh read that covers rec's node was
+// sent: the last LIST, or a GET of its Lease alone if later. Under mu.
+func (c *Controller) readSinceLocked(rec *nodeHealth) time.Time {
+	if rec.pointRead.After(c.freshRead) {
+		return rec.pointRead
+	}
+	return c.freshRead
+}
+
+// confirmedAfterLocked reports whether a fresh read covering rec's node was
+// sent after t (and so covers any heartbeat it sent before t), under mu.
+func (c *Controller) confirmedAfterLocked(rec *nodeHealth, t time.Time) bool {
+	read := c.readSinceLocked(rec)
+	return !read.IsZero() && read.After(t)
 }
 
 // freshReadAllowed says whether a fresh read may be sent now, and if not,
@@ -216,21 +237,89 @@ func (c *Controller) confirmSuspects(ctx context.Context, results []nodeResult) 
 	if len(suspects) == 0 {
 		return time.Time{}
 	}
-	allowed, at := c.freshReadAllowed(c.clock.Now(), expiry)
-	if !allowed {
-		return at
-	}
 	names := make([]string, len(suspects))
 	for j, i := range suspects {
 		names[j] = results[i].name
+	}
+	rejudge := func() {
+		workqueue.ParallelizeUntil(ctx, nodeUpdateWorkers, len(suspects), func(j int) {
+			results[suspects[j]] = c.processNodeHealth(ctx, names[j])
+		})
+	}
+	if len(names) <= pointReadMax && c.readPoints(ctx, names) {
+		rejudge()
+		return time.Time{}
+	}
+	allowed, at := c.freshReadAllowed(c.clock.Now(), expiry)
+	if !allowed {
+		return at
 	}
 	if err := c.readFresh(ctx, names); err != nil {
 		klog.FromContext(ctx).Error(err, "Not judging silent nodes until a fresh read confirms their silence", "retryIn", c.freshReadEvery())
 		_, at = c.freshReadAllowed(c.clock.Now(), time.Time{})
 		return at
 	}
-	workqueue.ParallelizeUntil(ctx, nodeUpdateWorkers, len(suspects), func(j int) {
-		results[suspects[j]] = c.processNodeHealth(ctx, names[j])
-	})
+	rejudge()
 	return time.Time{}
+}
+
+// readPoints confirms suspects by a quorum GET of each one's Lease, sent
+// together. It reports false, having read nothing, when a suspect has no
+// Lease (its Ready heartbeat needs the LIST of Nodes), and false when a GET
+// failed: that node stays unconfirmed for the LIST to settle; what the
+// others showed is kept. A renewal a GET shows that the informer has not
+// delivered is a heartbeat heard now, as with the LIST.
+func (c *Controller) readPoints(ctx context.Context, suspects []string) bool {
+	leases := c.leaseLister.Leases(v1.NamespaceNodeLease)
+	for _, n := range suspects {
+		if _, err := leases.Get(n); err != nil {
+			return false
+		}
+	}
+	var failed, missed atomic.Int32
+	var example atomic.Value // a node whose renewal the watch missed, for the log
+	workqueue.ParallelizeUntil(ctx, nodeUpdateWorkers, len(suspects), func(j int) {
+		name := suspects[j]
+		sent := c.clock.Now()
+		rctx, cancel := context.WithTimeout(ctx, freshReadTimeout)
+		// An empty resourceVersion is a quorum read (from etcd, not the
+		// watch cache), as the LIST's.
+		l, err := c.client.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(rctx, name, metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			c.metrics.freshReads.WithLabelValues("error").Inc()
+			failed.Add(1)
+			klog.FromContext(ctx).V(2).Info("A fresh read of a silent node's Lease failed; the next LIST decides", "node", name, "err", err)
+			return
+		}
+		c.metrics.freshReads.WithLabelValues("ok").Inc()
+		now := c.clock.Now()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		rec := c.health[name]
+		if rec == nil {
+			return
+		}
+		if rt := l.Spec.RenewTime; rt != nil && rt.After(rec.leaseRenew) {
+			rec.leaseRenew = rt.Time
+			freshHeartbeat(rec, now)
+			missed.Add(1)
+			example.Store(name)
+		}
+		if sent.After(rec.pointRead) {
+			rec.pointRead = sent
+		}
+	})
+	if n := missed.Load(); n > 0 {
+		c.metrics.staleView.Inc()
+		c.mu.Lock()
+		wasStale := c.viewStale
+		c.viewStale = true
+		c.mu.Unlock()
+		if !wasStale {
+			klog.FromContext(ctx).Info("The informers' view of heartbeats is stale: a fresh read of the Leases shows renewals the watch did not deliver; judging nodes on fresh reads until it catches up",
+				"renewedNodes", n, "suspects", len(suspects), "example", example.Load())
+		}
+	}
+	return failed.Load() == 0
 }

@@ -42,13 +42,25 @@ func (cl *cluster) counter(name, result string) float64 {
 
 // leaseLists counts the LISTs of Leases sent to the API (fresh reads).
 func (cl *cluster) leaseLists() int {
-	n := 0
+	lists, _ := cl.leaseReads()
+	return lists
+}
+
+// leaseReads counts the fresh reads sent to the API: LISTs of the Leases,
+// and GETs of one Lease (the point reads of a few suspects).
+func (cl *cluster) leaseReads() (lists, gets int) {
 	for _, a := range cl.client.Actions() {
-		if a.GetVerb() == "list" && a.GetResource().Resource == "leases" {
-			n++
+		if a.GetResource().Resource != "leases" {
+			continue
+		}
+		switch a.GetVerb() {
+		case "list":
+			lists++
+		case "get":
+			gets++
 		}
 	}
-	return n
+	return lists, gets
 }
 
 // notReady returns the nodes whose Ready is not True, with their status.
@@ -76,8 +88,8 @@ func TestStalledLeaseWatchJudgesNoNode(t *testing.T) {
 	cfg := correlatedConfig()
 	cl := newCluster(t, cfg, map[string]int{"a": 3, "b": 3})
 	cl.run(10 * time.Second)
-	if n := cl.leaseLists(); n != 0 {
-		t.Fatalf("%d fresh reads while the watch delivered every renewal, want 0", n)
+	if lists, gets := cl.leaseReads(); lists+gets != 0 {
+		t.Fatalf("%d fresh reads while the watch delivered every renewal, want 0", lists+gets)
 	}
 	cl.stalled = true
 	stallFor := 3 * cfg.NodeMonitorGracePeriod
@@ -96,9 +108,12 @@ func TestStalledLeaseWatchJudgesNoNode(t *testing.T) {
 	if v := cl.counter("nodeshepherd_nodelifecycle_stale_view_confirmations_total", ""); v < 1 {
 		t.Errorf("stale_view_confirmations_total = %v, want at least 1", v)
 	}
-	reads := cl.leaseLists()
-	if max := int(stallFor/time.Second) + 1; reads < 1 || reads > max {
-		t.Errorf("%d fresh reads in %v, want between 1 and %d (at most one a second)", reads, stallFor, max)
+	// A few suspects at a time: each is read alone (a GET of its Lease),
+	// at most once per heartbeat interval (the read credits its renewal,
+	// and the node is overdue again an interval later at the earliest).
+	lists, gets := cl.leaseReads()
+	if max := len(cl.nodes) * (int(stallFor/cl.renew) + 1); lists+gets < 1 || gets > max || lists > 0 {
+		t.Errorf("%d LISTs and %d GETs of Leases in %v, want no LIST and 1 to %d GETs (one per node per interval)", lists, gets, stallFor, max)
 	}
 
 	// A node dies while the watch is still stalled.
@@ -121,6 +136,30 @@ func TestStalledLeaseWatchJudgesNoNode(t *testing.T) {
 	}
 }
 
+// TestStalledWatchOverManyNodesReadsOneList: more suspects at once than
+// point reads take (20 nodes renewing together, then their watch stalls):
+// they are confirmed by one LIST of the Leases, at most one a second, no
+// GET; no node is judged.
+func TestStalledWatchOverManyNodesReadsOneList(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 10, "b": 10})
+	cl.run(10 * time.Second)
+	for _, n := range cl.nodes { // from now on they renew together
+		cl.lastRnw[n] = cl.lastRnw[cl.nodes[0]]
+	}
+	cl.run(5 * time.Second)
+	cl.stalled = true
+	stallFor := 3 * cfg.NodeMonitorGracePeriod
+	cl.run(stallFor)
+	if nr := cl.notReady(); len(nr) > 0 {
+		t.Errorf("nodes not Ready on a stalled view: %v", nr)
+	}
+	lists, gets := cl.leaseReads()
+	if max := int(stallFor/time.Second) + 1; lists < 1 || lists > max || gets > 0 {
+		t.Errorf("%d LISTs and %d GETs of Leases in %v, want 1 to %d LISTs (at most one a second) and no GET", lists, gets, stallFor, max)
+	}
+}
+
 // TestFailedFreshReadJudgesNoNode: every node falls silent while fresh reads
 // fail: no node is judged (as while blind); when reads succeed again, the
 // nodes are judged and every zone is FullDisruption.
@@ -129,12 +168,14 @@ func TestFailedFreshReadJudgesNoNode(t *testing.T) {
 	cl := newCluster(t, cfg, map[string]int{"a": 2, "b": 2})
 	cl.run(10 * time.Second)
 	failing := true
-	cl.client.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if failing {
-			return true, nil, errors.New("injected: the API server timed out")
-		}
-		return false, nil, nil
-	})
+	for _, verb := range []string{"list", "get"} {
+		cl.client.PrependReactor(verb, "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if failing {
+				return true, nil, errors.New("injected: the API server timed out")
+			}
+			return false, nil, nil
+		})
+	}
 	cl.silence(cl.nodes, 0)
 	cl.run(2 * cfg.NodeMonitorGracePeriod)
 	if nr := cl.notReady(); len(nr) > 0 {

@@ -38,6 +38,10 @@ type nodeHealth struct {
 	// (or a restart) are counted as failing with their zone at once. It
 	// never shortens the grace period, which runs from first sight.
 	renewedBefore time.Time
+	// pointRead is when the last quorum GET of this node's Lease alone was
+	// sent (freshview.go): like a fresh LIST, it covers every renewal made
+	// before it, for this node.
+	pointRead time.Time
 }
 
 // silentSince is when the node's silence began as far as the overdue rule

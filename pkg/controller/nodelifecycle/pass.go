@@ -247,13 +247,13 @@ func (c *Controller) tryUpdateNodeHealth(ctx context.Context, node *v1.Node) (he
 	// anyway for the overdue rule) need no confirmation.
 	ready := kube.NodeCondition(node, v1.NodeReady)
 	suspect := false
-	if overdue && !rec.overdue(c.freshRead, grace, c.cfg.HeartbeatOverdueSlack) {
+	if overdue && !rec.overdue(c.readSinceLocked(rec), grace, c.cfg.HeartbeatOverdueSlack) {
 		overdue = false
 		suspect = ready != nil && ready.Status == v1.ConditionTrue
 	}
 	expired := now.After(expiry)
 	var unconfirmed time.Time
-	if expired && !c.confirmedAfterLocked(expiry) && (ready == nil || ready.Status != v1.ConditionUnknown) {
+	if expired && !c.confirmedAfterLocked(rec, expiry) && (ready == nil || ready.Status != v1.ConditionUnknown) {
 		expired, suspect, unconfirmed = false, true, expiry
 	}
 	c.mu.Unlock()
