@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/benchenv"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
@@ -68,9 +69,9 @@ var detectionResults = map[string][]detection{}
 // flight (Unknown and taint; -bench 'BenchmarkDetection/nodeshepherd-' runs
 // only those).
 func BenchmarkDetection(b *testing.B) {
-	grace := envDuration("BENCH_GRACE", 10*time.Second)
-	tol := envDuration("BENCH_TOLERATION", 2*time.Second).Truncate(time.Second)
-	trials := envInt("BENCH_TRIALS", 20)
+	grace := benchenv.Duration(b, "BENCH_GRACE", 10*time.Second)
+	tol := benchenv.Duration(b, "BENCH_TOLERATION", 2*time.Second).Truncate(time.Second)
+	trials := benchenv.Int(b, "BENCH_TRIALS", 20)
 	for _, side := range []string{"upstream", "nodeshepherd"} {
 		b.Run(side, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {

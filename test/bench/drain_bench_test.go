@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/benchenv"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
@@ -29,9 +30,9 @@ import (
 // nodes drained per minute, evictions per second, and the CPU each process
 // spent during the drains, to show where the time goes.
 func BenchmarkDrain(b *testing.B) {
-	sick, spare := envInt("BENCH_SICK", 100), envInt("BENCH_SPARE", 50)
-	perNode, concurrent := envInt("BENCH_PODS_PER_NODE", 20), envInt("BENCH_CONCURRENT", 10)
-	qps := envInt("BENCH_QPS", 50)
+	sick, spare := benchenv.Int(b, "BENCH_SICK", 100), benchenv.Int(b, "BENCH_SPARE", 50)
+	perNode, concurrent := benchenv.Int(b, "BENCH_PODS_PER_NODE", 20), benchenv.Int(b, "BENCH_CONCURRENT", 10)
+	qps := benchenv.Int(b, "BENCH_QPS", 50)
 	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Scheduler: true})
 	client := framework.Client(b, cp)
 	ctx := framework.Context(b)

@@ -16,31 +16,18 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/benchenv"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
 
 // BenchmarkFakeNodes runs `nodeshepherd fakenodes` as its own process with
 // BENCH_NODES (5000) nodes at the kubelet's default 10s lease renewal against
 // the local control plane, and reports that process's CPU and peak RSS over a
 // steady-state window of BENCH_WINDOW (1m).
 func BenchmarkFakeNodes(b *testing.B) {
-	nodes := envInt("BENCH_NODES", 5000)
-	window := envDuration("BENCH_WINDOW", time.Minute)
+	nodes := benchenv.Int(b, "BENCH_NODES", 5000)
+	window := benchenv.Duration(b, "BENCH_WINDOW", time.Minute)
 	cp := framework.StartControlPlane(b, controlplane.Config{})
 	client := framework.Client(b, cp)
 	bin := filepath.Join(b.TempDir(), "nodeshepherd")

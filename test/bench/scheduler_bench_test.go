@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/benchenv"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
@@ -61,13 +62,10 @@ import (
 // runs in a third process. It prints every trial, then one table with the
 // median and range of both schedulers' figures and of their ratios.
 func BenchmarkScheduler(b *testing.B) {
-	nodes, pods, preemptors := envInt("BENCH_NODES", 1000), envInt("BENCH_PODS", 10000), envInt("BENCH_PREEMPTORS", 1000)
-	qps, trials := envInt("BENCH_QPS", 1000), envInt("BENCH_TRIALS", 5)
-	workloads := []string{"plain", "paced", "antiaffinity", "spread", "preemption"}
-	paceRate := envInt("BENCH_CREATE_RATE", 100)
-	if w := os.Getenv("BENCH_WORKLOADS"); w != "" {
-		workloads = strings.Split(w, ",")
-	}
+	nodes, pods, preemptors := benchenv.Int(b, "BENCH_NODES", 1000), benchenv.Int(b, "BENCH_PODS", 10000), benchenv.Int(b, "BENCH_PREEMPTORS", 1000)
+	qps, trials := benchenv.Int(b, "BENCH_QPS", 1000), benchenv.Int(b, "BENCH_TRIALS", 5)
+	workloads := benchenv.List(b, "BENCH_WORKLOADS", []string{"plain", "paced", "antiaffinity", "spread", "preemption"})
+	paceRate := benchenv.Int(b, "BENCH_CREATE_RATE", 100)
 	qpsArgs := []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", qps)}
 	// kube-scheduler gets its client limits in its configuration file (with
 	// its default backoffs), and the benchmark reads them back from its

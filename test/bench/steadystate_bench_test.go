@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/benchenv"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
@@ -18,8 +19,8 @@ import (
 // node is Ready. Neither writes anything in steady state, so both can run at
 // once and see exactly the same load.
 func BenchmarkSteadyStateCPU(b *testing.B) {
-	nodes := envInt("BENCH_NODES", 5000)
-	window := envDuration("BENCH_WINDOW", time.Minute)
+	nodes := benchenv.Int(b, "BENCH_NODES", 5000)
+	window := benchenv.Duration(b, "BENCH_WINDOW", time.Minute)
 	cp := framework.StartControlPlane(b, controlplane.Config{ControllerManager: true, Controllers: "nodelifecycle"})
 	client := framework.Client(b, cp)
 	for i := 0; i < b.N; i++ {

@@ -1,0 +1,90 @@
+// Package benchenv reads the benchmarks' settings (test/bench) from BENCH_*
+// variables. A value that does not parse is refused, naming the variable and
+// what it takes: a typo that silently ran the defaults would put the wrong
+// figures in docs/benchmarks.md. It lives outside test/ so that `make test`
+// runs its tests and `make fuzz` its fuzz target.
+package benchenv
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Int reads a positive integer; unset or empty means def.
+func Int(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v, err := parseInt(name, os.Getenv(name), def)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// Duration reads a positive duration (Go syntax: 90s, 2m); unset or empty
+// means def.
+func Duration(tb testing.TB, name string, def time.Duration) time.Duration {
+	tb.Helper()
+	v, err := parseDuration(name, os.Getenv(name), def)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// List reads a comma-separated list of some of allowed; unset or empty
+// means all of them.
+func List(tb testing.TB, name string, allowed []string) []string {
+	tb.Helper()
+	v, err := parseList(name, os.Getenv(name), allowed)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+func parseInt(name, value string, def int) (int, error) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(value)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive integer (default %d); unset it for the default", name, value, def)
+	}
+	return v, nil
+}
+
+func parseDuration(name, value string, def time.Duration) (time.Duration, error) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return def, nil
+	}
+	v, err := time.ParseDuration(value)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 90s or 2m (default %v); unset it for the default", name, value, def)
+	}
+	return v, nil
+}
+
+func parseList(name, value string, allowed []string) ([]string, error) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return slices.Clone(allowed), nil
+	}
+	var out []string
+	for _, item := range strings.Split(value, ",") {
+		item = strings.TrimSpace(item)
+		if !slices.Contains(allowed, item) {
+			return nil, fmt.Errorf("%s=%q: %q is not one of %s", name, value, item, strings.Join(allowed, ", "))
+		}
+		if !slices.Contains(out, item) {
+			out = append(out, item)
+		}
+	}
+	return out, nil
+}

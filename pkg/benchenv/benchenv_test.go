@@ -1,0 +1,59 @@
+package benchenv
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRefusesMalformedValues(t *testing.T) {
+	for _, tc := range []struct{ value, wantErr string }{
+		{"", ""}, {" 20 ", ""}, {"2O", `BENCH_TRIALS="2O": want a positive integer (default 5)`},
+		{"0", "want a positive integer"}, {"-3", "want a positive integer"}, {"1e3", "want a positive integer"},
+	} {
+		v, err := parseInt("BENCH_TRIALS", tc.value, 5)
+		if tc.wantErr == "" && (err != nil || v <= 0) || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("parseInt(%q) = %d, %v; want error %q", tc.value, v, err, tc.wantErr)
+		}
+	}
+	if v, err := parseInt("BENCH_TRIALS", "", 5); v != 5 || err != nil {
+		t.Errorf("unset: %d, %v; want the default 5", v, err)
+	}
+	for _, tc := range []struct{ value, wantErr string }{
+		{"", ""}, {"90s", ""}, {"90", "want a positive duration"}, {"-1s", "want a positive duration"}, {"0s", "want a positive duration"},
+	} {
+		_, err := parseDuration("BENCH_WINDOW", tc.value, time.Minute)
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("parseDuration(%q): %v; want error %q", tc.value, err, tc.wantErr)
+		}
+	}
+	all := []string{"plain", "spread"}
+	if got, err := parseList("BENCH_WORKLOADS", "spread, plain,spread", all); err != nil || !slices.Equal(got, []string{"spread", "plain"}) {
+		t.Errorf("list: %v, %v", got, err)
+	}
+	if _, err := parseList("BENCH_WORKLOADS", "plain,sprad", all); err == nil || !strings.Contains(err.Error(), `"sprad" is not one of plain, spread`) {
+		t.Errorf("list with a typo: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"", "20", "2O", "-1", "90s", "plain,spread", " , "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if v, err := parseInt("BENCH_X", s, 7); err == nil && v <= 0 {
+			t.Errorf("parseInt(%q) = %d without an error", s, v)
+		}
+		if v, err := parseDuration("BENCH_X", s, time.Second); err == nil && v <= 0 {
+			t.Errorf("parseDuration(%q) = %v without an error", s, v)
+		}
+		if v, err := parseList("BENCH_X", s, []string{"a", "b"}); err == nil {
+			for _, item := range v {
+				if item != "a" && item != "b" {
+					t.Errorf("parseList(%q) = %v", s, v)
+				}
+			}
+		}
+	})
+}
