@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,11 +49,17 @@ func stallLeaseWatch(t *testing.T, proxy *framework.FaultProxy) {
 	})
 }
 
-// freshLeaseLists counts the LISTs of Leases (not watches) sent through the proxy.
-func freshLeaseLists(proxy *framework.FaultProxy, since time.Time) int {
-	return proxy.Count(func(e framework.ProxiedRequest) bool {
-		return !e.At.Before(since) && e.Resource == "leases" && e.Name == "" && !e.Watch && e.Method == http.MethodGet
-	})
+// freshLeaseReads counts the fresh reads of node Leases sent through the
+// proxy: LISTs of kube-node-lease (not watches), and GETs of one node's
+// Lease (the point reads of a few suspects).
+func freshLeaseReads(proxy *framework.FaultProxy, since time.Time) (lists, gets int) {
+	read := func(e framework.ProxiedRequest) bool {
+		return !e.At.Before(since) && e.Resource == "leases" && !e.Watch && e.Method == http.MethodGet &&
+			strings.Contains(e.Path, "/namespaces/"+v1.NamespaceNodeLease+"/")
+	}
+	lists = proxy.Count(func(e framework.ProxiedRequest) bool { return read(e) && e.Name == "" })
+	gets = proxy.Count(func(e framework.ProxiedRequest) bool { return read(e) && e.Name != "" })
+	return lists, gets
 }
 
 // TestStalledLeaseWatchLooksNothingLikeADeadCluster (issue 30, point 2): the
@@ -60,8 +67,8 @@ func freshLeaseLists(proxy *framework.FaultProxy, since time.Time) int {
 // server answers and every node renews its Lease. For four grace periods
 // (12s) after the stall takes hold: no node is Ready≠True, no node carries a
 // NoExecute taint, no zone is FullDisruption (zone_state gauge), the stale
-// view is counted, and the controller's fresh Lease LISTs stay within one a
-// second. Then a node really fails under the same stall: it is still marked
+// view is counted, and the controller's fresh reads stay within one LIST a
+// second and one GET per node per renewal interval. Then a node really fails under the same stall: it is still marked
 // Unknown and tainted, and the others stay Ready.
 func TestStalledLeaseWatchLooksNothingLikeADeadCluster(t *testing.T) {
 	client, m, proxy, ns := stalledViewCluster(t, controlplane.Config{}, nodelifecycle.Name)
@@ -96,8 +103,11 @@ func TestStalledLeaseWatchLooksNothingLikeADeadCluster(t *testing.T) {
 		t.Errorf("stale_view_confirmations_total = %v after %v of a stalled Lease watch, want at least 1", v, window)
 	}
 	elapsed := time.Since(stalled)
-	if n, most := freshLeaseLists(proxy, stalled), int(elapsed/time.Second)+2; n < 1 || n > most {
-		t.Errorf("%d fresh Lease LISTs in %v, want between 1 and %d (at most one a second)", n, elapsed.Round(time.Millisecond), most)
+	lists, gets := freshLeaseReads(proxy, stalled)
+	mostLists, mostGets := int(elapsed/time.Second)+2, len(names)*(int(elapsed/(500*time.Millisecond))+2)
+	if lists+gets < 1 || lists > mostLists || gets > mostGets {
+		t.Errorf("%d fresh Lease LISTs and %d GETs in %v, want at least one read, at most %d LISTs (one a second) and %d GETs (one per node per renewal)",
+			lists, gets, elapsed.Round(time.Millisecond), mostLists, mostGets)
 	}
 	if n := proxy.Injected("stall-lease-watch"); n < 1 {
 		t.Fatalf("the Lease watch was not held (%s)", proxy)

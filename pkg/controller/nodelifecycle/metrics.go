@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.staticStability = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "static_stability_active",
 		Help: "1 while every zone is in FullDisruption and pods are kept Ready instead of being marked NotReady (--static-stability)."})
 	m.freshReads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "fresh_lease_reads_total",
-		Help: "Reads of the Leases from the API server (quorum LISTs) sent to confirm that nodes silent on the informers' view are silent, by result (ok, error)."}, []string{"result"})
+		Help: "Reads of the Leases from the API server (quorum LISTs, or GETs of one Lease) sent to confirm that nodes silent on the informers' view are silent, by result (ok, error)."}, []string{"result"})
 	m.staleView = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "nodelifecycle", Name: "stale_view_confirmations_total",
 		Help: "Fresh reads that found heartbeats of silent-looking nodes which the informers had not delivered: the controller's view was stale (a stalled watch, a slow re-list)."})
 	m.freshReads.WithLabelValues("ok").Add(0)
