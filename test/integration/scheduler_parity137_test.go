@@ -183,11 +183,21 @@ func runParity137(t *testing.T, upstream bool) parityOutcome {
 	decide(parityPod("needs-room", "resize", 500))
 	setAllocated(t, client, "resized", "300m")
 	out["needs-room-after"] = framework.PodDecision{Node: waitBound(t, client, "needs-room")}
+
+	// A DaemonSet's pod names its node by matchFields metadata.name: the
+	// other nodes are excluded before any filter runs (NodeAffinity's
+	// PreFilter), and kube-scheduler says so in words of its own.
+	daemon := parityPod("daemon-too-big", "resize", 2000)
+	delete(daemon.Spec.NodeSelector, "parity")
+	daemon.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"rsz-1"}}}}}}}}
+	decide(daemon)
 	return out
 }
 
 // TestSchedulerParity137: kube-scheduler 1.37's ImageLocality score,
-// NodeDeclaredFeatures filter and in-place-resize accounting, run through
+// NodeDeclaredFeatures filter, in-place-resize accounting and the message
+// for the nodes a DaemonSet pod's matchFields leaves out, run through
 // kube-scheduler and through nodeshepherd's scheduler on plain nodes of
 // the real API server: both make the same decisions and messages.
 func TestSchedulerParity137(t *testing.T) {
@@ -201,6 +211,9 @@ func TestSchedulerParity137(t *testing.T) {
 		"needs-room": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 Insufficient cpu, " + others +
 			" preemption: 0/6 nodes are available: 1 No preemption victims found for incoming pod, 5 Preemption is not helpful for scheduling."},
 		"needs-room-after": {Node: "rsz-1"},
+		// 2 CPUs on a node of 1: too big for any preemption to help.
+		"daemon-too-big": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 Insufficient cpu, 5 node(s) didn't satisfy plugin(s) [NodeAffinity]." +
+			" preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."},
 	}
 	for _, upstream := range []bool{true, false} {
 		who := map[bool]string{true: "kube-scheduler", false: "nodeshepherd"}[upstream]

@@ -136,8 +136,10 @@ func Explain(ctx context.Context, pod *v1.Pod, snap Snapshot) (*FitReport, error
 		return report, nil
 	}
 	statuses := make(map[string]status, numNodes)
-	var preMsg string
-	q.volumes, preMsg = volumes.prefilter(pod, c)
+	preMsg := q.prefilterNamed()
+	if preMsg == "" {
+		q.volumes, preMsg = volumes.prefilter(pod, c)
+	}
 	if preMsg != "" {
 		for _, ni := range c.list {
 			statuses[ni.name()] = reject(unresolvable, preMsg)
@@ -150,6 +152,10 @@ func Explain(ctx context.Context, pod *v1.Pod, snap Snapshot) (*FitReport, error
 		q.interPod = newAffinityState(c, pi, nsLister)
 		q.spread = newSpreadState(&spreadEnv{defaults: defaults}, q, c)
 		for _, ni := range c.list {
+			if q.outside(ni.name()) {
+				statuses[ni.name()] = reject(unresolvable, reasonNotNamed)
+				continue
+			}
 			statuses[ni.name()] = c.filterWithNominated(q, ni)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -24,6 +26,13 @@ const (
 	reasonNoVictims     = "No preemption victims found for incoming pod"
 	reasonNotHelpful    = "Preemption is not helpful for scheduling"
 	reasonFeatures      = "node(s) didn't match Pod's required features"
+	// reasonNotNamed: the nodes left out by a required node affinity that
+	// names its nodes (matchFields metadata.name, as a DaemonSet's pods
+	// do). kube-scheduler drops them before any filter runs (NodeAffinity's
+	// PreFilter narrows the nodes) and says so in these words.
+	reasonNotNamed = "node(s) didn't satisfy plugin(s) [NodeAffinity]"
+	// reasonTermsConflict: every term names nodes, and none in common.
+	reasonTermsConflict = "pod affinity terms conflict"
 )
 
 // code says whether preemption could change a filter's answer.
@@ -62,6 +71,61 @@ type podQuery struct {
 	// features are the node features the pod requires
 	// (NodeDeclaredFeatures); empty: none.
 	features ndf.FeatureSet
+	// named are the only nodes the pod's required node affinity can match
+	// (namedNodes); nil: any node.
+	named sets.Set[string]
+}
+
+// namedNodes is what a required node affinity narrows the nodes to before
+// filtering, as kube-scheduler's NodeAffinity PreFilter does: when every
+// term (terms are ORed) has a matchFields metadata.name In requirement, the
+// union over the terms of the names each allows (a term's requirements are
+// ANDed, so several such requirements allow their intersection). nil when
+// some term names no node (any node may match it); an empty set when the
+// terms leave no name.
+func namedNodes(pod *v1.Pod) sets.Set[string] {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		return nil
+	}
+	out := sets.New[string]()
+	for _, term := range terms {
+		var allowed sets.Set[string]
+		for _, r := range term.MatchFields {
+			if r.Key != metav1.ObjectNameField || r.Operator != v1.NodeSelectorOpIn {
+				continue
+			}
+			if allowed == nil {
+				allowed = sets.New(r.Values...)
+			} else {
+				allowed = allowed.Intersection(sets.New(r.Values...))
+			}
+		}
+		if allowed == nil {
+			return nil
+		}
+		out = out.Union(allowed)
+	}
+	return out
+}
+
+// prefilterNamed is the message of a pod whose terms name no node in
+// common ("" otherwise): a PreFilter rejection, on every node.
+func (q *podQuery) prefilterNamed() string {
+	if q.named != nil && q.named.Len() == 0 {
+		return reasonTermsConflict
+	}
+	return ""
+}
+
+// outside reports whether the pod's required node affinity leaves the node
+// out before filtering.
+func (q *podQuery) outside(name string) bool {
+	return q.named != nil && !q.named.Has(name)
 }
 
 var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
@@ -84,6 +148,7 @@ func newPodQuery(pi *podInfo) (*podQuery, error) {
 		return nil, fmt.Errorf("invalid pod affinity: %w", pi.affinity.err)
 	}
 	q.features = requiredFeatures(pi.pod)
+	q.named = namedNodes(pi.pod)
 	return q, nil
 }
 

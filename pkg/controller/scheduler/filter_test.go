@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 func TestFilters(t *testing.T) {
@@ -102,5 +104,38 @@ func TestScoresPreferEmptierNodesAndAffinity(t *testing.T) {
 	s = total([]rawScore{sc.raw(c.nodes["empty"]), sc.raw(c.nodes["tainted"])})
 	if s[0] <= s[1] {
 		t.Errorf("PreferNoSchedule: untainted %d, tainted %d", s[0], s[1])
+	}
+}
+
+// namedNodes narrows the nodes as kube-scheduler's NodeAffinity PreFilter
+// does: only when every term names nodes by matchFields metadata.name In.
+func TestNamedNodes(t *testing.T) {
+	names := func(vals ...string) v1.NodeSelectorRequirement {
+		return v1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: v1.NodeSelectorOpIn, Values: vals}
+	}
+	label := v1.NodeSelectorRequirement{Key: "zone", Operator: v1.NodeSelectorOpIn, Values: []string{"a"}}
+	for _, tc := range []struct {
+		name  string
+		terms []v1.NodeSelectorTerm
+		want  []string // nil: any node
+	}{
+		{"no affinity", nil, nil},
+		{"one name (a DaemonSet's pod)", []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{names("n1")}}}, []string{"n1"}},
+		{"names ORed across terms", []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{names("n1")}}, {MatchFields: []v1.NodeSelectorRequirement{names("n2", "n3")}}}, []string{"n1", "n2", "n3"}},
+		{"names ANDed in a term", []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{names("n1", "n2"), names("n2", "n3")}}}, []string{"n2"}},
+		{"a term without names: any node", []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{names("n1")}}, {MatchExpressions: []v1.NodeSelectorRequirement{label}}}, nil},
+		{"NotIn narrows nothing", []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{Key: metav1.ObjectNameField, Operator: v1.NodeSelectorOpNotIn, Values: []string{"n1"}}}}}, nil},
+		{"no name in common", []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{names("n1"), names("n2")}}}, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &v1.Pod{}
+			if tc.terms != nil {
+				p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: tc.terms}}}
+			}
+			got := namedNodes(p)
+			if (got == nil) != (tc.want == nil) || got != nil && !got.Equal(sets.New(tc.want...)) {
+				t.Errorf("namedNodes = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -346,7 +346,9 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 	var statuses map[string]status
 	numNodes := len(s.cache.list)
 	if numNodes > 0 {
-		q.volumes, preMsg = s.volumes.prefilter(pod, s.cache)
+		if preMsg = q.prefilterNamed(); preMsg == "" {
+			q.volumes, preMsg = s.volumes.prefilter(pod, s.cache)
+		}
 	}
 	if preMsg != "" {
 		// A PreFilter rejection holds on every node, and preemption cannot
@@ -431,11 +433,22 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 // enough feasible ones are found, then scores them. With no feasible node it
 // returns every node's status.
 func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[string]status, int) {
-	nodes := s.cache.list
-	n := len(nodes)
-	if n == 0 {
+	all := s.cache.list
+	if len(all) == 0 {
 		return "", nil, 0
 	}
+	nodes := all
+	if q.named != nil {
+		// Only the nodes the pod names are looked at (a DaemonSet's pod:
+		// one node, whatever the cluster's size).
+		nodes = make([]*nodeInfo, 0, q.named.Len())
+		for _, ni := range all {
+			if q.named.Has(ni.name()) {
+				nodes = append(nodes, ni)
+			}
+		}
+	}
+	n := len(nodes)
 	q.spread = newSpreadState(s.spread, q, s.cache)
 	if nom := s.cache.nominatedTo[q.pod.UID]; nom != "" {
 		if ni := s.cache.nodes[nom]; ni != nil && ni.node != nil && s.cache.filterWithNominated(q, ni).ok() {
@@ -443,7 +456,10 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 		}
 	}
 	want := s.cfg.numFeasibleNodesToFind(n)
-	start := s.nextStart % n
+	start := 0
+	if q.named == nil {
+		start = s.nextStart % n
+	}
 	results := make([]status, n)
 	done := make([]bool, n)
 	var mu sync.Mutex
@@ -475,16 +491,21 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 			}
 		}
 	}
-	s.nextStart = (start + processed) % n
+	if q.named == nil {
+		s.nextStart = (start + processed) % n
+	}
 	if len(feasible) == 0 {
-		statuses := make(map[string]status, n)
+		statuses := make(map[string]status, len(all))
+		for _, ni := range all {
+			statuses[ni.name()] = reject(unresolvable, reasonNotNamed)
+		}
 		for i, ni := range nodes {
 			statuses[ni.name()] = results[i]
 		}
-		return "", statuses, n
+		return "", statuses, len(all)
 	}
 	if len(feasible) == 1 {
-		return feasible[0].name(), nil, n
+		return feasible[0].name(), nil, len(all)
 	}
 	sc := newScorer(q.podInfo)
 	sc.interPod = affinityScores(s.cache, q.podInfo, s.nsLister)
@@ -509,7 +530,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 			}
 		}
 	}
-	return feasible[best].name(), nil, n
+	return feasible[best].name(), nil, len(all)
 }
 
 // logNominatedNode says, at -v=3, what keeps a nominated pod from its node.
