@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // SchedulerConfig is what a caller sets of kube-scheduler's configuration.
@@ -35,6 +37,18 @@ type SchedulerConfig struct {
 	// outcome must not depend on which share of a large cluster was tried.
 	PercentageOfNodesToScore    int32
 	MinCandidateNodesPercentage int32
+	// Profiles are more profiles after default-scheduler, each serving its
+	// own schedulerName, for comparing a plugin's settings.
+	Profiles []SchedulerProfile
+}
+
+// SchedulerProfile is a profile of kube-scheduler's default plugins under
+// a schedulerName of its own.
+type SchedulerProfile struct {
+	SchedulerName string
+	// NodeResourcesFit are NodeResourcesFit's args (the fields of
+	// NodeResourcesFitArgs, as JSON values); nil: its defaults.
+	NodeResourcesFit map[string]any
 }
 
 // schedulerConfigFile is the configuration file's name in the control plane's
@@ -58,6 +72,11 @@ func (c *SchedulerConfig) Validate() error {
 	}
 	if c.PodMaxInUnschedulablePodsDuration < 0 {
 		errs = append(errs, fmt.Errorf("kube-scheduler pod-max-in-unschedulable-pods-duration must not be negative, got %v", c.PodMaxInUnschedulablePodsDuration))
+	}
+	for i, p := range c.Profiles {
+		if p.SchedulerName == "" || p.SchedulerName == "default-scheduler" {
+			errs = append(errs, fmt.Errorf("kube-scheduler profile %d: a schedulerName of its own is needed, got %q", i, p.SchedulerName))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -87,17 +106,38 @@ podMaxBackoffSeconds: %d
 	if c.PercentageOfNodesToScore > 0 {
 		out += fmt.Sprintf("percentageOfNodesToScore: %d\n", c.PercentageOfNodesToScore)
 	}
+	if c.MinCandidateNodesPercentage == 0 && len(c.Profiles) == 0 {
+		return out
+	}
+	// Profiles replace kube-scheduler's one: default-scheduler comes first.
+	type pluginConfig struct {
+		Name string         `json:"name"`
+		Args map[string]any `json:"args"`
+	}
+	type profile struct {
+		SchedulerName string         `json:"schedulerName"`
+		PluginConfig  []pluginConfig `json:"pluginConfig,omitempty"`
+	}
+	def := profile{SchedulerName: "default-scheduler"}
 	if c.MinCandidateNodesPercentage > 0 {
 		// Its absolute minimum (100) stays; args replace all of the defaults.
-		out += fmt.Sprintf(`profiles:
-- schedulerName: default-scheduler
-  pluginConfig:
-  - name: DefaultPreemption
-    args:
-      minCandidateNodesPercentage: %d
-      minCandidateNodesAbsolute: 100
-`, c.MinCandidateNodesPercentage)
+		def.PluginConfig = []pluginConfig{{Name: "DefaultPreemption",
+			Args: map[string]any{"minCandidateNodesPercentage": c.MinCandidateNodesPercentage, "minCandidateNodesAbsolute": 100}}}
 	}
+	profiles := []profile{def}
+	for _, p := range c.Profiles {
+		pr := profile{SchedulerName: p.SchedulerName}
+		if p.NodeResourcesFit != nil {
+			pr.PluginConfig = []pluginConfig{{Name: "NodeResourcesFit", Args: p.NodeResourcesFit}}
+		}
+		profiles = append(profiles, pr)
+	}
+	b, err := yaml.Marshal(map[string]any{"profiles": profiles})
+	if err != nil {
+		// Only maps, strings and numbers: cannot fail.
+		panic(fmt.Sprintf("kube-scheduler profiles: %v", err))
+	}
+	out += string(b)
 	return out
 }
 

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -127,7 +128,7 @@ func TestParseSchedulerConfigz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (SchedulerConfig{QPS: 33, Burst: 77, PodInitialBackoffSeconds: 2, PodMaxBackoffSeconds: 3}); got != want {
+	if want := (SchedulerConfig{QPS: 33, Burst: 77, PodInitialBackoffSeconds: 2, PodMaxBackoffSeconds: 3}); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	if _, err := parseSchedulerConfigz([]byte(`{}`)); err == nil {

@@ -3,6 +3,7 @@ package simulate
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,7 +148,7 @@ func (r *runner) checkScheduler(ctx context.Context, want controlplane.Scheduler
 		return err
 	}
 	want.PodMaxInUnschedulablePodsDuration = 0 // not in /configz: a flag
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		return fmt.Errorf("kube-scheduler runs with %+v, not the configuration it was given (%+v); see %s", got, want, r.cluster.LogDir())
 	}
 	res.SettingsChecked = settingsCheckedFromSchedulerConfig

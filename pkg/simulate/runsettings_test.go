@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -58,7 +59,7 @@ func TestSchedulerSettingsScaledAlikeForBothRuns(t *testing.T) {
 		up := upstreamScheduler(cfg)
 		want := controlplane.SchedulerConfig{QPS: 50, Burst: 100, PodInitialBackoffSeconds: tc.wantInitial, PodMaxBackoffSeconds: tc.wantMax,
 			PodMaxInUnschedulablePodsDuration: tc.unschedulable}
-		if up != want {
+		if !reflect.DeepEqual(up, want) {
 			t.Errorf("scale %g: kube-scheduler %+v, want %+v", tc.scale, up, want)
 		}
 		if err := up.Validate(); err != nil {

@@ -35,6 +35,7 @@ type parityNode struct {
 	name, group string
 	images      []v1.ContainerImage
 	features    []string
+	alloc       v1.ResourceList // nil: 1 CPU, 4Gi, 110 pods
 }
 
 func parityNodes() []parityNode {
@@ -58,7 +59,10 @@ func createParityNode(t *testing.T, client kubernetes.Interface, pn parityNode) 
 	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("4Gi"), v1.ResourcePods: resource.MustParse("110")}
+	alloc := pn.alloc
+	if alloc == nil {
+		alloc = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("4Gi"), v1.ResourcePods: resource.MustParse("110")}
+	}
 	status := v1.NodeStatus{Capacity: alloc, Allocatable: alloc, Images: pn.images, DeclaredFeatures: pn.features,
 		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
 			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}}

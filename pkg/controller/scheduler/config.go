@@ -26,6 +26,18 @@ type Config struct {
 	// DefaultPodTopologySpread: the spread constraints of pods without
 	// any (see parseSpreadDefaults).
 	DefaultPodTopologySpread string
+	// NodeResourcesFit's arguments (see parseFitArgs): the scoring
+	// strategy, its resources and weights, RequestedToCapacityRatio's
+	// shape, and the extended resources the filter ignores.
+	FitStrategy              string
+	FitResources             string
+	FitShape                 string
+	FitIgnoredResources      string
+	FitIgnoredResourceGroups string
+}
+
+func (c *Config) fitArgs() (*fitArgs, error) {
+	return parseFitArgs(c.FitStrategy, c.FitResources, c.FitShape, c.FitIgnoredResources, c.FitIgnoredResourceGroups)
 }
 
 // DefaultSchedulerName is the name pods ask for to be scheduled by
@@ -36,7 +48,7 @@ const DefaultSchedulerName = "nodeshepherd-scheduler"
 func DefaultConfig() Config {
 	return Config{SchedulerName: DefaultSchedulerName, Parallelism: 16, PodInitialBackoff: time.Second, PodMaxBackoff: 10 * time.Second,
 		PodMaxInUnschedulablePods: 5 * time.Minute, MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100,
-		DefaultPodTopologySpread: SpreadDefaultsSystem}
+		DefaultPodTopologySpread: SpreadDefaultsSystem, FitStrategy: StrategyLeastAllocated, FitResources: "cpu=1,memory=1"}
 }
 
 // AddFlags registers the scheduler's flags.
@@ -49,6 +61,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.PodMaxInUnschedulablePods, "pod-max-in-unschedulable-pods-duration", c.PodMaxInUnschedulablePods, "Retry an unschedulable pod after this long even when no cluster event woke it.")
 	fs.Int32Var(&c.MinCandidateNodesPercentage, "min-candidate-nodes-percentage", c.MinCandidateNodesPercentage, "Preemption dry-runs at least this percentage of the nodes where preemption may help (DefaultPreemptionArgs).")
 	fs.Int32Var(&c.MinCandidateNodesAbsolute, "min-candidate-nodes-absolute", c.MinCandidateNodesAbsolute, "Preemption dry-runs at least this many nodes (DefaultPreemptionArgs).")
+	fs.StringVar(&c.FitStrategy, "node-resources-fit-strategy", c.FitStrategy, "How NodeResourcesFit scores a node by the requests it would hold (NodeResourcesFitArgs scoringStrategy.type): LeastAllocated (spread), MostAllocated (pack), or RequestedToCapacityRatio (by --node-resources-fit-shape).")
+	fs.StringVar(&c.FitResources, "node-resources-fit-resources", c.FitResources, "The resources NodeResourcesFit scores and their weights (scoringStrategy.resources): <resource>=<weight>,... with weights 1-100; an extended resource counts only for pods that request it.")
+	fs.StringVar(&c.FitShape, "node-resources-fit-shape", c.FitShape, "RequestedToCapacityRatio's function (scoringStrategy.requestedToCapacityRatio.shape): <utilization>=<score>,... with utilization 0-100 increasing and score 0-10, e.g. 0=10,100=0 to spread or 0=0,100=10 to pack.")
+	fs.StringVar(&c.FitIgnoredResources, "node-resources-fit-ignored-resources", c.FitIgnoredResources, "Extended resources the NodeResourcesFit filter ignores (ignoredResources), comma-separated: their requests never keep a pod off a node.")
+	fs.StringVar(&c.FitIgnoredResourceGroups, "node-resources-fit-ignored-resource-groups", c.FitIgnoredResourceGroups, "Groups of extended resources the NodeResourcesFit filter ignores (ignoredResourceGroups), the part before the /, comma-separated (example.com ignores example.com/gpu).")
 	fs.StringVar(&c.DefaultPodTopologySpread, "default-pod-topology-spread", c.DefaultPodTopologySpread, "Topology spread constraints of pods that set none, selecting the pods of their Services, ReplicaSets, StatefulSets and ReplicationControllers (PodTopologySpreadArgs): system (kube-scheduler's: kubernetes.io/hostname:3 and topology.kubernetes.io/zone:5, ScheduleAnyway), none, or a list of <topologyKey>:<maxSkew>[:ScheduleAnyway|DoNotSchedule].")
 }
 
@@ -80,6 +97,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("--min-candidate-nodes-percentage and --min-candidate-nodes-absolute cannot both be zero"))
 	}
 	if _, err := parseSpreadDefaults(c.DefaultPodTopologySpread); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.fitArgs(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

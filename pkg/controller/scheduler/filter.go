@@ -74,6 +74,8 @@ type podQuery struct {
 	// named are the only nodes the pod's required node affinity can match
 	// (namedNodes); nil: any node.
 	named sets.Set[string]
+	// fit is NodeResourcesFit's configuration.
+	fit *fitArgs
 }
 
 // namedNodes is what a required node affinity narrows the nodes to before
@@ -149,6 +151,7 @@ func newPodQuery(pi *podInfo) (*podQuery, error) {
 	}
 	q.features = requiredFeatures(pi.pod)
 	q.named = namedNodes(pi.pod)
+	q.fit = defaultFitArgs
 	return q, nil
 }
 
@@ -179,7 +182,7 @@ func filter(q *podQuery, n *nodeInfo) status {
 			}
 		}
 	}
-	if st := fits(q.podInfo, n); !st.ok() {
+	if st := fits(q.podInfo, n, q.fit); !st.ok() {
 		return st
 	}
 	if st := q.volumes.filter(n); !st.ok() {
@@ -198,7 +201,7 @@ func filter(q *podQuery, n *nodeInfo) status {
 // requested resource against allocatable minus what assigned pods request.
 // A request larger than the node's whole allocatable cannot be helped by
 // preemption.
-func fits(pi *podInfo, n *nodeInfo) status {
+func fits(pi *podInfo, n *nodeInfo, args *fitArgs) status {
 	var reasons []string
 	c := unschedulable
 	if len(n.pods)+1 > n.allowedPods {
@@ -224,6 +227,9 @@ func fits(pi *podInfo, n *nodeInfo) status {
 		}
 		slices.Sort(names)
 		for _, name := range names {
+			if args.ignores(name) {
+				continue
+			}
 			want, alloc := r.scalar[name], n.allocatable.scalar[name]
 			if want > 0 && want > alloc-n.requested.scalar[name] {
 				reasons = append(reasons, "Insufficient "+string(name))

@@ -98,6 +98,8 @@ type Scheduler struct {
 	rand      *rand.Rand
 	nextStart int
 
+	// fit is NodeResourcesFit's configuration.
+	fit *fitArgs
 	// preempting holds preemptors whose victims are being deleted.
 	preemptMu  sync.Mutex
 	preempting map[types.UID]*inflightPreemption
@@ -116,6 +118,10 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
+	fit, err := cfg.fitArgs()
+	if err != nil {
+		return nil, err
+	}
 	if d.Rand == nil {
 		d.Rand = rand.New(rand.NewSource(d.Clock.Now().UnixNano()))
 	}
@@ -131,6 +137,7 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		preempting: map[types.UID]*inflightPreemption{},
 	}
 	s.spread = &spreadEnv{defaults: defaults}
+	s.fit = fit
 	if d.Services != nil {
 		s.spread.services = d.Services.Lister()
 		s.synced = append(s.synced, d.Services.Informer().HasSynced)
@@ -341,6 +348,7 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		s.refuse(ctx, p, cycle, v1.PodReasonUnschedulable, "pod "+pod.Namespace+"/"+pod.Name+" cannot be scheduled: "+err.Error(), start)
 		return
 	}
+	q.fit = s.fit
 	s.cache.mu.RLock()
 	var node, preMsg string
 	var statuses map[string]status
@@ -508,6 +516,7 @@ func (s *Scheduler) findNode(ctx context.Context, q *podQuery) (string, map[stri
 		return feasible[0].name(), nil, len(all)
 	}
 	sc := newScorer(q.podInfo)
+	sc.fit = q.fit
 	sc.interPod = affinityScores(s.cache, q.podInfo, s.nsLister)
 	sc.images = newImageQuery(q.pod, n)
 	sc.volumes = q.volumes

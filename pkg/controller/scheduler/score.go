@@ -38,10 +38,12 @@ type scorer struct {
 	images imageQuery
 	// volumes is VolumeBinding's state; nil without claims.
 	volumes *volumeState
+	// fit is NodeResourcesFit's configuration (its scoring strategy).
+	fit *fitArgs
 }
 
 func newScorer(pi *podInfo) *scorer {
-	s := &scorer{pod: pi, bestEffort: pi.request.milliCPU == 0 && pi.request.memory == 0, nonZero: incomingNonZero(pi.pod)}
+	s := &scorer{pod: pi, fit: defaultFitArgs, bestEffort: pi.request.milliCPU == 0 && pi.request.memory == 0, nonZero: incomingNonZero(pi.pod)}
 	if a := pi.pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		// Validated in newPodQuery.
 		s.preferred, _ = nodeaffinity.NewPreferredSchedulingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
@@ -60,9 +62,7 @@ func preferNoSchedule(t *v1.Taint) bool { return t.Effect == v1.TaintEffectPrefe
 
 func (s *scorer) raw(n *nodeInfo) rawScore {
 	var r rawScore
-	cpu := n.nonZero.milliCPU + s.nonZero.milliCPU
-	mem := n.nonZero.memory + s.nonZero.memory
-	r.fit = (leastRequested(cpu, n.allocatable.milliCPU) + leastRequested(mem, n.allocatable.memory)) / 2
+	r.fit = s.fit.score(s, n)
 	if !s.bestEffort {
 		balance := func(cpu, mem int64) int64 {
 			fc, fm := fraction(cpu, n.allocatable.milliCPU), fraction(mem, n.allocatable.memory)
