@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/pprof"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -126,7 +128,10 @@ type Options struct {
 	// MetricsBindAddress serves them on plain HTTP without authentication
 	// (`run`'s --metrics-bind-address, loopback only); "0" or "" serves none.
 	MetricsBindAddress string
-	DryRun             bool
+	// Profiling serves /debug/pprof/ on both servers (`run`'s --profiling);
+	// ContentionProfiling records blocking and lock contention too.
+	Profiling, ContentionProfiling bool
+	DryRun                         bool
 	// Identity for leader election; the hostname plus a random suffix when empty.
 	Identity string
 	// OnServing, when set, is told the address the plain-HTTP server
@@ -203,6 +208,11 @@ func ResolveControllers(spec []string, known []string) ([]string, error) {
 // It returns once the controllers have stopped (or Options.StopTimeout has
 // passed); with leader election, the Lease is released only after that.
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	if opts.Profiling && opts.ContentionProfiling {
+		// Process-wide, as kube-controller-manager sets it.
+		runtime.SetBlockProfileRate(1)
+		runtime.SetMutexProfileFraction(1)
+	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -362,6 +372,13 @@ func (m *manager) handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
+	if m.opts.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

@@ -295,3 +295,19 @@ func TestReadyzDoesNotFlapOnTakeover(t *testing.T) {
 		}
 	}
 }
+
+// --profiling serves Go's profiles at /debug/pprof/ (on by default, as
+// kube-controller-manager's); off, the path is not served.
+func TestProfilingServesPprof(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		m := &manager{opts: Options{Profiling: on}}
+		rec := httptest.NewRecorder()
+		m.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/goroutine?debug=1", nil))
+		if on && (rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "goroutine profile")) {
+			t.Errorf("profiling on: %d %.80q, want the goroutine profile", rec.Code, rec.Body.String())
+		}
+		if !on && rec.Code != http.StatusNotFound {
+			t.Errorf("profiling off: %d, want 404", rec.Code)
+		}
+	}
+}

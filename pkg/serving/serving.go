@@ -73,12 +73,17 @@ type Options struct {
 	// InsecureAddress is --metrics-bind-address: plain HTTP without
 	// authentication, on a loopback address only; "0" (the default) is off.
 	InsecureAddress string
+	// Profiling serves Go's profiles under /debug/pprof/ on both servers
+	// (kube-controller-manager's and kube-scheduler's --profiling, on by
+	// default there too); on HTTPS the path is authorized as any other.
+	// ContentionProfiling also records where goroutines block.
+	Profiling, ContentionProfiling bool
 }
 
 // NewOptions returns the defaults: HTTPS on 0.0.0.0:10261, no plain HTTP.
 func NewOptions() Options {
 	return Options{BindAddress: "0.0.0.0", SecurePort: DefaultSecurePort,
-		AlwaysAllowPaths: append([]string(nil), DefaultAlwaysAllowPaths...), InsecureAddress: "0"}
+		AlwaysAllowPaths: append([]string(nil), DefaultAlwaysAllowPaths...), InsecureAddress: "0", Profiling: true}
 }
 
 // AddFlags registers the serving flags.
@@ -90,6 +95,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AuthenticationKubeconfig, "authentication-kubeconfig", o.AuthenticationKubeconfig, "kubeconfig of the API server that checks the HTTPS server's bearer tokens (TokenReview, tokenreviews create); empty: the controllers' own connection (--kubeconfig or in-cluster).")
 	fs.StringVar(&o.AuthorizationKubeconfig, "authorization-kubeconfig", o.AuthorizationKubeconfig, "kubeconfig of the API server that authorizes the HTTPS server's requests (SubjectAccessReview, subjectaccessreviews create); empty: the controllers' own connection (--kubeconfig or in-cluster).")
 	fs.StringSliceVar(&o.AlwaysAllowPaths, "authorization-always-allow-paths", o.AlwaysAllowPaths, "Paths the HTTPS server serves to any authenticated or anonymous client without a SubjectAccessReview; a trailing * matches a prefix.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's CPU, heap, goroutine and other profiles at /debug/pprof/ (as kube-controller-manager and kube-scheduler do); on the HTTPS server the path needs authorization (nonResourceURLs /debug/pprof/*, get) unless --authorization-always-allow-paths names it.")
+	fs.BoolVar(&o.ContentionProfiling, "contention-profiling", o.ContentionProfiling, "With --profiling, also record where goroutines block on channels and locks (/debug/pprof/block and /mutex); costs some CPU.")
 	fs.StringVar(&o.InsecureAddress, "metrics-bind-address", o.InsecureAddress, "Plain-HTTP /metrics, /healthz, /readyz and /livez WITHOUT authentication, for local runs: a loopback HOST:PORT (127.0.0.1:8080, [::1]:8080, localhost:8080); 0 turns it off. In a cluster use --secure-port.")
 }
 
@@ -123,6 +130,9 @@ func (o *Options) Validate() error {
 	}
 	if err := validateInsecure(o.InsecureAddress); err != nil {
 		errs = append(errs, err)
+	}
+	if o.ContentionProfiling && !o.Profiling {
+		errs = append(errs, errors.New("--contention-profiling needs --profiling: the block and mutex profiles are served at /debug/pprof/"))
 	}
 	return errors.Join(errs...)
 }

@@ -50,6 +50,7 @@ func TestValidateOptions(t *testing.T) {
 		"kubeconfig": {func(o *Options) { o.AuthorizationKubeconfig = "/nonexistent/kc" }, "--authorization-kubeconfig /nonexistent/kc"},
 		"paths":      {func(o *Options) { o.AlwaysAllowPaths = []string{"/a*b"} }, "--authorization-always-allow-paths"},
 		"plain":      {func(o *Options) { o.InsecureAddress = ":8080" }, "loopback"},
+		"contention": {func(o *Options) { o.Profiling, o.ContentionProfiling = false, true }, "--contention-profiling needs --profiling"},
 	} {
 		o := NewOptions()
 		tc.mutate(&o)

@@ -188,6 +188,7 @@ func (o *options) validate() (manager.Options, error) {
 	}
 	return manager.Options{
 		Controllers: names, LeaderElection: o.leader, MetricsBindAddress: o.serving.InsecureAddress, DryRun: o.dryRun,
+		Profiling: o.serving.Profiling, ContentionProfiling: o.serving.ContentionProfiling,
 		Constructors: controllers.Constructors(o.config), StartTimeout: o.startTimeout, StopTimeout: o.stopTimeout,
 		ProgressTimeout: o.progressTimeout, Fault: fault,
 	}, nil
