@@ -32,8 +32,12 @@ const (
 	kindConfirmPowerCycle chaos.Kind = "confirm-then-powercycle"
 	// kindFencePartition: a node outside the chaos pool joins the fence
 	// pool (fencePolicy: Taint, then Fence) with the policy's condition,
-	// and is cut off while its machine runs: a Fence that fences it is
-	// running-machine's (and fence-running's) violation.
+	// and is cut off while its machine runs: a Fence that fences it while
+	// it runs is running-machine's (and fence-running's) violation. The
+	// Fence powers the machine off through the fake cloud (issue 46), and
+	// only then may the node be taken out of service; at the fault's end a
+	// person starts the machine again (a new boot), so that later faults
+	// keep a full fleet.
 	kindFencePartition chaos.Kind = "fence-partition"
 
 	opConfirm   chaos.Op = "confirm-out-of-service"
@@ -121,6 +125,9 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpClearCondition, Nodes: n, Condition: string(fencePolicy.Condition)})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			// Repaired by a person: a machine the Fence powered off starts
+			// again (a no-op for one that still runs).
+			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(leave, chaos.Step{Op: opFenceExit, Nodes: n})
 		}
 		if at+f.Duration > window {
