@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
 const (
@@ -137,6 +138,13 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 		steps = append(steps, fs...)
 	}
 	return faults, steps
+}
+
+// powerOffFault is the fault fakenodes applies for a Fence's power-off
+// request (a machine shut down for good): its String is how its "Fault
+// injected" line names it, which the repair truth reads (repair_test.go).
+func powerOffFault(node string) string {
+	return fakenode.Fault{Action: fakenode.MachineShutdown, Target: fakenode.Target{Nodes: []string{node}}}.String()
 }
 
 // withPersonFaults merges a person's faults into the schedule, like
