@@ -133,7 +133,11 @@ func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int,
 		return req, nil
 	}
 	if c.DryRun.Enabled() {
+		// Reported once; no answer follows, so the Fence waits.
 		c.DryRun.Report(ctx, n, string(rem.ActionFence), "power-off request "+id)
+		c.mu.Lock()
+		c.fenceReqs[n.Name] = fenceRequest{id: id}
+		c.mu.Unlock()
 		return fenceRequest{id: id}, nil
 	}
 	// Bounded: a provider that never answers must not hold the worker.
