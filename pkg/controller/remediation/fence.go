@@ -114,9 +114,9 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 			c.metrics.fences.WithLabelValues(p.name, "vetoed").Inc()
 			c.statusQ.AddAfter(p.name, statusDelay)
 		}
-	default:
-		c.forgetSaid(n.Name, EventFenceVetoed)
 	}
+	// Waiting (no answer yet, or a question that failed) keeps the last
+	// veto said: no answer is no new decision.
 	if !d.Next.IsZero() {
 		c.queue.AddAfter(n.Name, d.Next.Sub(now))
 	}
