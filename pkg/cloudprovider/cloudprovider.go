@@ -42,6 +42,37 @@ func RepairerOf(p cloudprovider.Interface) (Repairer, bool) {
 	return r, ok && p != nil
 }
 
+// Fencer powers machines off: the Fence step of a remediation ladder
+// (issue 46). PowerOff is a request like Reboot and Replace (same request-ID
+// hygiene: sent again after a lost answer, the same ID is the same request;
+// a RefusedError is the provider's refusal). A nil error means the provider
+// accepted it, not that the machine is off: the remediation controller
+// takes the machine for off only when the provider's InstancesV2 answers so
+// (InstanceShutdown true or InstanceExists false) for the boot the request
+// was for. A machine powered off this way stays off until a person (or
+// another request) starts it again.
+type Fencer interface {
+	PowerOff(ctx context.Context, node *v1.Node, requestID string) error
+}
+
+// FencerOf returns the provider's Fencer and its InstancesV2 (the answer
+// that confirms a power-off), if it has both: a provider that can power a
+// machine off but cannot say that it is off cannot fence.
+func FencerOf(p cloudprovider.Interface) (Fencer, cloudprovider.InstancesV2, bool) {
+	if p == nil {
+		return nil, nil, false
+	}
+	f, ok := p.(Fencer)
+	if !ok {
+		return nil, nil, false
+	}
+	inst, ok := p.InstancesV2()
+	if !ok || inst == nil {
+		return nil, nil, false
+	}
+	return f, inst, true
+}
+
 // RequestID names one repair request: the Node (its UID), the boot it is
 // for and the step. The boot is part of it because a request is about one
 // boot of the machine: once the machine has booted again, the same step is

@@ -30,8 +30,10 @@ type CloudProvider struct {
 	// Name is --cloud-provider ("" none).
 	Name string
 	// Repairs: the provider reboots and replaces machines
-	// (cloudprovider.Repairer).
-	Repairs bool
+	// (cloudprovider.Repairer). Fences: it powers them off and says they are
+	// off (cloudprovider.FencerOf): without it a policy with a Fence step is
+	// refused.
+	Repairs, Fences bool
 	// Note says what could not be told about it.
 	Note string
 }
@@ -41,7 +43,17 @@ type CloudProvider struct {
 // is with one, and says so.
 func (c CloudProvider) can() rem.Capabilities {
 	ok := !c.Known || c.Repairs
-	return rem.Capabilities{Reboot: ok, Replace: ok}
+	return rem.Capabilities{Reboot: ok, Replace: ok, Fence: !c.Known || c.Fences}
+}
+
+// cannotFence words the refusal of a policy whose step i is a Fence, as
+// the controller does.
+func (c CloudProvider) cannotFence(i int) string {
+	why := "no --cloud-provider is configured"
+	if c.Name != "" {
+		why = fmt.Sprintf("the cloud provider %q cannot (it has no PowerOff, or no InstancesV2 to say the machine is off)", c.Name)
+	}
+	return fmt.Sprintf("step %d (Fence) needs a cloud provider that powers machines off and confirms it, and %s", i+1, why)
 }
 
 // skip says why the controller skips a step of action a ("" it runs it).
@@ -60,13 +72,17 @@ func (c CloudProvider) words() string {
 	case !c.Known:
 		return "unknown (no --config file): Reboot and Replace steps run only if nodeshepherd runs with a --cloud-provider that repairs; shown as if it does"
 	case c.Name == "":
-		return "none (no --cloud-provider in the configuration): Reboot and Replace steps are skipped"
+		return "none (no --cloud-provider in the configuration): Reboot and Replace steps are skipped, and a policy with a Fence step is refused"
+	case !c.Repairs && !c.Fences:
+		return c.Name + ": it cannot reboot, replace or power off machines; Reboot and Replace steps are skipped, and a policy with a Fence step is refused"
 	case !c.Repairs:
 		return c.Name + ": it cannot reboot or replace machines; Reboot and Replace steps are skipped"
+	case !c.Fences:
+		return c.Name + ": it cannot power off machines; a policy with a Fence step is refused"
 	case c.Note != "":
 		return c.Name + ": " + c.Note
 	}
-	return c.Name + ": reboots and replaces machines"
+	return c.Name + ": reboots, replaces and powers off machines"
 }
 
 // Remediation is the node's place under the RemediationPolicy resources
@@ -271,6 +287,9 @@ func remediationOf(n *v1.Node, nodes []*v1.Node, pols policies, cloud CloudProvi
 	for i := range pols.items {
 		p := &pols.items[i]
 		byName[p.name] = p
+		if j, no := p.spec.FenceRefusal(cloud.can()); p.refused == "" && no {
+			p.refused = cloud.cannotFence(j) // as the controller refuses it (CannotFence)
+		}
 		switch {
 		case p.refused != "":
 			r.Refused = append(r.Refused, RefusedPolicy{Name: p.name, Why: p.refused})

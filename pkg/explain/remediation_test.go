@@ -73,7 +73,7 @@ func recordRepair(n *v1.Node, policy string, step int, action rem.Action, since 
 	n.Annotations[rem.AnnotationState] = rem.EncodeState(policy, action, rem.State{Step: step, StepSince: now.Add(-since), RepairSince: now.Add(-since - time.Hour)})
 }
 
-var withProvider = CloudProvider{Known: true, Name: "fake", Repairs: true}
+var withProvider = CloudProvider{Known: true, Name: "fake", Repairs: true, Fences: true}
 
 func judge(t *testing.T, n *v1.Node, nodes []*v1.Node, pols policies, cloud CloudProvider) (Remediation, []string) {
 	t.Helper()
@@ -231,22 +231,28 @@ func TestRemediationInRepairAtStepTwoWithTheNextStepsTime(t *testing.T) {
 func TestRemediationSkipsRebootWithoutACloudProvider(t *testing.T) {
 	n := gpuNode("a", 2*time.Hour)
 	recordRepair(n, "gpu", 1, rem.ActionDrain, 20*time.Minute)
+	// Without any provider a policy with a Fence step is refused, as the
+	// controller refuses it (CannotFence, issue 46).
 	none := CloudProvider{Known: true}
 	r, _ := judge(t, n, nil, policyList(gpuPolicy("gpu")), none)
+	if len(r.Refused) != 1 || !strings.Contains(r.Refused[0].Why, "step 5 (Fence) needs a cloud provider that powers machines off") ||
+		!strings.HasPrefix(r.CloudProvider, "none") || !strings.Contains(r.CloudProvider, "Fence step is refused") {
+		t.Errorf("no provider: refused %+v, cloud provider %q", r.Refused, r.CloudProvider)
+	}
+	// A provider that powers off but cannot reboot or replace.
+	fenceOnly := CloudProvider{Known: true, Name: "acme", Fences: true}
+	r, _ = judge(t, n, nil, policyList(gpuPolicy("gpu")), fenceOnly)
 	for _, i := range []int{2, 3} {
-		if s := r.Steps[i]; s.State != "skipped" || s.Why != "no cloud provider" {
+		if s := r.Steps[i]; s.State != "skipped" || !strings.Contains(s.Why, "the cloud provider acme cannot") {
 			t.Errorf("step %d: %+v", i+1, s)
 		}
 	}
 	if cur := r.Steps[1]; cur.Next != "step 5 (Fence)" {
 		t.Errorf("current %+v", cur)
 	}
-	if !strings.HasPrefix(r.CloudProvider, "none") {
-		t.Errorf("cloud provider %q", r.CloudProvider)
-	}
 	// At the timeout the controller passes over them, saying so.
 	recordRepair(n, "gpu", 1, rem.ActionDrain, 2*time.Hour)
-	r, _ = judge(t, n, nil, policyList(gpuPolicy("gpu")), none)
+	r, _ = judge(t, n, nil, policyList(gpuPolicy("gpu")), fenceOnly)
 	if d := r.Decision; d.Verdict != "Advance" || d.Step != 5 || len(d.Skipped) != 2 || !strings.Contains(d.Skipped[0], "step 3 (Reboot)") {
 		t.Errorf("decision %+v", d)
 	}

@@ -107,6 +107,10 @@ type Config struct {
 	// before the new machine registers it (package cloudprovider/fake).
 	RebootDowntime  time.Duration
 	ReplaceDowntime time.Duration
+	// IgnorePowerOff: the fake cloud accepts power-off requests (a Fence)
+	// but the machines keep running, as behind a BMC that fails silently;
+	// the provider goes on answering that they run.
+	IgnorePowerOff bool
 	// Workers is the number of goroutines doing API writes.
 	Workers int
 	// KubeletVersion is reported in node info.

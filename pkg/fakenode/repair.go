@@ -27,7 +27,11 @@ import (
 //   - replace: the machine and its Node go (and its Lease, and the pods bound
 //     to it, as kube-controller-manager's pod garbage collector deletes the
 //     pods of a deleted Node); after ReplaceDowntime a new machine registers
-//     the Node anew: a new UID, a new boot ID, no pods.
+//     the Node anew: a new UID, a new boot ID, no pods;
+//   - poweroff: the machine is shut down and stays off (the fault
+//     machine-shutdown without a duration): the fake cloud provider answers
+//     InstanceShutdown true until a machine-start. With IgnorePowerOff the
+//     request is marked done and nothing happens: the machine runs on.
 //
 // Each request is carried out once, by ID, and marked done in the
 // ConfigMap, so a request sent again after a lost answer, or seen again by
@@ -92,6 +96,13 @@ func (m *Manager) onRepairs(ctx context.Context, cm *v1.ConfigMap) {
 			m.repairDone(ctx, name, r)
 		case fakecloud.ActionReplace:
 			m.repairs.running.Go(func() { m.replace(ctx, n, r) })
+		case fakecloud.ActionPowerOff:
+			if !m.cfg.IgnorePowerOff {
+				if _, err := m.Apply(ctx, Fault{Action: MachineShutdown, Target: Target{Nodes: []string{name}}}); err != nil {
+					logger.Error(err, "Powering off", "node", name)
+				}
+			}
+			m.repairDone(ctx, name, r)
 		}
 	}
 }

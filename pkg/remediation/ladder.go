@@ -88,7 +88,8 @@ type State struct {
 	BootID string
 	// Drain: a Drain step is at or below Step (the drain controller keeps
 	// the node drained until the repair ends). FenceBootID: a Fence step is,
-	// and it was taken for this boot of the machine.
+	// and the provider confirmed the machine powered off in this boot (set
+	// only after that confirmation: DecideFence).
 	Drain       bool
 	FenceBootID string
 }
@@ -112,6 +113,10 @@ type Pool struct {
 // Capabilities say which steps can run.
 type Capabilities struct {
 	Reboot, Replace bool
+	// Fence: the provider powers machines off and says whether they are
+	// off. Without it a policy with a Fence step is refused (FenceRefusal),
+	// never skipped to.
+	Fence bool
 }
 
 // Verdict is the decision for one node.

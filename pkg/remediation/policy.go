@@ -34,7 +34,12 @@ const (
 	// (cloudprovider.Repairer); without one they are skipped, visibly.
 	ActionReboot  Action = "Reboot"
 	ActionReplace Action = "Replace"
-	// ActionFence puts the out-of-service taint on the node.
+	// ActionFence powers the machine off through the cloud provider
+	// (cloudprovider.Fencer) and, once the provider answers that it is off
+	// for the boot the request was for, confirms the death to the
+	// outofservice controller, which puts the out-of-service taint on the
+	// node (fence.go). A policy with one and no provider that can is
+	// refused.
 	ActionFence Action = "Fence"
 )
 

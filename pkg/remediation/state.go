@@ -23,9 +23,10 @@ type stateRecord struct {
 	// Drain: the ladder has reached a Drain step; the drain controller
 	// keeps the node cordoned and drained until the record goes.
 	Drain bool `json:"drain,omitempty"`
-	// FenceBootID: the ladder has reached a Fence step, for this boot of
-	// the machine; the outofservice controller counts it as a confirmation
-	// of that boot only.
+	// FenceBootID: the ladder has reached a Fence step and the cloud
+	// provider confirmed the machine powered off, in this boot (written only
+	// then); the outofservice controller counts it as a confirmation of
+	// that boot only, and only while the provider answers it off.
 	FenceBootID string `json:"fenceBootID,omitempty"`
 }
 
@@ -76,8 +77,8 @@ func EncodeState(policy string, action Action, st State) string {
 
 // Request is what a node's repair asks of the other controllers: the drain
 // controller drains a node whose Drain is set, the outofservice controller
-// takes a Fence for the boot it names as a confirmation of that boot's
-// death. Why names the policy and step, for their events and records.
+// takes a confirmed Fence (FenceBootID) for the boot it names as a
+// confirmation of that boot's death, while the provider answers it off. Why names the policy and step, for their events and records.
 type Request struct {
 	Policy      string
 	Step        int

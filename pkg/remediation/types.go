@@ -58,4 +58,7 @@ type NodeRepair struct {
 	// Next says what comes next and when (the next step at the timeout,
 	// or done after the hold time).
 	Next string `json:"next,omitempty"`
+	// Fence says where a Fence step stands: requested, powered off
+	// (confirmed for a boot) or vetoed, and why.
+	Fence string `json:"fence,omitempty"`
 }

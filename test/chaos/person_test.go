@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
 const (
@@ -32,8 +33,12 @@ const (
 	kindConfirmPowerCycle chaos.Kind = "confirm-then-powercycle"
 	// kindFencePartition: a node outside the chaos pool joins the fence
 	// pool (fencePolicy: Taint, then Fence) with the policy's condition,
-	// and is cut off while its machine runs: a Fence that fences it is
-	// running-machine's (and fence-running's) violation.
+	// and is cut off while its machine runs: a Fence that fences it while
+	// it runs is running-machine's (and fence-running's) violation. The
+	// Fence powers the machine off through the fake cloud (issue 46), and
+	// only then may the node be taken out of service; at the fault's end a
+	// person starts the machine again (a new boot), so that later faults
+	// keep a full fleet.
 	kindFencePartition chaos.Kind = "fence-partition"
 
 	opConfirm   chaos.Op = "confirm-out-of-service"
@@ -121,6 +126,9 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpClearCondition, Nodes: n, Condition: string(fencePolicy.Condition)})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			// Repaired by a person: a machine the Fence powered off starts
+			// again (a no-op for one that still runs).
+			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(leave, chaos.Step{Op: opFenceExit, Nodes: n})
 		}
 		if at+f.Duration > window {
@@ -130,6 +138,13 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 		steps = append(steps, fs...)
 	}
 	return faults, steps
+}
+
+// powerOffFault is the fault fakenodes applies for a Fence's power-off
+// request (a machine shut down for good): its String is how its "Fault
+// injected" line names it, which the repair truth reads (repair_test.go).
+func powerOffFault(node string) string {
+	return fakenode.Fault{Action: fakenode.MachineShutdown, Target: fakenode.Target{Nodes: []string{node}}}.String()
 }
 
 // withPersonFaults merges a person's faults into the schedule, like

@@ -367,6 +367,13 @@ func (h *repairTruth) onLog(msg string, kv []any, err error) {
 		}
 	case "Fault injected", "Fault ended":
 		for node, r := range h.requested {
+			if r.action == "poweroff" && msg == "Fault injected" && val("fault") == powerOffFault(node) {
+				// A Fence's power-off (issue 46): off for good, until a
+				// person starts it (person_test.go).
+				h.record(chaos.OpMachineShutdown, node, r.at, now, "poweroff: machine off, request "+r.id)
+				delete(h.requested, node)
+				continue
+			}
 			if r.action != "reboot" || val("fault") != rebootFault(node) {
 				continue
 			}

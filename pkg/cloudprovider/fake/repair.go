@@ -19,13 +19,16 @@ import (
 // ConfigMap of their own, one key per node, and `nodeshepherd fakenodes`
 // carries them out on its machines (reboot: the machine is off for a while
 // and boots again, with a new boot ID; replace: the machine and its Node go
-// and a new machine registers the Node anew, with a new UID).
+// and a new machine registers the Node anew, with a new UID; poweroff: the
+// machine is shut down and stays off, the Fence step of a remediation
+// ladder).
 const RequestsConfigMapName = "nodeshepherd-fake-cloud-requests"
 
 // Actions of a Request.
 const (
-	ActionReboot  = "reboot"
-	ActionReplace = "replace"
+	ActionReboot   = "reboot"
+	ActionReplace  = "replace"
+	ActionPowerOff = "poweroff"
 )
 
 // Request is the last repair request for a node's machine.
@@ -42,13 +45,14 @@ func ParseRequest(s string) (Request, error) {
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		return Request{}, fmt.Errorf("repair request %q: %w", s, err)
 	}
-	if r.ID == "" || (r.Action != ActionReboot && r.Action != ActionReplace) {
-		return Request{}, fmt.Errorf("repair request %q: want an id and an action of %s or %s", s, ActionReboot, ActionReplace)
+	if r.ID == "" || (r.Action != ActionReboot && r.Action != ActionReplace && r.Action != ActionPowerOff) {
+		return Request{}, fmt.Errorf("repair request %q: want an id and an action of %s, %s or %s", s, ActionReboot, ActionReplace, ActionPowerOff)
 	}
 	return r, nil
 }
 
 var _ nscloud.Repairer = (*Provider)(nil)
+var _ nscloud.Fencer = (*Provider)(nil)
 
 // Reboot asks fakenodes to reboot the node's machine.
 func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string) error {
@@ -58,6 +62,12 @@ func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string) 
 // Replace asks fakenodes to replace the node's machine.
 func (p *Provider) Replace(ctx context.Context, node *v1.Node, requestID string) error {
 	return p.request(ctx, node, requestID, ActionReplace)
+}
+
+// PowerOff asks fakenodes to power the node's machine off for good. A
+// machine already shut down or deleted is off: accepted, nothing to do.
+func (p *Provider) PowerOff(ctx context.Context, node *v1.Node, requestID string) error {
+	return p.request(ctx, node, requestID, ActionPowerOff)
 }
 
 // request writes the node's request, unless it is already there (the same
@@ -71,7 +81,10 @@ func (p *Provider) request(ctx context.Context, node *v1.Node, id, action string
 	if err != nil {
 		return err
 	}
-	if state != Running {
+	switch {
+	case state != Running && action == ActionPowerOff:
+		return nil // off already: what was asked
+	case state != Running:
 		return &nscloud.RefusedError{Step: action, Node: node.Name, Message: "the machine is " + state}
 	}
 	// Bound to the version read, so that fakenodes marking the same

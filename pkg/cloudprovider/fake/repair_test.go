@@ -60,15 +60,32 @@ func TestRepairRequestWrittenOnceAndRefusedForGoneMachines(t *testing.T) {
 	if err := p.Reboot(ctx, n, ""); err == nil {
 		t.Error("a request without an ID was written")
 	}
+	// PowerOff: written like the others, once per ID; a machine already
+	// off or gone needs nothing (accepted, nothing written).
+	if err := p.PowerOff(ctx, n, "u/b/gpu/2/Fence"); err != nil || read().Action != ActionPowerOff || read().ID != "u/b/gpu/2/Fence" {
+		t.Errorf("power-off: %v, %+v", err, read())
+	}
+	for _, name := range []string{"gone", "off"} {
+		if err := p.PowerOff(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, "x/y/Fence"); err != nil {
+			t.Errorf("power-off of %s: %v, want accepted", name, err)
+		}
+		cm, _ := client.CoreV1().ConfigMaps(ConfigMapNamespace).Get(ctx, RequestsConfigMapName, metav1.GetOptions{})
+		if _, ok := cm.Data[name]; ok {
+			t.Errorf("power-off of %s written: %v", name, cm.Data)
+		}
+	}
+	if _, _, ok := nscloud.FencerOf(p); !ok {
+		t.Error("the fake provider cannot fence")
+	}
 }
 
 func FuzzParseRequest(f *testing.F) {
-	for _, s := range []string{`{"id":"a","action":"reboot"}`, `{"id":"a","action":"replace","done":"2026-11-28T10:00:00Z"}`, `{}`, `x`, `null`} {
+	for _, s := range []string{`{"id":"a","action":"reboot"}`, `{"id":"a","action":"poweroff"}`, `{"id":"a","action":"replace","done":"2026-11-28T10:00:00Z"}`, `{}`, `x`, `null`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := ParseRequest(s)
-		if err == nil && (r.ID == "" || (r.Action != ActionReboot && r.Action != ActionReplace)) {
+		if err == nil && (r.ID == "" || (r.Action != ActionReboot && r.Action != ActionReplace && r.Action != ActionPowerOff)) {
 			t.Fatalf("accepted %q as %+v", s, r)
 		}
 	})

@@ -45,6 +45,11 @@ const (
 	// it by a new one. The answer says whether the provider accepted.
 	QuestionReboot  = "Reboot"
 	QuestionReplace = "Replace"
+	// QuestionPowerOff is the Fence step's request (nscloud.Fencer): power
+	// the machine off and keep it off. The answer says whether the
+	// provider accepted; that the machine is off is asked afterwards
+	// (InstanceShutdown, InstanceExists), for the same boot.
+	QuestionPowerOff = "PowerOff"
 )
 
 // Config is the provider's configuration, from the --cloud-provider-webhook-* flags.
@@ -60,7 +65,7 @@ type Request struct {
 	Kind       string      `json:"kind"` // "InstanceQuestion"
 	Question   string      `json:"question"`
 	Node       RequestNode `json:"node"`
-	// RequestID identifies a repair request (Reboot, Replace): the same ID
+	// RequestID identifies a repair request (Reboot, Replace, PowerOff): the same ID
 	// again is the same request, sent again after its answer was lost.
 	RequestID string `json:"requestID,omitempty"`
 }
@@ -263,6 +268,7 @@ func (p *Provider) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudp
 }
 
 var _ nscloud.Repairer = (*Provider)(nil)
+var _ nscloud.Fencer = (*Provider)(nil)
 
 // Reboot asks the webhook to reboot the node's machine (QuestionReboot).
 func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string) error {
@@ -272,6 +278,12 @@ func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string) 
 // Replace asks the webhook to replace the node's machine (QuestionReplace).
 func (p *Provider) Replace(ctx context.Context, node *v1.Node, requestID string) error {
 	return p.repair(ctx, QuestionReplace, node, requestID)
+}
+
+// PowerOff asks the webhook to power the node's machine off and keep it
+// off (QuestionPowerOff).
+func (p *Provider) PowerOff(ctx context.Context, node *v1.Node, requestID string) error {
+	return p.repair(ctx, QuestionPowerOff, node, requestID)
 }
 
 // repair sends a repair request: accepted is nil; "accepted": false is a

@@ -143,4 +143,33 @@ func TestRepairRequests(t *testing.T) {
 	if _, ok := nscloud.RepairerOf(p); !ok {
 		t.Error("the webhook provider is no Repairer")
 	}
+
+	// PowerOff (the Fence step): the same request hygiene.
+	got, answer = nil, `{"accepted":true}`
+	off := nscloud.RequestID(node, "gpu/4/Fence")
+	if err := p.PowerOff(ctx, node, off); err != nil {
+		t.Fatalf("accepted power-off: %v", err)
+	}
+	if err := p.PowerOff(ctx, node, off); err != nil { // sent again after a lost answer
+		t.Fatalf("power-off sent again: %v", err)
+	}
+	if len(got) != 2 || got[0].Question != QuestionPowerOff || got[0].RequestID != "u-1/boot-1/gpu/4/Fence" || got[1].RequestID != got[0].RequestID || got[0].Node.BootID != "boot-1" {
+		t.Errorf("power-off requests %+v", got)
+	}
+	answer = `{"accepted":false,"message":"no BMC credentials"}`
+	if err := p.PowerOff(ctx, node, off); !errors.As(err, &refused) || !strings.Contains(err.Error(), "no BMC credentials") {
+		t.Errorf("refused power-off: %v", err)
+	}
+	for _, a := range []string{`{}`, `{"poweredOff":true}`} {
+		answer = a
+		if err := p.PowerOff(ctx, node, off); err == nil || errors.As(err, &refused) {
+			t.Errorf("power-off answer %s: %v, want an error that is not a refusal", a, err)
+		}
+	}
+	if err := p.PowerOff(ctx, node, ""); err == nil {
+		t.Error("a power-off without an ID was sent")
+	}
+	if f, inst, ok := nscloud.FencerOf(p); !ok || f == nil || inst == nil {
+		t.Error("the webhook provider cannot fence")
+	}
 }

@@ -99,9 +99,10 @@ func cloudProvider(c providers.Options) explain.CloudProvider {
 	}
 	cloud, err := c.Build(nil)
 	if err != nil {
-		cp.Repairs, cp.Note = true, fmt.Sprintf("cannot tell here whether it reboots and replaces machines (%v): assumed it does", err)
+		cp.Repairs, cp.Fences, cp.Note = true, true, fmt.Sprintf("cannot tell here whether it reboots, replaces and powers off machines (%v): assumed it does", err)
 		return cp
 	}
 	_, cp.Repairs = nscloud.RepairerOf(cloud)
+	_, _, cp.Fences = nscloud.FencerOf(cloud)
 	return cp
 }

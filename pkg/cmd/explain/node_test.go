@@ -74,12 +74,12 @@ func TestNodeOptionsCloudProviderForTheRemediationLadder(t *testing.T) {
 	}{
 		{"no file: unknown", "", explain.CloudProvider{}, ""},
 		{"none", "shared:\n  maxUnhealthyNodes: \"3\"\n", explain.CloudProvider{Known: true}, ""},
-		{"fake reboots", "cloudProvider:\n  cloudProvider: fake\n", explain.CloudProvider{Known: true, Name: "fake", Repairs: true}, ""},
+		{"fake reboots", "cloudProvider:\n  cloudProvider: fake\n", explain.CloudProvider{Known: true, Name: "fake", Repairs: true, Fences: true}, ""},
 		{"webhook reboots", "cloudProvider:\n  cloudProvider: webhook\n  cloudProviderWebhookUrl: https://repair.example\n",
-			explain.CloudProvider{Known: true, Name: "webhook", Repairs: true}, ""},
+			explain.CloudProvider{Known: true, Name: "webhook", Repairs: true, Fences: true}, ""},
 		// Its CA file is on the controller's machine, not here.
 		{"webhook not buildable here", "cloudProvider:\n  cloudProvider: webhook\n  cloudProviderWebhookUrl: https://repair.example\n  cloudProviderWebhookCaFile: /nonexistent/ca.pem\n",
-			explain.CloudProvider{Known: true, Name: "webhook", Repairs: true}, "cannot tell here"},
+			explain.CloudProvider{Known: true, Name: "webhook", Repairs: true, Fences: true}, "cannot tell here"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := ""

@@ -323,10 +323,28 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 		}
 	}
 	// Last: the metrics name the first source, and a remediation policy is
-	// the weakest (it never overrides a disruption).
-	if rc, ok := c.remediationConfirmation(ctx, n); ok {
-		in.confirmations = append(in.confirmations, rc)
+	// the weakest (it never overrides a disruption). A policy's Fence is a
+	// power-off the remediation controller saw confirmed; it counts here
+	// only while the provider or the fencing endpoint answers the machine
+	// off too, and a "running" answer vetoes it (issue 46: never the
+	// record alone).
+	rc, ok, why := c.remediationConfirmation(n)
+	if ok {
+		switch {
+		case in.provider == providerDead || in.fencing == providerDead:
+			in.confirmations = append(in.confirmations, rc)
+		case in.provider == providerRunning || in.fencing == providerRunning:
+			by := c.cfg.Cloud.Name
+			if in.provider != providerRunning {
+				by = c.cfg.Fencing.URL
+			}
+			in.fenceVetoed = fmt.Sprintf("Not counting the Fence of %s for node %s: %s answers that the machine runs; a Fence confirms a death only while the machine is answered off",
+				rc.detail, n.Name, by)
+		default:
+			why = fmt.Sprintf("Not counting the Fence of %s yet: no answer of the cloud provider or the fencing endpoint confirms the machine off", rc.detail)
+		}
 	}
+	c.noteIgnored(ctx, n, why)
 	// Zones and the budget, from every node as this controller sees it.
 	views := make([]*v1.Node, len(all))
 	var conds []*v1.NodeCondition
@@ -451,21 +469,34 @@ func (c *Controller) askFencer(ctx context.Context, n *v1.Node) providerAnswer {
 	return providerRunning
 }
 
-// remediationConfirmation is a remediation policy's Fence step as a
-// confirmation (remediation.RequestOf). It confirms the boot it was taken
-// for only: once the node reports another boot ID, the machine the policy
+// remediationConfirmation is a remediation policy's confirmed Fence step
+// (remediation.RequestOf: FenceBootID, written once the provider answered
+// the machine off) as a confirmation; input counts it only while the
+// provider or the fencing endpoint answers the machine off. It confirms
+// the boot it was taken for only: once the node reports another boot ID, the machine the policy
 // declared dead has started again, and it says nothing about this boot. A
 // malformed record confirms nothing. Why a record is ignored is logged once
 // per change.
-func (c *Controller) remediationConfirmation(ctx context.Context, n *v1.Node) (confirmation, bool) {
+func (c *Controller) remediationConfirmation(n *v1.Node) (_ confirmation, _ bool, why string) {
 	r, ok, err := remediation.RequestOf(n)
-	var why string
 	switch {
 	case err != nil:
 		why = fmt.Sprintf("Ignoring a malformed remediation record, which confirms nothing: %v", err)
 	case ok && r.FenceBootID != "" && r.FenceBootID != n.Status.NodeInfo.BootID:
 		why = fmt.Sprintf("Ignoring the Fence of %s: it was taken for boot ID %q, the node now reports boot ID %q", r.Why(), r.FenceBootID, n.Status.NodeInfo.BootID)
 	}
+	if why != "" {
+		return confirmation{}, false, why
+	}
+	if !ok || r.FenceBootID == "" {
+		return confirmation{}, false, "" // no repair, or not fenced (yet)
+	}
+	return confirmation{source: SourceRemediation, detail: fmt.Sprintf("%s, for boot ID %q", r.Why(), r.FenceBootID)}, true, ""
+}
+
+// noteIgnored logs why a node's remediation record is ignored ("" : it is
+// not), once per change.
+func (c *Controller) noteIgnored(ctx context.Context, n *v1.Node, why string) {
 	c.mu.Lock()
 	changed := c.ignored[n.Name] != why
 	if why == "" {
@@ -474,16 +505,9 @@ func (c *Controller) remediationConfirmation(ctx context.Context, n *v1.Node) (c
 		c.ignored[n.Name] = why
 	}
 	c.mu.Unlock()
-	if why != "" {
-		if changed {
-			klog.FromContext(ctx).V(2).Info(why, "node", n.Name, "annotation", remediation.AnnotationState)
-		}
-		return confirmation{}, false
+	if why != "" && changed {
+		klog.FromContext(ctx).V(2).Info(why, "node", n.Name, "annotation", remediation.AnnotationState)
 	}
-	if !ok || r.FenceBootID == "" {
-		return confirmation{}, false // no repair, or not fenced (yet)
-	}
-	return confirmation{source: SourceRemediation, detail: fmt.Sprintf("%s, for boot ID %q", r.Why(), r.FenceBootID)}, true
 }
 
 // providerDetail words the provider's confirmation; it re-asks nothing:

@@ -65,9 +65,13 @@ type input struct {
 	// bound says how that is known; unbound, when it is not, is the
 	// refusal's message (confirm.go).
 	bound, unbound string
-	zone           string
-	zoneState      nodetopology.ZoneState
-	clusterState   nodetopology.ZoneState
+	// fenceVetoed: a remediation policy's Fence is on the node, and the
+	// provider or the fencing endpoint answers that the machine runs (the
+	// refusal's message; the Fence is not among confirmations).
+	fenceVetoed  string
+	zone         string
+	zoneState    nodetopology.ZoneState
+	clusterState nodetopology.ZoneState
 	// outOfService nodes carry the taint now; limit is the budget.
 	outOfService, limit int
 	after               time.Duration
@@ -101,6 +105,7 @@ const (
 	codeNewConfirmation = "new-confirmation"       // record
 	codeBootChanged     = "boot-changed"           // expire
 	codeUnbound         = "confirmation-unbound"   // refuse: a person's confirmation of an unknown boot
+	codeFenceVetoed     = "fence-vetoed"           // refuse: a remediation Fence while the machine is answered running
 )
 
 // verdict is what to do with one node, and what to say about it.
@@ -141,6 +146,10 @@ func decide(in input) verdict {
 		return v
 	}
 	v := decideNode(in)
+	if in.fenceVetoed != "" && v.action == actNothing && !in.owned && !in.taintedByOther {
+		// Said, so that a Fence that confirms nothing is visible here too.
+		v = verdict{action: actRefuse, code: codeFenceVetoed, message: in.fenceVetoed}
+	}
 	if in.unbound != "" {
 		// Said whatever else is decided, so that the person learns that
 		// the annotation counts for nothing.

@@ -27,7 +27,8 @@ var Descriptor = descriptor.Descriptor[Config]{
 		Help: "taints node.kubernetes.io/out-of-service:NoExecute a node confirmed dead (the\n" +
 			"--cloud-provider reports its machine shut down or gone, the annotation\n" +
 			"nodeshepherd.io/out-of-service=REASON, a fencing endpoint, or a remediation\n" +
-			"policy's Fence step for its current boot) and NotReady for\n" +
+			"policy's Fence step that powered off its current boot, while the provider or the\n" +
+			"fencing endpoint answers it off) and NotReady for\n" +
 			"--out-of-service-after, within --max-out-of-service-nodes/-percent; removes it\n" +
 			"after a reboot or when the confirmation is withdrawn (runs only when named:\n" +
 			"--controllers=*,outofservice).",

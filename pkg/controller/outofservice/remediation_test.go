@@ -30,6 +30,39 @@ func fenceRecord(fenceBoot string) map[string]string {
 	return map[string]string{remediation.AnnotationState: remediation.EncodeState("gpu", action, st)}
 }
 
+// testFencer is a fencing endpoint answering from a table: "off", "error";
+// else running.
+type testFencer struct {
+	mu       sync.Mutex
+	machines map[string]string
+}
+
+func (f *testFencer) PoweredOff(_ context.Context, n *v1.Node) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch f.machines[n.Name] {
+	case "error":
+		return false, fmt.Errorf("injected fencing error")
+	case "off":
+		return true, nil
+	}
+	return false, nil
+}
+
+func (f *testFencer) set(node, state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.machines[node] = state
+}
+
+// withFencer gives the fixture's controller a fencing endpoint.
+func withFencer(f *fixture, machines map[string]string) *testFencer {
+	tf := &testFencer{machines: machines}
+	f.c.fencer = tf
+	f.c.cfg.Fencing.URL = "https://fence.test"
+	return tf
+}
+
 // logLines records the log lines of verbosity 2 and below.
 type logLines struct {
 	mu    sync.Mutex
@@ -51,24 +84,32 @@ func (l *logLines) all() []string {
 }
 
 // A remediation policy's Fence is a confirmation of the boot it was taken
-// for only; a record without a Fence, or a malformed one, confirms nothing,
-// and why a record is ignored is logged once per change.
+// for only, and only while the fencing endpoint (or the provider) answers
+// the machine off: "running" vetoes it (issue 46), no answer leaves it
+// uncounted; a record without a Fence, or a malformed one, confirms
+// nothing, and why a record is ignored is logged once per change.
 func TestRemediationConfirmationInput(t *testing.T) {
+	const fencing = `fencing-webhook (https://fence.test answers that the machine of n1 is powered off)`
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
-		want        string // the confirmation's wording; "" none
+		machine     string // the fencing endpoint's answer
+		want        string // the confirmations' wording; "" none
+		vetoed      bool
 		logged      string // logged once; "" nothing
 	}{
-		{"no record", nil, "", ""},
-		{"Fence for the current boot", fenceRecord("b1"), `remediation-policy (remediation policy gpu, step 4 (Fence), for boot ID "b1")`, ""},
-		{"Fence for another boot", fenceRecord("b0"), "", `taken for boot ID \"b0\", the node now reports boot ID \"b1\"`},
-		{"a step before any Fence", fenceRecord(""), "", ""},
-		{"malformed", map[string]string{remediation.AnnotationState: `{"policy":"gpu","step":3,"fenceBootID":"b1"}`}, "", "malformed"},
-		{"not JSON", map[string]string{remediation.AnnotationState: `fence please`}, "", "malformed"},
+		{"no record", nil, "off", fencing, false, ""},
+		{"Fence for the current boot, machine off", fenceRecord("b1"), "off", fencing + `, remediation-policy (remediation policy gpu, step 4 (Fence), for boot ID "b1")`, false, ""},
+		{"Fence for the current boot, machine running", fenceRecord("b1"), "running", "", true, ""},
+		{"Fence for the current boot, no answer", fenceRecord("b1"), "error", "", false, "no answer of the cloud provider or the fencing endpoint confirms the machine off"},
+		{"Fence for another boot", fenceRecord("b0"), "running", "", false, `taken for boot ID \"b0\", the node now reports boot ID \"b1\"`},
+		{"a step before any Fence", fenceRecord(""), "running", "", false, ""},
+		{"malformed", map[string]string{remediation.AnnotationState: `{"policy":"gpu","step":3,"fenceBootID":"b1"}`}, "running", "", false, "malformed"},
+		{"not JSON", map[string]string{remediation.AnnotationState: `fence please`}, "running", "", false, "malformed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, testConfig(), false, node("n1", false, t0.Add(-time.Hour), "b1", tc.annotations))
+			withFencer(f, map[string]string{"n1": tc.machine})
 			var logs logLines
 			ctx := logs.ctx()
 			n, err := f.c.nodes.Get("n1")
@@ -80,8 +121,12 @@ func TestRemediationConfirmationInput(t *testing.T) {
 				if got := describe(in.confirmations); got != tc.want {
 					t.Fatalf("look %d: confirmations %q, want %q", i, got, tc.want)
 				}
+				if v := decide(in); (in.fenceVetoed != "") != tc.vetoed || tc.vetoed && (v.code != codeFenceVetoed || !strings.Contains(v.message, "answers that the machine runs")) {
+					t.Fatalf("look %d: vetoed %q, verdict %+v", i, in.fenceVetoed, v)
+				}
 			}
-			lines := logs.all()
+			// The record's lines (the endpoint's errors are logged too).
+			lines := slices.DeleteFunc(logs.all(), func(l string) bool { return !strings.Contains(l, `"annotation"`) })
 			switch {
 			case tc.logged == "" && len(lines) != 0:
 				t.Errorf("logged %q about a record that is not ignored", lines)
@@ -92,27 +137,27 @@ func TestRemediationConfirmationInput(t *testing.T) {
 	}
 }
 
-// A node whose Fence confirms its boot is tainted after the silence, with
-// the policy named; Ready again with another boot ID the taint goes (the
-// record is the remediation controller's and stays); a later silence of
-// that boot, with the record of the previous one, taints nothing.
+// A node whose Fence confirms its boot, its machine answered off, is
+// tainted after the silence, with the policy named; Ready again with another
+// boot ID the taint goes (the record is the remediation controller's and
+// stays); a later silence of that boot, with the record of the previous
+// one, taints nothing.
 func TestRemediationFenceTaintsUntilTheReboot(t *testing.T) {
 	old := t0.Add(-time.Hour)
 	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", fenceRecord("b1")), node("n2", true, old, "x", nil),
 		node("n3", true, old, "y", nil))
+	fencer := withFencer(f, map[string]string{"n1": "off"})
 	f.sync("n1")
 	n := f.apiNode("n1")
 	if !tainted(n) || n.Annotations[AnnotationBootID] != "b1" ||
-		n.Annotations[AnnotationConfirmedBy] != `remediation-policy (remediation policy gpu, step 4 (Fence), for boot ID "b1")` {
+		!strings.Contains(n.Annotations[AnnotationConfirmedBy], `remediation-policy (remediation policy gpu, step 4 (Fence), for boot ID "b1")`) {
 		t.Fatalf("after the Fence: taints %v annotations %v", n.Spec.Taints, n.Annotations)
 	}
 	if ev := f.events(); len(ev) != 1 || !hasEvent(ev, EventTaintAdded) || !strings.Contains(ev[0], "remediation policy gpu, step 4 (Fence)") {
 		t.Fatalf("events %v, want one %s naming the policy", ev, EventTaintAdded)
 	}
-	if got := value(f.c.metrics.decisions.WithLabelValues(actTaint, SourceRemediation)); got != 1 {
-		t.Errorf("decisions{taint,%s} = %v", SourceRemediation, got)
-	}
 	f.put(n)
+	fencer.set("n1", "running") // the machine is started again
 
 	f.set(boot(n, "b2", true, t0))
 	f.sync("n1")
@@ -143,6 +188,7 @@ func TestRemediationFenceTaintsUntilTheReboot(t *testing.T) {
 func TestRemediationFenceRefusedInADisruption(t *testing.T) {
 	old := t0.Add(-time.Hour)
 	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", fenceRecord("b1")))
+	withFencer(f, map[string]string{"n1": "off"})
 	for range 3 {
 		f.sync("n1")
 	}
@@ -173,11 +219,15 @@ func TestRemediationFenceRefusedInADisruption(t *testing.T) {
 // The running controller reacts to the record's arrival and departure (a
 // node's annotations changing is a node event), not only to its timers:
 // the fake clock moves once, at the start, past the wait of a new leader's
-// first taint (settleBudget), and never after.
+// first taint (settleBudget), and never after. While the fencing endpoint
+// cannot say whether the machine is off nothing is tainted; the record
+// counts once it answers off (the machine went off: the test's switch, then
+// the record's arrival).
 func TestRunReactsToTheRemediationRecord(t *testing.T) {
 	old := t0.Add(-time.Hour)
 	f := newFixture(t, testConfig(), false, node("n1", false, old, "b1", nil), node("n2", true, old, "x", nil),
 		node("n3", true, old, "y", nil))
+	fencer := withFencer(f, map[string]string{"n1": "error"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f.factory.Start(ctx.Done())
@@ -201,6 +251,7 @@ func TestRunReactsToTheRemediationRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	fencer.set("n1", "off")
 	update(func(n *v1.Node) { n.Annotations = fenceRecord("b1") })
 	waitFor(t, "taint after the Fence appeared", func() bool { return tainted(f.apiNode("n1")) })
 	// Ready with the same boot while fenced: kept; the record goes: off.
@@ -210,6 +261,7 @@ func TestRunReactsToTheRemediationRecord(t *testing.T) {
 		events = append(events, f.events()...)
 		return slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, "same boot ID") })
 	})
+	fencer.set("n1", "running") // a person starts the machine
 	update(func(n *v1.Node) { delete(n.Annotations, remediation.AnnotationState) })
 	waitFor(t, "taint removed after the record went", func() bool { return !tainted(f.apiNode("n1")) })
 	cancel()

@@ -37,6 +37,9 @@ func (r *deadlineRepairer) Reboot(ctx context.Context, _ *v1.Node, _ string) err
 func (r *deadlineRepairer) Replace(ctx context.Context, _ *v1.Node, _ string) error {
 	return r.record(ctx)
 }
+func (r *deadlineRepairer) PowerOff(ctx context.Context, _ *v1.Node, _ string) error {
+	return r.record(ctx)
+}
 
 // Issue 45 (4d): a repair request to the provider is bounded, so that a
 // provider that never answers cannot hold the controller's one worker.

@@ -4,7 +4,10 @@
 // (with owner records), Drain steps by the drain controller (its budgets
 // and windows; it reads the node's repair record), Reboot and Replace by
 // the cloud provider (cloudprovider.Repairer, with a request ID), Fence by
-// the outofservice controller (the record is a confirmation of one boot).
+// the cloud provider too (cloudprovider.Fencer: a power-off request, then
+// the provider's answer that the machine is off, for the same boot: only
+// then does the record confirm the death to the outofservice controller,
+// which takes the node out of service; fence.go).
 package remediation
 
 import (
@@ -29,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	cloudprovider "k8s.io/cloud-provider"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -63,6 +67,9 @@ const (
 	EventRefused   = "RemediationPolicyRefused"
 	EventEnded     = "RemediationEnded"
 	EventProvider  = "RemediationProviderRefused"
+	// EventFenceVetoed: the machine runs after a Fence's power-off request
+	// (the provider says so, refused, or the node reports another boot).
+	EventFenceVetoed = "FenceVetoed"
 )
 
 // Config holds the controller's settings.
@@ -83,7 +90,13 @@ type Deps struct {
 	Clock    clock.WithTicker
 	// Repairer reboots and replaces machines (nil: no provider can; the
 	// ladder skips those steps, saying so).
-	Repairer        nscloud.Repairer
+	Repairer nscloud.Repairer
+	// Fencer powers machines off and Instances says whether they are off
+	// (both nil: no provider can; a policy with a Fence step is refused).
+	Fencer    nscloud.Fencer
+	Instances cloudprovider.InstancesV2
+	// CloudName names the provider in messages.
+	CloudName       string
 	ProgressTimeout time.Duration
 }
 
@@ -92,9 +105,10 @@ type policy struct {
 	name string
 	obj  *unstructured.Unstructured
 	spec rem.PolicySpec
-	// refused says why the controller does not act on it ("" when it does).
-	refused string
-	paused  bool
+	// refused says why the controller does not act on it ("" when it does),
+	// refusedReason the Accepted condition's reason.
+	refused, refusedReason string
+	paused                 bool
 	// stormEnded is when the pool's unhealthy share last went back under
 	// MaxUnhealthy (zero: not seen above it by this process); storm: above
 	// it now.
@@ -110,12 +124,16 @@ type Controller struct {
 	clock    clock.WithTicker
 	recorder record.EventRecorder
 	repairer nscloud.Repairer
-	nodes    corelisters.NodeLister
-	synced   []cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
-	statusQ  workqueue.TypedRateLimitingInterface[string]
-	factory  dynamicinformer.DynamicSharedInformerFactory
-	metrics  *metrics
+	// fencer and instances: both or neither (Fence steps need both).
+	fencer    nscloud.Fencer
+	instances cloudprovider.InstancesV2
+	cloudName string
+	nodes     corelisters.NodeLister
+	synced    []cache.InformerSynced
+	queue     workqueue.TypedRateLimitingInterface[string]
+	statusQ   workqueue.TypedRateLimitingInterface[string]
+	factory   dynamicinformer.DynamicSharedInformerFactory
+	metrics   *metrics
 
 	mu       sync.Mutex
 	policies map[string]*policy
@@ -136,6 +154,10 @@ type Controller struct {
 	// it may have landed, so each counts as in repair for the brakes until
 	// a read of it settles it (sync).
 	lost map[string]bool
+	// fences is where each node's Fence stands (status), and fenceReqs
+	// the answer to its power-off request, by node (fence.go).
+	fences    map[string]string
+	fenceReqs map[string]fenceRequest
 }
 
 // providerTimeout bounds one repair request to the cloud provider (each
@@ -167,7 +189,11 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	if (d.Fencer == nil) != (d.Instances == nil) {
+		return nil, fmt.Errorf("remediation: a Fencer needs the provider's InstancesV2 to confirm a power-off, and the other way round")
+	}
 	c := &Controller{Base: b, client: d.Client, dynamic: d.Dynamic, clock: d.Clock, recorder: d.Recorder, repairer: d.Repairer,
+		fencer: d.Fencer, instances: d.Instances, cloudName: d.CloudName, fences: map[string]string{}, fenceReqs: map[string]fenceRequest{},
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
 		requested: map[string]string{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{},
@@ -221,6 +247,11 @@ func (c *Controller) onPolicy(obj any, deleted bool) {
 			pol.refused = "unreadable: " + err.Error()
 		} else if errs := p.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
 			pol.refused = errs.ToAggregate().Error()
+		} else if i, no := p.Spec.FenceRefusal(c.can()); no {
+			// Refused up front, not found out at the step: a Fence is a
+			// power-off that the provider confirms, and nothing else can
+			// stand in for it.
+			pol.refused, pol.refusedReason = c.cannotFence(i), ReasonCannotFence
 		} else {
 			pol.spec = p.Spec
 			pol.paused = p.Spec.Paused || u.GetAnnotations()[AnnotationPaused] == "true"
@@ -352,8 +383,7 @@ func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Ti
 	// A cordon with a nodeshepherd record is the drain controller's (for a
 	// rule, or for this repair); any other is a person's, left alone.
 	_, byDrain := owner.Of(n, owner.Cordon)
-	can := rem.Capabilities{Reboot: c.repairer != nil, Replace: c.repairer != nil}
-	d := p.spec.Decide(rem.Input{Node: n, State: st, Pool: pool, Now: now, Paused: p.paused, Can: can,
+	d := p.spec.Decide(rem.Input{Node: n, State: st, Pool: pool, Now: now, Paused: p.paused, Can: c.can(),
 		CordonedByOther: n.Spec.Unschedulable && !byDrain && st.Step < 0})
 	return d, st, nil
 }
@@ -417,11 +447,10 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		if d.Verdict == rem.VerdictStart {
 			next.RepairSince = now
 		}
-		switch p.spec.Steps[d.Step].Action {
-		case rem.ActionDrain:
+		// A Fence step's FenceBootID is written only once the provider
+		// confirms the machine off (fence.go), never on reaching the step.
+		if p.spec.Steps[d.Step].Action == rem.ActionDrain {
 			next.Drain = true
-		case rem.ActionFence:
-			next.FenceBootID = n.Status.NodeInfo.BootID
 		}
 		if err := c.write(ctx, n, p, &next, d.Reason); err != nil {
 			return err
@@ -458,6 +487,11 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		}
 	case rem.VerdictExhausted:
 		c.eventOnce(n, EventExhausted, fmt.Sprintf("Policy %s: %s; the node waits for a person", p.name, d.Reason))
+		// A Fence left vetoed is still watched: a machine that goes off
+		// later (a person, the provider) is fenced then.
+		if err := c.ask(ctx, n, p, st); err != nil {
+			return err
+		}
 	}
 	if !d.Next.IsZero() {
 		c.queue.AddAfter(n.Name, d.Next.Sub(now))
@@ -553,6 +587,8 @@ func (c *Controller) forget(node string) {
 	defer c.mu.Unlock()
 	delete(c.verdicts, node)
 	delete(c.requested, node)
+	delete(c.fences, node)
+	delete(c.fenceReqs, node)
 }
 
 // maybeInRepair says whether a write of the node into repair got no answer
@@ -589,6 +625,8 @@ func (c *Controller) forgetNode(name string) {
 	delete(c.said, name)
 	delete(c.verdicts, name)
 	delete(c.requested, name)
+	delete(c.fences, name)
+	delete(c.fenceReqs, name)
 	c.mu.Unlock()
 	if had {
 		c.statusQ.Add(prev.policy)
@@ -601,8 +639,9 @@ func (c *Controller) forgetSaid(node, reason string) {
 	delete(c.said[node], reason)
 }
 
-// eventOnce says msg on the node unless it said the same for reason last.
-func (c *Controller) eventOnce(n *v1.Node, reason, msg string) {
+// eventOnce says msg on the node unless it said the same for reason last;
+// it returns whether it said it.
+func (c *Controller) eventOnce(n *v1.Node, reason, msg string) bool {
 	c.mu.Lock()
 	said := c.said[n.Name]
 	if said == nil {
@@ -611,15 +650,16 @@ func (c *Controller) eventOnce(n *v1.Node, reason, msg string) {
 	}
 	if said[reason] == msg {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	said[reason] = msg
 	c.mu.Unlock()
 	typ := v1.EventTypeNormal
 	switch reason {
-	case EventBlocked, EventExhausted, EventConflict, EventProvider, EventSkipped:
+	case EventBlocked, EventExhausted, EventConflict, EventProvider, EventSkipped, EventFenceVetoed:
 		typ = v1.EventTypeWarning
 	}
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 	klog.Background().WithName(Name).Info(msg, "node", n.Name, "reason", reason)
+	return true
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -108,11 +109,16 @@ func (r *fakeRepairer) answer(id string) error {
 }
 func (r *fakeRepairer) Reboot(_ context.Context, _ *v1.Node, id string) error  { return r.answer(id) }
 func (r *fakeRepairer) Replace(_ context.Context, _ *v1.Node, id string) error { return r.answer(id) }
+func (r *fakeRepairer) PowerOff(_ context.Context, _ *v1.Node, id string) error {
+	return r.answer(id)
+}
 
 type harness struct {
-	c      *Controller
-	client *fake.Clientset
-	clk    *clocktesting.FakeClock
+	c        *Controller
+	client   *fake.Clientset
+	clk      *clocktesting.FakeClock
+	inst     *fakeInstances
+	recorder *record.FakeRecorder
 }
 
 func newHarness(t *testing.T, repairer nscloud.Repairer, policy map[string]any, nodes ...*v1.Node) *harness {
@@ -127,10 +133,19 @@ func newHarness(t *testing.T, repairer nscloud.Repairer, policy map[string]any, 
 	clk := clocktesting.NewFakeClock(t0)
 	f := informers.NewSharedInformerFactory(client, 0)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
-	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clk, Repairer: repairer})
+	h := &harness{client: client, clk: clk, recorder: record.NewFakeRecorder(100)}
+	d := Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clk, Repairer: repairer, Recorder: h.recorder}
+	// A repairer that also powers off fences, with a provider that
+	// answers about machines (running unless told).
+	if fencer, ok := repairer.(nscloud.Fencer); ok {
+		h.inst = &fakeInstances{machines: map[string]string{}}
+		d.Fencer, d.Instances = fencer, h.inst
+	}
+	c, err := New(Config{}, d)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.c = c
 	f.Start(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), f.Core().V1().Nodes().Informer().HasSynced)
 	c.onPolicy(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "nodeshepherd.io/v1alpha1", "kind": "RemediationPolicy",
@@ -138,7 +153,7 @@ func newHarness(t *testing.T, repairer nscloud.Repairer, policy map[string]any, 
 	if p := c.policies["gpu"]; p == nil || p.refused != "" {
 		t.Fatalf("policy %+v", p)
 	}
-	return &harness{c: c, client: client, clk: clk}
+	return h
 }
 
 func (h *harness) node(t *testing.T, name string) *v1.Node {
@@ -227,18 +242,6 @@ func TestRebootAskedOncePerBoot(t *testing.T) {
 	}
 }
 
-// The Fence step records the boot it was taken for, for outofservice.
-func TestFenceRecordsBoot(t *testing.T) {
-	h := newHarness(t, nil, rebootPolicy, deadlocked("n", "b1"))
-	if err := h.c.sync(context.Background(), "n"); err != nil {
-		t.Fatal(err)
-	}
-	r, ok, err := rem.RequestOf(h.node(t, "n"))
-	if err != nil || !ok || r.Action != rem.ActionFence || r.FenceBootID != "b1" || r.Step != 2 {
-		t.Fatalf("without a provider the ladder skips to Fence: %+v %v %v", r, ok, err)
-	}
-}
-
 // A cache that still shows a node unhealthy after it recovered starts no
 // repair: the decision is made again on a fresh list. The informer here
 // feeds from another clientset, which holds the node as it was.
@@ -249,7 +252,9 @@ func TestStaleCacheStartsNothing(t *testing.T) {
 	client := fake.NewClientset(recovered)
 	f := informers.NewSharedInformerFactory(fake.NewClientset(deadlocked("n", "b1")), 0)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
-	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clocktesting.NewFakeClock(t0), Repairer: &fakeRepairer{}})
+	r := &fakeRepairer{}
+	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clocktesting.NewFakeClock(t0), Repairer: r,
+		Fencer: r, Instances: &fakeInstances{machines: map[string]string{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,6 +262,9 @@ func TestStaleCacheStartsNothing(t *testing.T) {
 	cache.WaitForCacheSync(ctx.Done(), f.Core().V1().Nodes().Informer().HasSynced)
 	c.onPolicy(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "nodeshepherd.io/v1alpha1", "kind": "RemediationPolicy",
 		"metadata": map[string]any{"name": "gpu"}, "spec": rebootPolicy}}, false)
+	if p := c.policies["gpu"]; p == nil || p.refused != "" {
+		t.Fatalf("policy %+v", p)
+	}
 	if err := c.sync(ctx, "n"); err != nil {
 		t.Fatal(err)
 	}

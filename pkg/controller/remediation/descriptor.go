@@ -39,8 +39,10 @@ var Descriptor = descriptor.Descriptor[Config]{
 		Name: Name,
 		Help: "repairs nodes by the RemediationPolicy resources (nodeshepherd.io/v1alpha1, docs/remediation.md):\n" +
 			"a ladder of steps (Taint, Drain, Reboot, Replace, Fence) per pool, with brakes; Drain steps are\n" +
-			"the drain controller's drains (it runs too), Reboot and Replace the --cloud-provider's, Fence\n" +
-			"outofservice's confirmation (runs only when named: --controllers=*,remediation).",
+			"the drain controller's drains (it runs too), Reboot and Replace the --cloud-provider's, Fence a\n" +
+			"power-off by the --cloud-provider, confirmed off for the same boot before outofservice may take the\n" +
+			"node out of service (a policy with a Fence and no such provider is refused) (runs only when named:\n" +
+			"--controllers=*,remediation).",
 		ClusterRole: "nodeshepherd:remediation",
 		RBACRules:   rbacRules,
 		Companion:   true,
@@ -60,14 +62,18 @@ var Descriptor = descriptor.Descriptor[Config]{
 			return nil, err
 		}
 		var repairer nscloud.Repairer
+		var fencer nscloud.Fencer
+		var instances cloudprovider.InstancesV2
 		if c.Cloud.Name != "" {
 			var cloud cloudprovider.Interface
 			if cloud, err = c.Cloud.Build(ctx.RESTConfig); err != nil {
 				return nil, err
 			}
 			repairer, _ = nscloud.RepairerOf(cloud)
+			fencer, instances, _ = nscloud.FencerOf(cloud)
 		}
 		return New(cfg, Deps{Client: ctx.Client, Dynamic: dyn, Nodes: ctx.Informers.Core().V1().Nodes(), Repairer: repairer,
+			Fencer: fencer, Instances: instances, CloudName: c.Cloud.Name,
 			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock, ProgressTimeout: ctx.ProgressTimeout})
 	},
 }

@@ -9,6 +9,7 @@ type metrics struct {
 	inStep                               *prometheus.GaugeVec
 	steps                                *prometheus.CounterVec
 	requests                             *prometheus.CounterVec
+	fences                               *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -24,9 +25,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "remediation", Name: "steps_started_total",
 			Help: "Steps of the repair ladder started, by policy and action."}, []string{"policy", "action"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "remediation", Name: "provider_requests_total",
-			Help: "Reboot and Replace requests sent to the cloud provider, by action and result (accepted, refused, error)."}, []string{"action", "result"}),
+			Help: "Reboot, Replace and Fence (power-off) requests sent to the cloud provider, by action and result (accepted, refused, error)."}, []string{"action", "result"}),
+		fences: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: "remediation", Name: "fence_outcomes_total",
+			Help: "Fence steps decided, by policy and outcome: powered-off (confirmed; the node may be taken out of service) or vetoed (the machine runs; said once per change)."}, []string{"policy", "outcome"}),
 	}
-	reg.MustRegister(m.nodes, m.unhealthy, m.blocked, m.exhausted, m.inStep, m.steps, m.requests)
+	reg.MustRegister(m.nodes, m.unhealthy, m.blocked, m.exhausted, m.inStep, m.steps, m.requests, m.fences)
 	return m
 }
 

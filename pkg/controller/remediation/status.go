@@ -72,6 +72,16 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 			exhausted++
 		}
 		r := rem.NodeRepair{Node: n.Name, Step: int32(req.Step + 1), Action: req.Action, Since: metav1.NewTime(req.Since)}
+		if req.Action == rem.ActionFence {
+			switch w := c.fenceWords(n.Name); {
+			case req.FenceBootID != "":
+				r.Fence = fmt.Sprintf("powered off: confirmed by the cloud provider for boot ID %q", req.FenceBootID)
+			case w != "":
+				r.Fence = w
+			default:
+				r.Fence = "requested: not yet looked at by this process"
+			}
+		}
 		if decided && v.d.Verdict == rem.VerdictExhausted {
 			r.Next = "none: the last step timed out; a person decides"
 		} else {
@@ -97,7 +107,11 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 			ObservedGeneration: p.obj.GetGeneration(), LastTransitionTime: metav1.NewTime(now.Truncate(1e9))})
 	}
 	if p.refused != "" {
-		cond(ConditionAccepted, false, "Invalid", p.refused)
+		reason := p.refusedReason
+		if reason == "" {
+			reason = "Invalid"
+		}
+		cond(ConditionAccepted, false, reason, p.refused)
 	} else {
 		cond(ConditionAccepted, true, "Valid", "the controller acts on this policy")
 	}

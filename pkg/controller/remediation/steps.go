@@ -29,12 +29,23 @@ import (
 // as in repair for the brakes until a read of it settles that (recheck),
 // never as not in repair.
 func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string) error {
+	return c.writeIf(ctx, n, p, next, why, nil)
+}
+
+// writeIf is write, made only if check passes on the node as read (its
+// error is returned as it is, and nothing is written).
+func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string, check func(cur *v1.Node) error) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
 		defer cancel()
 		cur, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
+		}
+		if check != nil {
+			if err := check(cur); err != nil {
+				return err
+			}
 		}
 		m := cur.DeepCopy()
 		now := c.clock.Now()
@@ -105,7 +116,7 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem
 }
 
 // ask sends the provider the request of the Reboot or Replace step st is
-// at, once per boot the step was started for: a reboot that happened is
+// at (a Fence step: fence), once per boot the step was started for: a reboot that happened is
 // never asked again, and a request whose answer was lost is sent again
 // with the same ID, which the provider takes as the same request. An error
 // or a timeout is no answer (retried with backoff); a refusal is one (said,
@@ -113,6 +124,9 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem
 func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.State) error {
 	i := st.Step
 	action := p.spec.Steps[i].Action
+	if action == rem.ActionFence {
+		return c.fence(ctx, n, p, st)
+	}
 	if c.repairer == nil || (action != rem.ActionReboot && action != rem.ActionReplace) {
 		return nil
 	}
