@@ -36,6 +36,29 @@ func Duration(tb testing.TB, name string, def time.Duration) time.Duration {
 	return v
 }
 
+// Bool reads a boolean (1, true, 0, false, as strconv.ParseBool); unset or
+// empty means false.
+func Bool(tb testing.TB, name string) bool {
+	tb.Helper()
+	v, err := parseBool(name, os.Getenv(name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+func parseBool(name, value string) (bool, error) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return false, nil
+	}
+	v, err := strconv.ParseBool(value)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want 1 or 0 (true or false); unset it for false", name, value)
+	}
+	return v, nil
+}
+
 // List reads a comma-separated list of some of allowed; unset or empty
 // means all of them.
 func List(tb testing.TB, name string, allowed []string) []string {

@@ -28,6 +28,14 @@ func TestRefusesMalformedValues(t *testing.T) {
 			t.Errorf("parseDuration(%q): %v; want error %q", tc.value, err, tc.wantErr)
 		}
 	}
+	for value, want := range map[string]bool{"": false, "1": true, "true": true, "0": false} {
+		if got, err := parseBool("BENCH_SATURATE", value); err != nil || got != want {
+			t.Errorf("parseBool(%q) = %v, %v; want %v", value, got, err, want)
+		}
+	}
+	if _, err := parseBool("BENCH_SATURATE", "yes"); err == nil || !strings.Contains(err.Error(), `BENCH_SATURATE="yes": want 1 or 0`) {
+		t.Errorf("parseBool(yes): %v", err)
+	}
 	all := []string{"plain", "spread"}
 	if got, err := parseList("BENCH_WORKLOADS", "spread, plain,spread", all); err != nil || !slices.Equal(got, []string{"spread", "plain"}) {
 		t.Errorf("list: %v, %v", got, err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +58,14 @@ import (
 //	              priority 1000 and 1 CPU: preemptors bound per second and
 //	              victims per preemptor.
 //
+// With BENCH_SATURATE=1 every workload is measured at saturation, as
+// scheduler_perf's SchedulingThroughput: the scheduler under test is frozen
+// (SIGSTOP) while every pod of the round is created and seen by the
+// benchmark's watch, then let go (SIGCONT); pods/s counts from that moment
+// to the last binding, so that the creators' rate no longer caps it (the
+// latencies are from the release too). Both schedulers are frozen the same
+// way; their watches may be closed by the API server meanwhile and re-list.
+//
 // BENCH_TRIALS (5) trials on the same control plane; the scheduler that goes
 // first alternates. The node lifecycle controller (for the not-ready taints)
 // runs in a third process. It prints every trial, then one table with the
@@ -66,6 +75,7 @@ func BenchmarkScheduler(b *testing.B) {
 	qps, trials := benchenv.Int(b, "BENCH_QPS", 1000), benchenv.Int(b, "BENCH_TRIALS", 5)
 	workloads := benchenv.List(b, "BENCH_WORKLOADS", []string{"plain", "paced", "antiaffinity", "spread", "preemption"})
 	paceRate := benchenv.Int(b, "BENCH_CREATE_RATE", 100)
+	saturate := benchenv.Bool(b, "BENCH_SATURATE")
 	qpsArgs := []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", qps)}
 	// kube-scheduler gets its client limits in its configuration file (with
 	// its default backoffs), and the benchmark reads them back from its
@@ -146,6 +156,13 @@ func BenchmarkScheduler(b *testing.B) {
 					}
 				}
 				var r roundResult
+				watch.hold = 0
+				if saturate {
+					watch.hold = side.pid
+					if workload == "paced" {
+						b.Fatalf("BENCH_SATURATE=1 and the paced workload measure opposite things: leave paced out of BENCH_WORKLOADS")
+					}
+				}
 				switch workload {
 				case "preemption":
 					names := nodeNames(b, client)
@@ -184,8 +201,12 @@ func BenchmarkScheduler(b *testing.B) {
 	fmt.Fprintf(os.Stderr, "nodeshepherd metrics: %.0f binding errors, %.0f preemption attempts, %.0f preemptions\n",
 		oursMetrics.Metric(b, "scheduler_schedule_attempts_total", map[string]string{"result": "error"}),
 		oursMetrics.Metric(b, "scheduler_preemption_attempts_total", nil), oursMetrics.Metric(b, "scheduler_preemption_victims", nil))
-	fmt.Fprintf(os.Stderr, "\n%d nodes in 3 zones, %d pods, %d preemptors, client QPS and burst %d for both schedulers; median [range] of %d trials\n",
-		nodes, pods, preemptors, qps, trials)
+	mode := "pods created while the scheduler runs"
+	if saturate {
+		mode = "saturated: every pod created while the scheduler was frozen, timed from its release"
+	}
+	fmt.Fprintf(os.Stderr, "\n%d nodes in 3 zones, %d pods, %d preemptors, client QPS and burst %d for both schedulers, GOGC %q for both; %s; median [range] of %d trials\n",
+		nodes, pods, preemptors, qps, os.Getenv("GOGC"), mode, trials)
 	fmt.Fprintf(os.Stderr, "%-45s %-22s %-22s %s\n", "", "kube-scheduler", "nodeshepherd", "ratio")
 	for _, workload := range workloads {
 		for _, measure := range []string{"pods/s", "creation to binding p50 (s)", "creation to binding p99 (s)", "victims per preemptor", "scheduler CPU (s)"} {
@@ -362,14 +383,28 @@ type bindWatch struct {
 	// pace, when set, spaces the creations of a round (all clients
 	// together), so that both schedulers face the same arrival rate.
 	pace *rate.Limiter
+	// hold, when set, is the process of the scheduler under test: frozen
+	// while the round's pods are created, let go once all are seen, and
+	// the round is timed from then (saturation).
+	hold int
+	// added are the round's pods the watch has seen created.
+	added map[string]bool
 }
 
 func newBindWatch(b *testing.B, client kubernetes.Interface) *bindWatch {
-	w := &bindWatch{created: map[string]time.Time{}, bound: map[string]time.Time{}}
+	w := &bindWatch{created: map[string]time.Time{}, bound: map[string]time.Time{}, added: map[string]bool{}}
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"))
 	seen := func(obj any) {
 		p, ok := obj.(*v1.Pod)
-		if !ok || p.Spec.NodeName == "" {
+		if !ok {
+			return
+		}
+		w.mu.Lock()
+		if _, ok := w.created[p.Name]; ok {
+			w.added[p.Name] = true
+		}
+		w.mu.Unlock()
+		if p.Spec.NodeName == "" {
 			return
 		}
 		w.mu.Lock()
@@ -401,8 +436,15 @@ type roundResult struct {
 // BENCH_TIMELINE set it prints pods created and bound every 2 s.
 func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk func(int) *v1.Pod) roundResult {
 	w.mu.Lock()
-	w.created, w.bound = map[string]time.Time{}, map[string]time.Time{}
+	w.created, w.bound, w.added = map[string]time.Time{}, map[string]time.Time{}, map[string]bool{}
 	w.mu.Unlock()
+	if w.hold != 0 {
+		if err := syscall.Kill(w.hold, syscall.SIGSTOP); err != nil {
+			b.Fatalf("freezing the scheduler (pid %d): %v", w.hold, err)
+		}
+		// Never left frozen, whatever happens to the round.
+		defer func() { _ = syscall.Kill(w.hold, syscall.SIGCONT) }()
+	}
 	start := time.Now()
 	var createdN atomic.Int64
 	stop := make(chan struct{})
@@ -441,6 +483,23 @@ func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk f
 	})
 	var r roundResult
 	r.createDur = time.Since(start).Seconds()
+	if w.hold != 0 {
+		framework.Eventually(b, 10*time.Minute, "every pod of the round seen created", func(context.Context) (bool, string, error) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return len(w.added) >= n, fmt.Sprintf("%d of %d seen", len(w.added), n), nil
+		})
+		// Timed from the release: the scheduler finds all of them waiting.
+		if err := syscall.Kill(w.hold, syscall.SIGCONT); err != nil {
+			b.Fatalf("letting the scheduler (pid %d) go: %v", w.hold, err)
+		}
+		start = time.Now()
+		w.mu.Lock()
+		for name := range w.created {
+			w.created[name] = start
+		}
+		w.mu.Unlock()
+	}
 	w.mu.Lock()
 	r.boundAtCreated = len(w.bound)
 	w.mu.Unlock()
