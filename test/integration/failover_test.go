@@ -23,6 +23,16 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
+// fastElection is the leader election of the tests that run two
+// `nodeshepherd run` processes: a 4 s Lease, so that a standby leads within
+// seconds of the leader's end.
+const fastElection = `leaderElection:
+  leaderElect: true
+  leaderElectLeaseDuration: 4s
+  leaderElectRenewDeadline: 3s
+  leaderElectRetryPeriod: 500ms
+`
+
 const failoverLease = 4 * time.Second
 
 // failoverConfig is what both replicas read: compressed lifecycle timings,
@@ -31,12 +41,7 @@ const failoverConfig = `apiVersion: nodeshepherd.io/v1alpha1
 kind: NodeShepherdConfiguration
 manager:
   controllers: [nodelifecycle, tainteviction, drain]
-leaderElection:
-  leaderElect: true
-  leaderElectLeaseDuration: 4s
-  leaderElectRenewDeadline: 3s
-  leaderElectRetryPeriod: 500ms
-shared:
+` + fastElection + `shared:
   nodeMonitorPeriod: 1s
 nodeLifecycle:
   nodeMonitorGracePeriod: 3s

@@ -29,12 +29,7 @@ manager:
   controllers: [nodelifecycle, tainteviction]
   controllerStartTimeout: 8s
   controllerProgressTimeout: 20s
-leaderElection:
-  leaderElect: true
-  leaderElectLeaseDuration: 4s
-  leaderElectRenewDeadline: 3s
-  leaderElectRetryPeriod: 500ms
-shared:
+` + fastElection + `shared:
   nodeMonitorPeriod: 1s
 nodeLifecycle:
   nodeMonitorGracePeriod: 3s

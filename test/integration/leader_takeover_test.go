@@ -30,12 +30,7 @@ const takeoverConfig = `apiVersion: nodeshepherd.io/v1alpha1
 kind: NodeShepherdConfiguration
 manager:
   controllers: [nodelifecycle, tainteviction]
-leaderElection:
-  leaderElect: true
-  leaderElectLeaseDuration: 4s
-  leaderElectRenewDeadline: 3s
-  leaderElectRetryPeriod: 500ms
-shared:
+` + fastElection + `shared:
   nodeMonitorPeriod: 1s
 nodeLifecycle:
   nodeMonitorGracePeriod: 8s
@@ -48,12 +43,27 @@ nodeLifecycle:
 type noExecuteWatch struct {
 	mu         sync.Mutex
 	violations []string
+	nodes      []string // the node of each violation
 }
 
-func (w *noExecuteWatch) add(format string, args ...any) {
+func (w *noExecuteWatch) add(node, format string, args ...any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.violations = append(w.violations, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+	w.nodes = append(w.nodes, node)
+}
+
+// seenOn is what seen returns, for the nodes keep selects.
+func (w *noExecuteWatch) seenOn(keep func(node string) bool) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for i, v := range w.violations {
+		if keep(w.nodes[i]) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func (w *noExecuteWatch) seen() []string {
@@ -73,13 +83,13 @@ func watchNoExecute(t *testing.T, client kubernetes.Interface) *noExecuteWatch {
 		}
 		for _, taint := range n.Spec.Taints {
 			if taint.Effect == v1.TaintEffectNoExecute {
-				w.add("node %s tainted %s:NoExecute", n.Name, taint.Key)
+				w.add(n.Name, "node %s tainted %s:NoExecute", n.Name, taint.Key)
 			}
 		}
 	}
 	pod := func(obj any) {
 		if p, ok := obj.(*v1.Pod); ok && p.DeletionTimestamp != nil {
-			w.add("pod %s being deleted", p.Name)
+			w.add(p.Spec.NodeName, "pod %s being deleted", p.Name)
 		}
 	}
 	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -88,7 +98,7 @@ func watchNoExecute(t *testing.T, client kubernetes.Interface) *noExecuteWatch {
 		AddFunc: pod, UpdateFunc: func(_, obj any) { pod(obj) },
 		DeleteFunc: func(obj any) {
 			if p, ok := kube.Untombstone(obj).(*v1.Pod); ok {
-				w.add("pod %s deleted", p.Name)
+				w.add(p.Spec.NodeName, "pod %s deleted", p.Name)
 			}
 		}})
 	// Its own context: Shutdown waits for the informers to stop, and the
@@ -180,12 +190,30 @@ func TestNewLeaderJudgesCorrelatedSilence(t *testing.T) {
 	old := rs.waitLeader(30 * time.Second)
 	waitNodesReady(t, client, m.NodeNames()...)
 
+	// The schedule is driven by wall time, so on a busy machine its steps
+	// can stretch; what the test asserts holds only for the schedule as
+	// designed: a zone's nodes silent within spreadBound of each other.
+	// Each zone's real spread is recorded, and a zone whose schedule
+	// stretched past the bound is not judged (said in the log) instead of
+	// failing for the machine's slowness.
+	const spreadBound = 2 * time.Second
+	silentAt := map[string][2]time.Time{} // zone → its first and last node's silence
+	mark := func(zone string) {
+		now := time.Now()
+		span := silentAt[zone]
+		if span[0].IsZero() {
+			span[0] = now
+		}
+		span[1] = now
+		silentAt[zone] = span
+	}
 	goSilent := func(zone string) {
 		for i, n := range silent[zone] {
 			if i > 0 {
 				time.Sleep(200 * time.Millisecond) // the fault schedule: a fraction of a second apart
 			}
 			partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{n}})
+			mark(zone)
 		}
 		t.Logf("%s: %v silent", zone, silent[zone])
 	}
@@ -209,6 +237,7 @@ func TestNewLeaderJudgesCorrelatedSilence(t *testing.T) {
 	goSilent("zone-f")
 	time.Sleep(200 * time.Millisecond)
 	registerSilentNode(t, client, "joined-f", "zone-f")
+	mark("zone-f")
 	silent["zone-f"] = append(silent["zone-f"], "joined-f")
 	t.Logf("zone-f: joined-f registered and silent")
 
@@ -242,7 +271,21 @@ func TestNewLeaderJudgesCorrelatedSilence(t *testing.T) {
 	if v := standby.ns.Metric(t, "nodeshepherd_nodelifecycle_zone_state", map[string]string{"zone": "zone-h", "state": "Normal"}); v != 1 {
 		t.Errorf("zone-h not Normal")
 	}
-	if got := watch.seen(); len(got) > 0 {
+	zoneOf := map[string]string{}
+	stretched := map[string]bool{}
+	for z, ns := range silent {
+		for _, n := range ns {
+			zoneOf[n] = z
+		}
+		if spread := silentAt[z][1].Sub(silentAt[z][0]); spread > spreadBound {
+			stretched[z] = true
+			t.Logf("%s: its nodes fell silent %v apart, not within %v as designed (a busy machine): its taints are not judged", z, spread.Round(time.Millisecond), spreadBound)
+		}
+	}
+	if len(stretched) == len(silent) {
+		t.Skipf("every zone's schedule stretched past %v on this machine: nothing can be judged (%v)", spreadBound, silentAt)
+	}
+	if got := watch.seenOn(func(node string) bool { return !stretched[zoneOf[node]] }); len(got) > 0 {
 		t.Errorf("a zone was judged without its silent nodes: %d NoExecute taints or pod deletions:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }

@@ -30,12 +30,7 @@ const ipamFailoverConfig = `apiVersion: nodeshepherd.io/v1alpha1
 kind: NodeShepherdConfiguration
 manager:
   controllers: [nodeipam]
-leaderElection:
-  leaderElect: true
-  leaderElectLeaseDuration: 4s
-  leaderElectRenewDeadline: 3s
-  leaderElectRetryPeriod: 500ms
-nodeIPAM:
+` + fastElection + `nodeIPAM:
   allocateNodeCidrs: true
   clusterCidr: 10.244.0.0/18
   nodeCidrMaskSize: 26

@@ -22,12 +22,7 @@ const restoreConfig = `apiVersion: nodeshepherd.io/v1alpha1
 kind: NodeShepherdConfiguration
 manager:
   controllers: [nodelifecycle]
-leaderElection:
-  leaderElect: true
-  leaderElectLeaseDuration: 4s
-  leaderElectRenewDeadline: 3s
-  leaderElectRetryPeriod: 500ms
-shared:
+` + fastElection + `shared:
   nodeMonitorPeriod: 1s
 nodeLifecycle:
   nodeMonitorGracePeriod: 3s
