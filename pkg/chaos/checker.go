@@ -446,7 +446,7 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	}
 	states := c.zoneStates(decided.Add(-c.countMargin()), at)
 	zone := c.truth.Zone(n.Name)
-	if !allFull(states) && states[zone] != "PartialDisruption" {
+	if !allFull(states) && (states[zone] != "PartialDisruption" || c.someReady(zone, decided.Add(-c.limits.MonitorPeriod-c.limits.ViewLag), decided, at, nil) == "") {
 		// Not forbidden by the certain silences: judged again on the
 		// checker's own view of the renewals once its Lease watch has had
 		// the slack to catch up (zoneview.go).
@@ -457,7 +457,8 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	case allFull(states):
 		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while every zone was certainly silent (master disruption mode: no taint)",
 			s.taint.Key, fmtTime(s.taint.TimeAdded))
-	case states[zone] == "PartialDisruption" && len(c.truth.Zones()) > 0 && c.zoneSize(zone) <= c.limits.LargeClusterThreshold:
+	case states[zone] == "PartialDisruption" && len(c.truth.Zones()) > 0 && c.zoneSize(zone) <= c.limits.LargeClusterThreshold &&
+		c.someReady(zone, decided.Add(-c.limits.MonitorPeriod-c.limits.ViewLag), decided, at, nil) != "":
 		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while zone %s was certainly in PartialDisruption (size %d <= %d: eviction rate 0)",
 			s.taint.Key, fmtTime(s.taint.TimeAdded), zone, c.zoneSize(zone), c.limits.LargeClusterThreshold)
 	}

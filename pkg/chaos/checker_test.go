@@ -72,9 +72,19 @@ func wantViolations(t *testing.T, c *Checker, inv string, n int, contains string
 
 func TestZoneRulesPartialDisruption(t *testing.T) {
 	// Three of zone-a's four nodes silent since 1s: PartialDisruption, rate 0.
+	// n3 renews all along: the controller counted it Ready (someReady).
 	c := history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 40)
 	c.ObserveNode(at(10), node("n0", unreachable(9.5)), false)
 	wantViolations(t, c, InvZoneRules, 1, "zone-a was certainly in PartialDisruption")
+
+	// n3 renewing but the checker did not see it renew around the pass:
+	// the controller may have counted it overdue too, FullDisruption
+	// (normal rate): no violation.
+	c = history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 5)
+	c.ObserveNode(at(10), node("n0", unreachable(9.5)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
 
 	// Two silent: Normal, tainting allowed.
 	c = history(t, 1.0, partition("n0", "n1"))
@@ -385,6 +395,7 @@ func TestZoneRulesSwapIsNoNewTaint(t *testing.T) {
 	// Partial (3 of 4) and n0 silent: the swap to unreachable is immediate
 	// upstream.
 	c := history(t, 1.0, Step{Op: OpCondition, Nodes: []string{"n0"}, Condition: "Ready=False"}, 1.0, partition("n1", "n2"), 8.0, partition("n0"))
+	renewing(c, "n3", 0, 40)
 	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(2)}
 	c.ObserveNode(at(2), node("n0", notReady), false)
 	c.ObserveNode(at(15), node("n0", unreachable(15)), false)
@@ -642,6 +653,7 @@ func TestRateLimit(t *testing.T) {
 // saw it, not from its timeAdded.
 func TestZoneRulesReappliedOldTaint(t *testing.T) {
 	c := history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 40)
 	c.ObserveNode(at(30), node("n0", unreachable(0.5)), false)
 	wantViolations(t, c, InvZoneRules, 1, "PartialDisruption")
 }
@@ -691,6 +703,14 @@ func TestZoneRulesOwnView(t *testing.T) {
 	// controller's view: its silences may have run from a fresh read, so
 	// only the certain silences judge.
 	c = zoneViewCase(t, 9.0, Step{Op: OpWatchStallStart, Fault: 7, Resource: "leases"}, 15.0, Step{Op: OpWatchStallEnd, Fault: 7, Resource: "leases"})
+	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
+	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// n3 falls silent too, at 16.5, between the earliest pass (16) and
+	// the decision (18): the controller may have counted all four (the
+	// zone in FullDisruption, normal rate), so no violation (someReady).
+	c = zoneViewCase(t, 16.5, partition("n3"))
 	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
 	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
 	wantViolations(t, c, InvZoneRules, 0, "")

@@ -105,9 +105,10 @@ func (c *Checker) judgeZoneView(p pendingZone) {
 	case allFull(states):
 		c.violate(p.seen, InvZoneRules, "node/"+p.node, "%s:NoExecute added (timeAdded %s) while every zone was in FullDisruption by the checker's view of the Lease renewals at the pass before %s (master disruption mode: no taint): %s",
 			p.taint.Key, fmtTime(p.taint.TimeAdded), p.decided.Format("15:04:05.000"), strings.Join(inZone, ", "))
-	case states[zone] == "PartialDisruption" && c.zoneSize(zone) <= c.limits.LargeClusterThreshold:
-		c.violate(p.seen, InvZoneRules, "node/"+p.node, "%s:NoExecute added (timeAdded %s) while zone %s was in PartialDisruption by the checker's view of the Lease renewals at the pass before %s (size %d <= %d: eviction rate 0): %s",
-			p.taint.Key, fmtTime(p.taint.TimeAdded), zone, p.decided.Format("15:04:05.000"), c.zoneSize(zone), c.limits.LargeClusterThreshold, strings.Join(inZone, ", "))
+	case states[zone] == "PartialDisruption" && c.zoneSize(zone) <= c.limits.LargeClusterThreshold && c.someReady(zone, pass, p.decided, p.seen, present) != "":
+		c.violate(p.seen, InvZoneRules, "node/"+p.node, "%s:NoExecute added (timeAdded %s) while zone %s was in PartialDisruption by the checker's view of the Lease renewals at the pass before %s (size %d <= %d: eviction rate 0): %s; %s Ready",
+			p.taint.Key, fmtTime(p.taint.TimeAdded), zone, p.decided.Format("15:04:05.000"), c.zoneSize(zone), c.limits.LargeClusterThreshold, strings.Join(inZone, ", "),
+			c.someReady(zone, pass, p.decided, p.seen, present))
 	}
 }
 
@@ -256,6 +257,69 @@ func (c *Checker) everyNodeMaybeDown(from, to time.Time) bool {
 			if !c.truth.Ever(n, from, to, Machine.NotReady) {
 				return false
 			}
+		}
+	}
+	return true
+}
+
+// readyGap is the longest gap between two renewals (renewTimes) of a node
+// that the controller certainly counts Ready: its overdue time is never
+// below 1.5 s (an interval of 1 s; grace less 1.5 intervals, at least
+// interval plus half of it), and its informer's deliveries jitter by less
+// than ViewLag.
+const readyGap = time.Second
+
+// someReady names a node of zone the controller certainly counted Ready at
+// every pass of [pass, decided] ("" when none): PartialDisruption needs
+// one, or the zone may have been in FullDisruption in the controller's
+// view (normal rate: a taint allowed) where the checker counts fewer. The
+// machine healthy (the ground truth: renewing and reporting Ready) since a
+// grace period and ViewLag before the pass, a Ready=True version seen, and
+// its renewals seen over [pass - readyGap, decided] at most readyGap apart.
+func (c *Checker) someReady(zone string, pass, decided, seen time.Time, present func(string) bool) string {
+	healthy := func(m Machine) bool { return !m.NotReady() }
+	for _, z := range c.truth.Zones() {
+		if z.Name != zone {
+			continue
+		}
+		for _, n := range z.Nodes {
+			if present != nil && !present(n) {
+				continue
+			}
+			if obj := c.nodes[n]; obj == nil || readyStatus(obj) != v1.ConditionTrue {
+				continue
+			}
+			if !c.truth.Always(n, pass.Add(-c.limits.Grace-c.limits.ViewLag), seen, healthy) {
+				continue
+			}
+			if c.renewedEvery(n, pass.Add(-readyGap), decided, readyGap) {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
+// renewedEvery: the checker saw the node's renewals over [from, to] with
+// renewTimes at most gap apart (one at or before from, one at or after
+// to).
+func (c *Checker) renewedEvery(node string, from, to time.Time, gap time.Duration) bool {
+	rs := c.renewals[node]
+	first, last := -1, -1
+	for i, r := range rs {
+		if !r.renewed.After(from) {
+			first = i
+		}
+		if last < 0 && !r.renewed.Before(to) {
+			last = i
+		}
+	}
+	if first < 0 || last < 0 {
+		return false
+	}
+	for i := first + 1; i <= last; i++ {
+		if rs[i].renewed.Sub(rs[i-1].renewed) > gap {
+			return false
 		}
 	}
 	return true
