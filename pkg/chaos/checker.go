@@ -444,7 +444,8 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	if s.taint.TimeAdded != nil && s.taint.TimeAdded.Time.After(decided) && s.taint.TimeAdded.Time.Before(at) {
 		decided = s.taint.TimeAdded.Time
 	}
-	states := c.zoneStates(decided.Add(-c.countMargin()), at)
+	from := decided.Add(-c.countMargin())
+	states := c.zoneStatesBy(func(n string) bool { return c.truth.Always(n, from, at, Machine.NotReady) }, c.presentSince(from.Add(-c.limits.Slack)))
 	zone := c.truth.Zone(n.Name)
 	if !allFull(states) && (states[zone] != "PartialDisruption" || c.someReady(zone, decided.Add(-c.limits.MonitorPeriod-c.limits.ViewLag), decided, at, nil) == "") {
 		// Not forbidden by the certain silences: judged again on the

@@ -755,4 +755,11 @@ func TestZoneRulesOwnViewReplacedNode(t *testing.T) {
 	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
 	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
 	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// The same for the certain silences: n0 (silent since 1) deleted at 8.
+	c = history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 40)
+	c.ObserveNode(at(8), node("n0"), true)
+	c.ObserveNode(at(10), node("n1", unreachable(9.5)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
 }

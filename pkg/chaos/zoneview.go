@@ -86,10 +86,7 @@ func (c *Checker) judgeZoneView(p pendingZone) {
 	// have been missing from the controller's count: left out of the zone
 	// (fewer nodes, fewer of them silent), so that the view never counts a
 	// silent node the controller did not have.
-	present := func(n string) bool {
-		d, ok := c.deleted[n]
-		return c.nodes[n] != nil && (!ok || d.Before(from))
-	}
+	present := c.presentSince(from)
 	states := c.zoneStatesBy(counted, present)
 	zone := c.truth.Zone(p.node)
 	var inZone []string
@@ -323,4 +320,13 @@ func (c *Checker) renewedEvery(node string, from, to time.Time, gap time.Duratio
 		}
 	}
 	return true
+}
+
+// presentSince says which nodes the controller certainly had in its count
+// since from: a Node the checker has and did not see deleted since.
+func (c *Checker) presentSince(from time.Time) func(string) bool {
+	return func(n string) bool {
+		d, ok := c.deleted[n]
+		return c.nodes[n] != nil && (!ok || d.Before(from))
+	}
 }
