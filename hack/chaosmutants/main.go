@@ -427,7 +427,8 @@ func (r *runner) baseline(ms []*mutant) ([]result, error) {
 			}
 			done[k] = true
 			progress("baseline: %s", k)
-			sr := r.runSeed(ctx, b, "baseline", seed, m.Duration, m.Kinds)
+			// Logs by mutant: seeds of two configurations would overwrite each other.
+			sr := r.runSeed(ctx, b, "baseline-"+m.Name, seed, m.Duration, m.Kinds)
 			res.SeedsRun = append(res.SeedsRun, seed)
 			if sr.timedOut {
 				break

@@ -70,6 +70,7 @@ var NotChecked = []string{
 	"early-unknown/early-taint: a mark whose Lease renewals the checker saw late (its watch trailing by more than the grace period less the renewal interval) is not judged",
 	"countdown-restart: a strip followed by a recovery within the slack is not told from a removal after it; a re-add of the other failure kind with a new timeAdded counts as a swap",
 	"rate-limit: the fresh limiter of a zone state change (upstream swaps it) is not allowed for, a leader change's is",
+	"zone-rules: a node counts as silent only once the checker saw its last renewal more than the controller's longest overdue time plus ViewLag before the pass, a monitor period and ViewLag before the decision (about 5.4 s with 0.5 s renewals); while a fault held the controllers' view of the Leases or their passes, or every node may have been down, only silences certain for grace + monitor period + slack count; a taint decided on a node's own expiry while its zone's other nodes were merely overdue is not caught",
 }
 
 // Limits are the configuration the invariants depend on.
@@ -98,6 +99,19 @@ type Limits struct {
 	// rate and a PartialDisruption zone's 0 are lower): the rate-limit rule
 	// is judged only when it is set.
 	EvictionRate float64
+	// OverdueSlack is the node lifecycle controller's
+	// --heartbeat-overdue-slack: a node silent for longer than its usual
+	// heartbeat interval plus this (or than grace less 1.5 intervals, if
+	// sooner; never more than grace) counts as not Ready in its zone once a
+	// fresh read confirms it, and a zone with unconfirmed suspects applies
+	// no taint. 0: only nodes past their grace period count (upstream).
+	OverdueSlack time.Duration
+	// ViewLag bounds how late the controllers' informers deliver a Lease
+	// renewal after it landed, outside the faults that hold their view of
+	// the Leases or hold their passes (a stalled or 410'd lease watch,
+	// 429s, an API server restart): zone-rules counts a node silent from the moment the
+	// checker saw its last renewal plus this (default 1s).
+	ViewLag time.Duration
 	// SkipReadinessRestore turns readiness-restore off: where kubelets post
 	// their pods' Ready before their node's status (simulate's kubelet
 	// timings), the rule, which cannot tell the writer, would blame them.
@@ -175,6 +189,11 @@ type Checker struct {
 	// Lease watch to catch up; pendingStrip the countdown strips.
 	pendingEarly []pendingEarly
 	pendingStrip []pendingStrip
+	// pendingZone are new taints waiting for the Lease watch to catch up
+	// before zone-rules judges them on the checker's own view (zoneview.go).
+	pendingZone []pendingZone
+	// deleted is when the checker last saw each Node deleted.
+	deleted map[string]time.Time
 	// countdowns are the nodes' not-ready/unreachable episodes, from the
 	// first such taint seen to a recovery seen (Ready=True, no such taint).
 	countdowns map[string]*countdown
@@ -201,11 +220,14 @@ func NewChecker(l Limits, truth *Truth) *Checker {
 	if l.EvictionSlack == 0 {
 		l.EvictionSlack = time.Second
 	}
+	if l.ViewLag == 0 {
+		l.ViewLag = time.Second
+	}
 	return &Checker{limits: l, truth: truth, nodes: map[string]*v1.Node{}, taints: map[string][]*taintSeen{},
 		pods: map[string]*podSeen{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, leases: map[string]time.Time{},
 		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{},
 		seenPods: map[string]*v1.Pod{}, evictions: map[string]bool{}, renewals: map[string][]renewal{},
-		readyFalse: map[string][]time.Time{}, countdowns: map[string]*countdown{}, starts: map[string][]countdownStart{}}
+		readyFalse: map[string][]time.Time{}, countdowns: map[string]*countdown{}, starts: map[string][]countdownStart{}, deleted: map[string]time.Time{}}
 }
 
 // Violations returns what was found so far.
@@ -277,6 +299,7 @@ func (c *Checker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 	old := c.nodes[n.Name]
 	if deleted {
 		delete(c.nodes, n.Name)
+		c.deleted[n.Name] = at
 		delete(c.countdowns, n.Name) // a Node anew starts afresh
 		c.note(at, "node %s deleted", n.Name)
 		return
@@ -383,33 +406,7 @@ func (c *Checker) countMargin() time.Duration {
 // NotReady), up to to: the fewest the controller can have seen. A forbidden
 // state computed so is forbidden whatever the controller saw late.
 func (c *Checker) zoneStates(from, to time.Time) map[string]string {
-	out := map[string]string{}
-	for _, z := range c.truth.Zones() {
-		ready, notReady := 0, 0
-		for _, n := range z.Nodes {
-			if obj := c.nodes[n]; obj != nil {
-				if _, ex := obj.Labels[excludeLabel]; ex {
-					continue
-				}
-			}
-			if c.truth.Always(n, from, to, Machine.NotReady) {
-				notReady++
-			} else {
-				ready++
-			}
-		}
-		switch {
-		case ready+notReady == 0:
-			continue
-		case ready == 0:
-			out[z.Name] = "FullDisruption"
-		case notReady > 2 && float32(notReady)/float32(notReady+ready) >= float32(c.limits.UnhealthyZoneThreshold):
-			out[z.Name] = "PartialDisruption"
-		default:
-			out[z.Name] = "Normal"
-		}
-	}
-	return out
+	return c.zoneStatesBy(func(n string) bool { return c.truth.Always(n, from, to, Machine.NotReady) }, nil)
 }
 
 func allFull(states map[string]string) bool {
@@ -447,13 +444,22 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	if s.taint.TimeAdded != nil && s.taint.TimeAdded.Time.After(decided) && s.taint.TimeAdded.Time.Before(at) {
 		decided = s.taint.TimeAdded.Time
 	}
-	states := c.zoneStates(decided.Add(-c.countMargin()), at)
+	from := decided.Add(-c.countMargin())
+	states := c.zoneStatesBy(func(n string) bool { return c.truth.Always(n, from, at, Machine.NotReady) }, c.presentSince(from.Add(-c.limits.Slack)))
 	zone := c.truth.Zone(n.Name)
+	if !allFull(states) && (states[zone] != "PartialDisruption" || c.someReady(zone, decided.Add(-c.limits.MonitorPeriod-c.limits.ViewLag), decided, at, nil) == "") {
+		// Not forbidden by the certain silences: judged again on the
+		// checker's own view of the renewals once its Lease watch has had
+		// the slack to catch up (zoneview.go).
+		c.pendingZone = append(c.pendingZone, pendingZone{node: n.Name, seen: at, decided: decided, taint: s.taint})
+		return
+	}
 	switch {
 	case allFull(states):
 		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while every zone was certainly silent (master disruption mode: no taint)",
 			s.taint.Key, fmtTime(s.taint.TimeAdded))
-	case states[zone] == "PartialDisruption" && len(c.truth.Zones()) > 0 && c.zoneSize(zone) <= c.limits.LargeClusterThreshold:
+	case states[zone] == "PartialDisruption" && len(c.truth.Zones()) > 0 && c.zoneSize(zone) <= c.limits.LargeClusterThreshold &&
+		c.someReady(zone, decided.Add(-c.limits.MonitorPeriod-c.limits.ViewLag), decided, at, nil) != "":
 		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while zone %s was certainly in PartialDisruption (size %d <= %d: eviction rate 0)",
 			s.taint.Key, fmtTime(s.taint.TimeAdded), zone, c.zoneSize(zone), c.limits.LargeClusterThreshold)
 	}
@@ -903,6 +909,7 @@ func (c *Checker) Settle(at time.Time) {
 
 func (c *Checker) settle(at time.Time) {
 	c.settleEarly(at)
+	c.settleZone(at)
 	var keepEvict []pendingEvict
 	for _, pe := range c.pendingEvict {
 		if at.Sub(pe.seen) <= c.limits.Slack {

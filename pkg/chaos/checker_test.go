@@ -72,9 +72,19 @@ func wantViolations(t *testing.T, c *Checker, inv string, n int, contains string
 
 func TestZoneRulesPartialDisruption(t *testing.T) {
 	// Three of zone-a's four nodes silent since 1s: PartialDisruption, rate 0.
+	// n3 renews all along: the controller counted it Ready (someReady).
 	c := history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 40)
 	c.ObserveNode(at(10), node("n0", unreachable(9.5)), false)
 	wantViolations(t, c, InvZoneRules, 1, "zone-a was certainly in PartialDisruption")
+
+	// n3 renewing but the checker did not see it renew around the pass:
+	// the controller may have counted it overdue too, FullDisruption
+	// (normal rate): no violation.
+	c = history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 5)
+	c.ObserveNode(at(10), node("n0", unreachable(9.5)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
 
 	// Two silent: Normal, tainting allowed.
 	c = history(t, 1.0, partition("n0", "n1"))
@@ -385,6 +395,7 @@ func TestZoneRulesSwapIsNoNewTaint(t *testing.T) {
 	// Partial (3 of 4) and n0 silent: the swap to unreachable is immediate
 	// upstream.
 	c := history(t, 1.0, Step{Op: OpCondition, Nodes: []string{"n0"}, Condition: "Ready=False"}, 1.0, partition("n1", "n2"), 8.0, partition("n0"))
+	renewing(c, "n3", 0, 40)
 	notReady := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(2)}
 	c.ObserveNode(at(2), node("n0", notReady), false)
 	c.ObserveNode(at(15), node("n0", unreachable(15)), false)
@@ -642,6 +653,113 @@ func TestRateLimit(t *testing.T) {
 // saw it, not from its timeAdded.
 func TestZoneRulesReappliedOldTaint(t *testing.T) {
 	c := history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 40)
 	c.ObserveNode(at(30), node("n0", unreachable(0.5)), false)
 	wantViolations(t, c, InvZoneRules, 1, "PartialDisruption")
+}
+
+// zoneViewCase: zone-a's four nodes renew every 0.5 s from 0 (each renewal
+// seen 50 ms later) until their partition; n0, n1, n2 are cut 1 s apart
+// from 10.2 s. The controller's --heartbeat-overdue-slack is 2 s.
+func zoneViewCase(t *testing.T, extra ...any) *Checker {
+	t.Helper()
+	steps := append([]any{10.2, partition("n0"), 11.2, partition("n1"), 12.2, partition("n2")}, extra...)
+	c := history(t, steps...)
+	c.limits.OverdueSlack = 2 * time.Second
+	renewing(c, "n0", 0, 10.2)
+	renewing(c, "n1", 0, 11.2)
+	renewing(c, "n2", 0, 12.2)
+	renewing(c, "n3", 0, 40)
+	return c
+}
+
+// TestZoneRulesOwnView: zone-rules counts a node silent from the moment
+// the checker saw its last Lease renewal (plus the longest overdue time the
+// controller can have used and ViewLag), not only once the ground truth
+// has it silent for grace + monitor period + slack before the decision
+// (issue 45, point 3).
+func TestZoneRulesOwnView(t *testing.T) {
+	// n2 tainted at 18 (seen at 19): at the pass before, at 16 (a monitor
+	// period and the ViewLag of a late pass), the three had been silent
+	// 5.95 s, 4.95 s and 3.95 s by the renewals seen, beyond
+	// the 3.4 s bound (the overdue time 2.4 s of a 0.5-1.5 s interval, and
+	// 1 s of ViewLag): PartialDisruption, rate 0. The certain silences
+	// alone (since 18 - 6 s) count only n0 and n1: no violation then.
+	c := zoneViewCase(t)
+	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
+	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 1, "PartialDisruption by the checker's view of the Lease renewals")
+
+	// A taint the zone's state allowed: n0 tainted at 14 (seen at 14.5),
+	// its grace and a pass after its silence; at the pass (12) n1 had
+	// been silent 0.95 s and n2 not yet: Normal.
+	c = zoneViewCase(t)
+	c.ObserveNode(at(14.5), node("n0", unreachable(14)), false)
+	c.Settle(at(14.5 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// The first case while a stall of the replicas' Lease watches held the
+	// controller's view: its silences may have run from a fresh read, so
+	// only the certain silences judge.
+	c = zoneViewCase(t, 9.0, Step{Op: OpWatchStallStart, Fault: 7, Resource: "leases"}, 15.0, Step{Op: OpWatchStallEnd, Fault: 7, Resource: "leases"})
+	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
+	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// n3 falls silent too, at 16.5, between the earliest pass (16) and
+	// the decision (18): the controller may have counted all four (the
+	// zone in FullDisruption, normal rate), so no violation (someReady).
+	c = zoneViewCase(t, 16.5, partition("n3"))
+	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
+	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// A renewal of n2 that landed late (seen at 16.5, made at 12.1 before
+	// its cut): n2's silence runs from 16.5 in the controller's view too.
+	c = zoneViewCase(t)
+	c.ObserveLease(at(16.5), lease("n2", 12.1))
+	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
+	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+}
+
+// TestOverdueBound: the longest overdue time the controller can use for a
+// node heartbeating every 0.5 s is 2.4 s (an interval of 0.4 s, within the
+// 0.5 s + 1 s of ViewLag it may have measured); with no overdue slack,
+// the grace period.
+func TestOverdueBound(t *testing.T) {
+	c := history(t)
+	c.limits.OverdueSlack = 2 * time.Second
+	rs := []renewal{{renewed: at(0)}, {renewed: at(0.5)}, {renewed: at(1)}}
+	if got := c.overdueBound(rs); got != 2400*time.Millisecond {
+		t.Errorf("overdueBound every 0.5s = %v, want 2.4s", got)
+	}
+	rs = []renewal{{renewed: at(0)}, {renewed: at(2)}, {renewed: at(2.5)}}
+	if got := c.overdueBound(rs); got != 3*time.Second {
+		t.Errorf("overdueBound with a 2s gap = %v, want the grace period 3s", got)
+	}
+	c.limits.OverdueSlack = 0
+	if got := c.overdueBound(rs[:2]); got != 3*time.Second {
+		t.Errorf("overdueBound without overdue slack = %v, want the grace period", got)
+	}
+}
+
+// TestZoneRulesOwnViewReplacedNode: a Node deleted in the window (a
+// replacement) is left out of the view's count: zone-a of the controller
+// may have had 3 Nodes, 2 of them silent (Normal).
+func TestZoneRulesOwnViewReplacedNode(t *testing.T) {
+	c := zoneViewCase(t)
+	c.ObserveNode(at(15), node("n0"), true)
+	c.ObserveNode(at(17.5), node("n0"), false)
+	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
+	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// The same for the certain silences: n0 (silent since 1) deleted at 8.
+	c = history(t, 1.0, partition("n0", "n1", "n2"))
+	renewing(c, "n3", 0, 40)
+	c.ObserveNode(at(8), node("n0"), true)
+	c.ObserveNode(at(10), node("n1", unreachable(9.5)), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
 }

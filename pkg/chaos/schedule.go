@@ -241,8 +241,8 @@ var durations = map[Kind]span{
 	APIThrottle:    {3 * time.Second, 10 * time.Second},
 	WatchStall:     {3 * time.Second, 10 * time.Second},
 	// Targeted: the silence lasts this long after the spread.
-	ZoneSilenceSpread: {5 * time.Second, 12 * time.Second},
-	AllZonesPartition: {5 * time.Second, 15 * time.Second},
+	ZoneSilenceSpread: {8 * time.Second, 20 * time.Second},
+	AllZonesPartition: {8 * time.Second, 20 * time.Second},
 	LostAnswer:        {3 * time.Second, 10 * time.Second},
 	WatchGone:         {2 * time.Second, 6 * time.Second},
 	// The restart's downtime; the fault reserves apiServerStartup after it.

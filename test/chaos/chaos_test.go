@@ -124,6 +124,10 @@ const (
 	// disrupted, unhealthyZoneThreshold and largeClusterSizeThreshold
 	// being left at their defaults): the checker's rate-limit rule.
 	evictionRate = 0.1
+	// overdueSlack is nodelifecycle's --heartbeat-overdue-slack, left at
+	// its default (the configuration file has no field for it): the
+	// checker's zone-rules counts overdue nodes as the controller does.
+	overdueSlack = 2 * time.Second
 )
 
 const configYAML = `apiVersion: nodeshepherd.io/v1alpha1
@@ -308,7 +312,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 
 	// The checkers watch before anything else writes.
 	checker := chaos.NewChecker(chaos.Limits{Grace: grace, MonitorPeriod: monitorPeriod, Slack: slack, MaxCordoned: maxCordoned,
-		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS, EvictionSlack: evictionSlack, EvictionRate: evictionRate}, truth)
+		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS, EvictionSlack: evictionSlack, EvictionRate: evictionRate, OverdueSlack: overdueSlack}, truth)
 	if err := chaos.Watch(ctx, client, checker); err != nil {
 		t.Fatal(err)
 	}
