@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -66,9 +67,21 @@ type baselineRecord struct {
 	Commit     string    `json:"commit,omitempty"`
 }
 
+// interrupted ends on SIGINT or SIGTERM: the seed running then is killed
+// with its process group (its replicas and control plane), not left behind.
+var interrupted = context.Background()
+
 func main() {
 	flag.Parse()
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	interrupted = ctx
+	err := run()
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "chaos-mutants: interrupted; the running seed was killed with its processes")
+		os.Exit(130)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos-mutants:", err)
 		os.Exit(1)
 	}
@@ -132,6 +145,9 @@ func run() error {
 		results, err = r.baseline(chosen)
 	} else {
 		for _, m := range chosen {
+			if interrupted.Err() != nil {
+				break
+			}
 			res := r.mutant(m)
 			progress("%s: %s", m.Name, describe(res))
 			results = append(results, res)
@@ -353,7 +369,7 @@ func (r *runner) mutant(m *mutant) result {
 		progress("%s: this TestChaos has no -kinds flag: its seeds draw every kind, not only %s", m.Name, strings.Join(m.Kinds, ","))
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), *flagBudget)
+	ctx, cancel := context.WithTimeout(interrupted, *flagBudget)
 	defer cancel()
 	var others []string
 	for _, seed := range m.Seeds {
@@ -414,11 +430,11 @@ func (r *runner) baseline(ms []*mutant) ([]result, error) {
 	var results []result
 	done := map[string]bool{}
 	for _, m := range ms {
-		if m.Pending != "" {
+		if m.Pending != "" || interrupted.Err() != nil {
 			continue
 		}
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), *flagBudget)
+		ctx, cancel := context.WithTimeout(interrupted, *flagBudget)
 		res := result{Mutant: "baseline of " + m.Name, Expected: []string{"none"}, Outcome: "0 violations", KindsUsed: b.kinds}
 		for _, seed := range m.Seeds {
 			k := key(seed, m.Duration, m.Kinds, b.kinds)
