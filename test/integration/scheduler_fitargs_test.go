@@ -20,9 +20,9 @@ import (
 // fitProfile is one NodeResourcesFit configuration under a scheduler name
 // of its own: kube-scheduler's args, and the same as nodeshepherd's flags.
 type fitProfile struct {
-	name                                string
-	args                                map[string]any
-	strategy, resources, shape, ignored string
+	name                     string
+	args                     map[string]any
+	strategy, shape, ignored string
 }
 
 var fitProfiles = []fitProfile{
