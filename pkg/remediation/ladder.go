@@ -81,6 +81,11 @@ func (s *PolicySpec) Judge(n *v1.Node, now time.Time) Health {
 type State struct {
 	// Step is the index of the step under way; -1 when not in repair.
 	Step int
+	// Action is what the step under way does, and Key its identity
+	// (StepKey), as recorded when the node reached it: the ladder's step at
+	// Step is that step only while its StepKind matches (Place).
+	Action Action
+	Key    string
 	// StepSince is when it started; RepairSince when the repair did.
 	StepSince, RepairSince time.Time
 	// BootID is the boot the step was started for: a Reboot step is
@@ -138,6 +143,13 @@ const (
 	// The last step timed out and the node is still unhealthy: it stays
 	// there, for a person (an alert fires).
 	VerdictExhausted Verdict = "Exhausted"
+	// The policy was edited and the node's step is now at another index
+	// (Step): the record follows it; nothing else changes.
+	VerdictMoved Verdict = "Moved"
+	// The policy was edited and the node's step is no longer in the ladder
+	// (or only after steps the node never had): the repair ends, undone,
+	// and the node is judged again.
+	VerdictEnd Verdict = "End"
 )
 
 // Decision is what to do with one node, and why.
@@ -170,8 +182,19 @@ type Input struct {
 func (s *PolicySpec) Decide(in Input) Decision {
 	h := s.Judge(in.Node, in.Now)
 	st := in.State
-	if st.Step < 0 || st.Step >= len(s.Steps) {
+	if st.Step < 0 {
 		return s.decideStart(in, h)
+	}
+	// The ladder may have been edited since the node reached its step: it
+	// keeps the action it has, or its repair ends; it never gets another
+	// step's action without being judged again.
+	switch at, ok := s.Place(st, in.Node); {
+	case !ok:
+		return Decision{Verdict: VerdictEnd, Step: st.Step, Reason: fmt.Sprintf("the policy changed: the node's step %s is no longer in the ladder "+
+			"(or only after steps the node did not have); the repair ends and the node is judged again", st.Key)}
+	case at != st.Step:
+		return Decision{Verdict: VerdictMoved, Step: at, Reason: fmt.Sprintf("the policy changed: the node's step %s (%s) is now step %d; the node stays at it",
+			st.Key, st.Action, at+1)}
 	}
 	if !h.Unhealthy && !h.Holding {
 		done := kube.NotBefore(h.Since).Add(s.HealthyHold.Duration)
@@ -198,6 +221,69 @@ func (s *PolicySpec) Decide(in Input) Decision {
 	}
 	return Decision{Verdict: VerdictAdvance, Step: next, Skipped: skipped,
 		Reason: fmt.Sprintf("step %d (%s) timed out after %v; still unhealthy: %s", st.Step+1, s.Steps[st.Step].Action, s.Steps[st.Step].Timeout.Duration, why)}
+}
+
+// StepKind is what a step does, as its identity across edits: its action,
+// and for a Taint step its taint.
+func StepKind(st Step) string {
+	if st.Action == ActionTaint && st.Taint != nil {
+		return fmt.Sprintf("%s/%s=%s:%s", st.Action, st.Taint.Key, st.Taint.Value, st.Taint.Effect)
+	}
+	return string(st.Action)
+}
+
+// StepKey is the identity recorded for a node reaching step i: its number
+// then and its kind ("2/Reboot"; request IDs are made from it).
+func StepKey(i int, st Step) string { return fmt.Sprintf("%d/%s", i+1, StepKind(st)) }
+
+// kindOf is the kind of a recorded key.
+func kindOf(key string) string {
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		return key[i+1:]
+	}
+	return key
+}
+
+// Place finds the node's recorded step in the ladder as it is now: the
+// same index if the step there is still the one recorded, else the first
+// step of the same kind (a step inserted or removed before it), but only
+// if the steps before that one give the node nothing it did not have (each
+// Taint's taint is on it, a Drain only if it is drained): a node moved
+// there gets no new action. ok false: the step is gone (or only after new
+// steps); the repair must end.
+func (s *PolicySpec) Place(st State, n *v1.Node) (int, bool) {
+	kind := kindOf(st.Key)
+	if st.Key == "" {
+		kind = string(st.Action)
+	}
+	if kind == "" && st.Step < len(s.Steps) {
+		return st.Step, true // a State without identity (not read from a record): its index
+	}
+	same := func(i int) bool {
+		k := StepKind(s.Steps[i])
+		// A record written before keys named the Taint's taint has the
+		// action alone.
+		return k == kind || !strings.Contains(kind, "/") && string(s.Steps[i].Action) == kind
+	}
+	if st.Step < len(s.Steps) && same(st.Step) {
+		return st.Step, true
+	}
+	for j := range s.Steps {
+		if !same(j) {
+			continue
+		}
+		for _, before := range s.Steps[:j] {
+			switch {
+			case before.Action == ActionDrain && !st.Drain:
+				return 0, false
+			case before.Action == ActionTaint && (before.Taint == nil || n == nil ||
+				kube.FindTaint(n, v1.Taint{Key: before.Taint.Key, Value: before.Taint.Value, Effect: before.Taint.Effect}) == nil):
+				return 0, false
+			}
+		}
+		return j, true
+	}
+	return 0, false
 }
 
 func (s *PolicySpec) decideStart(in Input, h Health) Decision {

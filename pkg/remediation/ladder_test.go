@@ -206,3 +206,66 @@ func TestPoolOfThreeUnhealthyTwentyPercent(t *testing.T) {
 		t.Errorf("verdicts %q", verdicts)
 	}
 }
+
+// An edit of the ladder never gives a node another step's action: its
+// recorded step is found where it went (Moved, when the steps before it
+// give the node nothing new) or the repair ends (End), to be judged again.
+func TestDecideAfterEdit(t *testing.T) {
+	sick := node(deadlock(v1.ConditionTrue, t0.Add(-time.Hour), t0))
+	taint := v1.Taint{Key: "example.com/unhealthy", Effect: v1.TaintEffectNoSchedule}
+	tainted := sick.DeepCopy()
+	tainted.Spec.Taints = []v1.Taint{taint}
+	p0 := policy() // Taint, Drain, Reboot, Replace, Fence
+	at := func(i int, drained bool) State {
+		return State{Step: i, Action: p0.Steps[i].Action, Key: StepKey(i, p0.Steps[i]), StepSince: t0.Add(-time.Minute), RepairSince: t0.Add(-time.Hour), Drain: drained}
+	}
+	reboot := Step{Action: ActionReboot, Timeout: d(5 * time.Minute)}
+	healthy := node(deadlock(v1.ConditionFalse, t0.Add(-time.Hour), t0))
+	healthy.Spec.Taints = []v1.Taint{taint}
+	for name, c := range map[string]struct {
+		edit    func(*PolicySpec)
+		node    *v1.Node
+		st      State
+		verdict Verdict
+		step    int
+		reason  string
+	}{
+		"unchanged": {edit: func(*PolicySpec) {}, node: tainted, st: at(1, true), verdict: VerdictNone, step: 1},
+		// The case: a Reboot inserted before the node's Taint step
+		// is not sent; the node stays at its Taint step, now the second.
+		"reboot inserted before": {edit: func(p *PolicySpec) { p.Steps = append([]Step{reboot}, p.Steps...) },
+			node: tainted, st: at(0, false), verdict: VerdictMoved, step: 1, reason: "is now step 2"},
+		"drain at the step's index now": {edit: func(p *PolicySpec) { p.Steps = p.Steps[1:] },
+			node: tainted, st: at(0, false), verdict: VerdictEnd, step: 0, reason: "no longer in the ladder"},
+		"a step before removed": {edit: func(p *PolicySpec) { p.Steps = append(p.Steps[:1], p.Steps[2:]...) },
+			node: tainted, st: at(2, true), verdict: VerdictMoved, step: 1, reason: "now step 2"},
+		"steps after removed": {edit: func(p *PolicySpec) { p.Steps = p.Steps[:1] },
+			node: tainted, st: at(2, true), verdict: VerdictEnd, step: 2, reason: "no longer in the ladder"},
+		// Found again only after a Drain the node never had: moving it
+		// there would skip a drain it was promised; it ends instead.
+		"a drain inserted before, node not drained": {edit: func(p *PolicySpec) {
+			p.Steps = append([]Step{{Action: ActionDrain, Timeout: d(5 * time.Minute)}}, p.Steps...)
+		}, node: tainted, st: at(0, false), verdict: VerdictEnd, step: 0},
+		// Found again only after a Taint the node does not have.
+		"a taint inserted before, not on the node": {edit: func(p *PolicySpec) {
+			p.Steps = append([]Step{{Action: ActionTaint, Timeout: d(5 * time.Minute), Taint: &TaintSpec{Key: "other", Effect: v1.TaintEffectNoExecute}}}, p.Steps...)
+		}, node: tainted, st: at(1, true), verdict: VerdictEnd, step: 1},
+		"the taint changed": {edit: func(p *PolicySpec) {
+			p.Steps[0].Taint = &TaintSpec{Key: "example.com/other", Effect: v1.TaintEffectNoExecute}
+		},
+			node: tainted, st: at(0, false), verdict: VerdictEnd, step: 0},
+		"reboot became replace": {edit: func(p *PolicySpec) { p.Steps[2].Action = ActionReplace },
+			node: tainted, st: at(2, true), verdict: VerdictEnd, step: 2},
+		// Timed out and the node healthy are both settled after the edit:
+		// no Advance from a step that is not the node's.
+		"healthy but moved": {edit: func(p *PolicySpec) { p.Steps = append([]Step{reboot}, p.Steps...) },
+			node: healthy, st: at(1, true), verdict: VerdictMoved, step: 2},
+	} {
+		p := policy()
+		c.edit(p)
+		got := p.Decide(Input{Node: c.node, State: c.st, Pool: Pool{Name: "gpu", Nodes: 3}, Can: Capabilities{Reboot: true, Replace: true, Fence: true}, Now: t0})
+		if got.Verdict != c.verdict || got.Step != c.step || !strings.Contains(got.Reason, c.reason) {
+			t.Errorf("%s: %+v, want %s at step %d, reason with %q", name, got, c.verdict, c.step, c.reason)
+		}
+	}
+}

@@ -14,9 +14,15 @@ const AnnotationState = "nodeshepherd.io/remediation"
 
 // stateRecord is AnnotationState's JSON.
 type stateRecord struct {
-	Policy      string    `json:"policy"`
-	Step        int       `json:"step"`
-	Action      Action    `json:"action"`
+	Policy string `json:"policy"`
+	Step   int    `json:"step"`
+	Action Action `json:"action"`
+	// Key is the step's identity: its number when the node reached it and
+	// what it does (StepKey). A policy edit moves the record with its step
+	// or ends the repair (PolicySpec.Place); the provider's request IDs are
+	// made from it, so a step that moved is never asked again under
+	// another ID. Records written before it had none: Step and Action.
+	Key         string    `json:"key,omitempty"`
 	StepSince   time.Time `json:"stepSince"`
 	RepairSince time.Time `json:"repairSince"`
 	BootID      string    `json:"bootID,omitempty"`
@@ -35,6 +41,17 @@ type stateRecord struct {
 // error, and the node counts as in repair at no known step: the controller
 // must not start a second repair over one it cannot read.
 func ReadState(n *v1.Node, policy string, steps int) (State, error) {
+	st, err := ReadRecord(n, policy)
+	if err == nil && st.Step >= steps {
+		return NotInRepair, fmt.Errorf("node %s: annotation %s: step %d, but policy %s has %d steps", n.Name, AnnotationState, st.Step+1, policy, steps)
+	}
+	return st, err
+}
+
+// ReadRecord is ReadState without the ladder: the record as written, its
+// step perhaps no longer in the policy's ladder (an edit), for
+// PolicySpec.Place to find or end.
+func ReadRecord(n *v1.Node, policy string) (State, error) {
 	s, ok := n.Annotations[AnnotationState]
 	if !ok {
 		return NotInRepair, nil
@@ -46,10 +63,12 @@ func ReadState(n *v1.Node, policy string, steps int) (State, error) {
 	if r.Policy != policy {
 		return NotInRepair, nil
 	}
-	if r.Step >= steps {
-		return NotInRepair, fmt.Errorf("node %s: annotation %s: step %d, but policy %s has %d steps", n.Name, AnnotationState, r.Step+1, policy, steps)
+	key := r.Key
+	if key == "" {
+		key = fmt.Sprintf("%d/%s", r.Step+1, r.Action)
 	}
-	return State{Step: r.Step, StepSince: r.StepSince, RepairSince: r.RepairSince, BootID: r.BootID, Drain: r.Drain, FenceBootID: r.FenceBootID}, nil
+	return State{Step: r.Step, Action: r.Action, Key: key, StepSince: r.StepSince, RepairSince: r.RepairSince, BootID: r.BootID,
+		Drain: r.Drain, FenceBootID: r.FenceBootID}, nil
 }
 
 func parseState(s string) (stateRecord, error) {
@@ -68,9 +87,14 @@ func parseState(s string) (stateRecord, error) {
 	return r, nil
 }
 
-// EncodeState is the annotation's value for the node at step of policy.
+// EncodeState is the annotation's value for the node at step of policy
+// (st.Key empty: the step's number and action).
 func EncodeState(policy string, action Action, st State) string {
-	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, StepSince: st.StepSince, RepairSince: st.RepairSince,
+	key := st.Key
+	if key == "" {
+		key = fmt.Sprintf("%d/%s", st.Step+1, action)
+	}
+	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, Key: key, StepSince: st.StepSince, RepairSince: st.RepairSince,
 		BootID: st.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID})
 	return string(b)
 }

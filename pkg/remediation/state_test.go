@@ -12,6 +12,7 @@ func TestStateRoundTrip(t *testing.T) {
 	st := State{Step: 2, StepSince: t0.Add(123 * time.Nanosecond), RepairSince: t0.Add(-time.Hour), BootID: "b"}
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationState: EncodeState("gpu", ActionReboot, st)}}}
 	got, err := ReadState(n, "gpu", 5)
+	st.Action, st.Key = ActionReboot, "3/Reboot" // the record names the step's action and identity
 	if err != nil || got != st {
 		t.Fatalf("%+v, %v; want %+v", got, err, st)
 	}
@@ -60,6 +61,7 @@ func TestRequestOf(t *testing.T) {
 	if want := "remediation policy gpu, step 2 (Fence)"; r.Why() != want {
 		t.Errorf("Why() = %q, want %q", r.Why(), want)
 	}
+	st.Action, st.Key = ActionFence, "2/Fence"
 	if got, err := ReadState(n, "gpu", 3); err != nil || got != st {
 		t.Errorf("ReadState: %+v %v; want %+v", got, err, st)
 	}
@@ -70,5 +72,24 @@ func TestRequestOf(t *testing.T) {
 	delete(n.Annotations, AnnotationState)
 	if _, ok, err := RequestOf(n); ok || err != nil {
 		t.Errorf("no record: ok %v, err %v", ok, err)
+	}
+}
+
+// A record names its step's identity; one without (written before keys)
+// reads as its number and action. ReadRecord keeps a step beyond the
+// ladder, for Place to settle.
+func TestRecordKey(t *testing.T) {
+	st := State{Step: 1, Key: "1/Taint/k=:NoSchedule", StepSince: t0, RepairSince: t0}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationState: EncodeState("gpu", ActionTaint, st)}}}
+	got, err := ReadRecord(n, "gpu")
+	if err != nil || got.Key != st.Key || got.Action != ActionTaint || got.Step != 1 {
+		t.Fatalf("%+v %v", got, err)
+	}
+	n.Annotations[AnnotationState] = `{"policy":"gpu","step":7,"action":"Reboot","stepSince":"2026-11-28T10:00:00Z","repairSince":"2026-11-28T10:00:00Z"}`
+	if got, err := ReadRecord(n, "gpu"); err != nil || got.Step != 7 || got.Key != "8/Reboot" {
+		t.Errorf("an old record beyond the ladder: %+v %v", got, err)
+	}
+	if _, err := ReadState(n, "gpu", 5); err == nil {
+		t.Error("ReadState accepted a step beyond the ladder")
 	}
 }

@@ -43,6 +43,12 @@ type PolicyStatus struct {
 	Unhealthy int32 `json:"unhealthy"`
 	InRepair  int32 `json:"inRepair"`
 	Blocked   int32 `json:"blocked"`
+	// Storm: more of the pool than maxUnhealthy is unhealthy, as last
+	// counted; StormEnded is when the last storm ended. The brakes' state is
+	// kept here, not in a process's memory, so that a new leader keeps the
+	// cooldown (TestRemediationCooldownSurvivesFailover).
+	Storm      bool         `json:"storm,omitempty"`
+	StormEnded *metav1.Time `json:"stormEnded,omitempty"`
 	// Repairs are the nodes in repair: step, since when, what comes next.
 	Repairs []NodeRepair `json:"repairs,omitempty"`
 	// Conditions: Blocked (a brake holds, with its reason), Paused.

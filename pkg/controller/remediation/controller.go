@@ -109,11 +109,16 @@ type policy struct {
 	// refusedReason the Accepted condition's reason.
 	refused, refusedReason string
 	paused                 bool
-	// stormEnded is when the pool's unhealthy share last went back under
-	// MaxUnhealthy (zero: not seen above it by this process); storm: above
-	// it now.
-	stormEnded time.Time
-	storm      bool
+}
+
+// storm is a pool's storm state, by policy name (not on the policy, which
+// each read of the object replaces), seeded from and written to the
+// policy's status so that a new leader keeps it: ended is when the pool's
+// unhealthy share last went back under MaxUnhealthy (zero: never seen
+// above), on whether it is above now.
+type storm struct {
+	on    bool
+	ended time.Time
 }
 
 // Controller climbs the ladders.
@@ -158,6 +163,9 @@ type Controller struct {
 	// the answer to its power-off request, by node (fence.go).
 	fences    map[string]string
 	fenceReqs map[string]fenceRequest
+	// storms is each pool's storm state (storm); the policy's status holds
+	// it for the next leader.
+	storms map[string]storm
 }
 
 // providerTimeout bounds one repair request to the cloud provider (each
@@ -196,7 +204,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		fencer: d.Fencer, instances: d.Instances, cloudName: d.CloudName, fences: map[string]string{}, fenceReqs: map[string]fenceRequest{},
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
-		requested: map[string]string{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{},
+		requested: map[string]string{}, storms: map[string]storm{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{},
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation", Clock: d.Clock})),
 		statusQ: controllerutil.Track(b, "policy", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -236,25 +244,37 @@ func (c *Controller) onPolicy(obj any, deleted bool) {
 	if deleted {
 		delete(c.policies, u.GetName())
 		delete(c.written, u.GetName())
+		delete(c.storms, u.GetName())
 		c.metrics.forget(u.GetName())
 	} else {
 		var p rem.RemediationPolicy
 		pol := &policy{name: u.GetName(), obj: u}
-		if prev := c.policies[pol.name]; prev != nil {
-			pol.stormEnded, pol.storm = prev.stormEnded, prev.storm
-		}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
 			pol.refused = "unreadable: " + err.Error()
-		} else if errs := p.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
+		} else if _, seen := c.storms[pol.name]; !seen {
+			// A process that has just become leader takes the storm state
+			// its predecessor wrote: the cooldown goes on across a failover.
+			var s storm
+			s.on = p.Status.Storm
+			if p.Status.StormEnded != nil {
+				s.ended = p.Status.StormEnded.Time
+			}
+			c.storms[pol.name] = s
+		}
+		switch errs := p.Spec.Validate(field.NewPath("spec")); {
+		case pol.refused != "":
+		case len(errs) > 0:
 			pol.refused = errs.ToAggregate().Error()
-		} else if i, no := p.Spec.FenceRefusal(c.can()); no {
-			// Refused up front, not found out at the step: a Fence is a
-			// power-off that the provider confirms, and nothing else can
-			// stand in for it.
-			pol.refused, pol.refusedReason = c.cannotFence(i), ReasonCannotFence
-		} else {
-			pol.spec = p.Spec
-			pol.paused = p.Spec.Paused || u.GetAnnotations()[AnnotationPaused] == "true"
+		default:
+			if i, no := p.Spec.FenceRefusal(c.can()); no {
+				// Refused up front, not found out at the step: a Fence is a
+				// power-off that the provider confirms, and nothing else can
+				// stand in for it.
+				pol.refused, pol.refusedReason = c.cannotFence(i), ReasonCannotFence
+			} else {
+				pol.spec = p.Spec
+				pol.paused = p.Spec.Paused || u.GetAnnotations()[AnnotationPaused] == "true"
+			}
 		}
 		if prev := c.policies[pol.name]; pol.refused != "" && (prev == nil || prev.refused != pol.refused) && c.recorder != nil {
 			c.recorder.Event(u, v1.EventTypeWarning, EventRefused, "Not acting on this policy: "+pol.refused)
@@ -361,7 +381,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 // decide is the policy's decision for n among nodes.
 func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Time) (rem.Decision, rem.State, error) {
-	st, err := rem.ReadState(n, p.name, len(p.spec.Steps))
+	// The record as written: its step may have moved or gone with an edit
+	// of the ladder, which Decide settles (Place).
+	st, err := rem.ReadRecord(n, p.name)
 	if err != nil {
 		return rem.Decision{}, st, err
 	}
@@ -378,7 +400,7 @@ func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Ti
 		return ok || err != nil || c.maybeInRepair(m.Name)
 	}, now)
 	c.mu.Lock()
-	pool.StormEnded = p.stormEnded
+	pool.StormEnded = c.storms[p.name].ended
 	c.mu.Unlock()
 	// A cordon with a nodeshepherd record is the drain controller's (for a
 	// rule, or for this repair); any other is a person's, left alone.
@@ -442,8 +464,8 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 	}
 	switch d.Verdict {
 	case rem.VerdictStart, rem.VerdictAdvance:
-		next := rem.State{Step: d.Step, StepSince: now, RepairSince: st.RepairSince, BootID: n.Status.NodeInfo.BootID,
-			Drain: st.Drain, FenceBootID: st.FenceBootID}
+		next := rem.State{Step: d.Step, Action: p.spec.Steps[d.Step].Action, Key: rem.StepKey(d.Step, p.spec.Steps[d.Step]),
+			StepSince: now, RepairSince: st.RepairSince, BootID: n.Status.NodeInfo.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID}
 		if d.Verdict == rem.VerdictStart {
 			next.RepairSince = now
 		}
@@ -465,6 +487,25 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		c.forgetSaid(n.Name, EventBlocked)
 		c.queue.AddAfter(n.Name, p.spec.Steps[d.Step].Timeout.Duration)
 		return c.ask(ctx, n, p, next)
+	case rem.VerdictMoved:
+		// The same step at another index: the record follows it, with its
+		// key (the provider's request IDs) and times; nothing is started.
+		moved := st
+		moved.Step = d.Step
+		if err := c.write(ctx, n, p, &moved, d.Reason); err != nil {
+			return err
+		}
+		c.eventOnce(n, EventStep, fmt.Sprintf("Policy %s: %s", p.name, d.Reason))
+		c.queue.Add(n.Name)
+		return nil
+	case rem.VerdictEnd:
+		// Its step is gone: undone as a repair whose policy went, and the
+		// node judged again under the ladder as it is now.
+		if err := c.end(ctx, n, p.name, d.Reason); err != nil {
+			return err
+		}
+		c.queue.AddAfter(n.Name, time.Second)
+		return nil
 	case rem.VerdictNone:
 		if st.Step >= 0 {
 			if err := c.ask(ctx, n, p, st); err != nil {
@@ -519,14 +560,20 @@ func (c *Controller) noteStorm(p *policy, nodes []*v1.Node, now time.Time) {
 	if err != nil {
 		return
 	}
-	storm := pool.Unhealthy > limit
+	on := pool.Unhealthy > limit
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	s := c.storms[p.name]
+	changed := s.on != on
 	switch {
-	case storm:
-		p.storm = true
-	case p.storm:
-		p.storm, p.stormEnded = false, now
+	case on:
+		s.on = true
+	case s.on:
+		s.on, s.ended = false, now
+	}
+	c.storms[p.name] = s
+	c.mu.Unlock()
+	if changed {
+		c.statusQ.Add(p.name) // into the status at once, for a next leader
 	}
 }
 

@@ -66,7 +66,7 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 	// The request names the boot the step was started for.
 	boot := n.DeepCopy()
 	boot.Status.NodeInfo.BootID = st.BootID
-	id := nscloud.RequestID(boot, fmt.Sprintf("%s/%d/%s", p.name, i+1, rem.ActionFence))
+	id := nscloud.RequestID(boot, p.name+"/"+st.Key)
 	in := rem.FenceInput{Node: n.Name, RequestBoot: st.BootID, NodeBoot: n.Status.NodeInfo.BootID, Now: now,
 		Settle: rem.FenceSettle(p.spec.Steps[i].Timeout.Duration)}
 	if in.NodeBoot == in.RequestBoot {
@@ -92,7 +92,7 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 			if cur.Status.NodeInfo.BootID != st.BootID {
 				return errBootChanged
 			}
-			if now, err := rem.ReadState(cur, p.name, len(p.spec.Steps)); err != nil || now.Step != st.Step || !now.StepSince.Equal(st.StepSince) {
+			if now, err := rem.ReadRecord(cur, p.name); err != nil || now.Step != st.Step || now.Key != st.Key || !now.StepSince.Equal(st.StepSince) {
 				return fmt.Errorf("node %s: the repair record changed meanwhile (%+v, %v)", n.Name, now, err)
 			}
 			return nil

@@ -125,6 +125,14 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 	} else {
 		cond(ConditionPaused, false, "Running", "")
 	}
+	c.mu.Lock()
+	storm := c.storms[p.name]
+	c.mu.Unlock()
+	st.Storm = storm.on
+	if !storm.ended.IsZero() {
+		t := metav1.NewTime(storm.ended)
+		st.StormEnded = &t
+	}
 	st.ObservedGeneration = p.obj.GetGeneration()
 	return st
 }
@@ -181,6 +189,10 @@ func normal(s rem.PolicyStatus) rem.PolicyStatus {
 	s.Conditions = append([]metav1.Condition(nil), s.Conditions...)
 	for i := range s.Repairs {
 		s.Repairs[i].Since = metav1.NewTime(s.Repairs[i].Since.Truncate(1e9))
+	}
+	if s.StormEnded != nil {
+		t := metav1.NewTime(s.StormEnded.Truncate(1e9))
+		s.StormEnded = &t
 	}
 	for i := range s.Conditions {
 		s.Conditions[i].LastTransitionTime = metav1.NewTime(s.Conditions[i].LastTransitionTime.Truncate(1e9))

@@ -78,7 +78,11 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 			m.Annotations = map[string]string{}
 		}
 		if next != nil {
-			m.Annotations[rem.AnnotationState] = rem.EncodeState(p.name, p.spec.Steps[next.Step].Action, *next)
+			action := next.Action
+			if action == "" {
+				action = p.spec.Steps[next.Step].Action
+			}
+			m.Annotations[rem.AnnotationState] = rem.EncodeState(p.name, action, *next)
 		} else {
 			delete(m.Annotations, rem.AnnotationState)
 		}
@@ -123,7 +127,9 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 // and the step waits for its timeout).
 func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.State) error {
 	i := st.Step
-	action := p.spec.Steps[i].Action
+	// The recorded action, not whatever the ladder now has at that index
+	// (Decide has settled an edit before this: Place).
+	action := st.Action
 	if action == rem.ActionFence {
 		return c.fence(ctx, n, p, st)
 	}
@@ -133,7 +139,9 @@ func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.Stat
 	if st.BootID != n.Status.NodeInfo.BootID {
 		return nil // the machine has booted again since the step started
 	}
-	id := nscloud.RequestID(n, fmt.Sprintf("%s/%d/%s", p.name, i+1, action))
+	// From the step's recorded key ("2/Reboot"): a step moved by an edit
+	// keeps its request's ID.
+	id := nscloud.RequestID(n, p.name+"/"+st.Key)
 	c.mu.Lock()
 	done := c.requested[n.Name] == id
 	c.mu.Unlock()
