@@ -8,14 +8,17 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
@@ -120,4 +123,45 @@ spec:
 			t.Errorf("kubectl get remediationpolicies lacks %q:\n%s", col, out)
 		}
 	}
+}
+
+// remediationRig is a control plane with the RemediationPolicy CRD, one
+// policy, and fake nodes labelled with its pool, Ready (no node lifecycle
+// controller runs in these tests: Ready is enough).
+type remediationRig struct {
+	cp       *controlplane.ControlPlane
+	client   kubernetes.Interface
+	dyn      dynamic.Interface
+	policies dynamic.NamespaceableResourceInterface
+	m        *fakenode.Manager
+	names    []string
+}
+
+// startRemediationRig starts it: policy is the RemediationPolicy's YAML,
+// downtime the fake machines' reboot and replace downtimes (0: the
+// defaults).
+func startRemediationRig(t *testing.T, policy, pool string, nodes int, downtime time.Duration) remediationRig {
+	t.Helper()
+	r := remediationRig{cp: framework.StartControlPlane(t, controlplane.Config{})}
+	r.client = framework.Client(t, r.cp)
+	r.dyn = dynamic.NewForConfigOrDie(r.cp.RESTConfig())
+	r.policies = installRemediationCRD(t, r.dyn)
+	var pol unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(policy), &pol.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.policies.Create(framework.Context(t), &pol, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the policy: %v", err)
+	}
+	cfg := fastNodes(r.client, nodes, false)
+	cfg.Labels = map[string]string{"pool": pool}
+	if downtime > 0 {
+		cfg.RebootDowntime, cfg.ReplaceDowntime = downtime, downtime
+	}
+	r.m = framework.StartFakeNodes(t, cfg)
+	r.names = r.m.NodeNames()
+	for _, n := range r.names {
+		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(r.client, n, v1.NodeReady, v1.ConditionTrue))
+	}
+	return r
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	ctrl "github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
@@ -46,26 +45,9 @@ spec:
 // first node unhealthy.
 func editRig(t *testing.T, policy string) (kubernetes.Interface, dynamic.NamespaceableResourceInterface, *fakenode.Manager, string) {
 	t.Helper()
-	cp := framework.StartControlPlane(t, controlplane.Config{})
-	client := framework.Client(t, cp)
+	rig := startRemediationRig(t, policy, "edit", 2, 2*time.Second)
+	cp, client, policies, m, names := rig.cp, rig.client, rig.policies, rig.m, rig.names
 	ctx := framework.Context(t)
-	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
-	policies := installRemediationCRD(t, dyn)
-	var pol unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(policy), &pol.Object); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := policies.Create(ctx, &pol, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the policy: %v", err)
-	}
-	nodes := fastNodes(client, 2, false)
-	nodes.Labels = map[string]string{"pool": "edit"}
-	nodes.RebootDowntime, nodes.ReplaceDowntime = 2*time.Second, 2*time.Second
-	m := framework.StartFakeNodes(t, nodes)
-	names := m.NodeNames()
-	for _, n := range names {
-		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
-	}
 	cfg := controllers.Default()
 	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
 	framework.StartNodeShepherd(t, cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
@@ -219,25 +201,9 @@ spec:
 // mid-cooldown) holds the repair back until the cooldown ends, saying so,
 // instead of starting it at once.
 func TestRemediationCooldownSurvivesFailover(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.Config{})
-	client := framework.Client(t, cp)
+	rig := startRemediationRig(t, stormLadder, "edit", 3, 0)
+	cp, client, policies, m, names := rig.cp, rig.client, rig.policies, rig.m, rig.names
 	ctx := framework.Context(t)
-	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
-	policies := installRemediationCRD(t, dyn)
-	var pol unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(stormLadder), &pol.Object); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := policies.Create(ctx, &pol, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the policy: %v", err)
-	}
-	nodes := fastNodes(client, 3, false)
-	nodes.Labels = map[string]string{"pool": "edit"}
-	m := framework.StartFakeNodes(t, nodes)
-	names := m.NodeNames()
-	for _, n := range names {
-		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
-	}
 	deadlock := func(action fakenode.Action, nodes ...string) {
 		t.Helper()
 		c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}

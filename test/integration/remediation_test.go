@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	ctrl "github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
-	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
@@ -54,26 +52,9 @@ spec:
 // it is replaced.
 func TestRemediationRebootThenReplace(t *testing.T) {
 	asServiceAccount(t)
-	cp := framework.StartControlPlane(t, controlplane.Config{})
-	client := framework.Client(t, cp)
+	rig := startRemediationRig(t, rebootLadder, "gpu", 3, 2*time.Second)
+	cp, client, policies, m, names := rig.cp, rig.client, rig.policies, rig.m, rig.names
 	ctx := framework.Context(t)
-	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
-	policies := installRemediationCRD(t, dyn)
-	var pol unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(rebootLadder), &pol.Object); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := policies.Create(ctx, &pol, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the policy: %v", err)
-	}
-	nodes := fastNodes(client, 3, false)
-	nodes.Labels = map[string]string{"pool": "gpu"}
-	nodes.RebootDowntime, nodes.ReplaceDowntime = 2*time.Second, 2*time.Second
-	m := framework.StartFakeNodes(t, nodes)
-	names := m.NodeNames()
-	for _, n := range names { // no node lifecycle controller runs: Ready is enough
-		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
-	}
 	cfg := controllers.Default()
 	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
 	ns := framework.StartNodeShepherd(t, cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })

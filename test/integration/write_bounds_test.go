@@ -12,9 +12,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
@@ -191,26 +188,9 @@ spec:
 // controller's one worker waited for good: no reboot, and no other node
 // looked at.
 func TestRemediationProviderCallHeldForever(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.Config{})
-	client := framework.Client(t, cp)
+	rig := startRemediationRig(t, oneRebootLadder, "gpu", 2, 2*time.Second)
+	cp, client, m, names := rig.cp, rig.client, rig.m, rig.names
 	ctx := framework.Context(t)
-	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
-	policies := installRemediationCRD(t, dyn)
-	var pol unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(oneRebootLadder), &pol.Object); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := policies.Create(ctx, &pol, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the policy: %v", err)
-	}
-	nodes := fastNodes(client, 2, false)
-	nodes.Labels = map[string]string{"pool": "gpu"}
-	nodes.RebootDowntime = 2 * time.Second
-	m := framework.StartFakeNodes(t, nodes)
-	names := m.NodeNames()
-	for _, n := range names { // no node lifecycle controller runs: Ready is enough
-		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
-	}
 	proxy := framework.StartFaultProxy(t, cp.RESTConfig())
 	proxy.Inject(framework.FaultRule{Name: "hold-repair-request", Kind: framework.FaultHangUnsent, Methods: []string{http.MethodPatch},
 		Resource: "configmaps", Times: 1})
