@@ -283,7 +283,10 @@ func TestNewLeaderJudgesCorrelatedSilence(t *testing.T) {
 		}
 	}
 	if len(stretched) == len(silent) {
-		t.Skipf("every zone's schedule stretched past %v on this machine: nothing can be judged (%v)", spreadBound, silentAt)
+		// Not one zone kept its schedule: judge them all as designed rather
+		// than nothing (the test as it was before it measured the spread).
+		t.Logf("every zone's schedule stretched past %v: all are judged anyway", spreadBound)
+		clear(stretched)
 	}
 	if got := watch.seenOn(func(node string) bool { return !stretched[zoneOf[node]] }); len(got) > 0 {
 		t.Errorf("a zone was judged without its silent nodes: %d NoExecute taints or pod deletions:\n%s", len(got), strings.Join(got, "\n"))
