@@ -134,15 +134,5 @@ func TestSchedulerFitStrategiesParity(t *testing.T) {
 		"dongle": {Reason: v1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 Insufficient example.com/dongle." +
 			" preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."},
 	}
-	for _, upstream := range []bool{true, false} {
-		who := map[bool]string{true: "kube-scheduler", false: "nodeshepherd"}[upstream]
-		t.Run(who, func(t *testing.T) {
-			got := runFitParity(t, upstream)
-			for step, w := range want {
-				if got[step] != w {
-					t.Errorf("%s: %s decided %+v, want %+v", step, who, got[step], w)
-				}
-			}
-		})
-	}
+	bothSchedulersDecide(t, want, runFitParity)
 }

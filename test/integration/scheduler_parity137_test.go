@@ -129,6 +129,23 @@ func waitBound(t *testing.T, client kubernetes.Interface, name string) string {
 	return node
 }
 
+// bothSchedulersDecide runs a parity workload through kube-scheduler and
+// through nodeshepherd's scheduler, each on a control plane of its own,
+// and checks every decision of each against want.
+func bothSchedulersDecide(t *testing.T, want parityOutcome, run func(t *testing.T, upstream bool) parityOutcome) {
+	for _, upstream := range []bool{true, false} {
+		who := map[bool]string{true: "kube-scheduler", false: "nodeshepherd"}[upstream]
+		t.Run(who, func(t *testing.T) {
+			got := run(t, upstream)
+			for step, w := range want {
+				if got[step] != w {
+					t.Errorf("%s: %s decided %+v, want %+v", step, who, got[step], w)
+				}
+			}
+		})
+	}
+}
+
 // runParity137 runs the workload with kube-scheduler (upstream) or
 // nodeshepherd's scheduler and returns its decisions.
 func runParity137(t *testing.T, upstream bool) parityOutcome {
@@ -219,15 +236,5 @@ func TestSchedulerParity137(t *testing.T) {
 		"daemon-too-big": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 Insufficient cpu, 5 node(s) didn't satisfy plugin(s) [NodeAffinity]." +
 			" preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."},
 	}
-	for _, upstream := range []bool{true, false} {
-		who := map[bool]string{true: "kube-scheduler", false: "nodeshepherd"}[upstream]
-		t.Run(who, func(t *testing.T) {
-			got := runParity137(t, upstream)
-			for step, w := range want {
-				if got[step] != w {
-					t.Errorf("%s: %s decided %+v, want %+v", step, who, got[step], w)
-				}
-			}
-		})
-	}
+	bothSchedulersDecide(t, want, runParity137)
 }
