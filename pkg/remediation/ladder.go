@@ -29,6 +29,10 @@ type Health struct {
 	// is then when the last one changed back), so that a flapping condition
 	// never counts as a recovery.
 	Holding bool
+	// Stale says which condition went stale with its unhealthy status (its
+	// reporter stopped, maybe hung by the fault itself): it starts no
+	// repair, and keeps a repair under way from ending (Holding).
+	Stale string
 }
 
 // Judge says whether the node is unhealthy under the policy's conditions
@@ -48,7 +52,18 @@ func (s *PolicySpec) Judge(n *v1.Node, now time.Time) Health {
 		}
 		if uc.StaleAfter != nil && !heartbeat.IsZero() && status != v1.ConditionUnknown {
 			if stale := heartbeat.Add(uc.StaleAfter.Duration); !now.Before(kube.NotBefore(stale)) {
-				status, since = v1.ConditionUnknown, stale
+				// Stale keeps the node's state: a stale unhealthy status
+				// holds a repair under way and starts none; a stale healthy
+				// one ends nothing either, as before.
+				if status == uc.Status {
+					h.Holding = true
+					if h.Stale == "" {
+						h.Stale = fmt.Sprintf("%s=%s stale since %s (no heartbeat for %v): kept as it was", uc.Type, uc.Status, stamp(stale), uc.StaleAfter.Duration)
+					}
+				} else if since.After(healthySince) {
+					healthySince = since
+				}
+				continue
 			}
 		}
 		if status != uc.Status {
@@ -169,13 +184,17 @@ type Decision struct {
 type Input struct {
 	Node *v1.Node
 	// CordonedByOther: the node is cordoned by someone else (a person,
-	// another tool): left alone.
+	// another tool): no repair starts, and one under way takes no new
+	// step until the cordon goes.
 	CordonedByOther bool
 	State           State
 	Pool            Pool
 	Can             Capabilities
 	Paused          bool
 	Now             time.Time
+	// Drain is how the node's drain stands (DrainProgressOf): a step that
+	// disrupts pods (Disrupts) after a Drain step waits until it is done.
+	Drain DrainProgress
 }
 
 // Decide is the ladder for one node. It is pure.
@@ -205,7 +224,10 @@ func (s *PolicySpec) Decide(in Input) Decision {
 	}
 	timeout := st.StepSince.Add(s.Steps[st.Step].Timeout.Duration) // our own time, exact
 	why := h.Why
-	if !h.Unhealthy {
+	switch {
+	case !h.Unhealthy && h.Stale != "":
+		why = h.Stale
+	case !h.Unhealthy:
 		why = "a condition holds again, not yet long enough"
 	}
 	if in.Now.Before(timeout) {
@@ -214,10 +236,19 @@ func (s *PolicySpec) Decide(in Input) Decision {
 	if in.Paused {
 		return Decision{Verdict: VerdictBlocked, Step: st.Step, Reason: "repair paused"}
 	}
+	if in.CordonedByOther {
+		// A person's cordon during a repair pauses it, as before one.
+		return Decision{Verdict: VerdictBlocked, Step: st.Step, Reason: "repair paused: the node is cordoned by someone else; uncordon it to let the repair go on"}
+	}
 	next, skipped := s.nextStep(st.Step+1, in.Can)
 	if next < 0 {
 		return Decision{Verdict: VerdictExhausted, Step: st.Step, Skipped: skipped,
 			Reason: fmt.Sprintf("the last step (%s) timed out and the node is still unhealthy: %s", s.Steps[st.Step].Action, why)}
+	}
+	if st.Drain && Disrupts(s.Steps[next]) && !in.Drain.Done {
+		// The drain's promises hold: its PodDisruptionBudgets, windows and
+		// budgets are not undone by a reboot that kills what it kept.
+		return waitForDrain(st.Step, next, s.Steps[next], in.Drain)
 	}
 	return Decision{Verdict: VerdictAdvance, Step: next, Skipped: skipped,
 		Reason: fmt.Sprintf("step %d (%s) timed out after %v; still unhealthy: %s", st.Step+1, s.Steps[st.Step].Action, s.Steps[st.Step].Timeout.Duration, why)}
@@ -325,8 +356,7 @@ func (s *PolicySpec) brake(in Input) string {
 		return "paused"
 	}
 	if b.MaxUnhealthy != nil {
-		limit, _ := scaled(b.MaxUnhealthy, p.Nodes)
-		if p.Unhealthy > limit {
+		if limit := Limit(b.MaxUnhealthy, p.Nodes); p.Unhealthy > limit {
 			return fmt.Sprintf("%d of %d nodes of pool %s unhealthy, limit %s", p.Unhealthy, p.Nodes, p.Name, b.MaxUnhealthy.String())
 		}
 		if !p.StormEnded.IsZero() && b.Cooldown.Duration > 0 {
@@ -335,15 +365,15 @@ func (s *PolicySpec) brake(in Input) string {
 			}
 		}
 	}
+	// 0 (or a percentage of 0) means no new repair, as Karpenter's "nodes:
+	// 0": never silently 1.
 	if b.MaxInRepair != nil {
-		limit, _ := scaled(b.MaxInRepair, p.Nodes)
-		if p.InRepair >= max(limit, 1) {
+		if limit := Limit(b.MaxInRepair, p.Nodes); p.InRepair >= limit {
 			return fmt.Sprintf("%d of %d nodes of pool %s in repair, limit %s", p.InRepair, p.Nodes, p.Name, b.MaxInRepair.String())
 		}
 	}
 	if b.MaxInRepairPerZone != nil {
-		limit, _ := scaled(b.MaxInRepairPerZone, p.ZoneNodes)
-		if p.ZoneInRepair >= max(limit, 1) {
+		if limit := Limit(b.MaxInRepairPerZone, p.ZoneNodes); p.ZoneInRepair >= limit {
 			return fmt.Sprintf("%d of %d nodes of pool %s in zone %q in repair, limit %s", p.ZoneInRepair, p.ZoneNodes, p.Name, p.Zone, b.MaxInRepairPerZone.String())
 		}
 	}

@@ -58,11 +58,12 @@ func TestValidate(t *testing.T) {
 	bad.Steps[1].Timeout = d(time.Minute) // below the 2m hold
 	bad.Steps[2].Action = "Reimage"
 	bad.Steps[3].Taint = &TaintSpec{Key: "x", Effect: v1.TaintEffectNoSchedule}
+	bad.Steps[4] = Step{Action: ActionTaint, Timeout: d(5 * time.Minute), Taint: &TaintSpec{Key: "node.kubernetes.io/out-of-service", Effect: v1.TaintEffectNoExecute}}
 	bad.Brakes.MaxInRepair = ptr.To(intstr.FromString("twenty"))
 	bad.Brakes.MaxUnhealthy = ptr.To(intstr.FromString("-5%"))
 	errs := bad.Validate(field.NewPath("spec"))
 	for _, want := range []string{"spec.unhealthy[0].status", "spec.steps[0].taint.effect", "spec.steps[1].timeout", "spec.steps[2].action",
-		"spec.steps[3].taint", "spec.brakes.maxInRepair", "spec.brakes.maxUnhealthy"} {
+		"spec.steps[3].taint", "spec.steps[4].taint.key", "spec.brakes.maxInRepair", "spec.brakes.maxUnhealthy"} {
 		if !strings.Contains(errs.ToAggregate().Error(), want) {
 			t.Errorf("no error at %s: %v", want, errs)
 		}
@@ -79,16 +80,18 @@ func TestJudge(t *testing.T) {
 		unhealthy bool
 		since     time.Time
 		pending   time.Time
+		stale     bool
 	}{
 		"healthy":          {node: node(deadlock(v1.ConditionFalse, t0.Add(-time.Hour), t0)), since: t0.Add(-time.Hour)},
 		"deadlock for 2m":  {node: node(deadlock(v1.ConditionTrue, t0.Add(-2*time.Minute), t0)), unhealthy: true, since: t0.Add(-time.Minute + time.Second)},
 		"deadlock for 30s": {node: node(deadlock(v1.ConditionTrue, t0.Add(-30*time.Second), t0)), since: t0.Add(-time.Hour), pending: t0.Add(31 * time.Second)},
-		// The reporter stopped 11m ago: the condition is Unknown from 1m ago,
-		// so it no longer holds the node unhealthy.
-		"stale deadlock": {node: node(deadlock(v1.ConditionTrue, t0.Add(-time.Hour), t0.Add(-11*time.Minute))), since: t0.Add(-time.Minute)},
+		// The reporter stopped 11m ago: the condition is stale from 1m ago.
+		// It starts no repair, and ends none (issue 46 point 5: a
+		// node-problem-detector hung by the deadlock): it holds.
+		"stale deadlock": {node: node(deadlock(v1.ConditionTrue, t0.Add(-time.Hour), t0.Add(-11*time.Minute))), since: t0.Add(-time.Hour), stale: true},
 	} {
 		h := p.Judge(c.node, t0)
-		if h.Unhealthy != c.unhealthy || !h.Since.Equal(c.since) || !h.Pending.Equal(c.pending) {
+		if h.Unhealthy != c.unhealthy || !h.Since.Equal(c.since) || !h.Pending.Equal(c.pending) || (h.Stale != "") != c.stale || c.stale && !h.Holding {
 			t.Errorf("%s: %+v, want unhealthy %v since %v pending %v", name, h, c.unhealthy, c.since, c.pending)
 		}
 	}

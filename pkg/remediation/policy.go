@@ -1,14 +1,17 @@
 // Package remediation is the repair ladder of issue 33: a policy per pool of
 // nodes says when a node is unhealthy, which steps repair it (taint, drain,
 // reboot, replace, fence), how long each may take, and the brakes that hold
-// repairs back. This package holds the policy's types, their validation and
-// the decision for one node; it writes nothing. The controller that runs
-// it, the CustomResourceDefinition and the Node's state are not built yet:
-// nothing in `nodeshepherd run` uses this package so far.
+// repairs back. This package holds the policy's types, their validation, the
+// CustomResourceDefinition, the Node's repair record and the decision for
+// one node; it writes nothing. pkg/controller/remediation runs it
+// (`nodeshepherd run --controllers=*,remediation,outofservice`).
 package remediation
 
 import (
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,11 +75,17 @@ type UnhealthyCondition struct {
 	// For is how long the condition must have had the status.
 	For metav1.Duration `json:"for"`
 	// StaleAfter, when set, makes a condition whose lastHeartbeatTime is
-	// older than this count as Unknown from then on, so that a condition its
-	// reporter (node-problem-detector) stopped updating does not hold a node
-	// in either state for ever.
+	// older than this stale from then on: it starts no repair and ends none.
+	// A node-problem-detector hung by the very deadlock it reports leaves a
+	// stale True: the node stays in repair (Judge, Health.Stale). Ready's
+	// heartbeat may be 5 minutes old on a healthy node (the kubelet's
+	// nodeStatusReportFrequency), so a shorter StaleAfter on Ready is refused.
 	StaleAfter *metav1.Duration `json:"staleAfter,omitempty"`
 }
+
+// ReadyReportPeriod is the kubelet's default nodeStatusReportFrequency: how
+// old Ready's heartbeat may be on a healthy node.
+const ReadyReportPeriod = 5 * time.Minute
 
 // Step is one rung of the ladder.
 type Step struct {
@@ -143,6 +152,9 @@ func (s *PolicySpec) Validate(path *field.Path) field.ErrorList {
 		}
 		if c.StaleAfter != nil && c.StaleAfter.Duration <= 0 {
 			errs = append(errs, field.Invalid(p.Child("staleAfter"), c.StaleAfter.Duration.String(), "must be positive"))
+		} else if c.StaleAfter != nil && c.Type == v1.NodeReady && c.StaleAfter.Duration < ReadyReportPeriod {
+			errs = append(errs, field.Invalid(p.Child("staleAfter"), c.StaleAfter.Duration.String(),
+				"on Ready must be at least 5m: the kubelet posts an unchanged status only every 5 minutes (nodeStatusReportFrequency), so a healthy node's Ready heartbeat is up to 5m old"))
 		}
 	}
 	if s.HealthyHold.Duration < 0 {
@@ -175,6 +187,9 @@ func (s *PolicySpec) Validate(path *field.Path) field.ErrorList {
 			errs = append(errs, field.NotSupported(p.Child("taint", "effect"), st.Taint.Effect, []string{"NoSchedule", "NoExecute"}))
 		case st.Action == ActionTaint && st.Taint.Key == "":
 			errs = append(errs, field.Required(p.Child("taint", "key"), "a taint key"))
+		case st.Action == ActionTaint && ReservedTaintKey(st.Taint.Key):
+			errs = append(errs, field.Invalid(p.Child("taint", "key"), st.Taint.Key, "a key under node.kubernetes.io/ or node.cloudprovider.kubernetes.io/ is reserved for Kubernetes "+
+				"(the out-of-service, not-ready, unreachable and shutdown taints): use your own, such as example.com/unhealthy"))
 		case st.Action != ActionTaint && st.Taint != nil:
 			errs = append(errs, field.Forbidden(p.Child("taint"), "only a Taint step has a taint"))
 		}
@@ -198,4 +213,32 @@ func (s *PolicySpec) Validate(path *field.Path) field.ErrorList {
 // (controllerutil.ParseLimit, as the drain's budgets are written).
 func scaled(v *intstr.IntOrString, total int) (int, error) {
 	return controllerutil.ParseLimit(v.String(), total)
+}
+
+// Limit is a brake's count for a pool of total nodes: a number as it is, a
+// percentage rounded up, as Karpenter's disruption budgets and Service
+// Fabric's health policy do, so that "20%" of a pool under 5 nodes lets one
+// node count (rounded down it would be 0 and hold every repair of a small
+// GPU pool). An invalid value (refused by Validate) counts 0.
+func Limit(v *intstr.IntOrString, total int) int {
+	s := v.String()
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		f, err := strconv.ParseFloat(pct, 64)
+		if err != nil || !(f >= 0 && f <= 100) {
+			return 0
+		}
+		return int(math.Ceil(f * float64(total) / 100))
+	}
+	n, err := scaled(v, total)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// ReservedTaintKey says whether a taint key belongs to Kubernetes: a Taint
+// step putting node.kubernetes.io/out-of-service on a node would force-delete
+// its pods and detach its volumes with no confirmation of death.
+func ReservedTaintKey(key string) bool {
+	return strings.HasPrefix(key, "node.kubernetes.io/") || strings.HasPrefix(key, "node.cloudprovider.kubernetes.io/")
 }

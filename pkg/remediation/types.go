@@ -49,6 +49,10 @@ type PolicyStatus struct {
 	// cooldown (TestRemediationCooldownSurvivesFailover).
 	Storm      bool         `json:"storm,omitempty"`
 	StormEnded *metav1.Time `json:"stormEnded,omitempty"`
+	// Conflicts are nodes this policy and another select: neither repairs
+	// them until one alone does (sorted, at most 20 named; the metric
+	// nodeshepherd_remediation_conflicting_nodes counts them all).
+	Conflicts []string `json:"conflicts,omitempty"`
 	// Repairs are the nodes in repair: step, since when, what comes next.
 	Repairs []NodeRepair `json:"repairs,omitempty"`
 	// Conditions: Blocked (a brake holds, with its reason), Paused.

@@ -103,6 +103,16 @@ func TestDrainForRemediationRequest(t *testing.T) {
 		t.Errorf("UncordonStarting says %q, want %q", msgs[0], want)
 	}
 	framework.WaitEvents(t, client, nodeEvents(sick, drain.EventUncordonSucceeded), 1)
+	// The drain buffer (0 here) no longer counts from the drain's start:
+	// nothing of the controller's stays on the node (issue 46 point 5).
+	framework.Eventually(t, 30*time.Second, sick+" without "+drain.AnnotationDrainStarted, func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, sick, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		_, has := n.Annotations[drain.AnnotationDrainStarted]
+		return !has, fmt.Sprintf("annotations %v", n.Annotations), nil
+	})
 	if _, msgs := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainScheduled), 1); !strings.HasSuffix(msgs[0], "for "+why) {
 		t.Errorf("DrainScheduled says %q, want it to name the request", msgs[0])
 	}

@@ -96,6 +96,11 @@ func TestRemediationPolicyCRD(t *testing.T) {
 		"bad percentage":      {`  brakes: {maxInRepair: twenty}`, "spec.brakes.maxInRepair"},
 		"above 100%":          {`  brakes: {maxUnhealthy: 150%}`, "spec.brakes.maxUnhealthy"},
 		"PreferNoSchedule":    {`- {action: Taint, timeout: 10m, taint: {key: a, effect: PreferNoSchedule}}`, "spec.steps[1].taint.effect"},
+		// A reserved key: the out-of-service taint with no confirmation of
+		// death (issue 46 point 5).
+		"out-of-service taint": {`- {action: Taint, timeout: 10m, taint: {key: node.kubernetes.io/out-of-service, effect: NoExecute}}`, "is reserved for Kubernetes"},
+		"Ready staleAfter 1m":  {`  unhealthy: [{type: Ready, status: Unknown, for: 5m, staleAfter: 1m}]`, "staleAfter on Ready must be at least 5m"},
+		"cloud provider taint": {`- {action: Taint, timeout: 10m, taint: {key: node.cloudprovider.kubernetes.io/shutdown, effect: NoSchedule}}`, "is reserved for Kubernetes"},
 	} {
 		doc := `
 apiVersion: nodeshepherd.io/v1alpha1
@@ -107,9 +112,12 @@ spec:
   steps:
   - {action: Drain, timeout: 10m}
 `
-		if strings.HasPrefix(c.mut, "  brakes") {
+		switch {
+		case strings.HasPrefix(c.mut, "  unhealthy"):
+			doc = strings.Replace(doc, "  unhealthy: [{type: Ready, status: Unknown, for: 5m}]", c.mut, 1)
+		case strings.HasPrefix(c.mut, "  brakes"):
 			doc += c.mut + "\n"
-		} else {
+		default:
 			doc += "  " + c.mut + "\n"
 		}
 		if _, err := create(doc); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -142,7 +150,14 @@ type remediationRig struct {
 // defaults).
 func startRemediationRig(t *testing.T, policy, pool string, nodes int, downtime time.Duration) remediationRig {
 	t.Helper()
-	r := remediationRig{cp: framework.StartControlPlane(t, controlplane.Config{})}
+	return startRemediationRigOn(t, controlplane.Config{}, policy, pool, nodes, downtime)
+}
+
+// startRemediationRigOn is startRemediationRig on a control plane of cpc
+// (kube-controller-manager for PodDisruptionBudgets' status, say).
+func startRemediationRigOn(t *testing.T, cpc controlplane.Config, policy, pool string, nodes int, downtime time.Duration) remediationRig {
+	t.Helper()
+	r := remediationRig{cp: framework.StartControlPlane(t, cpc)}
 	r.client = framework.Client(t, r.cp)
 	r.dyn = dynamic.NewForConfigOrDie(r.cp.RESTConfig())
 	r.policies = installRemediationCRD(t, r.dyn)

@@ -407,7 +407,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			if selected && !eval.Pending.IsZero() {
 				c.queue.AddAfter(name, eval.Pending.Sub(now))
 			}
-			return nil
+			return c.forgetStarted(ctx, n, st, now)
 		}
 		var h holders
 		if ruleMatch {
@@ -1284,4 +1284,25 @@ func forRequest(n *v1.Node, reason string) string {
 		return why
 	}
 	return reason + "; " + why
+}
+
+// forgetStarted removes AnnotationDrainStarted from a node no longer
+// cordoned by the drain controller once the drain buffer, which counts from
+// it, no longer needs it: a finished drain leaves nothing of the
+// controller's on the node (as Draino leaves nothing).
+func (c *Controller) forgetStarted(ctx context.Context, n *v1.Node, st nodeState, now time.Time) error {
+	if _, ok := n.Annotations[AnnotationDrainStarted]; !ok {
+		return nil
+	}
+	if until := st.startedAt.Add(c.cfg.Budget.DrainBuffer); !st.startedAt.IsZero() && now.Before(until) {
+		c.queue.AddAfter(n.Name, until.Sub(now))
+		return nil
+	}
+	notOwned := func(cur *v1.Node) bool { _, o := cur.Annotations[AnnotationConditions]; return !o }
+	_, err := c.write(ctx, n, false, "forget-drain-started", "remove "+AnnotationDrainStarted+": the drain buffer no longer counts from it", notOwned,
+		func(m *v1.Node) { delete(m.Annotations, AnnotationDrainStarted) })
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	return err
 }

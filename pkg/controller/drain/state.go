@@ -34,8 +34,9 @@ const (
 	AnnotationBlockedSince = "nodeshepherd.io/drain-blocked-since"
 	// AnnotationDrainStarted is when the node's latest drain sent its first
 	// eviction: the drain buffer counts from the latest on any node, also
-	// for a new leader. It stays after the uncordon (the buffer outlives
-	// the cordon) and is overwritten by the next drain.
+	// for a new leader. It stays after the uncordon while the buffer counts
+	// from it, and is removed once --drain-buffer has passed since it
+	// (forgetStarted), or overwritten by the next drain.
 	AnnotationDrainStarted = "nodeshepherd.io/drain-started"
 	// AnnotationRequest marks a cordon held for a remediation request (the
 	// node's nodeshepherd.io/remediation record asks for a drain); its value

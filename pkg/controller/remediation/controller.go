@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -406,7 +407,7 @@ func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Ti
 	// rule, or for this repair); any other is a person's, left alone.
 	_, byDrain := owner.Of(n, owner.Cordon)
 	d := p.spec.Decide(rem.Input{Node: n, State: st, Pool: pool, Now: now, Paused: p.paused, Can: c.can(),
-		CordonedByOther: n.Spec.Unschedulable && !byDrain && st.Step < 0})
+		CordonedByOther: n.Spec.Unschedulable && !byDrain, Drain: rem.DrainProgressOf(n)})
 	return d, st, nil
 }
 
@@ -520,6 +521,12 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		c.eventOnce(n, EventDone, fmt.Sprintf("Policy %s: repaired at step %d (%s), %s", p.name, st.Step+1, p.spec.Steps[st.Step].Action, d.Reason))
 		c.forget(n.Name)
 	case rem.VerdictBlocked:
+		if st.Step >= 0 && strings.HasPrefix(d.Reason, rem.WaitingForDrain) {
+			// Which pods the drain still has to move, and which budget
+			// keeps them: said in the event and the status.
+			d.Reason += c.drainHolders(ctx, n)
+			c.setVerdict(n.Name, p.name, &d)
+		}
 		c.eventOnce(n, EventBlocked, fmt.Sprintf("Policy %s: %s", p.name, d.Reason))
 		if d.Next.IsZero() {
 			// A brake lifts with other nodes' changes (they enqueue this
@@ -556,11 +563,7 @@ func (c *Controller) noteStorm(p *policy, nodes []*v1.Node, now time.Time) {
 		return
 	}
 	pool := p.spec.PoolOf(p.name, "", nodes, func(*v1.Node) bool { return false }, now)
-	limit, err := controllerutil.ParseLimit(p.spec.Brakes.MaxUnhealthy.String(), pool.Nodes)
-	if err != nil {
-		return
-	}
-	on := pool.Unhealthy > limit
+	on := pool.Unhealthy > rem.Limit(p.spec.Brakes.MaxUnhealthy, pool.Nodes)
 	c.mu.Lock()
 	s := c.storms[p.name]
 	changed := s.on != on

@@ -27,6 +27,9 @@ const (
 // statusDelay gathers a burst of node changes into one status write.
 const statusDelay = 1e9
 
+// maxConflictsNamed bounds status.conflicts (the metric counts them all).
+const maxConflictsNamed = 20
+
 // statusResync is how often a policy's status is counted again anyway.
 const statusResync = 30e9
 
@@ -50,6 +53,9 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 		req, inRepair, _ := rem.RequestOf(n)
 		ours := inRepair && req.Policy == p.name
 		if p.refused == "" && p.spec.Selects(n) {
+			if len(c.selecting(n)) > 1 {
+				st.Conflicts = append(st.Conflicts, n.Name)
+			}
 			st.Nodes++
 			if p.spec.Judge(n, now).Unhealthy {
 				st.Unhealthy++
@@ -82,9 +88,12 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 				r.Fence = "requested: not yet looked at by this process"
 			}
 		}
-		if decided && v.d.Verdict == rem.VerdictExhausted {
+		switch {
+		case decided && v.d.Verdict == rem.VerdictExhausted:
 			r.Next = "none: the last step timed out; a person decides"
-		} else {
+		case decided && v.d.Verdict == rem.VerdictBlocked:
+			r.Next = v.d.Reason // waiting for the drain, or paused
+		default:
 			r.Next = p.nextWords(req.Step, req.Since)
 		}
 		st.Repairs = append(st.Repairs, r)
@@ -95,6 +104,9 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 	m.unhealthy.WithLabelValues(p.name).Set(float64(st.Unhealthy))
 	m.blocked.WithLabelValues(p.name).Set(float64(st.Blocked))
 	m.exhausted.WithLabelValues(p.name).Set(float64(exhausted))
+	m.conflicting.WithLabelValues(p.name).Set(float64(len(st.Conflicts)))
+	sort.Strings(st.Conflicts) // the same names each count
+	st.Conflicts = st.Conflicts[:min(len(st.Conflicts), maxConflictsNamed)]
 	for i, s := range p.spec.Steps {
 		m.inStep.WithLabelValues(p.name, strconv.Itoa(i+1), string(s.Action)).Set(float64(inStep[i]))
 	}

@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	ctrl "github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
+)
+
+// Two policies selecting one node: besides the Node's event, each policy's
+// status names the node and a metric counts it (issue 46 point 5).
+func TestRemediationConflictInBothPolicies(t *testing.T) {
+	rig := startRemediationRig(t, editLadder, "edit", 2, 0) // policy edit selects pool=edit
+	createPolicy(t, rig.policies, `
+apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: second}
+spec:
+  nodeSelector: {matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [`+rig.names[0]+`]}]}
+  unhealthy:
+  - {type: KernelDeadlock, status: "True", for: 2s}
+  healthyHold: 5s
+  steps:
+  - {action: Taint, timeout: 10m, taint: {key: example.com/second, effect: NoSchedule}}
+`)
+	ns := framework.StartNodeShepherd(t, rig.cp.RESTConfig(), controllers.Default(), func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
+	for _, name := range []string{"edit", "second"} {
+		framework.Eventually(t, time.Minute, "policy "+name+"'s status names the conflict", func(ctx context.Context) (bool, string, error) {
+			u, err := rig.policies.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			var p remediation.RemediationPolicy
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+				return false, "", err
+			}
+			return slices.Equal(p.Status.Conflicts, []string{rig.names[0]}), fmt.Sprintf("conflicts %v", p.Status.Conflicts), nil
+		})
+		framework.Eventually(t, time.Minute, "metric conflicting_nodes of "+name, func(context.Context) (bool, string, error) {
+			got := ns.Metric(t, "nodeshepherd_remediation_conflicting_nodes", map[string]string{"policy": name})
+			return got == 1, fmt.Sprint(got), nil
+		})
+	}
+}
+
+// taintThenReboot: KernelDeadlock for 2s; a short Taint step, then a Reboot.
+const taintThenReboot = `
+apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: edit}
+spec:
+  nodeSelector: {matchLabels: {pool: edit}}
+  unhealthy:
+  - {type: KernelDeadlock, status: "True", for: 2s}
+  healthyHold: 5s
+  steps:
+  - {action: Taint, timeout: 10s, taint: {key: nodeshepherd.io/unhealthy, effect: NoSchedule}}
+  - {action: Reboot, timeout: 10m}
+`
+
+// A person's cordon during a repair pauses it (issue 46 point 5): the node
+// cordoned at its Taint step is not rebooted at the step's timeout, an
+// event says why; uncordoned, the repair goes on and the Reboot runs.
+func TestRemediationCordonDuringRepairPauses(t *testing.T) {
+	client, _, _, sick := editRig(t, taintThenReboot)
+	framework.Eventually(t, 2*time.Minute, sick+" at step 1 (Taint)", func(ctx context.Context) (bool, string, error) {
+		_, r, ok, err := repairRecord(ctx, client, sick)
+		return ok && r.Step == 0 && r.Action == remediation.ActionTaint, fmt.Sprintf("%+v %v", r, err), nil
+	})
+	boot := getNode(t, client, sick).Status.NodeInfo.BootID
+	framework.UpdateNode(t, client, sick, func(n *v1.Node) { n.Spec.Unschedulable = true }) // kubectl cordon
+	framework.Eventually(t, 2*time.Minute, sick+"'s repair paused, said in an event", func(ctx context.Context) (bool, string, error) {
+		_, msgs := eventCount(t, client, sick, ctrl.EventBlocked, 0)
+		return strings.Contains(strings.Join(msgs, "\n"), "cordoned by someone else"), fmt.Sprintf("%q", msgs), nil
+	})
+	if n, r, _, err := repairRecord(framework.Context(t), client, sick); err != nil || n.Status.NodeInfo.BootID != boot || r.Step != 0 {
+		t.Fatalf("%s cordoned by a person past its Taint step's timeout: boot %s (was %s), record %+v, %v; want the repair paused at step 1",
+			sick, n.Status.NodeInfo.BootID, boot, r, err)
+	}
+	framework.UpdateNode(t, client, sick, func(n *v1.Node) { n.Spec.Unschedulable = false })
+	framework.Eventually(t, 2*time.Minute, sick+" rebooted once uncordoned", func(ctx context.Context) (bool, string, error) {
+		n, r, _, err := repairRecord(ctx, client, sick)
+		if err != nil {
+			return false, "", err
+		}
+		return n.Status.NodeInfo.BootID != boot, fmt.Sprintf("boot %s, record %+v", n.Status.NodeInfo.BootID, r), nil
+	})
+}
