@@ -281,3 +281,18 @@ func TestCheckChaosRefusesRepairs(t *testing.T) {
 		t.Errorf("CheckChaos: %v", err)
 	}
 }
+
+// A policy with one invalid field is refused with that field's error and
+// nothing else: its Reboot steps are not taken for missing, so the
+// machines' timing is not called unused (issue 46 point 7).
+func TestInvalidPolicyGivesOnlyItsError(t *testing.T) {
+	text := strings.Replace(strings.Replace(policyScenario, "timeout: 90s", "timeout: 30s", 1), "- file: more-policies.yaml\n", "", 1)
+	_, err := Load(writePolicyScenario(t, text, morePolicies))
+	if err == nil {
+		t.Fatal("an invalid policy accepted")
+	}
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "spec.steps[0].timeout") {
+		t.Errorf("errors %q, want only spec.steps[0].timeout's", lines)
+	}
+}

@@ -460,7 +460,8 @@ func (s *Scenario) validate() error {
 	if err := s.loadWorkloads(); err != nil {
 		errs = append(errs, err.Error())
 	}
-	errs = append(errs, s.loadPolicies()...)
+	policyErrs := s.loadPolicies()
+	errs = append(errs, policyErrs...)
 	if s.MaxTimeScale > 0 {
 		for _, d := range s.policies() {
 			if limit := maxPolicyScale(&d.policy.Spec); s.MaxTimeScale > limit {
@@ -470,7 +471,10 @@ func (s *Scenario) validate() error {
 		}
 	}
 	for _, name := range []string{"rebootDowntime", "replaceDowntime"} {
-		if n := field(field(clusterNode, "machines"), name); n != nil && !s.hasRepairSteps() {
+		// Only when every policy was read: a policy refused for one field
+		// says that field's error and nothing else (its Reboot steps are
+		// not "missing").
+		if n := field(field(clusterNode, "machines"), name); n != nil && len(policyErrs) == 0 && !s.hasRepairSteps() {
 			at(n, "cluster.machines.%s: only the fake cloud provider's repairs take it, and no remediationPolicies step reboots or replaces machines", name)
 		}
 	}

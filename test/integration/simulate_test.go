@@ -54,6 +54,8 @@ var scenarioRuns = map[string][]string{
 	"remediation-replace.yaml":  {"--compare=upstream"},
 	"remediation-brakes.yaml":   {"--compare=upstream"},
 	"remediation-flapping.yaml": {"--compare=upstream"},
+	// Issue 46 point 8: planned reboots, drained then rebooted one at a time.
+	"planned-reboot.yaml": {},
 }
 
 // exampleArgs are simulate's flags for an example scenario: its largest
