@@ -65,6 +65,10 @@ type Context struct {
 	// ProgressTimeout is Options.ProgressTimeout, for the controllers'
 	// health checks (zero: their default).
 	ProgressTimeout time.Duration
+	// Controllers are the names of the controllers this process runs, for
+	// one whose work another carries out (remediation's Fence steps and
+	// outofservice).
+	Controllers []string
 }
 
 // Constructor builds a controller.
@@ -436,7 +440,7 @@ func (m *manager) superviseControllers(parent context.Context) error {
 	factory := informers.NewSharedInformerFactory(m.client, 0)
 	leaseFactory := informers.NewSharedInformerFactoryWithOptions(m.client, 0, informers.WithNamespace(v1.NamespaceNodeLease))
 	mctx := Context{Client: m.client, RESTConfig: m.restConfig, Informers: factory, LeaseInformers: leaseFactory,
-		Registry: m.reg, Clock: m.clock, DryRun: m.opts.DryRun, ProgressTimeout: m.opts.ProgressTimeout,
+		Registry: m.reg, Clock: m.clock, DryRun: m.opts.DryRun, ProgressTimeout: m.opts.ProgressTimeout, Controllers: m.opts.Controllers,
 		Recorder: func(component string) record.EventRecorder {
 			return m.broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: component})
 		}}

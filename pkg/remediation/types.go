@@ -53,10 +53,28 @@ type PolicyStatus struct {
 	// them until one alone does (sorted, at most 20 named; the metric
 	// nodeshepherd_remediation_conflicting_nodes counts them all).
 	Conflicts []string `json:"conflicts,omitempty"`
+	// Replacing are the machines replaced by a Replace step whose new Node
+	// is not Ready yet: the old Node goes with its machine, and each still
+	// counts against the brakes (in InRepair, in its zone) until a Node of
+	// its name with another UID is Ready. Kept here so that a new leader
+	// counts them too (TestRemediationReplacementCountsUntilReady).
+	Replacing []Replacing `json:"replacing,omitempty"`
 	// Repairs are the nodes in repair: step, since when, what comes next.
 	Repairs []NodeRepair `json:"repairs,omitempty"`
 	// Conditions: Blocked (a brake holds, with its reason), Paused.
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Replacing is one machine being replaced.
+type Replacing struct {
+	Node string `json:"node"`
+	// UID is the replaced Node's.
+	UID  string `json:"uid"`
+	Zone string `json:"zone,omitempty"`
+	// Step is the Replace step (0-based) and Since when the repair
+	// reached it.
+	Step  int32       `json:"step"`
+	Since metav1.Time `json:"since"`
 }
 
 // NodeRepair is one node's place on the ladder.

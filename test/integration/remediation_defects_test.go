@@ -9,12 +9,15 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	ctrl "github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
@@ -98,4 +101,71 @@ func TestRemediationCordonDuringRepairPauses(t *testing.T) {
 		}
 		return n.Status.NodeInfo.BootID != boot, fmt.Sprintf("boot %s, record %+v", n.Status.NodeInfo.BootID, r), nil
 	})
+}
+
+// replaceLadder: KernelDeadlock for 2s; a Replace at once; one node in
+// repair at a time.
+const replaceLadder = `
+apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: edit}
+spec:
+  nodeSelector: {matchLabels: {pool: edit}}
+  unhealthy:
+  - {type: KernelDeadlock, status: "True", for: 2s}
+  healthyHold: 5s
+  steps:
+  - {action: Replace, timeout: 10m}
+  brakes: {maxInRepair: 1}
+`
+
+// A machine being replaced counts against the brakes until its new Node is
+// Ready (issue 46 point 3): while the old Node is gone, another unhealthy
+// node's repair is held back ("1 of 3 nodes … in repair"), and the policy's
+// status lists the replacement; once the new Node is Ready, the other
+// repair starts.
+func TestRemediationReplacementCountsUntilReady(t *testing.T) {
+	rig := startRemediationRig(t, replaceLadder, "edit", 3, 30*time.Second)
+	ctx := framework.Context(t)
+	cfg := controllers.Default()
+	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
+	framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
+	a, b := rig.names[0], rig.names[1]
+	deadlock := func(action fakenode.Action, node string) {
+		t.Helper()
+		c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
+		if action == fakenode.ClearCondition {
+			c.Status = ""
+		}
+		if _, err := rig.m.Apply(ctx, fakenode.Fault{Action: action, Target: fakenode.Target{Nodes: []string{node}}, Condition: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldA := getNode(t, rig.client, a)
+	deadlock(fakenode.SetCondition, a)
+	framework.Eventually(t, 2*time.Minute, a+"'s Node gone with its machine", func(ctx context.Context) (bool, string, error) {
+		_, err := rig.client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+	})
+	deadlock(fakenode.ClearCondition, a) // the new machine is healthy
+	deadlock(fakenode.SetCondition, b)
+	framework.Eventually(t, time.Minute, b+" held back while "+a+" is being replaced", func(ctx context.Context) (bool, string, error) {
+		_, msgs := eventCount(t, rig.client, b, ctrl.EventBlocked, 0)
+		if _, r, ok, err := repairRecord(ctx, rig.client, b); err == nil && ok {
+			if _, err := rig.client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				return false, "", fmt.Errorf("%s's repair started (%+v) while %s's Node was gone: the replacement was not counted", b, r, a)
+			}
+		}
+		return strings.Contains(strings.Join(msgs, "\n"), "1 of 3 nodes of pool edit in repair, limit 1"), fmt.Sprintf("%q", msgs), nil
+	})
+	framework.Eventually(t, time.Minute, "policy edit's status lists the replacement", policyStatus(rig.policies, "edit", func(st remediation.PolicyStatus) bool {
+		return len(st.Replacing) == 1 && st.Replacing[0].Node == a && st.Replacing[0].UID == string(oldA.UID) && st.InRepair >= 1
+	}))
+	framework.Eventually(t, 3*time.Minute, b+"'s repair starts once "+a+"'s new Node is Ready", func(ctx context.Context) (bool, string, error) {
+		_, r, ok, err := repairRecord(ctx, rig.client, b)
+		return ok, fmt.Sprintf("%+v %v", r, err), nil
+	})
+	if n := getNode(t, rig.client, a); n.UID == oldA.UID {
+		t.Errorf("%s: the same Node (uid %s), want the replacement's", a, n.UID)
+	}
 }

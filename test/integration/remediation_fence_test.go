@@ -296,3 +296,45 @@ func TestRemediationFencePolicyRefusedWithoutPowerOff(t *testing.T) {
 		return ok, fmt.Sprint(n.Annotations), nil
 	})
 }
+
+// A policy with a Fence step while the outofservice controller does not
+// run is refused when it is read (issue 46 point 5): its power-off would
+// take nothing out of service. Accepted=False, NeedsOutOfService, naming
+// the step and what to run; no repair starts.
+func TestRemediationFencePolicyRefusedWithoutOutOfService(t *testing.T) {
+	cp := framework.StartControlPlane(t, controlplane.Config{})
+	client := framework.Client(t, cp)
+	policies := installRemediationCRD(t, dynamic.NewForConfigOrDie(cp.RESTConfig()))
+	createPolicy(t, policies, strings.Replace(fenceLadder, "{type: Ready, status: Unknown, for: 1s}", "{type: KernelDeadlock, status: \"True\", for: 1s}", 1))
+	nc := fastNodes(client, 2, false)
+	nc.Labels = map[string]string{"pool": "gpu"}
+	m := framework.StartFakeNodes(t, nc)
+	for _, n := range m.NodeNames() {
+		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
+	}
+	cfg := controllers.Default()
+	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"} // it can power off: only outofservice is missing
+	framework.StartNodeShepherd(t, cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
+	framework.Eventually(t, time.Minute, "Accepted=False, NeedsOutOfService", policyStatus(policies, "gpu", func(st remediation.PolicyStatus) bool {
+		for _, c := range st.Conditions {
+			if c.Type == ctrl.ConditionAccepted && c.Status == metav1.ConditionFalse && c.Reason == ctrl.ReasonNeedsOutOfService &&
+				strings.Contains(c.Message, "step 2 (Fence)") && strings.Contains(c.Message, "--controllers=*,remediation,outofservice") {
+				return true
+			}
+		}
+		return false
+	}))
+	victim := m.NodeNames()[0]
+	if _, err := m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{victim}},
+		Condition: &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}}); err != nil {
+		t.Fatal(err)
+	}
+	never(t, 10*time.Second, "a repair started under the refused policy", func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		_, ok := n.Annotations[remediation.AnnotationState]
+		return ok, fmt.Sprint(n.Annotations), nil
+	})
+}

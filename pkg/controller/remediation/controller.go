@@ -97,8 +97,12 @@ type Deps struct {
 	Fencer    nscloud.Fencer
 	Instances cloudprovider.InstancesV2
 	// CloudName names the provider in messages.
-	CloudName       string
-	ProgressTimeout time.Duration
+	CloudName string
+	// OutOfServiceMissing: the outofservice controller does not run in this
+	// process, so a Fence's confirmed power-off would take nothing out of
+	// service: a policy with a Fence step is refused (NeedsOutOfService).
+	OutOfServiceMissing bool
+	ProgressTimeout     time.Duration
 }
 
 // policy is a policy as the controller acts on it.
@@ -134,12 +138,14 @@ type Controller struct {
 	fencer    nscloud.Fencer
 	instances cloudprovider.InstancesV2
 	cloudName string
-	nodes     corelisters.NodeLister
-	synced    []cache.InformerSynced
-	queue     workqueue.TypedRateLimitingInterface[string]
-	statusQ   workqueue.TypedRateLimitingInterface[string]
-	factory   dynamicinformer.DynamicSharedInformerFactory
-	metrics   *metrics
+	// outOfServiceMissing is Deps.OutOfServiceMissing.
+	outOfServiceMissing bool
+	nodes               corelisters.NodeLister
+	synced              []cache.InformerSynced
+	queue               workqueue.TypedRateLimitingInterface[string]
+	statusQ             workqueue.TypedRateLimitingInterface[string]
+	factory             dynamicinformer.DynamicSharedInformerFactory
+	metrics             *metrics
 
 	mu       sync.Mutex
 	policies map[string]*policy
@@ -154,7 +160,9 @@ type Controller struct {
 	written map[string]rem.PolicyStatus
 	// replacing are the nodes at a Replace step, by name: their Node goes
 	// with the machine, and the one that registers anew under the name
-	// (another UID) ends the repair, said as done.
+	// (another UID) and is Ready ends the repair, said as done. Until then
+	// each counts against the brakes (pending), and it is kept in the
+	// policy's status for a new leader.
 	replacing map[string]replacement
 	// lost are the nodes whose write into repair got no answer (by name):
 	// it may have landed, so each counts as in repair for the brakes until
@@ -178,7 +186,9 @@ const providerTimeout = kube.WriteTimeout
 type replacement struct {
 	policy string
 	uid    string
+	zone   string
 	step   int
+	since  time.Time
 }
 
 // nodeVerdict is the last decision about a node under its policy.
@@ -202,7 +212,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		return nil, fmt.Errorf("remediation: a Fencer needs the provider's InstancesV2 to confirm a power-off, and the other way round")
 	}
 	c := &Controller{Base: b, client: d.Client, dynamic: d.Dynamic, clock: d.Clock, recorder: d.Recorder, repairer: d.Repairer,
-		fencer: d.Fencer, instances: d.Instances, cloudName: d.CloudName, fences: map[string]string{}, fenceReqs: map[string]fenceRequest{},
+		fencer: d.Fencer, instances: d.Instances, cloudName: d.CloudName, outOfServiceMissing: d.OutOfServiceMissing, fences: map[string]string{}, fenceReqs: map[string]fenceRequest{},
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
 		requested: map[string]string{}, storms: map[string]storm{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{},
@@ -246,6 +256,11 @@ func (c *Controller) onPolicy(obj any, deleted bool) {
 		delete(c.policies, u.GetName())
 		delete(c.written, u.GetName())
 		delete(c.storms, u.GetName())
+		for name, r := range c.replacing {
+			if r.policy == u.GetName() {
+				delete(c.replacing, name) // counted for no policy now
+			}
+		}
 		c.metrics.forget(u.GetName())
 	} else {
 		var p rem.RemediationPolicy
@@ -261,6 +276,13 @@ func (c *Controller) onPolicy(obj any, deleted bool) {
 				s.ended = p.Status.StormEnded.Time
 			}
 			c.storms[pol.name] = s
+			// And the replacements in flight, counted until their new
+			// Node is Ready.
+			for _, r := range p.Status.Replacing {
+				if _, known := c.replacing[r.Node]; !known {
+					c.replacing[r.Node] = replacement{policy: pol.name, uid: r.UID, zone: r.Zone, step: int(r.Step), since: r.Since.Time}
+				}
+			}
 		}
 		switch errs := p.Spec.Validate(field.NewPath("spec")); {
 		case pol.refused != "":
@@ -272,6 +294,9 @@ func (c *Controller) onPolicy(obj any, deleted bool) {
 				// power-off that the provider confirms, and nothing else can
 				// stand in for it.
 				pol.refused, pol.refusedReason = c.cannotFence(i), ReasonCannotFence
+			} else if i, no := p.Spec.FenceRefusal(rem.Capabilities{Fence: !c.outOfServiceMissing}); no {
+				pol.refused, pol.refusedReason = fmt.Sprintf("step %d (Fence) needs the outofservice controller, which takes the powered-off node out of service "+
+					"(its pods force-deleted, its volumes detached), and it does not run: run --controllers=*,remediation,outofservice", i+1), ReasonNeedsOutOfService
 			} else {
 				pol.spec = p.Spec
 				pol.paused = p.Spec.Paused || u.GetAnnotations()[AnnotationPaused] == "true"
@@ -400,6 +425,13 @@ func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Ti
 		// into repair whose answer was lost.
 		return ok || err != nil || c.maybeInRepair(m.Name)
 	}, now)
+	// A machine being replaced has no Node (or one not Ready yet): it still
+	// counts, in the pool and in repair, until the new Node is Ready.
+	pending, pendingZone := c.pendingReplacements(p.name, pool.Zone, nodes)
+	pool.Nodes += pending
+	pool.InRepair += pending
+	pool.ZoneNodes += pendingZone
+	pool.ZoneInRepair += pendingZone
 	c.mu.Lock()
 	pool.StormEnded = c.storms[p.name].ended
 	c.mu.Unlock()
@@ -601,17 +633,25 @@ func (c *Controller) end(ctx context.Context, n *v1.Node, policyName, why string
 func (c *Controller) noteReplacement(n *v1.Node, req rem.Request, inRepair bool) {
 	c.mu.Lock()
 	r, had := c.replacing[n.Name]
+	replaced := false
 	switch {
 	case inRepair && req.Action == rem.ActionReplace:
-		c.replacing[n.Name] = replacement{policy: req.Policy, uid: string(n.UID), step: req.Step}
-	case had && r.uid != string(n.UID):
+		c.replacing[n.Name] = replacement{policy: req.Policy, uid: string(n.UID), zone: n.Labels[v1.LabelTopologyZone], step: req.Step, since: req.Since}
+		if !had || r.uid != string(n.UID) {
+			c.statusQ.Add(req.Policy) // into the status, for a new leader
+		}
+		had = false
+	case had && r.uid != string(n.UID) && kube.NodeReady(n):
 		delete(c.replacing, n.Name)
+		replaced = true
+	case had && r.uid != string(n.UID):
+		had = false // the new Node, not Ready yet: still counted
 	case had:
 		delete(c.replacing, n.Name) // the repair ended otherwise
 		had = false
 	}
 	c.mu.Unlock()
-	if had && r.uid != string(n.UID) && !inRepair {
+	if replaced && !inRepair {
 		c.eventOnce(n, EventDone, fmt.Sprintf("Policy %s: repaired by replacement at step %d (Replace): node %s registered anew by a new machine", r.policy, r.step+1, n.Name))
 		c.statusQ.AddAfter(r.policy, statusDelay)
 	}
@@ -712,4 +752,29 @@ func (c *Controller) eventOnce(n *v1.Node, reason, msg string) bool {
 	controllerutil.NodeEvent(c.recorder, n, typ, reason, msg)
 	klog.Background().WithName(Name).Info(msg, "node", n.Name, "reason", reason)
 	return true
+}
+
+// pendingReplacements counts the policy's replacements whose new Node is not
+// Ready yet and which no Node of nodes carries as in repair (the old Node is
+// gone, or a new one is not Ready): in the pool and in zone.
+func (c *Controller) pendingReplacements(policy, zone string, nodes []*v1.Node) (pool, inZone int) {
+	byName := make(map[string]*v1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, r := range c.replacing {
+		if r.policy != policy {
+			continue
+		}
+		if n, ok := byName[name]; ok && (string(n.UID) == r.uid || kube.NodeReady(n)) {
+			continue // the old Node, counted by its record; or back and Ready
+		}
+		pool++
+		if r.zone == zone {
+			inZone++
+		}
+	}
+	return pool, inZone
 }

@@ -2,6 +2,7 @@ package remediation
 
 import (
 	_ "embed"
+	"slices"
 
 	"k8s.io/client-go/dynamic"
 	cloudprovider "k8s.io/cloud-provider"
@@ -17,6 +18,11 @@ import (
 //
 //go:embed rbac.yaml
 var rbacRules []byte
+
+// OutOfServiceName is the outofservice controller's name (controllers
+// import no other controller; TestOutOfServiceNameMatches checks it): a
+// Fence step's confirmation is its to act on.
+const OutOfServiceName = "outofservice"
 
 // DefaultConfig has no settings of its own: the policies are the
 // configuration.
@@ -73,7 +79,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			fencer, instances, _ = nscloud.FencerOf(cloud)
 		}
 		return New(cfg, Deps{Client: ctx.Client, Dynamic: dyn, Nodes: ctx.Informers.Core().V1().Nodes(), Repairer: repairer,
-			Fencer: fencer, Instances: instances, CloudName: c.Cloud.Name,
+			Fencer: fencer, Instances: instances, CloudName: c.Cloud.Name, OutOfServiceMissing: !slices.Contains(ctx.Controllers, OutOfServiceName),
 			Recorder: ctx.Recorder(EventSource), Registry: ctx.Registry, Clock: ctx.Clock, ProgressTimeout: ctx.ProgressTimeout})
 	},
 }

@@ -17,6 +17,10 @@ import (
 // step when no provider can power machines off and confirm it.
 const ReasonCannotFence = "CannotFence"
 
+// ReasonNeedsOutOfService is the Accepted condition's reason for a policy
+// with a Fence step while the outofservice controller does not run.
+const ReasonNeedsOutOfService = "NeedsOutOfService"
+
 // fenceRequest is the answer to a node's power-off request.
 type fenceRequest struct {
 	id string

@@ -99,6 +99,10 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 		st.Repairs = append(st.Repairs, r)
 	}
 	sort.Slice(st.Repairs, func(i, j int) bool { return st.Repairs[i].Node < st.Repairs[j].Node })
+	// Replacements whose new Node is not Ready yet count as in repair.
+	pending, _ := c.pendingReplacements(p.name, "", all)
+	st.InRepair += int32(pending)
+	st.Replacing = c.replacements(p.name)
 	m := c.metrics
 	m.nodes.WithLabelValues(p.name).Set(float64(st.Nodes))
 	m.unhealthy.WithLabelValues(p.name).Set(float64(st.Unhealthy))
@@ -216,4 +220,18 @@ func normal(s rem.PolicyStatus) rem.PolicyStatus {
 		s.Conditions = nil
 	}
 	return s
+}
+
+// replacements are the policy's machines being replaced, for its status.
+func (c *Controller) replacements(policy string) []rem.Replacing {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []rem.Replacing
+	for name, r := range c.replacing {
+		if r.policy == policy {
+			out = append(out, rem.Replacing{Node: name, UID: r.uid, Zone: r.zone, Step: int32(r.step), Since: metav1.NewTime(r.since)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
 }
