@@ -100,6 +100,9 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		if restarted {
 			n.newBoot()
 			n.dirty = n.rebooted(now) || n.dirty
+			// The fresh boot starts a fresh kubelet (systemd does): a hung
+			// or stopped kubelet does not survive a reboot or replacement.
+			n.kubeletStopped = false
 		}
 		n.fullStatus = n.fullStatus || restarted
 	}

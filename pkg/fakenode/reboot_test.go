@@ -201,3 +201,27 @@ func TestNoLeaseBeforeTheNode(t *testing.T) {
 		t.Fatalf("Lease once registered: %+v, %v", l, err)
 	}
 }
+
+// A stopped (hung) kubelet does not survive a reboot or a replacement: the
+// machine's fresh boot starts a fresh kubelet, as systemd does (issue 46
+// point 7); a kubelet stopped on a running machine stays stopped.
+func TestRebootStartsAFreshKubelet(t *testing.T) {
+	m, err := New(Config{Client: fake.NewClientset(), Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := m.nodes[m.names[0]]
+	m.applyTo(n, KubeletStop, nil)
+	m.applyTo(n, MachineStart, nil) // already running: no boot
+	if !n.kubeletStopped {
+		t.Fatal("a machine-start of a running machine restarted the kubelet")
+	}
+	for _, off := range []Action{MachineShutdown, MachineDelete} {
+		m.applyTo(n, KubeletStop, nil)
+		m.applyTo(n, off, nil)
+		m.applyTo(n, MachineStart, nil)
+		if n.kubeletStopped || !n.healthy() {
+			t.Errorf("after %s and a machine-start: kubelet stopped %v, healthy %v; want a fresh kubelet", off, n.kubeletStopped, n.healthy())
+		}
+	}
+}

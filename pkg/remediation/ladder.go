@@ -112,6 +112,11 @@ type State struct {
 	// only after that confirmation: DecideFence).
 	Drain       bool
 	FenceBootID string
+	// ResumeAt is the step a recurrence's repair aims at (0: none; a target
+	// is always above a Drain step, so never step 0): it
+	// started at a Drain step below it, and climbs there once the drain is
+	// done, without waiting for the Drain step's timeout.
+	ResumeAt int
 }
 
 // NotInRepair is the State of a node not in repair.
@@ -174,6 +179,9 @@ type Decision struct {
 	Step int
 	// Skipped are the steps passed over on the way, with why.
 	Skipped []string
+	// ResumeAt is the step a Start after a recurrence aims at, when it
+	// starts at a Drain step below it (0: none).
+	ResumeAt int
 	Reason  string
 	// Next is when the decision may change without a change of the node
 	// (zero: only on a change).
@@ -195,6 +203,10 @@ type Input struct {
 	// Drain is how the node's drain stands (DrainProgressOf): a step that
 	// disrupts pods (Disrupts) after a Drain step waits until it is done.
 	Drain DrainProgress
+	// Last is the node's last repair under this policy, if any
+	// (LastRepairOf): within the recurrence window a new repair starts at
+	// the step after the one that ended it.
+	Last *LastRepair
 }
 
 // Decide is the ladder for one node. It is pure.
@@ -229,6 +241,12 @@ func (s *PolicySpec) Decide(in Input) Decision {
 		why = h.Stale
 	case !h.Unhealthy:
 		why = "a condition holds again, not yet long enough"
+	}
+	resume := st.ResumeAt > st.Step && st.ResumeAt < len(s.Steps)
+	if resume && in.Drain.Done && !in.Paused && !in.CordonedByOther {
+		// A resumed repair's Drain step was only the way to its target.
+		return Decision{Verdict: VerdictAdvance, Step: st.ResumeAt,
+			Reason: fmt.Sprintf("the drain is done; the repair resumes at step %d (%s): %s", st.ResumeAt+1, s.Steps[st.ResumeAt].Action, why)}
 	}
 	if in.Now.Before(timeout) {
 		return Decision{Verdict: VerdictNone, Step: st.Step, Reason: fmt.Sprintf("step %d (%s) under way; next at %s", st.Step+1, s.Steps[st.Step].Action, stamp(timeout)), Next: timeout}
@@ -324,11 +342,31 @@ func (s *PolicySpec) decideStart(in Input, h Health) Decision {
 	if brake := s.brake(in); brake != "" {
 		return Decision{Verdict: VerdictBlocked, Step: -1, Reason: "repair blocked: " + brake}
 	}
-	first, skipped := s.nextStep(0, in.Can)
+	from, resumed := 0, ""
+	if l := in.Last; l != nil && s.Recurrence() > 0 && in.Now.Sub(l.Ended) < s.Recurrence() && l.Step >= 0 {
+		// The fault came back soon after the last repair ended: what ended
+		// it did not last, so start above it (the last step again when it
+		// was the top).
+		from = min(l.Step+1, len(s.Steps)-1)
+		resumed = fmt.Sprintf("; unhealthy again %v after a repair ended at step %d (within the recurrence window %v): resuming at step %d",
+			in.Now.Sub(l.Ended).Round(time.Second), l.Step+1, s.Recurrence(), from+1)
+	}
+	first, skipped := s.nextStep(from, in.Can)
 	if first < 0 {
 		return Decision{Verdict: VerdictBlocked, Step: -1, Skipped: skipped, Reason: "repair blocked: no step of the ladder can run"}
 	}
-	return Decision{Verdict: VerdictStart, Step: first, Skipped: skipped, Reason: "unhealthy: " + h.Why}
+	if from > 0 && Disrupts(s.Steps[first]) {
+		// A Drain step below comes first: a resumed repair keeps the
+		// drain's promises too. It starts there and climbs to its target
+		// once the drain is done.
+		for j := from - 1; j >= 0; j-- {
+			if s.Steps[j].Action == ActionDrain {
+				return Decision{Verdict: VerdictStart, Step: j, ResumeAt: first,
+					Reason: "unhealthy: " + h.Why + resumed + fmt.Sprintf(" once the drain of step %d is done", j+1)}
+			}
+		}
+	}
+	return Decision{Verdict: VerdictStart, Step: first, Skipped: skipped, Reason: "unhealthy: " + h.Why + resumed}
 }
 
 // nextStep is the first step from i that can run, and why the ones before

@@ -66,6 +66,23 @@ type PolicySpec struct {
 	// Paused stops new repairs and new steps (the annotation
 	// nodeshepherd.io/remediation-paused=true on the policy does too).
 	Paused bool `json:"paused,omitempty"`
+	// RecurrenceWindow: a node unhealthy again this soon after its last
+	// repair under the policy ended starts at the step after the one that
+	// ended it, not at step 1, so a fault that comes back is not tainted
+	// and rebooted in a loop (as AKS escalates a repeated repair).
+	// Default 1h; 0 turns it off.
+	RecurrenceWindow *metav1.Duration `json:"recurrenceWindow,omitempty"`
+}
+
+// DefaultRecurrenceWindow is RecurrenceWindow when unset.
+const DefaultRecurrenceWindow = time.Hour
+
+// Recurrence is the policy's recurrence window.
+func (s *PolicySpec) Recurrence() time.Duration {
+	if s.RecurrenceWindow == nil {
+		return DefaultRecurrenceWindow
+	}
+	return s.RecurrenceWindow.Duration
 }
 
 // UnhealthyCondition is a node condition with a status held for a while.
@@ -136,6 +153,9 @@ func (s *PolicySpec) Validate(path *field.Path) field.ErrorList {
 	}
 	if len(s.Unhealthy) == 0 {
 		errs = append(errs, field.Required(path.Child("unhealthy"), "at least one condition makes a node unhealthy"))
+	}
+	if s.RecurrenceWindow != nil && s.RecurrenceWindow.Duration < 0 {
+		errs = append(errs, field.Invalid(path.Child("recurrenceWindow"), s.RecurrenceWindow.Duration.String(), "must not be negative (0 turns it off)"))
 	}
 	for i, c := range s.Unhealthy {
 		p := path.Child("unhealthy").Index(i)

@@ -65,3 +65,47 @@ func TestCordonDuringRepairPauses(t *testing.T) {
 		t.Errorf("cordoned before: %+v, want Blocked", d)
 	}
 }
+
+// A fault that comes back soon after a repair ended resumes above the step
+// that ended it, not at step 1 (issue 46 point 5, as AKS escalates); after
+// the recurrence window, or with it off, it starts at step 1 again. A
+// disruptive step to resume at waits behind a Drain step below it.
+func TestRecurrenceResumesHigher(t *testing.T) {
+	p := policy() // Taint, Drain, Reboot, Replace, Fence
+	sick := node(deadlock(v1.ConditionTrue, t0.Add(-time.Hour), t0))
+	can := Capabilities{Reboot: true, Replace: true, Fence: true}
+	start := func(last *LastRepair) Decision {
+		return p.Decide(Input{Node: sick, State: NotInRepair, Can: can, Now: t0, Last: last})
+	}
+	if d := start(&LastRepair{Policy: "p", Step: 0, Ended: t0.Add(-10 * time.Minute)}); d.Verdict != VerdictStart || d.Step != 1 || !strings.Contains(d.Reason, "resuming at step 2") {
+		t.Errorf("ended at step 1 (Taint) 10m ago: %+v, want Start at step 2 (Drain)", d)
+	}
+	// Ended at step 3 (Reboot): the target is step 4 (Replace), which
+	// disrupts: it starts at the Drain step below and aims there.
+	d3 := start(&LastRepair{Policy: "p", Step: 2, Ended: t0.Add(-10 * time.Minute)})
+	if d3.Verdict != VerdictStart || d3.Step != 1 || d3.ResumeAt != 3 || !strings.Contains(d3.Reason, "once the drain of step 2 is done") {
+		t.Errorf("ended at step 3 (Reboot): %+v, want Start at step 2 (Drain) aiming at step 4 (Replace)", d3)
+	}
+	atDrain := State{Step: 1, Action: ActionDrain, Key: StepKey(1, p.Steps[1]), StepSince: t0, RepairSince: t0, Drain: true, ResumeAt: 3}
+	if d := p.Decide(Input{Node: sick, State: atDrain, Can: can, Now: t0.Add(time.Minute)}); d.Verdict != VerdictNone {
+		t.Errorf("resumed, drain not done: %+v, want None (the Drain step under way)", d)
+	}
+	if d := p.Decide(Input{Node: sick, State: atDrain, Can: can, Now: t0.Add(time.Minute), Drain: DrainProgress{Done: true}}); d.Verdict != VerdictAdvance || d.Step != 3 {
+		t.Errorf("resumed, drain done before the timeout: %+v, want Advance to step 4 at once", d)
+	}
+	q := policy()
+	q.Steps = []Step{q.Steps[0], q.Steps[2]} // Taint, Reboot: no drain below
+	if d := q.Decide(Input{Node: sick, State: NotInRepair, Can: can, Now: t0, Last: &LastRepair{Policy: "p", Step: 0, Ended: t0.Add(-time.Minute)}}); d.Step != 1 || d.ResumeAt != 0 {
+		t.Errorf("Taint, Reboot, ended at the Taint: %+v, want Start at step 2 (Reboot)", d)
+	}
+	if d := start(&LastRepair{Policy: "p", Step: 4, Ended: t0.Add(-time.Minute)}); d.Step != 1 || d.ResumeAt != 4 {
+		t.Errorf("ended at the top step: %+v, want the top step again, behind the drain", d)
+	}
+	if d := start(&LastRepair{Policy: "p", Step: 2, Ended: t0.Add(-2 * time.Hour)}); d.Step != 0 {
+		t.Errorf("ended 2h ago (window 1h): %+v, want step 1", d)
+	}
+	p.RecurrenceWindow = ptr.To(d(0))
+	if d := start(&LastRepair{Policy: "p", Step: 2, Ended: t0.Add(-time.Minute)}); d.Step != 0 {
+		t.Errorf("window 0 (off): %+v, want step 1", d)
+	}
+}

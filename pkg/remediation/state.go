@@ -34,6 +34,10 @@ type stateRecord struct {
 	// then); the outofservice controller counts it as a confirmation of
 	// that boot only, and only while the provider answers it off.
 	FenceBootID string `json:"fenceBootID,omitempty"`
+	// ResumeAt (0: none): a repair resumed after a recurrence
+	// started at a Drain step below its target; it climbs to this step as
+	// soon as the drain is done.
+	ResumeAt int `json:"resumeAt,omitempty"`
 }
 
 // ReadState returns the node's place on the ladder of policy, NotInRepair
@@ -68,7 +72,7 @@ func ReadRecord(n *v1.Node, policy string) (State, error) {
 		key = fmt.Sprintf("%d/%s", r.Step+1, r.Action)
 	}
 	return State{Step: r.Step, Action: r.Action, Key: key, StepSince: r.StepSince, RepairSince: r.RepairSince, BootID: r.BootID,
-		Drain: r.Drain, FenceBootID: r.FenceBootID}, nil
+		Drain: r.Drain, FenceBootID: r.FenceBootID, ResumeAt: r.ResumeAt}, nil
 }
 
 func parseState(s string) (stateRecord, error) {
@@ -95,7 +99,7 @@ func EncodeState(policy string, action Action, st State) string {
 		key = fmt.Sprintf("%d/%s", st.Step+1, action)
 	}
 	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, Key: key, StepSince: st.StepSince, RepairSince: st.RepairSince,
-		BootID: st.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID})
+		BootID: st.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID, ResumeAt: max(st.ResumeAt, 0)})
 	return string(b)
 }
 
@@ -130,4 +134,37 @@ func RequestOf(n *v1.Node) (r Request, ok bool, err error) {
 		return Request{}, false, fmt.Errorf("node %s: annotation %s: %w", n.Name, AnnotationState, err)
 	}
 	return Request{Policy: rec.Policy, Step: rec.Step, Action: rec.Action, Since: rec.StepSince, Drain: rec.Drain, FenceBootID: rec.FenceBootID}, true, nil
+}
+
+// AnnotationLast records a node's last repair that ended done: its policy,
+// the step it ended at and when, so that a fault that comes back within the
+// policy's recurrenceWindow resumes higher on the ladder (LastRepair).
+const AnnotationLast = "nodeshepherd.io/remediation-last"
+
+// LastRepair is AnnotationLast's JSON.
+type LastRepair struct {
+	Policy string    `json:"policy"`
+	Step   int       `json:"step"`
+	Key    string    `json:"key,omitempty"`
+	Ended  time.Time `json:"ended"`
+}
+
+// LastRepairOf reads the node's last repair under policy (ok false: none,
+// another policy's, or unreadable: then the ladder starts at step 1).
+func LastRepairOf(n *v1.Node, policy string) (LastRepair, bool) {
+	v, ok := n.Annotations[AnnotationLast]
+	if !ok {
+		return LastRepair{}, false
+	}
+	var l LastRepair
+	if err := json.Unmarshal([]byte(v), &l); err != nil || l.Policy != policy || l.Ended.IsZero() {
+		return LastRepair{}, false
+	}
+	return l, true
+}
+
+// Encode is AnnotationLast's value.
+func (l LastRepair) Encode() string {
+	b, _ := json.Marshal(l)
+	return string(b)
 }

@@ -169,3 +169,50 @@ func TestRemediationReplacementCountsUntilReady(t *testing.T) {
 		t.Errorf("%s: the same Node (uid %s), want the replacement's", a, n.UID)
 	}
 }
+
+// A fault that comes back soon after a repair ended resumes above the step
+// that ended it (issue 46 point 5, as AKS escalates): repaired at its Taint
+// step, the node unhealthy again within the recurrence window starts at the
+// Reboot step, and its machine is rebooted; the last repair is on the node
+// (nodeshepherd.io/remediation-last).
+func TestRemediationRecurrenceResumesHigher(t *testing.T) {
+	client, _, m, sick := editRig(t, taintThenReboot)
+	ctx := framework.Context(t)
+	framework.Eventually(t, 2*time.Minute, sick+" at step 1 (Taint)", func(ctx context.Context) (bool, string, error) {
+		_, r, ok, err := repairRecord(ctx, client, sick)
+		return ok && r.Step == 0, fmt.Sprintf("%+v %v", r, err), nil
+	})
+	boot := getNode(t, client, sick).Status.NodeInfo.BootID
+	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.ClearCondition, Target: fakenode.Target{Nodes: []string{sick}}, Condition: &fakenode.Condition{Type: "KernelDeadlock"}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, sick+" repaired at step 1, remembered", func(ctx context.Context) (bool, string, error) {
+		n, r, ok, err := repairRecord(ctx, client, sick)
+		if err != nil {
+			return false, "", err
+		}
+		l, had := remediation.LastRepairOf(n, "edit")
+		return !ok && had && l.Step == 0, fmt.Sprintf("in repair %v %+v, last %+v", ok, r, l), nil
+	})
+	c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
+	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{sick}}, Condition: c}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, sick+"'s second repair starts at step 2 (Reboot)", func(ctx context.Context) (bool, string, error) {
+		n, r, ok, err := repairRecord(ctx, client, sick)
+		if err != nil {
+			return false, "", err
+		}
+		if ok && r.Step == 0 {
+			return false, "", fmt.Errorf("the second repair started at step 1 (%+v): the recent repair was not remembered", r)
+		}
+		return (ok && r.Step == 1) || n.Status.NodeInfo.BootID != boot, fmt.Sprintf("%+v", r), nil
+	})
+	framework.Eventually(t, 2*time.Minute, sick+" rebooted", func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, sick, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return n.Status.NodeInfo.BootID != boot, n.Status.NodeInfo.BootID, nil
+	})
+}

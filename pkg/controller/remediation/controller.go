@@ -439,7 +439,7 @@ func (c *Controller) decide(p *policy, n *v1.Node, nodes []*v1.Node, now time.Ti
 	// rule, or for this repair); any other is a person's, left alone.
 	_, byDrain := owner.Of(n, owner.Cordon)
 	d := p.spec.Decide(rem.Input{Node: n, State: st, Pool: pool, Now: now, Paused: p.paused, Can: c.can(),
-		CordonedByOther: n.Spec.Unschedulable && !byDrain, Drain: rem.DrainProgressOf(n)})
+		CordonedByOther: n.Spec.Unschedulable && !byDrain, Drain: rem.DrainProgressOf(n), Last: lastRepair(n, p.name)})
 	return d, st, nil
 }
 
@@ -499,8 +499,11 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 	case rem.VerdictStart, rem.VerdictAdvance:
 		next := rem.State{Step: d.Step, Action: p.spec.Steps[d.Step].Action, Key: rem.StepKey(d.Step, p.spec.Steps[d.Step]),
 			StepSince: now, RepairSince: st.RepairSince, BootID: n.Status.NodeInfo.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID}
+		if st.ResumeAt > d.Step {
+			next.ResumeAt = st.ResumeAt // still on the way to a recurrence's target
+		}
 		if d.Verdict == rem.VerdictStart {
-			next.RepairSince = now
+			next.RepairSince, next.ResumeAt = now, d.ResumeAt
 		}
 		// A Fence step's FenceBootID is written only once the provider
 		// confirms the machine off (fence.go), never on reaching the step.
@@ -547,7 +550,10 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		}
 		c.forgetSaid(n.Name, EventBlocked)
 	case rem.VerdictDone:
-		if err := c.write(ctx, n, p, nil, d.Reason); err != nil {
+		// Remembered on the node: a fault back within the recurrence
+		// window resumes above this step.
+		last := rem.LastRepair{Policy: p.name, Step: st.Step, Key: st.Key, Ended: now}
+		if err := c.writeIf(ctx, n, p, nil, d.Reason, nil, &last); err != nil {
 			return err
 		}
 		c.eventOnce(n, EventDone, fmt.Sprintf("Policy %s: repaired at step %d (%s), %s", p.name, st.Step+1, p.spec.Steps[st.Step].Action, d.Reason))
@@ -777,4 +783,12 @@ func (c *Controller) pendingReplacements(policy, zone string, nodes []*v1.Node) 
 		}
 	}
 	return pool, inZone
+}
+
+// lastRepair is the node's last repair under the policy (nil: none).
+func lastRepair(n *v1.Node, policy string) *rem.LastRepair {
+	if l, ok := rem.LastRepairOf(n, policy); ok {
+		return &l
+	}
+	return nil
 }

@@ -100,7 +100,7 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 				return fmt.Errorf("node %s: the repair record changed meanwhile (%+v, %v)", n.Name, now, err)
 			}
 			return nil
-		})
+		}, nil)
 		if errors.Is(err, errBootChanged) {
 			c.queue.Add(n.Name) // judged again on the new boot
 			return nil

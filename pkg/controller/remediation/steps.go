@@ -29,12 +29,13 @@ import (
 // as in repair for the brakes until a read of it settles that (recheck),
 // never as not in repair.
 func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string) error {
-	return c.writeIf(ctx, n, p, next, why, nil)
+	return c.writeIf(ctx, n, p, next, why, nil, nil)
 }
 
 // writeIf is write, made only if check passes on the node as read (its
-// error is returned as it is, and nothing is written).
-func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string, check func(cur *v1.Node) error) error {
+// error is returned as it is, and nothing is written); a repair that ends
+// done writes last (rem.AnnotationLast) in the same patch.
+func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string, check func(cur *v1.Node) error, last *rem.LastRepair) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
 		defer cancel()
@@ -86,8 +87,11 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 		} else {
 			delete(m.Annotations, rem.AnnotationState)
 		}
+		if last != nil {
+			m.Annotations[rem.AnnotationLast] = last.Encode()
+		}
 		ann := map[string]any{}
-		for _, k := range []string{rem.AnnotationState, owner.Annotation} {
+		for _, k := range []string{rem.AnnotationState, owner.Annotation, rem.AnnotationLast} {
 			if v, ok := m.Annotations[k]; ok {
 				ann[k] = v
 			} else {
