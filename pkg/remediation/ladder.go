@@ -182,7 +182,7 @@ type Decision struct {
 	// ResumeAt is the step a Start after a recurrence aims at, when it
 	// starts at a Drain step below it (0: none).
 	ResumeAt int
-	Reason  string
+	Reason   string
 	// Next is when the decision may change without a change of the node
 	// (zero: only on a change).
 	Next time.Time
