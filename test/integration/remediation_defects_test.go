@@ -216,3 +216,50 @@ func TestRemediationRecurrenceResumesHigher(t *testing.T) {
 		return n.Status.NodeInfo.BootID != boot, n.Status.NodeInfo.BootID, nil
 	})
 }
+
+// A leader change mid-ladder (issue 46 point 4): the node at its Taint step
+// when the leader goes keeps that step and its start time under the next
+// one (the step is not restarted), and its machine is rebooted once, by
+// the new leader, at the step's timeout.
+func TestRemediationFailoverMidLadder(t *testing.T) {
+	rig := startRemediationRig(t, strings.Replace(taintThenReboot, "timeout: 10s", "timeout: 20s", 1), "edit", 2, 2*time.Second)
+	cfg := controllers.Default()
+	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
+	run := func() *framework.NodeShepherd {
+		return framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
+	}
+	first := run()
+	sick := rig.names[0]
+	c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
+	if _, err := rig.m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{sick}}, Condition: c}); err != nil {
+		t.Fatal(err)
+	}
+	var atTaint remediation.Request
+	framework.Eventually(t, 2*time.Minute, sick+" at step 1 (Taint)", func(ctx context.Context) (bool, string, error) {
+		_, r, ok, err := repairRecord(ctx, rig.client, sick)
+		atTaint = r
+		return ok && r.Step == 0, fmt.Sprintf("%+v %v", r, err), nil
+	})
+	boot := getNode(t, rig.client, sick).Status.NodeInfo.BootID
+	first.Stop() // the leader goes mid-ladder
+	if _, r, ok, err := repairRecord(framework.Context(t), rig.client, sick); err != nil || !ok || r.Step != 0 {
+		t.Fatalf("%s after the leader went: %+v, %v, %v; want it still at step 1 (nothing ran to change it)", sick, r, ok, err)
+	}
+	second := run()
+	framework.Eventually(t, 3*time.Minute, sick+" rebooted by the new leader", func(ctx context.Context) (bool, string, error) {
+		n, r, _, err := repairRecord(ctx, rig.client, sick)
+		if err != nil {
+			return false, "", err
+		}
+		if r.Step == 0 && !r.Since.Equal(atTaint.Since) {
+			return false, "", fmt.Errorf("the new leader restarted step 1: since %v, was %v", r.Since, atTaint.Since)
+		}
+		return n.Status.NodeInfo.BootID != boot, fmt.Sprintf("boot %s, record %+v", n.Status.NodeInfo.BootID, r), nil
+	})
+	if v := second.Metric(t, "nodeshepherd_remediation_provider_requests_total", map[string]string{"action": "Reboot", "result": "accepted"}); v != 1 {
+		t.Errorf("the new leader's Reboot requests accepted: %v, want 1", v)
+	}
+	if n, _ := eventCount(t, rig.client, sick, ctrl.EventStarted, 1); n != 1 {
+		t.Errorf("%s: %d %s events, want 1 (the repair went on, not started again)", sick, n, ctrl.EventStarted)
+	}
+}
