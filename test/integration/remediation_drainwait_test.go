@@ -43,7 +43,7 @@ spec:
 // status), a pod of app web on the first node, the drain and remediation
 // controllers with the fake cloud (drain settings from mut), and makes the
 // first node unhealthy. Everything is in place before the controllers start.
-func drainWaitRig(t *testing.T, pdb bool, mut func(*drain.Config)) (rig remediationRig, sick, boot string) {
+func drainWaitRig(t *testing.T, pdb bool, mut func(*drain.Config), prep func(remediationRig)) (rig remediationRig, sick, boot string) {
 	t.Helper()
 	rig = startRemediationRigOn(t, controlplane.Config{ControllerManager: true}, drainThenReboot, "wait", 2, 2*time.Second)
 	sick = rig.names[0]
@@ -69,6 +69,9 @@ func drainWaitRig(t *testing.T, pdb bool, mut func(*drain.Config)) (rig remediat
 	d.StartHold = 0
 	if mut != nil {
 		mut(d)
+	}
+	if prep != nil {
+		prep(rig)
 	}
 	framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
 	c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
@@ -132,7 +135,7 @@ func rebooted(t *testing.T, rig remediationRig, sick, boot string) {
 // budget, and the machine is not rebooted; once the budget is gone the
 // drain completes and the Reboot runs.
 func TestRemediationRebootWaitsForDrainHeldByPDB(t *testing.T) {
-	rig, sick, boot := drainWaitRig(t, true, nil)
+	rig, sick, boot := drainWaitRig(t, true, nil, nil)
 	waitsAtDrain(t, rig, sick, boot, "PodDisruptionBudget default/web (0 disruptions allowed): web-0")
 	if err := rig.client.PolicyV1().PodDisruptionBudgets("default").Delete(framework.Context(t), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -151,9 +154,27 @@ func TestRemediationRebootWaitsForDrainOutsideWindow(t *testing.T) {
 	day := time.Now().UTC().Add(48 * time.Hour).Weekday().String()[:3]
 	rig, sick, boot := drainWaitRig(t, false, func(d *drain.Config) {
 		d.Windows = []string{day + " 00:00-00:01"}
-	})
+	}, nil)
 	waitsAtDrain(t, rig, sick, boot, "the drain not started")
 	if _, err := rig.client.CoreV1().Pods("default").Get(framework.Context(t), "web-0", metav1.GetOptions{}); err != nil {
 		t.Errorf("web-0 gone while the drain's window was closed: %v", err)
+	}
+}
+
+// A Reboot after a Drain step waits while the drain's own budget holds the
+// drain back (here the drain buffer: another node's drain started a moment
+// ago, --drain-buffer 1h): the pods stay, and so does the machine.
+func TestRemediationRebootWaitsForDrainHeldByBudget(t *testing.T) {
+	rig, sick, boot := drainWaitRig(t, false, func(d *drain.Config) { d.Budget.DrainBuffer = time.Hour }, func(rig remediationRig) {
+		framework.UpdateNode(t, rig.client, rig.names[1], func(n *v1.Node) {
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[drain.AnnotationDrainStarted] = time.Now().UTC().Format(time.RFC3339Nano)
+		})
+	})
+	waitsAtDrain(t, rig, sick, boot, "the drain not started")
+	if _, err := rig.client.CoreV1().Pods("default").Get(framework.Context(t), "web-0", metav1.GetOptions{}); err != nil {
+		t.Errorf("web-0 gone while the drain buffer held the drain: %v", err)
 	}
 }
