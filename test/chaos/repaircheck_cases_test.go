@@ -108,6 +108,19 @@ func testRepairChecker(t *testing.T) {
 		want: []string{InvRepairLadder + " node/a0 skipped", InvRepairLadder + " node/a0 step 3 (Replace) started again",
 			InvRepairLadder + " node/a0 moved back", InvRepairLadder + " node/b0 a new repair starts at step 2"},
 	}, {
+		// Issue 46 point 5: a fault back within the recurrence window
+		// resumes above the step that ended the last repair, no higher.
+		name: "a repair again soon after one ended resumes one step up, not two",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},
+			{t: 20, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true}},
+			{t: 30, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 30, 30)}},
+			{t: 40, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 40, 40)}},
+			{t: 50, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true}},
+			{t: 60, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(2, 60, 60)}},
+		},
+		want: []string{InvRepairLadder + " node/b0 a new repair starts at step 3"},
+	}, {
 		name: "brakes: pool and zone counts when a repair starts; one out of the pool is not counted",
 		events: []event{
 			{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}},

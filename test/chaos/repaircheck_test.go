@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
 
@@ -157,6 +158,10 @@ type repairChecker struct {
 	byBoot   map[string][]string
 	done     []string
 	pending  []pendingRepair
+	// ended is, per node, the step its last repair ended at and when the
+	// checker saw the record go: a repair that starts again within the
+	// recurrence window may start above step 1, up to the step after it.
+	ended map[string]endedRepair
 
 	stats      map[string]int
 	violations []chaos.Violation
@@ -166,7 +171,13 @@ type repairChecker struct {
 func newRepairChecker(pol repairPolicy, slack time.Duration, provider bool) *repairChecker {
 	return &repairChecker{pol: pol, slack: slack, provider: provider, nodes: map[string]*v1.Node{}, views: map[string][]nodeView{}, bad: map[string]string{},
 		maxZonePool: map[string]int{}, requests: map[string]fakecloud.Request{}, written: map[string]int{}, byBoot: map[string][]string{},
-		stats: map[string]int{}, others: map[string]bool{}, events: true, fenceSeen: map[string]time.Time{}}
+		stats: map[string]int{}, others: map[string]bool{}, events: true, fenceSeen: map[string]time.Time{}, ended: map[string]endedRepair{}}
+}
+
+// endedRepair is a repair's end as the checker saw it.
+type endedRepair struct {
+	step int
+	at   time.Time
 }
 
 func (c *repairChecker) violate(at time.Time, inv, obj, format string, args ...any) {
@@ -371,6 +382,25 @@ func (c *repairChecker) poolSizes() {
 	}
 }
 
+// resumeTop is the highest step a new repair of the node may start at
+// because its last repair, which the checker saw end at step k, ended
+// within the policy's recurrence window (the default; the chaos policy sets
+// none) before at: the step after k (k itself at the top), as the next step
+// from there goes (-1: no recent repair). The window is judged on the
+// checker's own sight of the end, which comes after the controller's, so
+// the check is never stricter than the rule.
+func (c *repairChecker) resumeTop(node string, at time.Time) int {
+	e, ok := c.ended[node]
+	if !ok || at.Sub(e.at) >= remediation.DefaultRecurrenceWindow {
+		return -1
+	}
+	from := min(e.step+1, len(c.pol.Steps)-1)
+	if next := c.nextStep(from - 1); next < len(c.pol.Steps) {
+		return next
+	}
+	return from
+}
+
 // firstStep is the step a repair may start at: 0, or past Reboot and
 // Replace steps when no provider can carry them out.
 func (c *repairChecker) firstStep() int { return c.nextStep(-1) }
@@ -395,6 +425,7 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 	case rec == nil:
 		c.note(at, "repair of %s: record removed at %s", name, *prev)
 		c.stats["ended"]++
+		c.ended[name] = endedRepair{step: prev.Step, at: at}
 		return
 	case prev != nil && rec.same(*prev):
 		return
@@ -413,8 +444,13 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 		}
 		c.note(at, "repair of %s %s: %s", name, what, *rec)
 		c.stats["started"]++
-		if first := c.firstStep(); rec.Step != first {
-			c.violate(at, InvRepairLadder, obj, "a new repair starts at step %d (%s), not at step %d (%s)", rec.Step+1, rec.Action, first+1, c.pol.Steps[first].Action)
+		if first, top := c.firstStep(), c.resumeTop(name, at); rec.Step != first && (top < 0 || rec.Step < first || rec.Step > top) {
+			if top >= 0 {
+				c.violate(at, InvRepairLadder, obj, "a new repair starts at step %d (%s), not at step %d (%s) nor, resuming after the repair that ended at step %d, above step %d",
+					rec.Step+1, rec.Action, first+1, c.pol.Steps[first].Action, c.ended[name].step+1, top+1)
+			} else {
+				c.violate(at, InvRepairLadder, obj, "a new repair starts at step %d (%s), not at step %d (%s)", rec.Step+1, rec.Action, first+1, c.pol.Steps[first].Action)
+			}
 		}
 		c.brakes(at, n, rec)
 		return
@@ -439,12 +475,12 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 // limit is a brake's value over total nodes: a count, or a percentage
 // rounded down (atLeastOne: the in-repair brakes allow one at any size).
 func limit(v intstr.IntOrString, total int, atLeastOne bool) int {
-	l, err := intstr.GetScaledValueFromIntOrPercent(&v, total, false)
+	// A percentage rounds up, and 0 is 0 (issue 46 point 5:
+	// remediation.Limit); atLeastOne is kept for the callers' words only.
+	_ = atLeastOne
+	l, err := intstr.GetScaledValueFromIntOrPercent(&v, total, true)
 	if err != nil {
 		return total // unreadable: the policy would have been refused
-	}
-	if atLeastOne {
-		l = max(l, 1)
 	}
 	return l
 }
