@@ -7,4 +7,5 @@ func (p *FaultProxy) Stop(r *FaultRule) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.stopped = true
+	r.releaseHeld() // a FaultHold rule's held requests go on
 }
