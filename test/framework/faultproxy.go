@@ -89,7 +89,7 @@ const (
 	// answered at once. Watches it lags stay lagged until their end or
 	// DropWatches.
 	FaultLag FaultKind = "lag"
-	// FaultHold holds the request until Release (or Stop) of its rule,
+	// FaultHold holds the request until Release of its rule (or Clear),
 	// then forwards it whatever became of its client meanwhile (gone: its
 	// answer is thrown away): a write sent before its process died that
 	// lands late, as one queued in the network or the API server does.
@@ -119,8 +119,8 @@ type FaultRule struct {
 
 	matched, injected int
 	stopped           bool
-	// release ends FaultHold's hold (closed by Release, Stop or Clear,
-	// under the proxy's lock).
+	// release ends FaultHold's hold (closed by Release or Clear, under
+	// the proxy's lock).
 	release  chan struct{}
 	released bool
 }

@@ -112,7 +112,8 @@ func TestFaultProxyLag(t *testing.T) {
 }
 
 // FaultHold holds a write until Release, and then forwards it even though
-// its client gave up meanwhile: it lands late.
+// its client gave up meanwhile: it lands late. Stop ends the holding of new
+// writes, not of the held one.
 func TestFaultProxyHoldForwardsLate(t *testing.T) {
 	api, cfg := startFakeAPIServer(t)
 	p := StartFaultProxy(t, cfg)
@@ -132,6 +133,17 @@ func TestFaultProxyHoldForwardsLate(t *testing.T) {
 	if n := api.patches.Load(); n != 0 {
 		t.Fatalf("%d writes reached the API server while held", n)
 	}
+	// Stopped, the rule holds no new write, and keeps the one it holds.
+	p.Stop(hold)
+	req, _ = http.NewRequestWithContext(context.Background(), http.MethodPatch, p.URL()+"/api/v1/nodes/n2", strings.NewReader("{}"))
+	if resp, err := c.Do(req); err != nil {
+		t.Fatalf("a write after Stop: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	if n, held := api.patches.Load(), p.Held("hold"); n != 1 || held != 1 {
+		t.Fatalf("after Stop: %d writes reached the API server, %d held; want 1 and 1", n, held)
+	}
 	// A GET is not held.
 	resp, err := c.Get(p.URL() + "/api/v1/nodes/n1")
 	if err != nil {
@@ -140,7 +152,7 @@ func TestFaultProxyHoldForwardsLate(t *testing.T) {
 	resp.Body.Close()
 	p.Release(hold)
 	Eventually(t, 10*time.Second, "the held write forwarded after its client gave up", func(context.Context) (bool, string, error) {
-		return api.patches.Load() == 1 && p.Held("hold") == 0, fmt.Sprintf("%d writes reached, %d held", api.patches.Load(), p.Held("hold")), nil
+		return api.patches.Load() == 2 && p.Held("hold") == 0, fmt.Sprintf("%d writes reached, %d held", api.patches.Load(), p.Held("hold")), nil
 	})
 	// Released: the next write passes at once.
 	req, _ = http.NewRequestWithContext(context.Background(), http.MethodPatch, p.URL()+"/api/v1/nodes/n1", strings.NewReader("{}"))
@@ -149,8 +161,8 @@ func TestFaultProxyHoldForwardsLate(t *testing.T) {
 		t.Fatalf("a write after the release: %v", err)
 	}
 	resp.Body.Close()
-	if n := api.patches.Load(); n != 2 {
-		t.Fatalf("%d writes reached the API server, want 2", n)
+	if n := api.patches.Load(); n != 3 {
+		t.Fatalf("%d writes reached the API server, want 3", n)
 	}
 	var reached int
 	for _, e := range p.SettledLog() {
