@@ -288,7 +288,8 @@ func TestGenerateDrainFaults(t *testing.T) {
 					t.Fatalf("seed %d: %s: triggered in the order %v, want the last by name first", seed, f, trigger0)
 				}
 			case APIHang:
-				if len(distinct) != 2 || ops[OpAPIHangStart] != 0 || ops[OpCondition] <= 0 || ops[OpAPIHangEnd] != f.Duration {
+				// The trigger is not cleared: a drain must end while it holds.
+				if _, cleared := ops[OpClearCondition]; cleared || len(distinct) != 2 || ops[OpAPIHangStart] != 0 || ops[OpCondition] <= 0 || ops[OpAPIHangEnd] != f.Duration {
 					t.Fatalf("seed %d: %s: steps %v, nodes %v", seed, f, ops, trigger0)
 				}
 			}
