@@ -296,6 +296,11 @@ var durations = map[Kind]span{
 	APIHang:   {4 * time.Second, 10 * time.Second},
 }
 
+// lateWriteFrom is the earliest start of a late-write fault: the drain's
+// start hold (kube.WriteTimeout, 15s, from the leader's start, which is
+// before the window's) is over by then.
+const lateWriteFrom = 15 * time.Second
+
 // drainTrigger is the chaos configuration's drain condition.
 const drainTrigger = "KernelDeadlock"
 
@@ -563,7 +568,10 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			release := draw(span{max(9*time.Second, kill+7*time.Second), 12 * time.Second})
 			down := draw(span{2 * time.Second, 5 * time.Second})
 			d += release
-			if at+d > o.Duration || !free(busy.api, at, at+d) || !free(busy.process, at+kill, at+kill+down+2*time.Second) {
+			// Not in the first 15s: a leader still in its drain start hold
+			// (15s from its start, before the window's) cordons nothing
+			// before it is killed, and nothing would land late.
+			if at < lateWriteFrom || at+d > o.Duration || !free(busy.api, at, at+d) || !free(busy.process, at+kill, at+kill+down+2*time.Second) {
 				continue
 			}
 			// The whole fault holds the API: a second one would find the

@@ -275,7 +275,7 @@ func TestGenerateDrainFaults(t *testing.T) {
 				// hold's start, and at least 7s after the kill (the new
 				// leader's Lease, 4s, and its first LIST).
 				kill, rel := ops[OpKillLeader], ops[OpHoldRelease]
-				if len(distinct) != 4 || ops[OpHoldStart] != 0 || ops[OpCondition] >= kill || ops[OpHoldStop] != kill ||
+				if f.At < 15*time.Second || len(distinct) != 4 || ops[OpHoldStart] != 0 || ops[OpCondition] >= kill || ops[OpHoldStop] != kill ||
 					rel > 12*time.Second || rel < kill+7*time.Second || ops[OpClearCondition] <= rel {
 					t.Fatalf("seed %d: %s: steps %v, nodes %v", seed, f, ops, trigger0)
 				}
