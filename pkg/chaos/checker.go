@@ -589,7 +589,12 @@ func (c *Checker) ObserveEvent(at time.Time, e *v1.Event) {
 		if e.InvolvedObject.Kind == "Pod" && strings.HasPrefix(e.Message, "Marking for deletion") {
 			c.eventEviction(at, e)
 		}
-	case "OutOfServiceTaintAdded", "OutOfServiceTaintRemoved", "DrainStarting", "DrainSucceeded":
+	case "DrainStarting":
+		// A new drain: a wait or failure said before does not explain it.
+		if e.InvolvedObject.Kind == "Node" {
+			delete(c.explained, e.InvolvedObject.Name)
+		}
+	case "OutOfServiceTaintAdded", "OutOfServiceTaintRemoved", "DrainSucceeded":
 	default:
 		return
 	}

@@ -343,6 +343,14 @@ func TestProgress(t *testing.T) {
 	c.ObserveEvent(at(2), &v1.Event{Reason: "DrainWaiting", Message: "budget", InvolvedObject: v1.ObjectReference{Kind: "Node", Name: "n6"}})
 	c.CheckProgress(at(100), nil, 30*time.Second)
 	wantViolations(t, c, InvProgress, 0, "")
+	// A wait said before the drain started does not explain the drain
+	// (api-hang: a CordonWaiting of the start hold, then a drain that hangs).
+	c = history(t)
+	c.ObserveNode(at(1), n, false)
+	c.ObserveEvent(at(2), &v1.Event{Reason: "CordonWaiting", Message: "start hold", InvolvedObject: v1.ObjectReference{Kind: "Node", Name: "n6"}})
+	c.ObserveEvent(at(3), &v1.Event{Reason: "DrainStarting", Message: "Draining node: 1 pods to evict", InvolvedObject: v1.ObjectReference{Kind: "Node", Name: "n6"}})
+	c.CheckProgress(at(100), nil, 30*time.Second)
+	wantViolations(t, c, InvProgress, 1, "drain still in flight")
 }
 
 func TestEvictionAfterTaintSwap(t *testing.T) {

@@ -57,10 +57,37 @@ const (
 	// APIServerRestart: kube-apiserver stopped for 1-4s and started again
 	// (every client, kubelets and checker included, loses it meanwhile).
 	APIServerRestart Kind = "apiserver-restart"
+	// BlindCordon: the replicas' node watches lag 1.5-3s behind the API
+	// server, every write of a Node's spec or metadata (a cordon, a taint)
+	// reaches the API server and has its answer lost, and 1s in the drain's
+	// trigger (KernelDeadlock=True) comes on 3 nodes at once, more than
+	// maxCordonedNodes (2): a cordon whose answer was lost is seen by no
+	// informer while the next nodes are decided on, so only a budget that
+	// counts it as landed holds (issue 45 point 4, third hole).
+	BlindCordon Kind = "blind-cordon"
+	// LateWrite: every write of a Node's spec or metadata (a cordon, an
+	// out-of-service taint) is held at the proxy; 0.3s in the drain's
+	// trigger comes on 4 nodes, so that the leader's cordon is held; the
+	// leader is killed 0.8-2s in, and the new writes pass from then on; the
+	// held writes are forwarded 9-12s after the fault's start (within
+	// kube.WriteTimeout, 15s, of their sending, the bound every previous
+	// leader's write keeps), after the new leader's first LIST: the old
+	// leader's cordon lands late, on a node the new leader may not have
+	// cordoned (issue 45 point 4, sixth hole).
+	LateWrite Kind = "late-write"
+	// APIHang: every eviction request is held at the proxy without being
+	// forwarded or answered until its client gives up, for 4-10s, while the
+	// drain's trigger comes on one node, and 2s later on another, and stays
+	// to the end of the seed: a drain's eviction calls hang, and only a
+	// drain whose calls are bounded, with a deadline of its own, ends while
+	// its condition holds (issue 45 point 4, fourth hole). Requests held
+	// when the fault ends stay held until their clients give up, as on a
+	// dead connection.
+	APIHang Kind = "api-hang"
 )
 
 // TargetedKinds are the targeted kinds, in the order their stream draws.
-var TargetedKinds = []Kind{ZoneSilenceSpread, AllZonesPartition, LostAnswer, WatchGone, APIServerRestart}
+var TargetedKinds = []Kind{ZoneSilenceSpread, AllZonesPartition, LostAnswer, WatchGone, APIServerRestart, BlindCordon, LateWrite, APIHang}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds.
 func AllKinds() []Kind { return append(slices.Clone(Kinds), TargetedKinds...) }
@@ -95,6 +122,15 @@ const (
 	OpWatchGoneEnd    Op = "watch-gone-end"
 	OpAPIServerStop   Op = "apiserver-restart" // kube-apiserver stopped for Down, then started again
 	OpAPIServerReady  Op = "apiserver-ready"   // waits until the restart's kube-apiserver answers
+	OpWatchLagStart   Op = "watch-lag-start"   // fault proxy: the watches of Resource relayed Lag late
+	OpWatchLagEnd     Op = "watch-lag-end"
+	OpLostCordonStart Op = "lost-cordon-start" // fault proxy: every write of a Node's spec or metadata forwarded, its answer dropped
+	OpLostCordonEnd   Op = "lost-cordon-end"
+	OpHoldStart       Op = "hold-start"     // fault proxy: every write of a Node's spec or metadata held
+	OpHoldStop        Op = "hold-stop"      // new writes pass; the held ones stay held
+	OpHoldRelease     Op = "hold-release"   // the held writes forwarded now: they land late
+	OpAPIHangStart    Op = "api-hang-start" // fault proxy: every request of Resource held unsent until its client gives up
+	OpAPIHangEnd      Op = "api-hang-end"
 )
 
 // Step is an action at an offset from the schedule's start.
@@ -108,6 +144,7 @@ type Step struct {
 	Resource  string        `json:"resource,omitempty"`  // nodes, pods, leases, evictions (pods/eviction)
 	Status    int           `json:"status,omitempty"`    // 500 or 429
 	Down      time.Duration `json:"down,omitempty"`      // OpAPIServerStop: how long it stays down
+	Lag       time.Duration `json:"lag,omitempty"`       // OpWatchLagStart: how late events are relayed
 }
 
 func (s Step) String() string {
@@ -122,13 +159,17 @@ func (s Step) String() string {
 	switch s.Op {
 	case OpStopReplica, OpStartReplica:
 		fmt.Fprintf(&b, " replica %d", s.Replica)
-	case OpAPIFaultStart, OpAPIFaultEnd, OpWatchStallStart, OpWatchStallEnd, OpLostAnswerStart, OpLostAnswerEnd, OpWatchGoneStart, OpWatchGoneEnd:
+	case OpAPIFaultStart, OpAPIFaultEnd, OpWatchStallStart, OpWatchStallEnd, OpLostAnswerStart, OpLostAnswerEnd, OpWatchGoneStart, OpWatchGoneEnd,
+		OpWatchLagStart, OpWatchLagEnd, OpLostCordonStart, OpLostCordonEnd, OpHoldStart, OpHoldStop, OpHoldRelease, OpAPIHangStart, OpAPIHangEnd:
 		b.WriteString(" " + s.Resource)
 		if s.Status != 0 {
 			fmt.Fprintf(&b, " %d", s.Status)
 		}
 	case OpAPIServerStop:
 		fmt.Fprintf(&b, " down %v", s.Down)
+	}
+	if s.Lag > 0 {
+		fmt.Fprintf(&b, " lag %v", s.Lag)
 	}
 	return b.String()
 }
@@ -247,7 +288,21 @@ var durations = map[Kind]span{
 	WatchGone:         {2 * time.Second, 6 * time.Second},
 	// The restart's downtime; the fault reserves apiServerStartup after it.
 	APIServerRestart: {1 * time.Second, 4 * time.Second},
+	// The whole fault: lagged watch, lost answers and the trigger.
+	BlindCordon: {5 * time.Second, 10 * time.Second},
+	// After the release: how long the trigger stays (the late cordon and
+	// the new leader's side by side).
+	LateWrite: {3 * time.Second, 8 * time.Second},
+	APIHang:   {4 * time.Second, 10 * time.Second},
 }
+
+// lateWriteFrom is the earliest start of a late-write fault: the drain's
+// start hold (kube.WriteTimeout, 15s, from the leader's start, which is
+// before the window's) is over by then.
+const lateWriteFrom = 15 * time.Second
+
+// drainTrigger is the chaos configuration's drain condition.
+const drainTrigger = "KernelDeadlock"
 
 // apiServerStartup is what a targeted fault reserves for kube-apiserver to
 // answer again after a restart (its ready wait is bounded by the runner).
@@ -494,6 +549,66 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 				add(0, Step{Op: OpWatchGoneStart, Resource: f.Resource})
 				add(d, Step{Op: OpWatchGoneEnd, Resource: f.Resource})
 			}
+		case BlindCordon:
+			if at+d > o.Duration || !free(busy.api, at, at+d) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + d})
+			lag := draw(span{1500 * time.Millisecond, 3 * time.Second})
+			f.Duration, f.Resource, f.Nodes = d, "nodes", pickNodes(r, o.Zones, 3)
+			add(0, Step{Op: OpWatchLagStart, Resource: "nodes", Lag: lag})
+			add(0, Step{Op: OpLostCordonStart, Resource: "nodes"})
+			// A second for the cut watches to come back lagged.
+			add(time.Second, Step{Op: OpCondition, Nodes: f.Nodes, Condition: drainTrigger + "=True"})
+			add(d, Step{Op: OpLostCordonEnd, Resource: "nodes"})
+			add(d, Step{Op: OpWatchLagEnd, Resource: "nodes"})
+			add(d, Step{Op: OpClearCondition, Nodes: f.Nodes, Condition: drainTrigger})
+		case LateWrite:
+			kill := draw(span{800 * time.Millisecond, 2 * time.Second})
+			release := draw(span{max(9*time.Second, kill+7*time.Second), 12 * time.Second})
+			down := draw(span{2 * time.Second, 5 * time.Second})
+			d += release
+			// Not in the first 15s: a leader still in its drain start hold
+			// (15s from its start, before the window's) cordons nothing
+			// before it is killed, and nothing would land late.
+			if at < lateWriteFrom || at+d > o.Duration || !free(busy.api, at, at+d) || !free(busy.process, at+kill, at+kill+down+2*time.Second) {
+				continue
+			}
+			// The whole fault holds the API: a second one would find the
+			// cordon budget taken by the first's cordons.
+			busy.api = append(busy.api, interval{at, at + d})
+			busy.process = append(busy.process, interval{at + kill, at + kill + down + 2*time.Second})
+			f.Duration, f.Resource, f.Nodes = d, "nodes", pickNodes(r, o.Zones, 4)
+			// The old leader's held cordon is of the node last by name,
+			// triggered first: a new leader takes the nodes of its LIST in
+			// their order (by name) and reaches that one last, so that the
+			// late cordon lands on a node the new leader did not cordon.
+			sort.Strings(f.Nodes)
+			add(0, Step{Op: OpHoldStart, Resource: "nodes"})
+			add(300*time.Millisecond, Step{Op: OpCondition, Nodes: f.Nodes[len(f.Nodes)-1:], Condition: drainTrigger + "=True"})
+			add(500*time.Millisecond, Step{Op: OpCondition, Nodes: f.Nodes[:len(f.Nodes)-1], Condition: drainTrigger + "=True"})
+			add(kill, Step{Op: OpKillLeader})
+			add(kill, Step{Op: OpHoldStop, Resource: "nodes"})
+			add(kill+down, Step{Op: OpStartReplica, Replica: -1})
+			add(release, Step{Op: OpHoldRelease, Resource: "nodes"})
+			add(d, Step{Op: OpClearCondition, Nodes: f.Nodes, Condition: drainTrigger})
+		case APIHang:
+			if at+d > o.Duration || !free(busy.api, at, at+d) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + d})
+			f.Duration, f.Resource, f.Nodes = d, "evictions", pickNodes(r, o.Zones, 2)
+			add(0, Step{Op: OpAPIHangStart, Resource: "evictions"})
+			// One node, then (its drain started, and over when it had no
+			// pod) the other: a drain that hangs is then one that no
+			// DrainWaiting explains, as a drain waiting on the first would be.
+			add(500*time.Millisecond, Step{Op: OpCondition, Nodes: f.Nodes[:1], Condition: drainTrigger + "=True"})
+			add(2500*time.Millisecond, Step{Op: OpCondition, Nodes: f.Nodes[1:], Condition: drainTrigger + "=True"})
+			add(d, Step{Op: OpAPIHangEnd, Resource: "evictions"})
+			// The trigger stays: a drain must end by itself while its
+			// condition holds (clearing it would abort the drain, and so
+			// end a hung one), and the checker's progress rule looks at the
+			// drains still in flight after the last fault.
 		case APIServerRestart:
 			// Down d, then the restart's start-up: the whole fault must fit.
 			hold := d + apiServerStartup
@@ -512,6 +627,16 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 		sched.Faults = append(sched.Faults, f)
 		sched.Steps = append(sched.Steps, steps...)
 	}
+}
+
+// pickNodes draws n distinct nodes of any zones (all of them when fewer).
+func pickNodes(r *rand.Rand, zones []Zone, n int) []string {
+	var all []string
+	for _, z := range zones {
+		all = append(all, z.Nodes...)
+	}
+	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	return all[:min(n, len(all))]
 }
 
 // String lists the faults, one a line, for failure output and docs.

@@ -221,3 +221,78 @@ func TestTruthAlwaysUncertainWindows(t *testing.T) {
 }
 
 var pinnedSeedOne = []string{"node-partition for 10.886s on n0", "leader-kill for 5.939s", "ready-flap for 4.455s on n1"}
+
+// The shapes of the faults that reach the drain's budgets and deadline on
+// purpose (issue 45 point 4, third, fourth and sixth holes).
+func TestGenerateDrainFaults(t *testing.T) {
+	const trigger = "KernelDeadlock=True"
+	for seed := int64(0); seed < 50; seed++ {
+		s, err := Generate(Options{Seed: seed, Duration: 60 * time.Second, Zones: testZones(), Replicas: 3, Kinds: []Kind{BlindCordon, LateWrite, APIHang}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Faults) == 0 {
+			t.Fatalf("seed %d: no fault in 60s", seed)
+		}
+		for i, f := range s.Faults {
+			ops := map[Op]time.Duration{}
+			var trigger0 []string
+			for _, st := range s.Steps {
+				if st.Fault != i {
+					continue
+				}
+				if _, seen := ops[st.Op]; !seen {
+					ops[st.Op] = st.At - f.At // the first of its op
+				}
+				if st.Op == OpCondition {
+					if st.Condition != trigger {
+						t.Fatalf("seed %d: %s: condition %q, want the drain's trigger %s", seed, f, st.Condition, trigger)
+					}
+					trigger0 = append(trigger0, st.Nodes...)
+				}
+				if st.At < f.At || st.At > f.At+f.Duration || st.At > s.Duration {
+					t.Fatalf("seed %d: %s: step %s at %v outside the fault or the window", seed, f, st, st.At)
+				}
+			}
+			distinct := map[string]bool{}
+			for _, n := range trigger0 {
+				distinct[n] = true
+			}
+			switch f.Kind {
+			case BlindCordon:
+				// More triggered nodes than maxCordonedNodes (2), after the
+				// lag and the lost answers are in place; all three end together.
+				lag, lagged := ops[OpWatchLagStart]
+				lost, lostSet := ops[OpLostCordonStart]
+				if len(distinct) != 3 || !lagged || !lostSet || ops[OpCondition] <= max(lag, lost) ||
+					ops[OpLostCordonEnd] != f.Duration || ops[OpWatchLagEnd] != f.Duration || ops[OpClearCondition] != f.Duration {
+					t.Fatalf("seed %d: %s: steps %v, nodes %v", seed, f, ops, trigger0)
+				}
+			case LateWrite:
+				// Held before the trigger; the leader killed while the writes
+				// are held, new writes passing from then on; the held ones
+				// released late, but within kube.WriteTimeout (15s) of the
+				// hold's start, and at least 7s after the kill (the new
+				// leader's Lease, 4s, and its first LIST).
+				kill, rel := ops[OpKillLeader], ops[OpHoldRelease]
+				if f.At < 15*time.Second || len(distinct) != 4 || ops[OpHoldStart] != 0 || ops[OpCondition] >= kill || ops[OpHoldStop] != kill ||
+					rel > 12*time.Second || rel < kill+7*time.Second || ops[OpClearCondition] <= rel {
+					t.Fatalf("seed %d: %s: steps %v, nodes %v", seed, f, ops, trigger0)
+				}
+				if _, ok := ops[OpStartReplica]; !ok {
+					t.Fatalf("seed %d: %s: the killed slot never started again", seed, f)
+				}
+				// The node triggered first (the old leader's held cordon) is
+				// the last by name of the four.
+				if !slices.IsSorted(trigger0[1:]) || trigger0[0] != slices.Max(trigger0) {
+					t.Fatalf("seed %d: %s: triggered in the order %v, want the last by name first", seed, f, trigger0)
+				}
+			case APIHang:
+				// The trigger is not cleared: a drain must end while it holds.
+				if _, cleared := ops[OpClearCondition]; cleared || len(distinct) != 2 || ops[OpAPIHangStart] != 0 || ops[OpCondition] <= 0 || ops[OpAPIHangEnd] != f.Duration {
+					t.Fatalf("seed %d: %s: steps %v, nodes %v", seed, f, ops, trigger0)
+				}
+			}
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -240,6 +241,8 @@ type cluster struct {
 	stopping bool
 	exits    int
 	rules    map[int]*framework.FaultRule
+	// lags are the watch-lag rules, by fault (a blind-cordon's second rule).
+	lags map[int]*framework.FaultRule
 	// restarted is the running kube-apiserver restart's result.
 	restarted chan error
 	// faults are the schedule's, pkg/chaos's and the remediation ones.
@@ -290,7 +293,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	client := framework.Client(t, cp)
 	ctx := framework.Context(t)
 	truth := chaos.NewTruth(czones)
-	c := &cluster{t: t, cp: cp, client: client, killed: -1, rules: map[int]*framework.FaultRule{}, faults: sched.Faults}
+	c := &cluster{t: t, cp: cp, client: client, killed: -1, rules: map[int]*framework.FaultRule{}, lags: map[int]*framework.FaultRule{}, faults: sched.Faults}
 	defer func() { // before the cleanups kill the replicas
 		c.mu.Lock()
 		c.stopping = true
@@ -596,6 +599,45 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, ResumeOnly: true, Kind: framework.FaultGone})
 		return fmt.Sprintf(" (%d watches cut)", c.proxy.DropWatches())
 	case chaos.OpLostAnswerEnd, chaos.OpWatchGoneEnd:
+		if r := c.rules[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			return fmt.Sprintf(" (injected %d times)", c.proxy.Injected(r.Name))
+		}
+	case chaos.OpWatchLagStart:
+		// The watches are cut, so that they come back lagged.
+		c.lags[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d-lag", s.Fault), Resource: s.Resource, Watch: true, Kind: framework.FaultLag, After: s.Lag})
+		return fmt.Sprintf(" (%d watches cut)", c.proxy.DropWatches())
+	case chaos.OpWatchLagEnd:
+		if r := c.lags[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			return fmt.Sprintf(" (%d watches lagged; %d cut)", c.proxy.Injected(r.Name), c.proxy.DropWatches())
+		}
+	case chaos.OpLostCordonStart, chaos.OpHoldStart:
+		// Writes of a Node's spec or metadata: cordons, taints, annotations.
+		r := framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: []string{http.MethodPatch, http.MethodPut}, Resource: "nodes", Subresource: "-", Kind: framework.FaultLostAnswer}
+		if s.Op == chaos.OpHoldStart {
+			r.Kind = framework.FaultHold
+		}
+		c.rules[s.Fault] = c.proxy.Inject(r)
+	case chaos.OpHoldStop:
+		if r := c.rules[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			return fmt.Sprintf(" (%d writes held)", c.proxy.Held(r.Name))
+		}
+	case chaos.OpHoldRelease:
+		if r := c.rules[s.Fault]; r != nil {
+			n := c.proxy.Held(r.Name)
+			c.proxy.Release(r)
+			return fmt.Sprintf(" (%d writes released)", n)
+		}
+	case chaos.OpAPIHangStart:
+		r := framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: framework.Writes, Resource: s.Resource, Kind: framework.FaultHangUnsent}
+		if s.Resource == "evictions" {
+			r.Resource, r.Subresource = "pods", "eviction"
+		}
+		c.rules[s.Fault] = c.proxy.Inject(r)
+	case chaos.OpLostCordonEnd, chaos.OpAPIHangEnd:
+		// Requests an api-hang holds stay held until their clients give up.
 		if r := c.rules[s.Fault]; r != nil {
 			c.proxy.Stop(r)
 			return fmt.Sprintf(" (injected %d times)", c.proxy.Injected(r.Name))

@@ -48,6 +48,8 @@ type FaultProxy struct {
 	// unlogged counts the requests (not watches) being served and not yet
 	// logged, for SettledLog.
 	unlogged int
+	// held counts, by rule name, the requests FaultHold holds now.
+	held map[string]int
 }
 
 // FaultKind is what a FaultRule does to the requests it matches.
@@ -81,6 +83,17 @@ const (
 	// answer: the client sees an error at once and cannot tell whether its
 	// write happened (FaultHang's case, without waiting for its timeout).
 	FaultLostAnswer FaultKind = "lost-answer"
+	// FaultLag forwards a watch and relays its events After late, in
+	// order: the client's cache trails the API server by After (a slow
+	// network, a loaded API server), while every other request is
+	// answered at once. Watches it lags stay lagged until their end or
+	// DropWatches.
+	FaultLag FaultKind = "lag"
+	// FaultHold holds the request until Release of its rule (or Clear),
+	// then forwards it whatever became of its client meanwhile (gone: its
+	// answer is thrown away): a write sent before its process died that
+	// lands late, as one queued in the network or the API server does.
+	FaultHold FaultKind = "hold"
 )
 
 // FaultRule injects Kind into the requests it matches: every Every-th match
@@ -106,6 +119,19 @@ type FaultRule struct {
 
 	matched, injected int
 	stopped           bool
+	// release ends FaultHold's hold (closed by Release or Clear, under
+	// the proxy's lock).
+	release  chan struct{}
+	released bool
+}
+
+// releaseHeld lets the requests FaultHold holds go on; idempotent. The
+// proxy's lock is held.
+func (fr *FaultRule) releaseHeld() {
+	if !fr.released && fr.release != nil {
+		fr.released = true
+		close(fr.release)
+	}
 }
 
 // Writes are the mutating methods, for FaultRule.Methods.
@@ -138,7 +164,7 @@ func StartFaultProxy(t testing.TB, cfg *rest.Config) *FaultProxy {
 	if !pool.AppendCertsFromPEM(cfg.CAData) {
 		t.Fatal("fault proxy: no CA in the control plane's configuration")
 	}
-	p := &FaultProxy{t: t, target: target, closed: make(chan struct{}), watches: map[*http.Request]context.CancelFunc{}}
+	p := &FaultProxy{t: t, target: target, closed: make(chan struct{}), watches: map[*http.Request]context.CancelFunc{}, held: map[string]int{}}
 	upstream := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 100}
 	p.rp = &httputil.ReverseProxy{
@@ -185,6 +211,7 @@ func (p *FaultProxy) Inject(r FaultRule) *FaultRule {
 	if r.Name == "" {
 		r.Name = string(r.Kind)
 	}
+	r.release = make(chan struct{})
 	p.rules = append(p.rules, &r)
 	return &r
 }
@@ -196,7 +223,24 @@ func (p *FaultProxy) Clear() {
 	defer p.mu.Unlock()
 	for _, r := range p.rules {
 		r.stopped = true
+		r.releaseHeld()
 	}
+}
+
+// Release stops a FaultHold rule and forwards the requests it holds, each
+// from its own handler, at once: they land now, late.
+func (p *FaultProxy) Release(r *FaultRule) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r.stopped = true
+	r.releaseHeld()
+}
+
+// Held says how many requests the named rule holds now (FaultHold).
+func (p *FaultProxy) Held(name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[name]
 }
 
 // Injected says how often the named rule fired so far.
@@ -505,11 +549,115 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		e.Reached = true
 		defer func() { e.Status = sw.status; p.record(e) }()
 		p.rp.ServeHTTP(sw, r)
+	case FaultLag:
+		lw := newLagWriter(r.Context(), w, fr.After)
+		e.Reached = true
+		defer func() { e.Status = lw.status; p.record(e) }()
+		p.rp.ServeHTTP(lw, r)
+		lw.close()
+	case FaultHold:
+		p.mu.Lock()
+		p.held[fr.Name]++
+		p.mu.Unlock()
+		select {
+		case <-fr.release:
+		case <-p.closed:
+		}
+		p.mu.Lock()
+		p.held[fr.Name]--
+		p.mu.Unlock()
+		e.At = time.Now() // logged when it went on: when it landed
+		e.Reached = true
+		if r.Context().Err() != nil {
+			// The client gave up (or died): the request goes on all the
+			// same, as one already on its way would, and its answer is
+			// thrown away.
+			d := &discard{}
+			p.rp.ServeHTTP(d, r.WithContext(context.WithoutCancel(r.Context())))
+			e.Status = d.status
+			p.record(e)
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() { e.Status = rec.status; p.record(e) }()
+		p.rp.ServeHTTP(rec, r)
 	default:
 		p.t.Errorf("fault proxy: unknown fault kind %q", fr.Kind)
 		p.record(e)
 		w.WriteHeader(http.StatusInternalServerError)
 	}
+}
+
+// lagWriter relays a watch's status and headers at once and its body
+// chunks lag late, in order, from a goroutine of its own (ReverseProxy's
+// flushes are no-ops: the goroutine flushes each chunk it writes). Chunks
+// are relayed as they came, whatever their framing (JSON or protobuf).
+type lagWriter struct {
+	statusRecorder
+	lag    time.Duration
+	ctx    context.Context
+	chunks chan lagChunk
+	done   chan struct{}
+}
+
+type lagChunk struct {
+	due time.Time
+	b   []byte
+}
+
+func newLagWriter(ctx context.Context, w http.ResponseWriter, lag time.Duration) *lagWriter {
+	l := &lagWriter{statusRecorder: statusRecorder{ResponseWriter: w}, lag: lag, ctx: ctx,
+		chunks: make(chan lagChunk, 4096), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+func (l *lagWriter) WriteHeader(code int) {
+	l.statusRecorder.WriteHeader(code)
+	l.statusRecorder.Flush() // the client sees its watch open at once
+}
+
+// Write queues a copy of b, due lag from now.
+func (l *lagWriter) Write(b []byte) (int, error) {
+	select {
+	case l.chunks <- lagChunk{due: time.Now().Add(l.lag), b: append([]byte(nil), b...)}:
+		return len(b), nil
+	case <-l.ctx.Done():
+		return 0, l.ctx.Err()
+	}
+}
+
+// Flush is the goroutine's: ReverseProxy's own would race with it.
+func (l *lagWriter) Flush() {}
+
+func (l *lagWriter) run() {
+	defer close(l.done)
+	for c := range l.chunks {
+		if d := time.Until(c.due); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-l.ctx.Done():
+				t.Stop()
+				for range l.chunks { // the client is gone: drop the rest
+				}
+				return
+			}
+		}
+		if _, err := l.ResponseWriter.Write(c.b); err != nil {
+			for range l.chunks {
+			}
+			return
+		}
+		l.statusRecorder.Flush()
+	}
+}
+
+// close waits until every queued chunk is relayed (or dropped, the client
+// gone): the handler must not return while the goroutine still writes.
+func (l *lagWriter) close() {
+	close(l.chunks)
+	<-l.done
 }
 
 // hang blocks until the client gives up or the proxy closes.
