@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
-	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
+	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // The repair checker's invariants, as reported.
