@@ -245,6 +245,10 @@ func gitOpsOwner(d *appsv1.Deployment) string {
 		return "Flux Kustomization " + d.Labels["kustomize.toolkit.fluxcd.io/name"]
 	case d.Labels["helm.toolkit.fluxcd.io/name"] != "":
 		return "Flux HelmRelease " + d.Labels["helm.toolkit.fluxcd.io/name"]
+	case d.Labels["app.kubernetes.io/instance"] != "":
+		// Argo CD's default tracking label (which Helm sets too: the
+		// warning is worded for both, and only warns).
+		return "Argo CD application or Helm release " + d.Labels["app.kubernetes.io/instance"] + " (label app.kubernetes.io/instance, Argo CD's default tracking)"
 	}
 	return ""
 }

@@ -88,6 +88,11 @@ func TestGitOpsOwner(t *testing.T) {
 	if got := gitOpsOwner(d); got != "Flux Kustomization apps" {
 		t.Errorf("gitOpsOwner = %q", got)
 	}
+	// Argo CD's default tracking label (issue 46 point 6).
+	d.Labels = map[string]string{"app.kubernetes.io/instance": "shop"}
+	if got := gitOpsOwner(d); !strings.Contains(got, "Argo CD application or Helm release shop") {
+		t.Errorf("gitOpsOwner = %q for Argo CD's default tracking label", got)
+	}
 	d.Labels = nil
 	if got := gitOpsOwner(d); got != "" {
 		t.Errorf("gitOpsOwner = %q for a Deployment nothing manages", got)
