@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -40,11 +41,24 @@ const (
 	// person starts the machine again (a new boot), so that later faults
 	// keep a full fleet.
 	kindFencePartition chaos.Kind = "fence-partition"
+	// kindConfirmLeaderless: confirm-then-powercycle with no leader from
+	// before the confirmation until after the new boot (issue 45 point 4,
+	// fifth hole): every replica is killed as the machine shuts down, a
+	// person confirms it dead, the machine starts (a new boot), the
+	// replicas start again 1.5-3s later, and the live machine is cut off
+	// 3-6s after that. The first controller to read the confirmation reads
+	// it beside the new boot: one that binds it to that boot takes the
+	// machine out of service while it runs (running-machine).
+	kindConfirmLeaderless chaos.Kind = "confirm-leaderless"
 
 	opConfirm   chaos.Op = "confirm-out-of-service"
 	opUnconfirm chaos.Op = "unconfirm-out-of-service"
 	opFenceJoin chaos.Op = "fence-pool-join"
 	opFenceExit chaos.Op = "fence-pool-leave"
+	// opReplicasKill SIGKILLs every replica and keeps their slots empty
+	// (no restart on exit) until opReplicasStart starts one in each.
+	opReplicasKill  chaos.Op = "kill-all-replicas"
+	opReplicasStart chaos.Op = "start-all-replicas"
 
 	// annConfirm is outofservice's AnnotationConfirm, spelled out (the
 	// runner plays a person, who types it).
@@ -52,7 +66,7 @@ const (
 )
 
 // personKinds are a person's kinds, for -kinds.
-var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition}
+var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition, kindConfirmLeaderless}
 
 // personMeanGap is the mean time between two of a person's faults.
 const personMeanGap = 20 * time.Second
@@ -89,6 +103,9 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	var faults []chaos.Fault
 	var steps []chaos.Step
 	at := time.Duration(0)
+	// leaderless: when the last confirm-leaderless ends; another starting
+	// before would restart the replicas inside its window.
+	var leaderless time.Duration
 	for {
 		at = (at + time.Duration(r.ExpFloat64()*float64(gap))).Round(time.Millisecond)
 		if at >= window {
@@ -115,6 +132,22 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+		case kindConfirmLeaderless:
+			n := []string{all[r.IntN(len(all))]}
+			confirm := draw(1500*time.Millisecond, 4*time.Second)
+			on := confirm + draw(2*time.Second, 6*time.Second)
+			up := on + draw(1500*time.Millisecond, 3*time.Second)
+			cut := up + draw(3*time.Second, 6*time.Second)
+			end := cut + draw(10*time.Second, 15*time.Second)
+			f.Nodes, f.Duration = n, end
+			add(0, chaos.Step{Op: opReplicasKill})
+			add(0, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: n})
+			add(confirm, chaos.Step{Op: opConfirm, Nodes: n})
+			add(on, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
+			add(up, chaos.Step{Op: opReplicasStart})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
+			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
 		case kindFencePartition:
 			n := []string{rest[r.IntN(len(rest))]}
 			cut := draw(1500*time.Millisecond, 3*time.Second)
@@ -131,8 +164,11 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(leave, chaos.Step{Op: opFenceExit, Nodes: n})
 		}
-		if at+f.Duration > window {
+		if at+f.Duration > window || (k == kindConfirmLeaderless && at < leaderless) {
 			continue // the draw is spent: the same seed keeps its faults
+		}
+		if k == kindConfirmLeaderless {
+			leaderless = at + f.Duration
 		}
 		faults = append(faults, f)
 		steps = append(steps, fs...)
@@ -159,6 +195,40 @@ func withPersonFaults(s chaos.Schedule, zones []chaos.Zone, kinds kindSet) chaos
 	s.Steps = append(append([]chaos.Step(nil), s.Steps...), steps...)
 	sort.SliceStable(s.Steps, func(i, j int) bool { return s.Steps[i].At < s.Steps[j].At })
 	return s
+}
+
+// applyPerson performs a person's step that apply does not know; ok is
+// false for an unknown op.
+func (c *cluster) applyPerson(s chaos.Step) (what string, ok bool) {
+	switch s.Op {
+	case opReplicasKill:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var pids []string
+		for i, r := range c.slots {
+			if r == nil {
+				continue
+			}
+			r.ended.Store(true) // no restart on its exit
+			_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL)
+			c.slots[i] = nil
+			pids = append(pids, fmt.Sprintf("slot %d pid %d", i, r.cmd.Process.Pid))
+		}
+		return fmt.Sprintf(" (SIGKILL %v)", pids), true
+	case opReplicasStart:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var pids []string
+		for i, r := range c.slots {
+			if r != nil {
+				continue
+			}
+			c.slots[i] = c.startReplica(i)
+			pids = append(pids, fmt.Sprintf("slot %d pid %d", i, c.slots[i].cmd.Process.Pid))
+		}
+		return fmt.Sprintf(" (started %v)", pids), true
+	}
+	return "", false
 }
 
 // setAnnotation sets (value non-nil) or removes a node's annotation, as a
