@@ -447,6 +447,12 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	from := decided.Add(-c.countMargin())
 	states := c.zoneStatesBy(func(n string) bool { return c.truth.Always(n, from, at, Machine.NotReady) }, c.presentSince(from.Add(-c.limits.Slack)))
 	zone := c.truth.Zone(n.Name)
+	if c.eitherWayForbidden(zone, from, at) {
+		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while every zone but %s was certainly in FullDisruption and %s certainly in PartialDisruption or FullDisruption "+
+			"(size %d <= %d): with a node of it counted Ready, its eviction rate was 0; with none, every zone was down (master disruption mode: no taint)",
+			s.taint.Key, fmtTime(s.taint.TimeAdded), zone, zone, c.zoneSize(zone), c.limits.LargeClusterThreshold)
+		return
+	}
 	if !allFull(states) && (states[zone] != "PartialDisruption" || c.someReady(zone, decided.Add(-c.limits.MonitorPeriod-c.limits.ViewLag), decided, at, nil) == "") {
 		// Not forbidden by the certain silences: judged again on the
 		// checker's own view of the renewals once its Lease watch has had
@@ -463,6 +469,48 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while zone %s was certainly in PartialDisruption (size %d <= %d: eviction rate 0)",
 			s.taint.Key, fmtTime(s.taint.TimeAdded), zone, c.zoneSize(zone), c.limits.LargeClusterThreshold)
 	}
+}
+
+// eitherWayForbidden: a new taint of a node of zone is forbidden whatever
+// the controller counted of the nodes the checker cannot be sure of, when
+// every node of every other zone was certainly not Ready over [from, to]
+// (those zones in FullDisruption) and zone, a small one, had enough
+// certainly not Ready to be in PartialDisruption even if all its other
+// nodes were counted Ready. Counting more of them not Ready only moves
+// zone to FullDisruption: then every zone is, the all-zones mode, no taint;
+// otherwise zone's rate is 0. Unlike someReady, this needs no node the
+// controller certainly counted Ready, which right after the all-zones heal
+// (a node healthy for less than a grace period) nothing shows: leaving the
+// all-zones mode with one zone partially disrupted is judged here
+// (all-zones-lasting). Every node of the ground truth is counted, the ones
+// the checker has not seen or saw deleted too: a node the controller may
+// have had must not make a zone look more disrupted than it was.
+func (c *Checker) eitherWayForbidden(zone string, from, to time.Time) bool {
+	zones := c.truth.Zones()
+	if len(zones) == 0 || c.zoneSize(zone) > c.limits.LargeClusterThreshold {
+		return false
+	}
+	certain := func(n string) bool { return c.truth.Always(n, from, to, Machine.NotReady) }
+	states := c.zoneStatesBy(certain, nil)
+	if states[zone] != "PartialDisruption" { // FullDisruption too: allFull judges it
+		return false
+	}
+	for _, z := range zones {
+		if z.Name == zone {
+			continue
+		}
+		for _, n := range z.Nodes {
+			if obj := c.nodes[n]; obj != nil {
+				if _, ex := obj.Labels[excludeLabel]; ex {
+					continue
+				}
+			}
+			if !certain(n) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (c *Checker) zoneSize(zone string) int {

@@ -46,10 +46,23 @@ const (
 	// fifth hole): every replica is killed as the machine shuts down, a
 	// person confirms it dead, the machine starts (a new boot), the
 	// replicas start again 1.5-3s later, and the live machine is cut off
-	// 3-6s after that. The first controller to read the confirmation reads
+	// 3-6s after that, until 22-27s after the replicas started. The first controller to read the confirmation reads
 	// it beside the new boot: one that binds it to that boot takes the
 	// machine out of service while it runs (running-machine).
 	kindConfirmLeaderless chaos.Kind = "confirm-leaderless"
+	// kindAllZonesLasting: not a person's but drawn on purpose from the
+	// same stream (pkg/chaos's schedules are another helper's): the
+	// all-zones exit with one zone partially disrupted (issue 45 point 4,
+	// second hole). Node X of a zone powers off and is tainted (judged
+	// dead) while its zone is Normal; 8-10s later every node is cut off;
+	// two more nodes of X's zone power off (or their kubelets stop) within
+	// 1.5s of the cut; 15-18s after the cut the zone's fourth node alone
+	// is healed, the other zones 6-9s later, and X and the two stay silent
+	// 10-14s past the first heal. The controller leaves the all-zones mode
+	// on seeing the fourth node: X's zone is then PartialDisruption (rate
+	// 0), and restoring X's taint at once is zone-rules' violation
+	// (checker.go eitherWayForbidden).
+	kindAllZonesLasting chaos.Kind = "all-zones-lasting"
 
 	opConfirm   chaos.Op = "confirm-out-of-service"
 	opUnconfirm chaos.Op = "unconfirm-out-of-service"
@@ -66,7 +79,7 @@ const (
 )
 
 // personKinds are a person's kinds, for -kinds.
-var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition, kindConfirmLeaderless}
+var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition, kindConfirmLeaderless, kindAllZonesLasting}
 
 // personMeanGap is the mean time between two of a person's faults.
 const personMeanGap = 20 * time.Second
@@ -103,9 +116,12 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	var faults []chaos.Fault
 	var steps []chaos.Step
 	at := time.Duration(0)
-	// leaderless: when the last confirm-leaderless ends; another starting
-	// before would restart the replicas inside its window.
-	var leaderless time.Duration
+	// alone: when the last fault that needs the cluster to itself ends
+	// (confirm-leaderless: another would restart the replicas inside its
+	// window; all-zones-lasting: another would heal its nodes early). One
+	// drawn before then is spent.
+	var alone time.Duration
+	exclusive := func(k chaos.Kind) bool { return k == kindConfirmLeaderless || k == kindAllZonesLasting }
 	for {
 		at = (at + time.Duration(r.ExpFloat64()*float64(gap))).Round(time.Millisecond)
 		if at >= window {
@@ -138,7 +154,10 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			on := confirm + draw(2*time.Second, 6*time.Second)
 			up := on + draw(1500*time.Millisecond, 3*time.Second)
 			cut := up + draw(3*time.Second, 6*time.Second)
-			end := cut + draw(10*time.Second, 15*time.Second)
+			// A new leader's outofservice taints nothing until
+			// kube.WriteTimeout (15s) after it started leading (the old
+			// leader's writes may land until then): the cut lasts past it.
+			end := up + draw(22*time.Second, 27*time.Second)
 			f.Nodes, f.Duration = n, end
 			add(0, chaos.Step{Op: opReplicasKill})
 			add(0, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: n})
@@ -148,6 +167,35 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+		case kindAllZonesLasting:
+			z := zones[r.IntN(len(zones))].Nodes
+			p := r.Perm(len(z))
+			x, ys, w := []string{z[p[0]]}, []string{z[p[1]], z[p[2]]}, []string{z[p[3]]}
+			var cutAll, others []string
+			for _, zz := range zones {
+				cutAll = append(cutAll, zz.Nodes...)
+				if zz.Nodes[0] != z[0] {
+					others = append(others, zz.Nodes...)
+				}
+			}
+			stop, start := chaos.OpMachineShutdown, chaos.OpMachineStart
+			if r.IntN(2) == 0 {
+				stop, start = chaos.OpKubeletStop, chaos.OpKubeletStart
+			}
+			cut := draw(8*time.Second, 10*time.Second)
+			quiet := cut + draw(200*time.Millisecond, 1500*time.Millisecond)
+			healW := cut + draw(15*time.Second, 18*time.Second)
+			healOthers := healW + draw(6*time.Second, 9*time.Second)
+			end := healW + draw(10*time.Second, 14*time.Second)
+			f.Nodes, f.Duration = append(append(append([]string(nil), x...), ys...), w...), end
+			add(0, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: x})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: cutAll})
+			add(quiet, chaos.Step{Op: stop, Nodes: ys})
+			add(healW, chaos.Step{Op: chaos.OpHeal, Nodes: w})
+			add(healOthers, chaos.Step{Op: chaos.OpHeal, Nodes: others})
+			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: append(append([]string(nil), x...), ys...)})
+			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: x})
+			add(end, chaos.Step{Op: start, Nodes: ys})
 		case kindFencePartition:
 			n := []string{rest[r.IntN(len(rest))]}
 			cut := draw(1500*time.Millisecond, 3*time.Second)
@@ -164,11 +212,11 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(leave, chaos.Step{Op: opFenceExit, Nodes: n})
 		}
-		if at+f.Duration > window || (k == kindConfirmLeaderless && at < leaderless) {
+		if at+f.Duration > window || (exclusive(k) && at < alone) {
 			continue // the draw is spent: the same seed keeps its faults
 		}
-		if k == kindConfirmLeaderless {
-			leaderless = at + f.Duration
+		if exclusive(k) {
+			alone = at + f.Duration
 		}
 		faults = append(faults, f)
 		steps = append(steps, fs...)
