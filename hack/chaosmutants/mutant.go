@@ -59,7 +59,7 @@ const fenceRunning = "fence-running"
 var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave"}
 
 // personKinds are test/chaos/person_test.go's fault kinds (compared there too).
-var personKinds = []string{"confirm-then-powercycle", "fence-partition", "confirm-leaderless", "all-zones-lasting"}
+var personKinds = []string{"confirm-then-powercycle", "fence-partition", "confirm-leaderless", "all-zones-lasting", "toleration-shortened"}
 
 // knownInvariants are every name a violation can carry.
 func knownInvariants() []string {

@@ -795,3 +795,29 @@ func TestZoneRulesLeavingAllZonesPartial(t *testing.T) {
 	wantViolations(t, c, InvZoneRules, 0, "")
 
 }
+
+// TestEvictionBeforeShortenedToleration: a toleration shortened from 60 s
+// to 8 s at 15 s, 10 s into the taint, counts its 8 s from the change as
+// the checker saw it (less the slack, 2 s here): evicted at 15 (the taint's
+// timeAdded + 8 s passed already), it is early; at 22 it is not (the
+// toleration-from-new-value mutant).
+func TestEvictionBeforeShortenedToleration(t *testing.T) {
+	c := history(t, 1.0, partition("n1"))
+	c.ObserveNode(at(5), node("n1", unreachable(5)), false)
+	p := pod("tol-1", "n1", ptr.To(int64(60)))
+	c.ObservePod(at(1), p, false)
+	short := pod("tol-1", "n1", ptr.To(int64(8)))
+	c.ObservePod(at(15.1), short, false)
+	c.ObservePod(at(15.6), evicted(short, reasonTaintEvict, 15), false) // due at 15.1-2+8 = 21.1
+	wantViolations(t, c, InvToleration, 1, "from the tolerations' change seen at")
+
+	q := pod("tol-2", "n1", ptr.To(int64(60)))
+	c.ObservePod(at(1), q, false)
+	c.ObservePod(at(15.1), pod("tol-2", "n1", ptr.To(int64(8))), false)
+	c.ObservePod(at(22.3), evicted(pod("tol-2", "n1", ptr.To(int64(8))), reasonTaintEvict, 22), false)
+	// Unchanged tolerations still count from the taint's timeAdded.
+	r := pod("web-3", "n1", ptr.To(int64(8)))
+	c.ObservePod(at(1), r, false)
+	c.ObservePod(at(13.2), evicted(r, reasonTaintEvict, 13), false)
+	wantViolations(t, c, InvToleration, 1, "")
+}

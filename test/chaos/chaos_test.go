@@ -651,7 +651,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 			return fmt.Sprintf(" (injected %d times)", n)
 		}
 	default:
-		if what, ok := c.applyPerson(s); ok { // person_test.go's own ops
+		if what, ok := c.applyPerson(ctx, s); ok { // person_test.go's own ops
 			return what
 		}
 		t.Fatalf("unknown step %s", s)
