@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -342,6 +343,12 @@ func (c *cluster) applyPerson(ctx context.Context, s chaos.Step) (what string, o
 		return fmt.Sprintf(" (started %v)", pids), true
 	}
 	return "", false
+}
+
+// withGrace is the replicas' configuration with nodeMonitorGracePeriod g
+// (-grace).
+func withGrace(yaml string, g time.Duration) string {
+	return strings.Replace(yaml, "nodeMonitorGracePeriod: "+grace.String(), "nodeMonitorGracePeriod: "+g.String(), 1)
 }
 
 // tolPodName is toleration-shortened's pod of a fault.
