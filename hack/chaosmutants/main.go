@@ -42,6 +42,7 @@ var (
 	flagBaseFile = flag.String("baseline-file", "bin/chaos-mutants-baseline.json", "baseline results, read by mutant runs and written by -baseline")
 	flagKeep     = flag.Bool("keep", false, "keep each mutant's scratch copy of the tree")
 	flagLogs     = flag.String("logs", "bin/chaos-mutants", "directory for each seed's test output (NAME/seed-N.log)")
+	flagSeeds    = flag.String("seeds", "", "seeds to run instead of each mutant's Seeds, comma-separated (e.g. the baseline of the seed that caught one)")
 )
 
 // result is what one mutant (or one baseline configuration) came to.
@@ -183,12 +184,33 @@ type runner struct {
 }
 
 // key names a seed's configuration in the baseline file.
-func key(seed int64, d time.Duration, kinds []string, kindsUsed bool) string {
+func key(seed int64, d time.Duration, kinds []string, kindsUsed bool, config []string) string {
 	k := "all"
 	if kindsUsed && len(kinds) > 0 {
 		k = strings.Join(kinds, ",")
 	}
-	return fmt.Sprintf("seed=%d duration=%v kinds=%s", seed, d, k)
+	out := fmt.Sprintf("seed=%d duration=%v kinds=%s", seed, d, k)
+	if len(config) > 0 {
+		out += " config=" + strings.Join(config, ",")
+	}
+	return out
+}
+
+// seedsOf are the seeds to run of m: -seeds when given.
+func seedsOf(m *mutant) []int64 {
+	if *flagSeeds == "" {
+		return m.Seeds
+	}
+	var out []int64
+	for _, s := range splitList(*flagSeeds) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "chaos-mutants: -seeds=%q: %q is not a whole number\n", *flagSeeds, s)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // build is a tree built for seed runs: the race-enabled chaos test binary
@@ -262,7 +284,7 @@ var (
 )
 
 // runSeed runs TestChaos on one seed until done or until the deadline.
-func (r *runner) runSeed(ctx context.Context, b *build, name string, seed int64, d time.Duration, kinds []string) seedRun {
+func (r *runner) runSeed(ctx context.Context, b *build, name string, seed int64, d time.Duration, kinds, config []string) seedRun {
 	logDir := filepath.Join(r.root, *flagLogs, name)
 	_ = os.MkdirAll(logDir, 0o755)
 	logPath := filepath.Join(logDir, fmt.Sprintf("seed-%d.log", seed))
@@ -279,6 +301,11 @@ func (r *runner) runSeed(ctx context.Context, b *build, name string, seed int64,
 		"-seed=" + strconv.FormatInt(seed, 10), "-duration=" + d.String(), "-out=" + filepath.Join(b.dir, "timelines")}
 	if b.kinds && len(kinds) > 0 {
 		args = append(args, "-kinds="+strings.Join(kinds, ","))
+	}
+	// A TestChaos without the flag refuses it ("flag provided but not
+	// defined"): the mutant is then an error, not silently another run.
+	for _, kv := range config {
+		args = append(args, "-"+kv)
 	}
 	cmd := exec.Command(b.test, args...)
 	cmd.Dir = filepath.Join(b.dir, "test", "chaos")
@@ -372,12 +399,12 @@ func (r *runner) mutant(m *mutant) result {
 	ctx, cancel := context.WithTimeout(interrupted, *flagBudget)
 	defer cancel()
 	var others []string
-	for _, seed := range m.Seeds {
+	for _, seed := range seedsOf(m) {
 		if ctx.Err() != nil {
 			break
 		}
 		progress("%s: seed %d (duration %v, %v of the budget left)", m.Name, seed, m.Duration, (*flagBudget - time.Since(start)).Round(time.Second))
-		sr := r.runSeed(ctx, b, m.Name, seed, m.Duration, m.Kinds)
+		sr := r.runSeed(ctx, b, m.Name, seed, m.Duration, m.Kinds, m.Config)
 		res.SeedsRun = append(res.SeedsRun, seed)
 		if len(sr.violations) > 0 {
 			res.Seed, res.ToCatch, res.Invariants, res.First = seed, time.Since(start), sr.invariants, sr.violations[0]
@@ -387,7 +414,7 @@ func (r *runner) mutant(m *mutant) result {
 					res.Outcome = "yes"
 				}
 			}
-			if bl, ok := r.baselines[key(seed, m.Duration, m.Kinds, b.kinds)]; !ok {
+			if bl, ok := r.baselines[key(seed, m.Duration, m.Kinds, b.kinds, m.Config)]; !ok {
 				res.Baseline = "not run"
 			} else if len(bl.Violations) > 0 {
 				res.Baseline = fmt.Sprintf("FAILS TOO (%d violations: %s): this catch proves nothing", len(bl.Violations), bl.Violations[0])
@@ -436,15 +463,15 @@ func (r *runner) baseline(ms []*mutant) ([]result, error) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(interrupted, *flagBudget)
 		res := result{Mutant: "baseline of " + m.Name, Expected: []string{"none"}, Outcome: "0 violations", KindsUsed: b.kinds}
-		for _, seed := range m.Seeds {
-			k := key(seed, m.Duration, m.Kinds, b.kinds)
+		for _, seed := range seedsOf(m) {
+			k := key(seed, m.Duration, m.Kinds, b.kinds, m.Config)
 			if done[k] || ctx.Err() != nil {
 				continue
 			}
 			done[k] = true
 			progress("baseline: %s", k)
 			// Logs by mutant: seeds of two configurations would overwrite each other.
-			sr := r.runSeed(ctx, b, "baseline-"+m.Name, seed, m.Duration, m.Kinds)
+			sr := r.runSeed(ctx, b, "baseline-"+m.Name, seed, m.Duration, m.Kinds, m.Config)
 			res.SeedsRun = append(res.SeedsRun, seed)
 			if sr.timedOut {
 				break

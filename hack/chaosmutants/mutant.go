@@ -24,6 +24,7 @@ import (
 //	Kinds: zone-partition,rack-partition
 //	Seeds: 1,2,3,4,5
 //	Duration: 45s
+//	Config: grace=10s                         (optional; TestChaos flags, see configKeys)
 //	Status: pending <what must land first>   (optional; then no diff)
 //	Note: free text (optional)
 
@@ -36,6 +37,10 @@ type mutant struct {
 	Kinds     []string
 	Seeds     []int64
 	Duration  time.Duration
+	// Config are TestChaos flags of the replicas' and the checker's
+	// configuration, "KEY=VALUE" (configKeys), passed as -KEY=VALUE to
+	// every seed of the mutant (and its baseline).
+	Config []string
 	// Pending says what must land in main before the mutant can be written
 	// (its safety rule does not exist yet); a pending mutant has no diff.
 	Pending string
@@ -59,7 +64,7 @@ const fenceRunning = "fence-running"
 var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave"}
 
 // personKinds are test/chaos/person_test.go's fault kinds (compared there too).
-var personKinds = []string{"confirm-then-powercycle", "fence-partition"}
+var personKinds = []string{"confirm-then-powercycle", "fence-partition", "confirm-leaderless", "all-zones-lasting", "toleration-shortened"}
 
 // knownInvariants are every name a violation can carry.
 func knownInvariants() []string {
@@ -77,7 +82,26 @@ func knownKinds() []string {
 	return append(append(out, repairKinds...), personKinds...)
 }
 
-var headerKeys = []string{"Mutant", "Invariant", "Reverts", "Kinds", "Seeds", "Duration", "Status", "Note"}
+var headerKeys = []string{"Mutant", "Invariant", "Reverts", "Kinds", "Seeds", "Duration", "Config", "Status", "Note"}
+
+// configKeys are the configuration a mutant's Config may set: TestChaos's
+// flag of the same name (test/chaos/chaos_test.go; TestConfigKeysAreFlags
+// compares), and how its value is checked.
+var configKeys = map[string]func(string) error{
+	// grace: nodeMonitorGracePeriod of the replicas and the checker (3s by
+	// default), for the rules whose window a 3s grace makes shorter than
+	// the checker's view lag.
+	"grace": func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return err
+		}
+		if d < time.Second || d > 30*time.Second {
+			return fmt.Errorf("%v: want 1s to 30s", d)
+		}
+		return nil
+	},
+}
 
 // parseMutant reads and checks one mutant file.
 func parseMutant(path string) (*mutant, error) {
@@ -134,6 +158,23 @@ func parseMutant(path string) (*mutant, error) {
 				return nil, fmt.Errorf("%s:%d: Duration %q: %v (e.g. 45s)", path, line, val, err)
 			}
 			m.Duration = d
+		case "Config":
+			for _, kv := range splitList(val) {
+				k, v, ok := strings.Cut(kv, "=")
+				check := configKeys[k]
+				if !ok || check == nil {
+					var known []string
+					for k := range configKeys {
+						known = append(known, k)
+					}
+					sort.Strings(known)
+					return nil, fmt.Errorf("%s:%d: Config %q: want KEY=VALUE with KEY one of %s", path, line, kv, strings.Join(known, ", "))
+				}
+				if err := check(v); err != nil {
+					return nil, fmt.Errorf("%s:%d: Config %s: %v", path, line, k, err)
+				}
+				m.Config = append(m.Config, kv)
+			}
 		case "Status":
 			p, ok := strings.CutPrefix(val, "pending")
 			if !ok || strings.TrimSpace(p) == "" {

@@ -117,6 +117,13 @@ func TestKnownNamesMatchTheCheckers(t *testing.T) {
 	if !slices.Equal(kinds, repairKinds) {
 		t.Errorf("test/chaos/repair_test.go names the repair fault kinds %v; repairKinds has %v", kinds, repairKinds)
 	}
+	// Every Config key is a flag of TestChaos's.
+	chaosTest := read("test/chaos/chaos_test.go")
+	for k := range configKeys {
+		if !regexp.MustCompile(`flag\.\w+\("` + regexp.QuoteMeta(k) + `"`).MatchString(chaosTest) {
+			t.Errorf("Config key %q is not a flag of test/chaos/chaos_test.go (flag.X(%q, ...)): a mutant setting it would fail to run", k, k)
+		}
+	}
 	kinds = nil
 	for _, m := range regexp.MustCompile(`chaos\.Kind\s*=\s*"([^"]+)"`).FindAllStringSubmatch(read("test/chaos/person_test.go"), -1) {
 		kinds = append(kinds, m[1])
@@ -143,6 +150,10 @@ func TestParseMutantRefusesBadHeaders(t *testing.T) {
 		{"pending with a diff", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nStatus: pending a fix\n", 1), "a pending mutant has no diff"},
 		{"pending", strings.Replace(strings.TrimSuffix(good, "diff --git a/x b/x\n"), "power-off", "lost-answer", 1) + "Status: pending a fix\n", ""},
 		{"status", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nStatus: done\n", 1), "the only status"},
+		{"config", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: grace=10s\n", 1), ""},
+		{"unknown config", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: graze=10s\n", 1), `Config "graze=10s": want KEY=VALUE with KEY one of grace`},
+		{"bad config value", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: grace=10\n", 1), "Config grace"},
+		{"config out of range", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: grace=1m\n", 1), "want 1s to 30s"},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "-"), func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "m.patch")

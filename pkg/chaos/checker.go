@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -147,6 +148,10 @@ type taintSeen struct {
 type podSeen struct {
 	pod        *v1.Pod
 	readyFalse time.Time // when Ready last went False (condition time, else observed)
+	// tolsChanged: when the checker saw the pod's tolerations change
+	// (zero: never, as created). A changed toleration counts from the
+	// change (upstream's taint manager reschedules from it).
+	tolsChanged time.Time
 }
 
 // Checker evaluates the invariants on every change it is told about. It
@@ -447,6 +452,12 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	from := decided.Add(-c.countMargin())
 	states := c.zoneStatesBy(func(n string) bool { return c.truth.Always(n, from, at, Machine.NotReady) }, c.presentSince(from.Add(-c.limits.Slack)))
 	zone := c.truth.Zone(n.Name)
+	if c.eitherWayForbidden(zone, from, at) {
+		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while every zone but %s was certainly in FullDisruption and %s certainly in PartialDisruption or FullDisruption "+
+			"(size %d <= %d): with a node of it counted Ready, its eviction rate was 0; with none, every zone was down (master disruption mode: no taint)",
+			s.taint.Key, fmtTime(s.taint.TimeAdded), zone, zone, c.zoneSize(zone), c.limits.LargeClusterThreshold)
+		return
+	}
 	if !allFull(states) && (states[zone] != "PartialDisruption" || c.someReady(zone, decided.Add(-c.limits.MonitorPeriod-c.limits.ViewLag), decided, at, nil) == "") {
 		// Not forbidden by the certain silences: judged again on the
 		// checker's own view of the renewals once its Lease watch has had
@@ -463,6 +474,48 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while zone %s was certainly in PartialDisruption (size %d <= %d: eviction rate 0)",
 			s.taint.Key, fmtTime(s.taint.TimeAdded), zone, c.zoneSize(zone), c.limits.LargeClusterThreshold)
 	}
+}
+
+// eitherWayForbidden: a new taint of a node of zone is forbidden whatever
+// the controller counted of the nodes the checker cannot be sure of, when
+// every node of every other zone was certainly not Ready over [from, to]
+// (those zones in FullDisruption) and zone, a small one, had enough
+// certainly not Ready to be in PartialDisruption even if all its other
+// nodes were counted Ready. Counting more of them not Ready only moves
+// zone to FullDisruption: then every zone is, the all-zones mode, no taint;
+// otherwise zone's rate is 0. Unlike someReady, this needs no node the
+// controller certainly counted Ready, which right after the all-zones heal
+// (a node healthy for less than a grace period) nothing shows: leaving the
+// all-zones mode with one zone partially disrupted is judged here
+// (all-zones-lasting). Every node of the ground truth is counted, the ones
+// the checker has not seen or saw deleted too: a node the controller may
+// have had must not make a zone look more disrupted than it was.
+func (c *Checker) eitherWayForbidden(zone string, from, to time.Time) bool {
+	zones := c.truth.Zones()
+	if len(zones) == 0 || c.zoneSize(zone) > c.limits.LargeClusterThreshold {
+		return false
+	}
+	certain := func(n string) bool { return c.truth.Always(n, from, to, Machine.NotReady) }
+	states := c.zoneStatesBy(certain, nil)
+	if states[zone] != "PartialDisruption" { // FullDisruption too: allFull judges it
+		return false
+	}
+	for _, z := range zones {
+		if z.Name == zone {
+			continue
+		}
+		for _, n := range z.Nodes {
+			if obj := c.nodes[n]; obj != nil {
+				if _, ex := obj.Labels[excludeLabel]; ex {
+					continue
+				}
+			}
+			if !certain(n) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (c *Checker) zoneSize(zone string) int {
@@ -656,7 +709,11 @@ func (c *Checker) ObservePod(at time.Time, p *v1.Pod, deleted bool) {
 	}
 	ps := &podSeen{pod: p}
 	if prev != nil {
-		ps.readyFalse = prev.readyFalse
+		ps.readyFalse, ps.tolsChanged = prev.readyFalse, prev.tolsChanged
+		if prev.pod.UID == p.UID && !equality.Semantic.DeepEqual(prev.pod.Spec.Tolerations, p.Spec.Tolerations) {
+			ps.tolsChanged = at
+			c.note(at, "pod %s tolerations changed (node %s): %s", k, p.Spec.NodeName, tolerationSeconds(p))
+		}
 	}
 	c.pods[k] = ps
 	st, since := podReady(p)
@@ -686,7 +743,7 @@ func (c *Checker) ObservePod(at time.Time, p *v1.Pod, deleted bool) {
 	if p.DeletionTimestamp != nil && (old == nil || old.DeletionTimestamp == nil) {
 		reason, _ := disruption(p)
 		c.note(at, "pod %s terminating (node %s, %s)", k, p.Spec.NodeName, reason)
-		c.checkEviction(at, p)
+		c.checkEviction(at, p, ps.tolsChanged)
 		c.checkPDB(at, p)
 	}
 }
@@ -722,7 +779,11 @@ func (c *Checker) checkPodGone(at time.Time, p *v1.Pod) {
 // the node either is not tolerated or has been tolerated for the
 // toleration's seconds. Every taint seen on the node around the eviction is
 // considered (the pod and node watches are not ordered with each other).
-func (c *Checker) checkEviction(at time.Time, p *v1.Pod) {
+// A pod whose tolerations the checker saw change (tolsChanged) counts a
+// tolerated taint's seconds from the change too, taken as early as the
+// slack allows (a write is seen within the slack): never from the
+// controller's record of it.
+func (c *Checker) checkEviction(at time.Time, p *v1.Pod, tolsChanged time.Time) {
 	reason, when := disruption(p)
 	if reason != reasonTaintEvict {
 		return
@@ -737,16 +798,27 @@ func (c *Checker) checkEviction(at time.Time, p *v1.Pod) {
 			when.Format("15:04:05"), p.Spec.NodeName)
 	}
 	var considered []string
+	changed := time.Time{}
+	if !tolsChanged.IsZero() {
+		changed = tolsChanged.Add(-c.limits.Slack)
+	}
 	for _, s := range c.taintChain(p.Spec.NodeName, when, at) {
 		due, ok := dueTime(p, s.taint)
 		if !ok {
 			considered = append(considered, s.taint.Key+" tolerated forever")
 			continue
 		}
+		how := ""
+		if secs, tolerated := shortestToleration(p, s.taint); tolerated && !changed.IsZero() {
+			if from := changed.Add(time.Duration(max(secs, 0)) * time.Second); from.After(due) {
+				due = from
+				how = fmt.Sprintf(", %ds from the tolerations' change seen at %s less the slack", secs, tolsChanged.Format("15:04:05.000"))
+			}
+		}
 		if !due.After(latest) {
 			return
 		}
-		considered = append(considered, fmt.Sprintf("%s due %s", s.taint.Key, due.Format("15:04:05")))
+		considered = append(considered, fmt.Sprintf("%s due %s%s", s.taint.Key, due.Format("15:04:05.000"), how))
 	}
 	// Every taint in view was tolerated longer: an early eviction. With
 	// none in view the taint was lifted before the eviction: untainted-
@@ -783,6 +855,37 @@ func (c *Checker) taintChain(node string, when, at time.Time) []*taintSeen {
 		}
 	}
 	return chain
+}
+
+// shortestToleration is the shortest tolerationSeconds of the pod's
+// tolerations of t; tolerated is false when none tolerates it for a time.
+func shortestToleration(p *v1.Pod, t v1.Taint) (secs int64, tolerated bool) {
+	for _, tol := range p.Spec.Tolerations {
+		if !tolerates(tol, t) || tol.TolerationSeconds == nil {
+			continue
+		}
+		if !tolerated || *tol.TolerationSeconds < secs {
+			secs, tolerated = *tol.TolerationSeconds, true
+		}
+	}
+	return secs, tolerated
+}
+
+// tolerationSeconds lists a pod's NoExecute tolerations with their
+// seconds, for the timeline.
+func tolerationSeconds(p *v1.Pod) string {
+	var out []string
+	for _, tol := range p.Spec.Tolerations {
+		if tol.Effect != v1.TaintEffectNoExecute && tol.Effect != "" {
+			continue
+		}
+		secs := "forever"
+		if tol.TolerationSeconds != nil {
+			secs = fmt.Sprintf("%ds", *tol.TolerationSeconds)
+		}
+		out = append(out, tol.Key+" "+secs)
+	}
+	return strings.Join(out, ", ")
 }
 
 // dueTime is when a taint may evict the pod: its timeAdded when not

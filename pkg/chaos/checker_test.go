@@ -771,3 +771,61 @@ func TestZoneRulesOwnViewReplacedNode(t *testing.T) {
 	c.ObserveNode(at(10), node("n1", unreachable(9.5)), false)
 	wantViolations(t, c, InvZoneRules, 0, "")
 }
+
+// TestZoneRulesLeavingAllZonesPartial: every zone cut, n1 and n2 of zone-a
+// powered off inside the window and n0 before it (judged dead, its taint
+// stripped on entering the all-zones mode); n3 healed first, the other
+// zones 7 s later. A taint on n0 right after n3's heal is forbidden either
+// way: n3 counted Ready, zone-a is PartialDisruption (rate 0); not, every
+// zone is down. No node of zone-a was healthy for a grace period, so
+// someReady cannot say it (all-zones-lasting, issue 45 point 4).
+func TestZoneRulesLeavingAllZonesPartial(t *testing.T) {
+	all := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"}
+	others := all[4:]
+	off := func(n ...string) Step { return Step{Op: OpMachineShutdown, Nodes: n} }
+	c := history(t, 0.5, off("n0"), 8.0, partition(all...), 8.5, off("n1", "n2"), 24.0, heal("n3"), 31.0, heal(others...))
+	renewing(c, "n3", 24, 40)
+	c.ObserveNode(at(25.5), node("n0", unreachable(4)), false)
+	wantViolations(t, c, InvZoneRules, 1, "every zone but zone-a was certainly in FullDisruption and zone-a certainly in PartialDisruption")
+
+	// Every partition healed at once: another zone's node may be the one
+	// counted Ready, zone-a FullDisruption at the normal rate: allowed.
+	c = history(t, 0.5, off("n0"), 8.0, partition(all...), 8.5, off("n1", "n2"), 24.0, heal(all...))
+	renewing(c, "n3", 24, 40)
+	c.ObserveNode(at(25.5), node("n0", unreachable(4)), false)
+	c.Settle(at(40))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// Only n0 and n1 silent across the heal: zone-a Normal: allowed.
+	c = history(t, 0.5, off("n0"), 8.0, partition(all...), 8.5, off("n1"), 24.0, heal("n2", "n3"), 31.0, heal(others...))
+	c.ObserveNode(at(25.5), node("n0", unreachable(4)), false)
+	c.Settle(at(40))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+}
+
+// TestEvictionBeforeShortenedToleration: a toleration shortened from 60 s
+// to 8 s at 15 s, 10 s into the taint, counts its 8 s from the change as
+// the checker saw it (less the slack, 2 s here): evicted at 15 (the taint's
+// timeAdded + 8 s passed already), it is early; at 22 it is not (the
+// toleration-from-new-value mutant).
+func TestEvictionBeforeShortenedToleration(t *testing.T) {
+	c := history(t, 1.0, partition("n1"))
+	c.ObserveNode(at(5), node("n1", unreachable(5)), false)
+	p := pod("tol-1", "n1", ptr.To(int64(60)))
+	c.ObservePod(at(1), p, false)
+	short := pod("tol-1", "n1", ptr.To(int64(8)))
+	c.ObservePod(at(15.1), short, false)
+	c.ObservePod(at(15.6), evicted(short, reasonTaintEvict, 15), false) // due at 15.1-2+8 = 21.1
+	wantViolations(t, c, InvToleration, 1, "from the tolerations' change seen at")
+
+	q := pod("tol-2", "n1", ptr.To(int64(60)))
+	c.ObservePod(at(1), q, false)
+	c.ObservePod(at(15.1), pod("tol-2", "n1", ptr.To(int64(8))), false)
+	c.ObservePod(at(22.3), evicted(pod("tol-2", "n1", ptr.To(int64(8))), reasonTaintEvict, 22), false)
+	// Unchanged tolerations still count from the taint's timeAdded.
+	r := pod("web-3", "n1", ptr.To(int64(8)))
+	c.ObservePod(at(1), r, false)
+	c.ObservePod(at(13.2), evicted(r, reasonTaintEvict, 13), false)
+	wantViolations(t, c, InvToleration, 1, "")
+}

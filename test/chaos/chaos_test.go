@@ -49,6 +49,10 @@ var (
 	flagOut      = flag.String("out", "", "directory for each seed's full timeline (default: $TMPDIR/nodeshepherd-chaos)")
 	flagPlan     = flag.Bool("schedule-only", false, "print each seed's schedule (every stream, with -kinds) and run nothing")
 	flagKinds    = flag.String("kinds", "", "fault kinds to draw, comma-separated (pkg/chaos's, the remediation ones and the person ones; default: all)")
+	// flagGrace: a mutant's "Config: grace=..." (hack/chaosmutants), for
+	// rules whose window the default grace makes shorter than the checker's
+	// view lag.
+	flagGrace = flag.Duration("grace", grace, "nodeMonitorGracePeriod of the replicas and the checker")
 )
 
 // faultKinds is every kind -kinds takes: pkg/chaos's vocabulary, the
@@ -196,6 +200,9 @@ func TestChaos(t *testing.T) {
 	if *flagDuration <= 0 {
 		t.Fatalf("-duration=%v: give a positive duration, e.g. 60s", *flagDuration)
 	}
+	if *flagGrace < time.Second {
+		t.Fatalf("-grace=%v: give at least 1s", *flagGrace)
+	}
 	kinds, err := parseKinds(*flagKinds)
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +321,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	t.Logf("%d replicas; schedule %s", replicas, sched)
 
 	// The checkers watch before anything else writes.
-	checker := chaos.NewChecker(chaos.Limits{Grace: grace, MonitorPeriod: monitorPeriod, Slack: slack, MaxCordoned: maxCordoned,
+	checker := chaos.NewChecker(chaos.Limits{Grace: *flagGrace, MonitorPeriod: monitorPeriod, Slack: slack, MaxCordoned: maxCordoned,
 		MaxConcurrentDrains: maxDrains, MaxOutOfService: maxOOS, EvictionSlack: evictionSlack, EvictionRate: evictionRate, OverdueSlack: overdueSlack}, truth)
 	if err := chaos.Watch(ctx, client, checker); err != nil {
 		t.Fatal(err)
@@ -328,7 +335,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	pcfg := c.proxy.RESTConfig(cp.RESTConfig())
 	c.kc = framework.WriteKubeconfig(t, pcfg.Host, pcfg.CAData, pcfg.BearerToken)
 	c.conf = filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(c.conf, []byte(configYAML), 0o600); err != nil {
+	if err := os.WriteFile(c.conf, []byte(withGrace(configYAML, *flagGrace)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
@@ -693,6 +700,9 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 			return fmt.Sprintf(" (injected %d times)", n)
 		}
 	default:
+		if what, ok := c.applyPerson(ctx, s); ok { // person_test.go's own ops
+			return what
+		}
 		t.Fatalf("unknown step %s", s)
 	}
 	return ""

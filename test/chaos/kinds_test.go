@@ -3,6 +3,7 @@ package chaos
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
 )
@@ -26,5 +27,17 @@ func TestParseKinds(t *testing.T) {
 	_, err = parseKinds("node-partition,meteor")
 	if err == nil || !strings.Contains(err.Error(), `"meteor"`) || !strings.Contains(err.Error(), "pool-leave") || !strings.Contains(err.Error(), "lost-answer") {
 		t.Errorf("unknown kind: %v", err)
+	}
+}
+
+// TestWithGrace: -grace sets the replicas' nodeMonitorGracePeriod (the
+// default is what configYAML says).
+func TestWithGrace(t *testing.T) {
+	if !strings.Contains(configYAML, "nodeMonitorGracePeriod: "+grace.String()+"\n") {
+		t.Fatalf("configYAML does not set nodeMonitorGracePeriod to grace (%v): -grace would change nothing", grace)
+	}
+	got := withGrace(configYAML, 10*time.Second)
+	if !strings.Contains(got, "nodeMonitorGracePeriod: 10s\n") || strings.Contains(got, "nodeMonitorGracePeriod: "+grace.String()+"\n") {
+		t.Errorf("withGrace 10s:\n%s", got)
 	}
 }

@@ -12,13 +12,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
@@ -40,11 +44,59 @@ const (
 	// person starts the machine again (a new boot), so that later faults
 	// keep a full fleet.
 	kindFencePartition chaos.Kind = "fence-partition"
+	// kindConfirmLeaderless: confirm-then-powercycle with no leader from
+	// before the confirmation until after the new boot (issue 45 point 4,
+	// fifth hole): every replica is killed as the machine shuts down, a
+	// person confirms it dead, the machine starts (a new boot), the
+	// replicas start again 1.5-3s later, and the live machine is cut off
+	// 3-6s after that, until 22-27s after the replicas started. The first controller to read the confirmation reads
+	// it beside the new boot: one that binds it to that boot takes the
+	// machine out of service while it runs (running-machine).
+	kindConfirmLeaderless chaos.Kind = "confirm-leaderless"
+	// kindAllZonesLasting: not a person's but drawn on purpose from the
+	// same stream (pkg/chaos's schedules are another helper's): the
+	// all-zones exit with one zone partially disrupted (issue 45 point 4,
+	// second hole). Node X of a zone powers off and is tainted (judged
+	// dead) while its zone is Normal; 8-10s later every node is cut off;
+	// two more nodes of X's zone power off (or their kubelets stop) within
+	// 1.5s of the cut; 15-18s after the cut the zone's fourth node alone
+	// is healed, the other zones 6-9s later, and X and the two stay silent
+	// 10-14s past the first heal. The controller leaves the all-zones mode
+	// on seeing the fourth node: X's zone is then PartialDisruption (rate
+	// 0), and restoring X's taint at once is zone-rules' violation
+	// (checker.go eitherWayForbidden).
+	kindAllZonesLasting chaos.Kind = "all-zones-lasting"
+	// kindTolerationShortened: a person shortens a running pod's NoExecute
+	// tolerationSeconds (the API allows lowering it) while its node is
+	// tainted, around a leader kill (issue 45 point 4: a toleration
+	// shortened across a failover). A bare pod of its own on node X
+	// tolerates unreachable and not-ready for 60s; X is cut off; 13-16s
+	// later, the taint some 10s old, the person lowers both to 8s, and the
+	// leader is killed 0-1s after (started again 2-3s after the change).
+	// The pod may go 8s after the change, not before (upstream's taint
+	// manager reschedules from the change); one counting the new value
+	// from the taint's timeAdded evicts it at once (toleration). X is
+	// healed 14-18s after the change and the pod deleted (gracefully: its
+	// kubelet confirms) 2s later.
+	kindTolerationShortened chaos.Kind = "toleration-shortened"
 
 	opConfirm   chaos.Op = "confirm-out-of-service"
 	opUnconfirm chaos.Op = "unconfirm-out-of-service"
 	opFenceJoin chaos.Op = "fence-pool-join"
 	opFenceExit chaos.Op = "fence-pool-leave"
+	// opReplicasKill SIGKILLs every replica and keeps their slots empty
+	// (no restart on exit) until opReplicasStart starts one in each.
+	opReplicasKill  chaos.Op = "kill-all-replicas"
+	opReplicasStart chaos.Op = "start-all-replicas"
+	// opTolPodCreate, opTolShorten, opTolPodDelete: toleration-shortened's
+	// pod (named after the fault: tolPodName).
+	opTolPodCreate chaos.Op = "toleration-pod-create"
+	opTolShorten   chaos.Op = "toleration-shorten"
+	opTolPodDelete chaos.Op = "toleration-pod-delete"
+
+	// tolLong and tolShort are toleration-shortened's tolerationSeconds
+	// before and after the change.
+	tolLong, tolShort = 60, 8
 
 	// annConfirm is outofservice's AnnotationConfirm, spelled out (the
 	// runner plays a person, who types it).
@@ -52,7 +104,7 @@ const (
 )
 
 // personKinds are a person's kinds, for -kinds.
-var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition}
+var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition, kindConfirmLeaderless, kindAllZonesLasting, kindTolerationShortened}
 
 // personMeanGap is the mean time between two of a person's faults.
 const personMeanGap = 20 * time.Second
@@ -89,6 +141,15 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	var faults []chaos.Fault
 	var steps []chaos.Step
 	at := time.Duration(0)
+	// alone: when the last fault that needs the cluster to itself ends
+	// (confirm-leaderless: another would restart the replicas inside its
+	// window; all-zones-lasting: another would heal its nodes early;
+	// toleration-shortened: two leader kills in a row leave a slot empty).
+	// One drawn before then is spent.
+	var alone time.Duration
+	exclusive := func(k chaos.Kind) bool {
+		return k == kindConfirmLeaderless || k == kindAllZonesLasting || k == kindTolerationShortened
+	}
 	for {
 		at = (at + time.Duration(r.ExpFloat64()*float64(gap))).Round(time.Millisecond)
 		if at >= window {
@@ -115,6 +176,69 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+		case kindConfirmLeaderless:
+			n := []string{all[r.IntN(len(all))]}
+			confirm := draw(1500*time.Millisecond, 4*time.Second)
+			on := confirm + draw(2*time.Second, 6*time.Second)
+			up := on + draw(1500*time.Millisecond, 3*time.Second)
+			cut := up + draw(3*time.Second, 6*time.Second)
+			// A new leader's outofservice taints nothing until
+			// kube.WriteTimeout (15s) after it started leading (the old
+			// leader's writes may land until then): the cut lasts past it.
+			end := up + draw(22*time.Second, 27*time.Second)
+			f.Nodes, f.Duration = n, end
+			add(0, chaos.Step{Op: opReplicasKill})
+			add(0, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: n})
+			add(confirm, chaos.Step{Op: opConfirm, Nodes: n})
+			add(on, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
+			add(up, chaos.Step{Op: opReplicasStart})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
+			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+		case kindAllZonesLasting:
+			z := zones[r.IntN(len(zones))].Nodes
+			p := r.Perm(len(z))
+			x, ys, w := []string{z[p[0]]}, []string{z[p[1]], z[p[2]]}, []string{z[p[3]]}
+			var cutAll, others []string
+			for _, zz := range zones {
+				cutAll = append(cutAll, zz.Nodes...)
+				if zz.Nodes[0] != z[0] {
+					others = append(others, zz.Nodes...)
+				}
+			}
+			stop, start := chaos.OpMachineShutdown, chaos.OpMachineStart
+			if r.IntN(2) == 0 {
+				stop, start = chaos.OpKubeletStop, chaos.OpKubeletStart
+			}
+			cut := draw(8*time.Second, 10*time.Second)
+			quiet := cut + draw(200*time.Millisecond, 1500*time.Millisecond)
+			healW := cut + draw(15*time.Second, 18*time.Second)
+			healOthers := healW + draw(6*time.Second, 9*time.Second)
+			end := healW + draw(10*time.Second, 14*time.Second)
+			f.Nodes, f.Duration = append(append(append([]string(nil), x...), ys...), w...), end
+			add(0, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: x})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: cutAll})
+			add(quiet, chaos.Step{Op: stop, Nodes: ys})
+			add(healW, chaos.Step{Op: chaos.OpHeal, Nodes: w})
+			add(healOthers, chaos.Step{Op: chaos.OpHeal, Nodes: others})
+			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: append(append([]string(nil), x...), ys...)})
+			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: x})
+			add(end, chaos.Step{Op: start, Nodes: ys})
+		case kindTolerationShortened:
+			n := []string{all[r.IntN(len(all))]}
+			cut := draw(2*time.Second, 3*time.Second)
+			shorten := cut + draw(13*time.Second, 16*time.Second)
+			kill := shorten + draw(0, time.Second)
+			restart := shorten + draw(2*time.Second, 3*time.Second)
+			heal := shorten + draw(14*time.Second, 18*time.Second)
+			f.Nodes, f.Duration = n, heal+2*time.Second
+			add(0, chaos.Step{Op: opTolPodCreate, Nodes: n})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
+			add(shorten, chaos.Step{Op: opTolShorten, Nodes: n})
+			add(kill, chaos.Step{Op: chaos.OpKillLeader})
+			add(restart, chaos.Step{Op: chaos.OpStartReplica, Replica: -1})
+			add(heal, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			add(heal+2*time.Second, chaos.Step{Op: opTolPodDelete, Nodes: n})
 		case kindFencePartition:
 			n := []string{rest[r.IntN(len(rest))]}
 			cut := draw(1500*time.Millisecond, 3*time.Second)
@@ -131,8 +255,11 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(leave, chaos.Step{Op: opFenceExit, Nodes: n})
 		}
-		if at+f.Duration > window {
+		if at+f.Duration > window || (exclusive(k) && at < alone) {
 			continue // the draw is spent: the same seed keeps its faults
+		}
+		if exclusive(k) {
+			alone = at + f.Duration
 		}
 		faults = append(faults, f)
 		steps = append(steps, fs...)
@@ -159,6 +286,93 @@ func withPersonFaults(s chaos.Schedule, zones []chaos.Zone, kinds kindSet) chaos
 	s.Steps = append(append([]chaos.Step(nil), s.Steps...), steps...)
 	sort.SliceStable(s.Steps, func(i, j int) bool { return s.Steps[i].At < s.Steps[j].At })
 	return s
+}
+
+// applyPerson performs a person's step that apply does not know; ok is
+// false for an unknown op.
+func (c *cluster) applyPerson(ctx context.Context, s chaos.Step) (what string, ok bool) {
+	switch s.Op {
+	case opReplicasKill:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var pids []string
+		for i, r := range c.slots {
+			if r == nil {
+				continue
+			}
+			r.ended.Store(true) // no restart on its exit
+			_ = syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL)
+			c.slots[i] = nil
+			pids = append(pids, fmt.Sprintf("slot %d pid %d", i, r.cmd.Process.Pid))
+		}
+		return fmt.Sprintf(" (SIGKILL %v)", pids), true
+	case opTolPodCreate:
+		return c.tolerationPod(ctx, s, func(ctx context.Context, name string) error {
+			p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "chaos-toleration"}},
+				Spec: v1.PodSpec{NodeName: s.Nodes[0], Tolerations: tolerations(tolLong), TerminationGracePeriodSeconds: ptr.To(int64(2)),
+					Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}}}
+			_, err := c.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+			return err
+		}), true
+	case opTolShorten:
+		// A merge patch replaces the list: the same tolerations, shorter.
+		return c.tolerationPod(ctx, s, func(ctx context.Context, name string) error {
+			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"tolerations": tolerations(tolShort)}})
+			_, err := c.client.CoreV1().Pods("default").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "chaos-person"})
+			return err
+		}), true
+	case opTolPodDelete:
+		return c.tolerationPod(ctx, s, func(ctx context.Context, name string) error {
+			err := c.client.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil // evicted and gone
+			}
+			return err
+		}), true
+	case opReplicasStart:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var pids []string
+		for i, r := range c.slots {
+			if r != nil {
+				continue
+			}
+			c.slots[i] = c.startReplica(i)
+			pids = append(pids, fmt.Sprintf("slot %d pid %d", i, c.slots[i].cmd.Process.Pid))
+		}
+		return fmt.Sprintf(" (started %v)", pids), true
+	}
+	return "", false
+}
+
+// withGrace is the replicas' configuration with nodeMonitorGracePeriod g
+// (-grace).
+func withGrace(yaml string, g time.Duration) string {
+	return strings.Replace(yaml, "nodeMonitorGracePeriod: "+grace.String(), "nodeMonitorGracePeriod: "+g.String(), 1)
+}
+
+// tolPodName is toleration-shortened's pod of a fault.
+func tolPodName(fault int) string { return fmt.Sprintf("chaos-toleration-%d", fault) }
+
+// tolerations tolerate unreachable and not-ready NoExecute taints for secs.
+func tolerations(secs int64) []v1.Toleration {
+	var out []v1.Toleration
+	for _, key := range []string{v1.TaintNodeUnreachable, v1.TaintNodeNotReady} {
+		out = append(out, v1.Toleration{Key: key, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: ptr.To(secs)})
+	}
+	return out
+}
+
+// tolerationPod does a write to toleration-shortened's pod as a person
+// would, within labelTimeout; it says what failed.
+func (c *cluster) tolerationPod(ctx context.Context, s chaos.Step, write func(ctx context.Context, name string) error) string {
+	ctx, cancel := context.WithTimeout(ctx, labelTimeout)
+	defer cancel()
+	name := tolPodName(s.Fault)
+	if err := write(ctx, name); err != nil {
+		return fmt.Sprintf(" (pod %s: %v)", name, err)
+	}
+	return " (pod default/" + name + ")"
 }
 
 // setAnnotation sets (value non-nil) or removes a node's annotation, as a
