@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -136,6 +137,21 @@ func NotBefore(t time.Time) time.Time {
 		return t
 	}
 	return t.Add(time.Second)
+}
+
+// ParseTime reads an RFC 3339 time written by nodeshepherd (with
+// sub-second digits: exact) or at one-second precision (Draino, an API
+// server's truncation: rounded up, as the true time lies in [t, t+1s)), so
+// that no wait measured from it is shorter than configured.
+func ParseTime(s string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, false
+	}
+	if !strings.Contains(s, ".") {
+		t = t.Add(time.Second)
+	}
+	return t, true
 }
 
 // PDBSelects says whether a PodDisruptionBudget covers the pod, as the

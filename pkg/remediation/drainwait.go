@@ -6,19 +6,24 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // What the drain controller writes on a Node, read here by its public
 // format so that the ladder knows whether a drain kept its promises
 // (pkg/controller/drain's state.go defines them; its tests check that these
 // are the same).
+//
+// DrainCondition is Draino's node condition: True while a drain is
+// scheduled or running; False with DrainCompleted or DrainFailed and a time
+// once it ended.
+const DrainCondition v1.NodeConditionType = "DrainScheduled"
+
+// The rest of what the drain controller writes.
 const (
-	// DrainCondition is Draino's node condition: True while a drain is
-	// scheduled or running; False with DrainCompleted or DrainFailed and a
-	// time once it ended.
-	DrainCondition v1.NodeConditionType = "DrainScheduled"
-	DrainCompleted                      = " | Completed: "
-	DrainFailed                         = " | Failed: "
+	DrainCompleted = " | Completed: "
+	DrainFailed    = " | Failed: "
 	// DrainCordonedAt is when the drain controller cordoned the node, and
 	// DrainOwned marks the cordon as the drain controller's.
 	DrainCordonedAt = "nodeshepherd.io/drain-cordoned-at"
@@ -88,18 +93,9 @@ func drainTimeAfter(msg, marker string) (time.Time, bool) {
 	return drainTime(ts)
 }
 
-// drainTime parses the drain controller's times; one written at one-second
-// precision is rounded up (the true time lies in [t, t+1s)).
-func drainTime(s string) (time.Time, bool) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, false
-	}
-	if !strings.Contains(s, ".") {
-		t = t.Add(time.Second)
-	}
-	return t, true
-}
+// drainTime parses the drain controller's times (kube.ParseTime: one at
+// one-second precision is rounded up).
+func drainTime(s string) (time.Time, bool) { return kube.ParseTime(s) }
 
 // Disrupts says whether a step kills or stops the node's pods (a Reboot, a
 // Replace, a Fence, a NoExecute taint): after a Drain step it starts only

@@ -59,20 +59,33 @@ spec:
 	}
 }
 
-// taintThenReboot: KernelDeadlock for 2s; a short Taint step, then a Reboot.
-const taintThenReboot = `
+// taintThenReboot: a short Taint step, then a Reboot.
+var taintThenReboot = deadlockPolicy("edit", "edit", "",
+	"{action: Taint, timeout: 10s, taint: {key: nodeshepherd.io/unhealthy, effect: NoSchedule}}", "{action: Reboot, timeout: 10m}")
+
+// deadlockPolicy is RemediationPolicy name of the nodes pool=pool, unhealthy
+// on KernelDeadlock=True for 2s, healthy after 5s, with the steps (YAML flow
+// mappings) and the rest of its spec (say "brakes: {maxInRepair: 1}").
+func deadlockPolicy(name, pool, rest string, steps ...string) string {
+	doc := fmt.Sprintf(`
 apiVersion: nodeshepherd.io/v1alpha1
 kind: RemediationPolicy
-metadata: {name: edit}
+metadata: {name: %s}
 spec:
-  nodeSelector: {matchLabels: {pool: edit}}
+  nodeSelector: {matchLabels: {pool: %s}}
   unhealthy:
   - {type: KernelDeadlock, status: "True", for: 2s}
   healthyHold: 5s
   steps:
-  - {action: Taint, timeout: 10s, taint: {key: nodeshepherd.io/unhealthy, effect: NoSchedule}}
-  - {action: Reboot, timeout: 10m}
-`
+`, name, pool)
+	for _, st := range steps {
+		doc += "  - " + st + "\n"
+	}
+	if rest != "" {
+		doc += "  " + rest + "\n"
+	}
+	return doc
+}
 
 // A person's cordon during a repair pauses it (issue 46 point 5): the node
 // cordoned at its Taint step is not rebooted at the step's timeout, an
@@ -103,21 +116,8 @@ func TestRemediationCordonDuringRepairPauses(t *testing.T) {
 	})
 }
 
-// replaceLadder: KernelDeadlock for 2s; a Replace at once; one node in
-// repair at a time.
-const replaceLadder = `
-apiVersion: nodeshepherd.io/v1alpha1
-kind: RemediationPolicy
-metadata: {name: edit}
-spec:
-  nodeSelector: {matchLabels: {pool: edit}}
-  unhealthy:
-  - {type: KernelDeadlock, status: "True", for: 2s}
-  healthyHold: 5s
-  steps:
-  - {action: Replace, timeout: 10m}
-  brakes: {maxInRepair: 1}
-`
+// replaceLadder: a Replace at once; one node in repair at a time.
+var replaceLadder = deadlockPolicy("edit", "edit", "brakes: {maxInRepair: 1}", "{action: Replace, timeout: 10m}")
 
 // A machine being replaced counts against the brakes until its new Node is
 // Ready (issue 46 point 3): while the old Node is gone, another unhealthy
@@ -126,29 +126,18 @@ spec:
 // repair starts.
 func TestRemediationReplacementCountsUntilReady(t *testing.T) {
 	rig := startRemediationRig(t, replaceLadder, "edit", 3, 30*time.Second)
-	ctx := framework.Context(t)
 	cfg := controllers.Default()
 	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
 	framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
 	a, b := rig.names[0], rig.names[1]
-	deadlock := func(action fakenode.Action, node string) {
-		t.Helper()
-		c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
-		if action == fakenode.ClearCondition {
-			c.Status = ""
-		}
-		if _, err := rig.m.Apply(ctx, fakenode.Fault{Action: action, Target: fakenode.Target{Nodes: []string{node}}, Condition: c}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	oldA := getNode(t, rig.client, a)
-	deadlock(fakenode.SetCondition, a)
+	setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, a)
 	framework.Eventually(t, 2*time.Minute, a+"'s Node gone with its machine", func(ctx context.Context) (bool, string, error) {
 		_, err := rig.client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 	})
-	deadlock(fakenode.ClearCondition, a) // the new machine is healthy
-	deadlock(fakenode.SetCondition, b)
+	setCondition(t, rig.m, fakenode.ClearCondition, "", a) // the new machine is healthy
+	setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, b)
 	framework.Eventually(t, time.Minute, b+" held back while "+a+" is being replaced", func(ctx context.Context) (bool, string, error) {
 		_, msgs := eventCount(t, rig.client, b, ctrl.EventBlocked, 0)
 		if _, r, ok, err := repairRecord(ctx, rig.client, b); err == nil && ok {
@@ -177,15 +166,12 @@ func TestRemediationReplacementCountsUntilReady(t *testing.T) {
 // (nodeshepherd.io/remediation-last).
 func TestRemediationRecurrenceResumesHigher(t *testing.T) {
 	client, _, m, sick := editRig(t, taintThenReboot)
-	ctx := framework.Context(t)
 	framework.Eventually(t, 2*time.Minute, sick+" at step 1 (Taint)", func(ctx context.Context) (bool, string, error) {
 		_, r, ok, err := repairRecord(ctx, client, sick)
 		return ok && r.Step == 0, fmt.Sprintf("%+v %v", r, err), nil
 	})
 	boot := getNode(t, client, sick).Status.NodeInfo.BootID
-	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.ClearCondition, Target: fakenode.Target{Nodes: []string{sick}}, Condition: &fakenode.Condition{Type: "KernelDeadlock"}}); err != nil {
-		t.Fatal(err)
-	}
+	setCondition(t, m, fakenode.ClearCondition, "", sick)
 	framework.Eventually(t, 2*time.Minute, sick+" repaired at step 1, remembered", func(ctx context.Context) (bool, string, error) {
 		n, r, ok, err := repairRecord(ctx, client, sick)
 		if err != nil {
@@ -194,10 +180,7 @@ func TestRemediationRecurrenceResumesHigher(t *testing.T) {
 		l, had := remediation.LastRepairOf(n, "edit")
 		return !ok && had && l.Step == 0, fmt.Sprintf("in repair %v %+v, last %+v", ok, r, l), nil
 	})
-	c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
-	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{sick}}, Condition: c}); err != nil {
-		t.Fatal(err)
-	}
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
 	framework.Eventually(t, 2*time.Minute, sick+"'s second repair starts at step 2 (Reboot)", func(ctx context.Context) (bool, string, error) {
 		n, r, ok, err := repairRecord(ctx, client, sick)
 		if err != nil {
@@ -230,10 +213,7 @@ func TestRemediationFailoverMidLadder(t *testing.T) {
 	}
 	first := run()
 	sick := rig.names[0]
-	c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
-	if _, err := rig.m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{sick}}, Condition: c}); err != nil {
-		t.Fatal(err)
-	}
+	setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, sick)
 	var atTaint remediation.Request
 	framework.Eventually(t, 2*time.Minute, sick+" at step 1 (Taint)", func(ctx context.Context) (bool, string, error) {
 		_, r, ok, err := repairRecord(ctx, rig.client, sick)

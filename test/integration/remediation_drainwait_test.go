@@ -24,20 +24,8 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
-// drainThenReboot: KernelDeadlock for 2s; a short Drain step, then a Reboot.
-const drainThenReboot = `
-apiVersion: nodeshepherd.io/v1alpha1
-kind: RemediationPolicy
-metadata: {name: wait}
-spec:
-  nodeSelector: {matchLabels: {pool: wait}}
-  unhealthy:
-  - {type: KernelDeadlock, status: "True", for: 2s}
-  healthyHold: 5s
-  steps:
-  - {action: Drain, timeout: 10s}
-  - {action: Reboot, timeout: 10m}
-`
+// drainThenReboot: a short Drain step, then a Reboot.
+var drainThenReboot = deadlockPolicy("wait", "wait", "", "{action: Drain, timeout: 10s}", "{action: Reboot, timeout: 10m}")
 
 // drainWaitRig starts the rig with kube-controller-manager (the budgets'
 // status), a pod of app web on the first node, the drain and remediation

@@ -262,6 +262,15 @@ func TestRemediationFencePoweredOffVolumeMoves(t *testing.T) {
 // CannotFence, and an event), not discovered at the step: a node that
 // becomes unhealthy under it is not repaired.
 func TestRemediationFencePolicyRefusedWithoutPowerOff(t *testing.T) {
+	fencePolicyRefused(t, controllers.Default(), ctrl.ReasonCannotFence, "step 2 (Fence)", "power")
+}
+
+// fencePolicyRefused starts fenceLadder's policy (on KernelDeadlock) with
+// drain and remediation under cfg, waits for Accepted=False with reason and
+// a message holding every want, then makes a node unhealthy and checks that
+// no repair starts.
+func fencePolicyRefused(t *testing.T, cfg controllers.Config, reason string, want ...string) {
+	t.Helper()
 	cp := framework.StartControlPlane(t, controlplane.Config{})
 	client := framework.Client(t, cp)
 	policies := installRemediationCRD(t, dynamic.NewForConfigOrDie(cp.RESTConfig()))
@@ -272,11 +281,15 @@ func TestRemediationFencePolicyRefusedWithoutPowerOff(t *testing.T) {
 	for _, n := range m.NodeNames() {
 		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
 	}
-	framework.StartNodeShepherd(t, cp.RESTConfig(), controllers.Default(), func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
-	framework.Eventually(t, time.Minute, "Accepted=False, CannotFence", policyStatus(policies, "gpu", func(st remediation.PolicyStatus) bool {
+	framework.StartNodeShepherd(t, cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
+	framework.Eventually(t, time.Minute, "Accepted=False, "+reason, policyStatus(policies, "gpu", func(st remediation.PolicyStatus) bool {
 		for _, c := range st.Conditions {
-			if c.Type == ctrl.ConditionAccepted && c.Status == metav1.ConditionFalse && c.Reason == "CannotFence" &&
-				strings.Contains(c.Message, "step 2 (Fence)") && strings.Contains(c.Message, "power") {
+			if c.Type == ctrl.ConditionAccepted && c.Status == metav1.ConditionFalse && c.Reason == reason {
+				for _, w := range want {
+					if !strings.Contains(c.Message, w) {
+						return false
+					}
+				}
 				return true
 			}
 		}
@@ -302,39 +315,7 @@ func TestRemediationFencePolicyRefusedWithoutPowerOff(t *testing.T) {
 // take nothing out of service. Accepted=False, NeedsOutOfService, naming
 // the step and what to run; no repair starts.
 func TestRemediationFencePolicyRefusedWithoutOutOfService(t *testing.T) {
-	cp := framework.StartControlPlane(t, controlplane.Config{})
-	client := framework.Client(t, cp)
-	policies := installRemediationCRD(t, dynamic.NewForConfigOrDie(cp.RESTConfig()))
-	createPolicy(t, policies, strings.Replace(fenceLadder, "{type: Ready, status: Unknown, for: 1s}", "{type: KernelDeadlock, status: \"True\", for: 1s}", 1))
-	nc := fastNodes(client, 2, false)
-	nc.Labels = map[string]string{"pool": "gpu"}
-	m := framework.StartFakeNodes(t, nc)
-	for _, n := range m.NodeNames() {
-		framework.Eventually(t, time.Minute, n+" Ready", nodeCondition(client, n, v1.NodeReady, v1.ConditionTrue))
-	}
 	cfg := controllers.Default()
 	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"} // it can power off: only outofservice is missing
-	framework.StartNodeShepherd(t, cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
-	framework.Eventually(t, time.Minute, "Accepted=False, NeedsOutOfService", policyStatus(policies, "gpu", func(st remediation.PolicyStatus) bool {
-		for _, c := range st.Conditions {
-			if c.Type == ctrl.ConditionAccepted && c.Status == metav1.ConditionFalse && c.Reason == ctrl.ReasonNeedsOutOfService &&
-				strings.Contains(c.Message, "step 2 (Fence)") && strings.Contains(c.Message, "--controllers=*,remediation,outofservice") {
-				return true
-			}
-		}
-		return false
-	}))
-	victim := m.NodeNames()[0]
-	if _, err := m.Apply(framework.Context(t), fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{victim}},
-		Condition: &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}}); err != nil {
-		t.Fatal(err)
-	}
-	never(t, 10*time.Second, "a repair started under the refused policy", func(ctx context.Context) (bool, string, error) {
-		n, err := client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
-		if err != nil {
-			return false, "", err
-		}
-		_, ok := n.Annotations[remediation.AnnotationState]
-		return ok, fmt.Sprint(n.Annotations), nil
-	})
+	fencePolicyRefused(t, cfg, ctrl.ReasonNeedsOutOfService, "step 2 (Fence)", "--controllers=*,remediation,outofservice")
 }

@@ -134,16 +134,7 @@ func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
 // parseTime reads a time written by formatTime, or at one-second precision
 // (Draino, older nodeshepherd): that one is rounded up, as the true time lies
 // in [t, t+1s), so that no wait measured from it is shorter than configured.
-func parseTime(s string) (time.Time, bool) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, false
-	}
-	if !strings.Contains(s, ".") {
-		t = t.Add(time.Second)
-	}
-	return t, true
-}
+func parseTime(s string) (time.Time, bool) { return kube.ParseTime(s) }
 
 // timeAfter reads the timestamp that follows marker in Draino's message,
 // falling back to the condition's transition time (rounded up).
