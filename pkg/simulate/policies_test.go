@@ -171,7 +171,7 @@ func TestBadPoliciesNameFileAndLine(t *testing.T) {
 		name, text, more, want string
 	}{
 		{"unknown spec field", replace("    healthyHold: 60s", "    healthyHold: 60s\n    healthyHould: 2m"), morePolicies,
-			`:23: remediationPolicies[0]: spec.healthyHould: unknown field "healthyHould"; spec takes brakes, healthyHold, nodeSelector, paused, steps, unhealthy`},
+			`:23: remediationPolicies[0]: spec.healthyHould: unknown field "healthyHould"; spec takes brakes, healthyHold, nodeSelector, paused, recurrenceWindow, steps, unhealthy`},
 		{"unknown step field", replace("{action: Reboot, timeout: 3m}", "{action: Reboot, timeot: 3m}"), morePolicies,
 			`:27: remediationPolicies[0]: spec.steps[1].timeot: unknown field`},
 		{"unquoted status", replace(`status: "True", for: 20s`, `status: True, for: 20s`), morePolicies,
