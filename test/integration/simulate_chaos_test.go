@@ -31,6 +31,11 @@ cluster:
   - {name: zone-a, nodes: 3}
   - {name: zone-b, nodes: 3}
   node: {cpu: "4", memory: 8Gi}
+  # Renewals well inside the 6 s grace period: with the kubelet's default
+  # 10 s renew interval every healthy node falls silent past its grace
+  # between two renewals, zones flap to FullDisruption with no fault at all,
+  # and the all-zones mode strips taints the checker rightly flags.
+  kubelet: {leaseDuration: 8s, leaseRenewInterval: 2s, nodeStatusUpdateFrequency: 2s}
 workloads:
 - apiVersion: apps/v1
   kind: Deployment
