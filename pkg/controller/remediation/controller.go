@@ -189,6 +189,10 @@ type replacement struct {
 	zone   string
 	step   int
 	since  time.Time
+	// asked: noted just before the provider was asked, and not yet seen
+	// at its Replace step in the cache, which may lag the record's write:
+	// a cached Node without the record is not a repair that ended.
+	asked bool
 }
 
 // nodeVerdict is the last decision about a node under its policy.
@@ -369,7 +373,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.eventOnce(n, EventBlocked, "Repair record unreadable, not acting on the node: "+err.Error())
 		return nil
 	}
-	c.noteReplacement(n, req, inRepair)
+	c.noteReplacement(n, req, inRepair, false)
 	pols := c.selecting(n)
 	if inRepair {
 		// A repair under way belongs to its policy. It ends, visibly, when
@@ -636,13 +640,13 @@ func (c *Controller) end(ctx context.Context, n *v1.Node, policyName, why string
 
 // noteReplacement keeps the nodes at a Replace step, and says a repair done
 // when another Node (a new UID) has registered under the name of one.
-func (c *Controller) noteReplacement(n *v1.Node, req rem.Request, inRepair bool) {
+func (c *Controller) noteReplacement(n *v1.Node, req rem.Request, inRepair, asked bool) {
 	c.mu.Lock()
 	r, had := c.replacing[n.Name]
 	replaced := false
 	switch {
 	case inRepair && req.Action == rem.ActionReplace:
-		c.replacing[n.Name] = replacement{policy: req.Policy, uid: string(n.UID), zone: n.Labels[v1.LabelTopologyZone], step: req.Step, since: req.Since}
+		c.replacing[n.Name] = replacement{policy: req.Policy, uid: string(n.UID), zone: n.Labels[v1.LabelTopologyZone], step: req.Step, since: req.Since, asked: asked}
 		if !had || r.uid != string(n.UID) {
 			c.statusQ.Add(req.Policy) // into the status, for a new leader
 		}
@@ -652,6 +656,8 @@ func (c *Controller) noteReplacement(n *v1.Node, req rem.Request, inRepair bool)
 		replaced = true
 	case had && r.uid != string(n.UID):
 		had = false // the new Node, not Ready yet: still counted
+	case had && r.asked:
+		had = false // the cache has not caught up with the record yet
 	case had:
 		delete(c.replacing, n.Name) // the repair ended otherwise
 		had = false

@@ -159,6 +159,14 @@ func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.Stat
 	call := c.repairer.Reboot
 	if action == rem.ActionReplace {
 		call = c.repairer.Replace
+		// The replacement counts against the brakes from before the
+		// request, in this process and in the policy's status (a next
+		// leader's count): the old Node may be gone before any sync sees
+		// it at its Replace step.
+		c.noteReplacement(n, rem.Request{Policy: p.name, Step: i, Action: action, Since: st.StepSince}, true, true)
+		if err := c.writeStatus(ctx, p.name); err != nil {
+			return fmt.Errorf("recording the replacement of node %s in policy %s's status before asking for it: %w", n.Name, p.name, err)
+		}
 	}
 	// Bounded: a provider that never answers must not hold the worker.
 	pctx, cancel := context.WithTimeout(ctx, providerTimeout)
