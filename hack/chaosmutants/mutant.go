@@ -101,6 +101,15 @@ var configKeys = map[string]func(string) error{
 		}
 		return nil
 	},
+	// stale-pod-status: fake kubelets that never re-post a pod status
+	// someone else changed (the seed 002 incident), for the readiness
+	// rules: only the controller gives marked pods their readiness back.
+	"stale-pod-status": func(v string) error {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("%q: want true or false", v)
+		}
+		return nil
+	},
 }
 
 // parseMutant reads and checks one mutant file.

@@ -53,6 +53,11 @@ var (
 	// rules whose window the default grace makes shorter than the checker's
 	// view lag.
 	flagGrace = flag.Duration("grace", grace, "nodeMonitorGracePeriod of the replicas and the checker")
+	// flagStalePodStatus: a mutant's "Config: stale-pod-status=true", for
+	// the readiness rules: kubelets that never re-post a pod status someone
+	// else changed (the seed 002 incident), so that only the controller
+	// gives marked pods their readiness back.
+	flagStalePodStatus = flag.Bool("stale-pod-status", false, "fake kubelets never re-post a pod status changed by someone else while the node was away (the seed 002 incident's kubelet)")
 )
 
 // faultKinds is every kind -kinds takes: pkg/chaos's vocabulary, the
@@ -309,7 +314,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	repairs := newRepairTruth(truth, c.note)
 	m := startFakeNodes(t, repairs, fakenode.Config{Client: client, Groups: nodeGroups(zoneNames, 4), LeaseDuration: 4 * time.Second,
 		LeaseRenewInterval: 500 * time.Millisecond, NodeStatusUpdateFrequency: 500 * time.Millisecond, PodStartDelay: 100 * time.Millisecond,
-		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime})
+		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime, EmulateStalePodStatus: *flagStalePodStatus})
 	c.nodes = m
 	for _, z := range czones {
 		for _, n := range z.Nodes {

@@ -31,7 +31,8 @@ import (
 const (
 	// kindConfirmPowerCycle: a machine is shut down, a person confirms it
 	// dead (the out-of-service annotation), the machine starts again (a new
-	// boot) and, 0.5-3s later, is cut off while it runs. The confirmation
+	// boot; half the time 1-2s after the confirmation, before it could be
+	// acted on) and, 0.5-3s later, is cut off while it runs. The confirmation
 	// was for the old boot: an out-of-service taint or a force deletion on
 	// the live machine is running-machine's violation.
 	kindConfirmPowerCycle chaos.Kind = "confirm-then-powercycle"
@@ -166,7 +167,16 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 		case kindConfirmPowerCycle:
 			n := []string{all[r.IntN(len(all))]}
 			confirm := draw(1500*time.Millisecond, 4*time.Second)
+			// Half the time the machine starts again before outofservice
+			// could act on the confirmation (grace plus
+			// --out-of-service-after from the shutdown): nothing was taken
+			// out of service, and only the confirmation's own boot ends
+			// it; a confirmation that outlived its boot takes the live
+			// machine out of service once it is cut off.
 			on := confirm + draw(4*time.Second, 10*time.Second)
+			if r.IntN(2) == 0 {
+				on = confirm + draw(time.Second, 2*time.Second)
+			}
 			cut := on + draw(500*time.Millisecond, 3*time.Second)
 			end := cut + draw(6*time.Second, 15*time.Second)
 			f.Nodes, f.Duration = n, end
