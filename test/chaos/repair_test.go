@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -173,13 +174,20 @@ const (
 	// kindPoolLeave: a person takes one pool node out of the pool (its
 	// label), and puts it back.
 	kindPoolLeave chaos.Kind = "pool-leave"
+	// kindRepairBlind: drawn only when named (-kinds, a mutant's Kinds):
+	// the replicas' node watches lag 1.5-3s behind the API server, and the
+	// policy's condition comes on both pool nodes of one zone 0.3-0.8s
+	// apart, lasting: the second node is decided on before its informer
+	// shows the first one's repair, so only a decision made again on a
+	// fresh list keeps maxInRepairPerZone (1) (repair-brakes).
+	kindRepairBlind chaos.Kind = "repair-blind"
 
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -207,6 +215,9 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	var faults []chaos.Fault
 	var steps []chaos.Step
 	at := time.Duration(0)
+	// blindUntil: a repair-blind's lag and repairs hold the pool until
+	// then; another one drawn before it is spent.
+	var blindUntil time.Duration
 	for {
 		at = (at + time.Duration(r.ExpFloat64()*float64(repairMeanGap))).Round(time.Millisecond)
 		if at >= window {
@@ -242,6 +253,22 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			} else {
 				f.Nodes = []string{rest[r.IntN(len(rest))]}
 			}
+		case kindRepairBlind:
+			z := zones[r.IntN(len(zones))].Nodes[:poolPerZone]
+			apart, lag := draw(300*time.Millisecond, 800*time.Millisecond), draw(1500*time.Millisecond, 3*time.Second)
+			f.Kind, f.Nodes, f.Duration, f.Resource = kindRepairBlind, slices.Clone(z), draw(15*time.Second, 25*time.Second), "nodes"
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 10*time.Second
+			add(0, chaos.Step{Op: chaos.OpWatchLagStart, Resource: "nodes", Lag: lag})
+			// A second for the cut watches to come back lagged.
+			add(time.Second, chaos.Step{Op: chaos.OpCondition, Nodes: z[:1], Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(time.Second+apart, chaos.Step{Op: chaos.OpCondition, Nodes: z[1:], Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(8*time.Second, chaos.Step{Op: chaos.OpWatchLagEnd, Resource: "nodes"})
+			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: z, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
 		default:
 			f.Kind, f.Duration = kindPoolLeave, draw(5*time.Second, 20*time.Second)
 			f.Nodes = []string{pool[r.IntN(len(pool))]}
