@@ -473,11 +473,9 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 }
 
 // limit is a brake's value over total nodes: a count, or a percentage
-// rounded down (atLeastOne: the in-repair brakes allow one at any size).
-func limit(v intstr.IntOrString, total int, atLeastOne bool) int {
-	// A percentage rounds up, and 0 is 0 (issue 46 point 5:
-	// remediation.Limit); atLeastOne is kept for the callers' words only.
-	_ = atLeastOne
+// rounded up; 0 is 0 (issue 46 point 5, as remediation.Limit, computed
+// here on its own: the checker shares no code with the controller).
+func limit(v intstr.IntOrString, total int) int {
 	l, err := intstr.GetScaledValueFromIntOrPercent(&v, total, true)
 	if err != nil {
 		return total // unreadable: the policy would have been refused
@@ -505,11 +503,11 @@ func (c *repairChecker) brakes(at time.Time, n *v1.Node, rec *record) {
 	}
 	sort.Strings(pool)
 	sort.Strings(inZone)
-	if l := limit(c.pol.MaxInRepair, c.maxPool, true); len(pool) > l {
+	if l := limit(c.pol.MaxInRepair, c.maxPool); len(pool) > l {
 		c.violate(at, InvRepairBrakes, "node/"+n.Name, "repair started (%s) with %d nodes of pool %s in repair (%s), maxInRepair %s (%d of %d)",
 			*rec, len(pool), c.pol.Name, strings.Join(pool, ","), c.pol.MaxInRepair.String(), l, c.maxPool)
 	}
-	if l := limit(c.pol.MaxInRepairPerZone, c.maxZonePool[zone], true); len(inZone) > l {
+	if l := limit(c.pol.MaxInRepairPerZone, c.maxZonePool[zone]); len(inZone) > l {
 		c.violate(at, InvRepairBrakes, "node/"+n.Name, "repair started (%s) with %d nodes of pool %s in zone %s in repair (%s), maxInRepairPerZone %s (%d of %d)",
 			*rec, len(inZone), c.pol.Name, zone, strings.Join(inZone, ","), c.pol.MaxInRepairPerZone.String(), l, c.maxZonePool[zone])
 	}
@@ -752,7 +750,7 @@ func (c *repairChecker) checkUnhealthy(p pendingRepair) {
 		}
 	}
 	sort.Strings(sick)
-	if l := limit(c.pol.MaxUnhealthy, c.maxPool, false); len(sick) > l {
+	if l := limit(c.pol.MaxUnhealthy, c.maxPool); len(sick) > l {
 		c.violate(p.seen, InvRepairBrakes, "node/"+p.node, "repair started (decided %s) while %d nodes of pool %s were unhealthy (%s), maxUnhealthy %s (%d)",
 			p.decided.Format("15:04:05.000"), len(sick), c.pol.Name, strings.Join(sick, ","), c.pol.MaxUnhealthy.String(), l)
 	}
