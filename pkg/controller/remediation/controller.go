@@ -175,6 +175,10 @@ type Controller struct {
 	// storms is each pool's storm state (storm); the policy's status holds
 	// it for the next leader.
 	storms map[string]storm
+	// holders is each node's last drainHolders answer, reused for
+	// holdersEvery: a node waiting for its drain is looked at again on
+	// every change of its Node, and its pods and budgets need not be.
+	holders map[string]holdersRead
 }
 
 // providerTimeout bounds one repair request to the cloud provider (each
@@ -219,7 +223,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		fencer: d.Fencer, instances: d.Instances, cloudName: d.CloudName, outOfServiceMissing: d.OutOfServiceMissing, fences: map[string]string{}, fenceReqs: map[string]fenceRequest{},
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
-		requested: map[string]string{}, storms: map[string]storm{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{},
+		requested: map[string]string{}, storms: map[string]storm{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{}, holders: map[string]holdersRead{},
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation", Clock: d.Clock})),
 		statusQ: controllerutil.Track(b, "policy", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -566,7 +570,7 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		if st.Step >= 0 && strings.HasPrefix(d.Reason, rem.WaitingForDrain) {
 			// Which pods the drain still has to move, and which budget
 			// keeps them: said in the event and the status.
-			d.Reason += c.drainHolders(ctx, n)
+			d.Reason += c.drainHoldersEvery(ctx, n)
 			c.setVerdict(n.Name, p.name, &d)
 		}
 		c.eventOnce(n, EventBlocked, fmt.Sprintf("Policy %s: %s", p.name, d.Reason))
@@ -687,6 +691,7 @@ func (c *Controller) setVerdict(node, policy string, d *rem.Decision) {
 func (c *Controller) forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.holders, node)
 	delete(c.verdicts, node)
 	delete(c.requested, node)
 	delete(c.fences, node)
@@ -723,6 +728,7 @@ func (c *Controller) recheck(ctx context.Context, n *v1.Node) error {
 func (c *Controller) forgetNode(name string) {
 	c.mu.Lock()
 	delete(c.lost, name)
+	delete(c.holders, name)
 	prev, had := c.verdicts[name]
 	delete(c.said, name)
 	delete(c.verdicts, name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -13,6 +14,32 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
+
+// holdersEvery is how long a node's drainHolders answer is reused.
+const holdersEvery = 15 * time.Second
+
+// holdersRead is one drainHolders answer and when it was read.
+type holdersRead struct {
+	at   time.Time
+	text string
+}
+
+// drainHoldersEvery is drainHolders read at most once every holdersEvery
+// per node.
+func (c *Controller) drainHoldersEvery(ctx context.Context, n *v1.Node) string {
+	now := c.clock.Now()
+	c.mu.Lock()
+	h, ok := c.holders[n.Name]
+	c.mu.Unlock()
+	if ok && now.Sub(h.at) < holdersEvery {
+		return h.text
+	}
+	text := c.drainHolders(ctx, n)
+	c.mu.Lock()
+	c.holders[n.Name] = holdersRead{at: now, text: text}
+	c.mu.Unlock()
+	return text
+}
 
 // drainHolders says which of the node's pods a disruptive step would still
 // kill, read from the API server (bounded): those a PodDisruptionBudget
