@@ -76,7 +76,7 @@ func knownInvariants() []string {
 // knownKinds are the fault kinds a schedule can draw.
 func knownKinds() []string {
 	var out []string
-	for _, k := range append(append([]chaos.Kind(nil), chaos.Kinds...), chaos.TargetedKinds...) {
+	for _, k := range chaos.AllKinds() {
 		out = append(out, string(k))
 	}
 	return append(append(out, repairKinds...), personKinds...)

@@ -89,8 +89,27 @@ const (
 // TargetedKinds are the targeted kinds, in the order their stream draws.
 var TargetedKinds = []Kind{ZoneSilenceSpread, AllZonesPartition, LostAnswer, WatchGone, APIServerRestart, BlindCordon, LateWrite, APIHang}
 
-// AllKinds is the whole vocabulary: Kinds, then TargetedKinds.
-func AllKinds() []Kind { return append(slices.Clone(Kinds), TargetedKinds...) }
+// BlindOutOfService: drawn only when Kinds names it (NamedOnlyKinds): one
+// machine in each of 3 zones powers off, 0.3s apart; 4s in, while their
+// nodes are NotReady, the replicas' node watches lag 1.5-3s behind the API
+// server and every write of a Node's spec or metadata (an out-of-service
+// taint) reaches the API server and has its answer lost, for 8s; the
+// machines start again at the fault's end. outofservice decides the three
+// nodes (grace and --out-of-service-after, 6-7s in) 0.3s apart, more than
+// maxOutOfServiceNodes (2): a taint whose answer was lost is seen by no
+// informer while the next node is decided on, so only a budget that counts
+// it as landed holds (budgets).
+const BlindOutOfService Kind = "blind-out-of-service"
+
+// NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
+// them, so that the default schedules of every seed stay what they were.
+var NamedOnlyKinds = []Kind{BlindOutOfService}
+
+// AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
+// NamedOnlyKinds.
+func AllKinds() []Kind {
+	return append(append(slices.Clone(Kinds), TargetedKinds...), NamedOnlyKinds...)
+}
 
 // Kinds is the whole vocabulary, in the order Generate draws from.
 var Kinds = []Kind{NodePartition, RackPartition, ZonePartition, KubeletStop, PowerOff, Reboot,
@@ -294,6 +313,8 @@ var durations = map[Kind]span{
 	// the new leader's side by side).
 	LateWrite: {3 * time.Second, 8 * time.Second},
 	APIHang:   {4 * time.Second, 10 * time.Second},
+	// From the first power-off to the machines' start.
+	BlindOutOfService: {14 * time.Second, 20 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -592,6 +613,26 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(kill+down, Step{Op: OpStartReplica, Replica: -1})
 			add(release, Step{Op: OpHoldRelease, Resource: "nodes"})
 			add(d, Step{Op: OpClearCondition, Nodes: f.Nodes, Condition: drainTrigger})
+		case BlindOutOfService:
+			const blindFrom, blindFor = 4 * time.Second, 8 * time.Second
+			if at+d > o.Duration || len(o.Zones) < 3 || !free(busy.api, at+blindFrom, at+blindFrom+blindFor) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at + blindFrom, at + blindFrom + blindFor})
+			lag := draw(span{1500 * time.Millisecond, 3 * time.Second})
+			f.Duration, f.Resource = d, "nodes"
+			for _, i := range r.Perm(len(o.Zones))[:3] {
+				zn := o.Zones[i].Nodes
+				f.Nodes = append(f.Nodes, zn[r.IntN(len(zn))])
+			}
+			for i, n := range f.Nodes {
+				add(time.Duration(i)*300*time.Millisecond, Step{Op: OpMachineShutdown, Nodes: []string{n}})
+			}
+			add(blindFrom, Step{Op: OpWatchLagStart, Resource: "nodes", Lag: lag})
+			add(blindFrom, Step{Op: OpLostCordonStart, Resource: "nodes"})
+			add(blindFrom+blindFor, Step{Op: OpLostCordonEnd, Resource: "nodes"})
+			add(blindFrom+blindFor, Step{Op: OpWatchLagEnd, Resource: "nodes"})
+			add(d, Step{Op: OpMachineStart, Nodes: f.Nodes})
 		case APIHang:
 			if at+d > o.Duration || !free(busy.api, at, at+d) {
 				continue
