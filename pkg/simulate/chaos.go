@@ -91,8 +91,8 @@ func (sc *Scenario) CheckChaos() error {
 		return fmt.Errorf("%s: --chaos-seed: the checker's ground truth cannot follow the scenario's step(s) %s (a machine deleted for good); remove them or run without --chaos-seed",
 			sc.path, strings.Join(bad, ", "))
 	}
-	if sc.hasRepairSteps() {
-		return fmt.Errorf("%s: --chaos-seed: the scenario's remediationPolicies reboot or replace machines through the fake cloud, which the checker's ground truth cannot follow (it knows the timeline's faults only); run it without --chaos-seed",
+	if sc.hasRepairSteps() || sc.hasFenceSteps() {
+		return fmt.Errorf("%s: --chaos-seed: the scenario's remediationPolicies reboot, replace or power off machines through the fake cloud, which the checker's ground truth cannot follow (it knows the timeline's faults only); run it without --chaos-seed",
 			sc.path)
 	}
 	return nil

@@ -51,10 +51,15 @@ var Measures = []Measure{
 	{"podsDrained", kindCount, "pods evicted by drains", "pods evicted through the Eviction API (DisruptionTarget EvictionByEvictionAPI)"},
 	{"repairsStarted", kindCount, "repairs started", "repairs of remediation policies started: a node's repair record (annotation nodeshepherd.io/remediation) appeared"},
 	{"repairStepsStarted", kindCount, "repair steps started", "steps of the repair ladders started: each new step in a node's repair record, the first included"},
+	{"repairStepsMoved", kindCount, "repair records moved by edits", "a node's repair record following its step to another index after an edit of the policy's ladder (the same step, action and start time): nothing started"},
 	{"maxNodesInRepair", kindCount, "most nodes in repair at once", "largest number of nodes with a repair record at any moment of the timeline"},
 	{"repairsDone", kindCount, "repairs done", "RemediationDone events: nodes healthy for their policy's hold time, the repair ended"},
 	{"repairsBlocked", kindCount, "nodes whose repair was blocked", "distinct nodes with a RemediationBlocked event: a brake (or a person's cordon, or the pause) held their repair back"},
 	{"repairsExhausted", kindCount, "nodes left for a person", "distinct nodes with a RemediationExhausted event: the last step timed out and the node was still unhealthy"},
+	{"fencesConfirmed", kindCount, "fences confirmed", "nodes whose repair record confirmed a Fence step's power-off (fenceBootID written: the cloud provider answered the machine off)"},
+	{"fencesVetoed", kindCount, "fences vetoed", "distinct nodes with a FenceVetoed event: the machine still ran after a Fence step's power-off request"},
+	{"nodesOutOfService", kindCount, "nodes out of service", "nodes that got the node.kubernetes.io/out-of-service taint during the timeline"},
+	{"podsForceDeleted", kindCount, "pods force-deleted", "pods removed from the API during the timeline while their node was not Ready or gone: no kubelet confirmed the deletion"},
 	{"nodesRebooted", kindCount, "nodes rebooted", "nodes whose boot ID (status.nodeInfo.bootID) changed during the timeline: their machine booted again"},
 	{"nodesReplaced", kindCount, "nodes replaced", "nodes whose Node was deleted and registered again (a new UID) during the timeline: a new machine"},
 	{"allReplicasReadyAfterRecovery", kindDuration, "all replicas Ready after recovery", "from the end of the last fault until every Deployment, StatefulSet and DaemonSet has all replicas Ready"},
@@ -73,11 +78,12 @@ var optionalMeasures = map[string]bool{"statefulReplicasOnFailedNodes": true, "t
 // scenario with remediationPolicies has them (in both runs: upstream's
 // repairs nothing), and an expectation on one elsewhere is an error.
 var repairMeasures = map[string]bool{"repairsStarted": true, "repairStepsStarted": true, "maxNodesInRepair": true, "repairsDone": true,
-	"repairsBlocked": true, "repairsExhausted": true}
+	"repairsBlocked": true, "repairsExhausted": true, "fencesConfirmed": true, "fencesVetoed": true, "repairStepsMoved": true}
 
 // machineMeasures are figures of every run that the report shows only when
-// one is not zero or the scenario repairs: most scenarios reboot nothing.
-var machineMeasures = map[string]bool{"nodesRebooted": true, "nodesReplaced": true}
+// one is not zero or the scenario repairs: most scenarios reboot nothing,
+// take no node out of service and force-delete no pod.
+var machineMeasures = map[string]bool{"nodesRebooted": true, "nodesReplaced": true, "nodesOutOfService": true, "podsForceDeleted": true}
 
 // serviceMeasures are figures of the scenario's Services' endpoints: a
 // scenario without a Service has none, and an expectation on one is an error.

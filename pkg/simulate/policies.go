@@ -79,9 +79,97 @@ func (s *Scenario) policies() []*policyDoc {
 
 // hasRepairSteps says whether a policy reboots or replaces machines.
 func (s *Scenario) hasRepairSteps() bool {
-	for _, d := range s.policies() {
+	for _, d := range s.allPolicies() {
 		for _, st := range d.policy.Spec.Steps {
 			if st.Action == rem.ActionReboot || st.Action == rem.ActionReplace {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// allPolicies are the scenario's policies and the versions its apply-policy
+// steps give them.
+func (s *Scenario) allPolicies() []*policyDoc {
+	out := s.policies()
+	for i := range s.Timeline {
+		if p := s.Timeline[i].Policy; p != nil && s.Timeline[i].Action == ActionApplyPolicy {
+			for j := range p.policies {
+				out = append(out, &p.policies[j])
+			}
+		}
+	}
+	return out
+}
+
+// loadStepPolicies decodes the policy: of each apply-policy step, as an
+// entry of remediationPolicies is decoded: one policy, and the name of one
+// of remediationPolicies (the step edits it).
+func (s *Scenario) loadStepPolicies(timeline *yaml.Node) []string {
+	var errs []string
+	var names []string
+	for _, d := range s.policies() {
+		names = append(names, d.policy.Name)
+	}
+	for i := range s.Timeline {
+		st := &s.Timeline[i]
+		if st.Action != ActionApplyPolicy {
+			continue
+		}
+		where := item(timeline, i)
+		label := fmt.Sprintf("timeline[%d] (apply-policy)", i)
+		if st.Policy == nil {
+			line := 1
+			if where != nil {
+				line = where.Line
+			}
+			errs = append(errs, fmt.Sprintf("%s:%d: %s: give policy: the policy's new version, a RemediationPolicy inline or {file: PATH}", s.path, line, label))
+			continue
+		}
+		e := PolicyEntry{node: st.Policy.node}
+		var docs []policyDoc
+		var derrs []string
+		if f := field(e.node, "file"); f != nil {
+			if len(e.node.Content) != 2 {
+				errs = append(errs, fmt.Sprintf("%s:%d: %s: {file: PATH} takes nothing else", s.path, e.node.Line, label))
+				continue
+			}
+			path := filepath.Join(filepath.Dir(s.path), f.Value)
+			nodes, err := readPolicyFile(path)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("%s:%d: %s: %v", s.path, f.Line, label, err))
+				continue
+			}
+			if len(nodes) != 1 {
+				errs = append(errs, fmt.Sprintf("%s:%d: %s: %s holds %d RemediationPolicies; apply-policy takes one", s.path, f.Line, label, path, len(nodes)))
+				continue
+			}
+			d, de := decodePolicy(nodes[0], path, fmt.Sprintf("%s (%s)", label, f.Value))
+			docs, derrs = append(docs, d), de
+		} else {
+			d, de := decodePolicy(e.node, s.path, label+": policy")
+			docs, derrs = append(docs, d), de
+		}
+		errs = append(errs, derrs...)
+		if len(derrs) > 0 {
+			continue
+		}
+		if name := docs[0].policy.Name; !slices.Contains(names, name) {
+			errs = append(errs, fmt.Sprintf("%s: %s: RemediationPolicy %q is not one of the scenario's remediationPolicies (%s): apply-policy edits one of them",
+				docs[0].src(), label, name, strings.Join(names, ", ")))
+			continue
+		}
+		st.Policy.policies = docs
+	}
+	return errs
+}
+
+// hasFenceSteps says whether a policy fences machines (powers them off).
+func (s *Scenario) hasFenceSteps() bool {
+	for _, d := range s.allPolicies() {
+		for _, st := range d.policy.Spec.Steps {
+			if st.Action == rem.ActionFence {
 				return true
 			}
 		}
@@ -459,7 +547,7 @@ func maxPolicyScale(p *rem.PolicySpec) float64 {
 // durations are no longer valid, naming the policy and the largest scale.
 func (s *Scenario) checkPolicyScale(scale float64) error {
 	var errs []string
-	for _, d := range s.policies() {
+	for _, d := range s.allPolicies() {
 		scaled := scaledPolicy(d.policy, scale)
 		fe := scaled.Spec.Validate(fieldpath.NewPath("spec"))
 		if len(fe) == 0 {
@@ -562,4 +650,56 @@ func (r *runner) createPolicies(ctx context.Context) error {
 		return err
 	}
 	return createErr
+}
+
+// applyTimeout bounds an apply-policy step's update (real time): conflicts
+// with the controller's status writes are retried until then.
+const applyTimeout = 30 * time.Second
+
+// applyPolicy carries out an apply-policy step: the named policy gets the
+// step's spec, labels and annotations (durations divided by the time
+// scale), retrying conflicts with the controller's status writes. The
+// upstream run has no policies: the step does nothing there.
+func (r *runner) applyPolicy(ctx context.Context, st *Step) error {
+	if r.opts.Mode != ModeNodeShepherd || st.Policy == nil || len(st.Policy.policies) != 1 {
+		return nil
+	}
+	d := st.Policy.policies[0]
+	p := scaledPolicy(d.policy, r.opts.TimeScale)
+	var spec map[string]any
+	data, err := json.Marshal(p.Spec)
+	if err == nil {
+		err = json.Unmarshal(data, &spec)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.src(), err)
+	}
+	dyn, err := dynamic.NewForConfig(r.cluster.RESTConfig())
+	if err != nil {
+		return err
+	}
+	res := dyn.Resource(rem.GroupVersionResource)
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	for {
+		u, err := res.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("%s: reading RemediationPolicy %s: %w", d.src(), p.Name, err)
+		}
+		u.Object["spec"] = spec
+		u.SetLabels(p.Labels)
+		u.SetAnnotations(p.Annotations)
+		_, err = res.Update(ctx, u, metav1.UpdateOptions{FieldManager: fieldManager})
+		switch {
+		case err == nil:
+			return nil
+		case !apierrors.IsConflict(err):
+			return fmt.Errorf("%s: updating RemediationPolicy %s: %w", d.src(), p.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: updating RemediationPolicy %s: %w", d.src(), p.Name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

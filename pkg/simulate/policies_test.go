@@ -199,6 +199,10 @@ func TestBadPoliciesNameFileAndLine(t *testing.T) {
 			`expect[0]: repairsDone counts the repairs of remediation policies, but the scenario has no remediationPolicies`},
 		{"machines without repairs", strings.Replace(replace("{action: Reboot, timeout: 3m}", "{action: Drain, timeout: 3m}"), "- file: more-policies.yaml\n", "", 1), morePolicies,
 			`:10: cluster.machines.rebootDowntime: only the fake cloud provider's repairs take it`},
+		{"ignorePowerOff without a Fence", replace("replaceDowntime: 1m}", "replaceDowntime: 1m, ignorePowerOff: true}"), morePolicies,
+			`:10: cluster.machines.ignorePowerOff: only a Fence step's power-off request takes it`},
+		{"a Fence without outofservice", replace("{action: Reboot, timeout: 3m}", "{action: Fence, timeout: 3m}"), morePolicies,
+			`:27: RemediationPolicy general: spec.steps[1] is a Fence step: it needs the outofservice controller`},
 		{"a policy among the workloads", replace("remediationPolicies:\n", "workloads:\n- {apiVersion: nodeshepherd.io/v1alpha1, kind: RemediationPolicy, metadata: {name: x}, spec: {}}\nremediationPolicies:\n"), morePolicies,
 			`:12: a RemediationPolicy is not a workload: list it under remediationPolicies`},
 	}
@@ -277,7 +281,7 @@ func TestCheckChaosRefusesRepairs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sc.CheckChaos(); err == nil || !strings.Contains(err.Error(), "reboot or replace machines") {
+	if err := sc.CheckChaos(); err == nil || !strings.Contains(err.Error(), "reboot, replace or power off machines") {
 		t.Errorf("CheckChaos: %v", err)
 	}
 }
@@ -294,5 +298,118 @@ func TestInvalidPolicyGivesOnlyItsError(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], "spec.steps[0].timeout") {
 		t.Errorf("errors %q, want only spec.steps[0].timeout's", lines)
+	}
+}
+
+// applyScenario edits its policy mid-run: a Reboot inserted before the
+// Taint step.
+const applyScenario = `apiVersion: nodeshepherd.io/v1alpha1
+kind: Scenario
+name: edit
+duration: 4m
+maxTimeScale: 5
+cluster:
+  zones: [{name: zone-a, nodes: 3}]
+  node: {labels: {pool: general}}
+remediationPolicies:
+- apiVersion: nodeshepherd.io/v1alpha1
+  kind: RemediationPolicy
+  metadata: {name: general}
+  spec:
+    unhealthy: [{type: KernelDeadlock, status: "True", for: 20s}]
+    healthyHold: 60s
+    steps:
+    - {action: Taint, timeout: 5m, taint: {key: k, effect: NoSchedule}}
+timeline:
+- {at: 30s, action: set-condition, condition: KernelDeadlock=True, nodes: [fake-node-0000]}
+- at: 1m
+  action: apply-policy
+  policy:
+    apiVersion: nodeshepherd.io/v1alpha1
+    kind: RemediationPolicy
+    metadata: {name: general}
+    spec:
+      unhealthy: [{type: KernelDeadlock, status: "True", for: 20s}]
+      healthyHold: 60s
+      steps:
+      - {action: Reboot, timeout: 3m}
+      - {action: Taint, timeout: 5m, taint: {key: k, effect: NoSchedule}}
+expect:
+- {metric: repairStepsMoved, atLeast: 1}
+`
+
+// TestApplyPolicyStep: an apply-policy step carries the policy's new
+// version, checked as remediationPolicies' are (its Reboot counts: the
+// machines' timing is taken); its errors name file:line.
+func TestApplyPolicyStep(t *testing.T) {
+	sc, err := Load(writePolicyScenario(t, applyScenario, morePolicies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := sc.Timeline[1]
+	if got := st.String(); got != "apply-policy general (steps Reboot, Taint)" {
+		t.Errorf("step %q", got)
+	}
+	if len(sc.allPolicies()) != 2 || !sc.hasRepairSteps() || sc.PolicyCount() != 1 {
+		t.Errorf("policies: all %d, repair steps %v, created %d", len(sc.allPolicies()), sc.hasRepairSteps(), sc.PolicyCount())
+	}
+	if sc.recoveryAtForTest() != 30*time.Second {
+		t.Errorf("the edit counted as a fault: recovery at %v", sc.recoveryAtForTest())
+	}
+	replace := func(old, new string) string {
+		if !strings.Contains(applyScenario, old) {
+			t.Fatalf("test bug: %q not in the scenario", old)
+		}
+		return strings.Replace(applyScenario, old, new, 1)
+	}
+	cases := []struct{ name, text, more, want string }{
+		{"another policy", replace("    metadata: {name: general}\n    spec:\n      unhealthy", "    metadata: {name: gpu}\n    spec:\n      unhealthy"), morePolicies,
+			`:23: timeline[1] (apply-policy): RemediationPolicy "gpu" is not one of the scenario's remediationPolicies (general): apply-policy edits one of them`},
+		{"no policy", replace("  policy:\n", "  polcy:\n"), morePolicies, `:22: field polcy not found`},
+		{"missing policy", applyScenario[:strings.Index(applyScenario, "  policy:\n")] + "expect:\n- {metric: repairStepsMoved, atLeast: 1}\n", morePolicies,
+			`:20: timeline[1] (apply-policy): give policy: the policy's new version`},
+		{"nodes", replace("  action: apply-policy\n", "  action: apply-policy\n  nodes: [fake-node-0000]\n"), morePolicies,
+			`:20: timeline[1] (apply-policy): apply-policy takes policy: only`},
+		{"policy on a partition", replace("{at: 30s, action: set-condition, condition: KernelDeadlock=True,", "{at: 30s, action: partition, policy: {file: x.yaml},"), morePolicies,
+			`:19: timeline[0] (partition): policy: only the apply-policy action takes it`},
+		{"bad field", replace("      - {action: Reboot, timeout: 3m}", "      - {action: Reboot, timeot: 3m}"), morePolicies,
+			`:30: timeline[1] (apply-policy): policy: spec.steps[0].timeot: unknown field`},
+		{"two documents", applyScenario[:strings.Index(applyScenario, "  policy:\n")] + "  policy: {file: more-policies.yaml}\n", morePolicies,
+			`more-policies.yaml holds 2 RemediationPolicies; apply-policy takes one`},
+		{"scale", replace("      - {action: Reboot, timeout: 3m}", "      - {action: Reboot, timeout: 30s}"), morePolicies,
+			`must be at least 1m1s`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writePolicyScenario(t, tc.text, tc.more)
+			_, err := Load(path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v\nwant %q", err, tc.want)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.Contains(line, filepath.Dir(path)) {
+					t.Errorf("error line without its file: %q", line)
+				}
+			}
+		})
+	}
+}
+
+func (s *Scenario) recoveryAtForTest() time.Duration {
+	r := &runner{sc: s}
+	return r.recoveryAt()
+}
+
+// The fence examples: both run outofservice (a Fence step needs it); only
+// the running one's fake cloud ignores power-off requests.
+func TestFenceScenarios(t *testing.T) {
+	for file, ignore := range map[string]bool{"remediation-fence-running.yaml": true, "remediation-fence-powered-off.yaml": false} {
+		sc, err := Load(filepath.Join("../../examples/scenarios", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sc.hasFenceSteps() || !sc.runsOutOfService() || sc.fakeNodeConfig(2).IgnorePowerOff != ignore {
+			t.Errorf("%s: fence steps %v, outofservice %v, ignorePowerOff %v (want %v)", file, sc.hasFenceSteps(), sc.runsOutOfService(), sc.fakeNodeConfig(2).IgnorePowerOff, ignore)
+		}
 	}
 }

@@ -77,6 +77,12 @@ type recorder struct {
 	machines           map[string]machineRec
 	rebooted, replaced map[string]bool
 
+	// outOfService are the nodes tainted out of service during the
+	// timeline; forceDeleted counts the pods removed from the API while
+	// their node was not Ready or gone (no kubelet confirmed the deletion).
+	outOfService map[string]bool
+	forceDeleted int
+
 	// Repairs, recorded when the scenario has remediation policies: each
 	// node's repair record as last seen (by name), what the timeline
 	// started, and the controller's events (by UID, with the count seen:
@@ -84,9 +90,13 @@ type recorder struct {
 	repairs                   bool
 	records                   map[string]rem.Request
 	repairsStarted, stepsDone int
+	stepsMoved                int
 	maxInRepair, repairsDone  int
 	blocked, exhausted        map[string]bool
 	eventCounts               map[types.UID]int32
+	// Fences: the nodes whose record confirmed a Fence's power-off
+	// (fenceBootID written), and those with a FenceVetoed event.
+	fenced, vetoed map[string]bool
 }
 
 // machineRec is the Node and boot a node name last had.
@@ -151,7 +161,8 @@ func newRecorder(now func() time.Time) *recorder {
 		hadEndpoints: map[string]bool{}, noEndpointsSince: map[string]time.Time{},
 		claims: map[string]string{}, attachments: map[string]attachRec{}, replicas: map[string]*replicaRec{},
 		machines: map[string]machineRec{}, rebooted: map[string]bool{}, replaced: map[string]bool{},
-		records: map[string]rem.Request{}, blocked: map[string]bool{}, exhausted: map[string]bool{}, eventCounts: map[types.UID]int32{}}
+		records: map[string]rem.Request{}, blocked: map[string]bool{}, exhausted: map[string]bool{}, eventCounts: map[types.UID]int32{},
+		outOfService: map[string]bool{}, fenced: map[string]bool{}, vetoed: map[string]bool{}}
 }
 
 // trackRepairs makes the recorder count remediation repairs (a scenario
@@ -292,6 +303,9 @@ func (r *recorder) onNode(n *v1.Node, deleted bool) {
 			rec.noSchedule = true
 		}
 	}
+	if rec.outOfService && r.started() {
+		r.outOfService[n.Name] = true
+	}
 	if rec.noExecute && r.started() {
 		if r.firstTaint.IsZero() {
 			r.firstTaint = now
@@ -367,6 +381,11 @@ func (r *recorder) onPod(p *v1.Pod, deleted bool) {
 	}
 	rec.ready = ready
 	if deleted {
+		// Removed from the API: a kubelet confirms a deletion only from a
+		// Ready node; from a node NotReady or gone it was force-deleted.
+		if n := r.nodes[rec.node]; r.started() && rec.node != "" && (n == nil || !n.ready) {
+			r.forceDeleted++
+		}
 		delete(r.pods, p.UID)
 	}
 	r.checkReplicasLocked(now)
@@ -408,11 +427,20 @@ func (r *recorder) repairLocked(n *v1.Node, rec *nodeRec) {
 		return
 	}
 	if ok {
+		if req.FenceBootID != "" && (!had || prev.FenceBootID == "") {
+			r.fenced[n.Name] = true
+		}
 		if !had {
 			r.repairsStarted++
 		}
-		if !had || prev.Policy != req.Policy || prev.Step != req.Step || !prev.Since.Equal(req.Since) {
+		// A step started has another policy, action or start time; the
+		// same step at another index is the record following its step
+		// after an edit of the ladder (VerdictMoved): nothing started.
+		switch {
+		case !had || prev.Policy != req.Policy || prev.Action != req.Action || !prev.Since.Equal(req.Since):
 			r.stepsDone++
+		case prev.Step != req.Step:
+			r.stepsMoved++
 		}
 	}
 	c := 0
@@ -547,7 +575,7 @@ func (r *recorder) onEvent(e *v1.Event) {
 		if r.started() && !e.LastTimestamp.Time.Before(r.t0.Truncate(time.Second)) {
 			r.drains++
 		}
-	case remediation.EventDone, remediation.EventBlocked, remediation.EventExhausted:
+	case remediation.EventDone, remediation.EventBlocked, remediation.EventExhausted, remediation.EventFenceVetoed:
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.repairs && e.InvolvedObject.Kind == "Node" {
@@ -574,6 +602,8 @@ func (r *recorder) repairEventLocked(e *v1.Event) {
 		r.blocked[e.InvolvedObject.Name] = true
 	case remediation.EventExhausted:
 		r.exhausted[e.InvolvedObject.Name] = true
+	case remediation.EventFenceVetoed:
+		r.vetoed[e.InvolvedObject.Name] = true
 	}
 }
 
@@ -852,7 +882,12 @@ func (r *recorder) finish(recovery time.Time) map[string]*float64 {
 		count("repairsDone", r.repairsDone)
 		count("repairsBlocked", len(r.blocked))
 		count("repairsExhausted", len(r.exhausted))
+		count("repairStepsMoved", r.stepsMoved)
+		count("fencesConfirmed", len(r.fenced))
+		count("fencesVetoed", len(r.vetoed))
 	}
+	count("nodesOutOfService", len(r.outOfService))
+	count("podsForceDeleted", r.forceDeleted)
 	if len(r.services) > 0 {
 		count("serviceReadyEndpointsMin", r.minEndpoints)
 		count("serviceReadyEndpointsAtEnd", r.readyEndpointsLocked())

@@ -226,3 +226,67 @@ func TestRecorderRepairs(t *testing.T) {
 		t.Errorf("without policies: %v", m)
 	}
 }
+
+// TestRecorderFences: a Fence confirmed (the record's fenceBootID
+// written), a Fence vetoed (FenceVetoed events, one node however many),
+// the out-of-service taint, and pods removed from the API while their node
+// is not Ready (force-deleted) against one whose kubelet confirmed it.
+func TestRecorderFences(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := newRecorder(func() time.Time { return now })
+	r.trackRepairs()
+	node := func(name string, ready bool, fenceBoot string, outOfService bool) *v1.Node {
+		st := v1.ConditionTrue
+		if !ready {
+			st = v1.ConditionUnknown
+		}
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("u" + name)},
+			Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{BootID: "boot-" + name}, Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: st}}}}
+		if !ready {
+			n.Annotations = map[string]string{rem.AnnotationState: rem.EncodeState("gpu", rem.ActionFence,
+				rem.State{Step: 1, StepSince: now, RepairSince: now, FenceBootID: fenceBoot})}
+		}
+		if outOfService {
+			n.Spec.Taints = []v1.Taint{{Key: v1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute}}
+		}
+		return n
+	}
+	pod := func(uid, nodeName string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "default", UID: types.UID(uid)}, Spec: v1.PodSpec{NodeName: nodeName}}
+	}
+	event := func(uid, nodeName string, count int32) *v1.Event {
+		return &v1.Event{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Namespace: "default", Name: uid}, Reason: remediation.EventFenceVetoed, Count: count,
+			InvolvedObject: v1.ObjectReference{Kind: "Node", Name: nodeName}, LastTimestamp: metav1.NewTime(now)}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		r.onNode(node(n, true, "", false), false)
+	}
+	r.onPod(pod("on-a", "a"), false)
+	r.onPod(pod("on-b", "b"), false)
+	r.onPod(pod("on-c", "c"), false)
+	r.start()
+	r.fault()
+	now = now.Add(time.Minute)
+	r.onPod(pod("on-c", "c"), true) // c is Ready: its kubelet confirmed the deletion
+	r.onNode(node("a", false, "", false), false)
+	r.onNode(node("b", false, "", false), false)
+	r.onEvent(event("veto-a", "a", 1))
+	r.onEvent(event("veto-a", "a", 2))
+	r.onNode(node("b", false, "boot-b", false), false) // the power-off confirmed
+	r.onNode(node("b", false, "boot-b", false), false) // seen again
+	r.onNode(node("b", false, "boot-b", true), false)
+	r.onPod(pod("on-b", "b"), true) // pod GC under the out-of-service taint
+	m := r.finish(now)
+	want := map[string]float64{"fencesConfirmed": 1, "fencesVetoed": 1, "nodesOutOfService": 1, "podsForceDeleted": 1}
+	for name, w := range want {
+		if v := m[name]; v == nil || *v != w {
+			t.Errorf("%s = %v, want %v", name, v, w)
+		}
+	}
+	plain := newRecorder(func() time.Time { return now })
+	plain.start()
+	m = plain.finish(now)
+	if _, ok := m["fencesVetoed"]; ok || m["nodesOutOfService"] == nil || m["podsForceDeleted"] == nil {
+		t.Errorf("without policies: %v", m)
+	}
+}

@@ -285,7 +285,7 @@ func (r *runner) evaluate(res *RunResult) {
 func (r *runner) recoveryAt() time.Duration {
 	var end time.Duration
 	for _, st := range r.sc.Timeline {
-		if st.Action != ActionBurst {
+		if st.Action != ActionBurst && st.Action != ActionApplyPolicy {
 			end = max(end, st.End())
 		}
 	}
@@ -479,6 +479,9 @@ func (r *runner) resolve(t Target) []string {
 
 // do executes one step and returns the nodes it touched.
 func (r *runner) do(ctx context.Context, st *Step) ([]string, error) {
+	if st.Action == ActionApplyPolicy {
+		return nil, r.applyPolicy(ctx, st)
+	}
 	r.rec.fault()
 	if st.Action == ActionBurst {
 		return nil, r.burst(ctx, st.Burst)

@@ -120,6 +120,10 @@ type Cluster struct {
 type MachineSpec struct {
 	RebootDowntime  Duration `yaml:"rebootDowntime"`
 	ReplaceDowntime Duration `yaml:"replaceDowntime"`
+	// IgnorePowerOff: the fake cloud accepts a Fence step's power-off
+	// request but the machines run on (a BMC that fails silently), and it
+	// goes on answering that they run: the Fence is vetoed.
+	IgnorePowerOff bool `yaml:"ignorePowerOff"`
 }
 
 // NodeGroup is Nodes identical nodes of one zone.
@@ -254,11 +258,16 @@ const (
 	ActionMachineShutdown = "machine-shutdown"
 	ActionMachineStart    = "machine-start"  // boot the machines again, with a new boot ID
 	ActionMachineDelete   = "machine-delete" // the machines are gone for good: the fake cloud says so
+	// ActionApplyPolicy edits one of the scenario's remediation policies:
+	// policy: (a RemediationPolicy inline, or {file: PATH}) replaces the
+	// spec, labels and annotations of the policy of its name, as kubectl
+	// apply would. Only nodeshepherd's run has policies.
+	ActionApplyPolicy = "apply-policy"
 )
 
 // Actions lists every step action, for errors and help.
 var Actions = []string{ActionPartition, ActionNetworkBlip, ActionHeal, ActionKubeletRestart, ActionKubeletStop, ActionKubeletStart,
-	ActionSetCondition, ActionClearCondition, ActionCordon, ActionUncordon, ActionBurst, ActionMachineShutdown, ActionMachineStart, ActionMachineDelete}
+	ActionSetCondition, ActionClearCondition, ActionCordon, ActionUncordon, ActionBurst, ActionMachineShutdown, ActionMachineStart, ActionMachineDelete, ActionApplyPolicy}
 
 // Step is one timeline event.
 type Step struct {
@@ -272,6 +281,8 @@ type Step struct {
 	// machine never has it.
 	SurvivesReboot bool   `yaml:"survivesReboot"`
 	Burst          *Burst `yaml:"burst"`
+	// Policy (apply-policy) is the policy's new version.
+	Policy *PolicyEntry `yaml:"policy"`
 
 	cond *fakenode.Condition
 }
@@ -299,6 +310,14 @@ func (s *Step) String() string {
 	}
 	if s.Burst != nil {
 		fmt.Fprintf(&b, " %s: %d pods of %s", s.Burst.Name, s.Burst.Replicas, s.Burst.PriorityClassName)
+	}
+	if s.Policy != nil && len(s.Policy.policies) == 1 {
+		p := &s.Policy.policies[0].policy
+		var steps []string
+		for _, st := range p.Spec.Steps {
+			steps = append(steps, string(st.Action))
+		}
+		fmt.Fprintf(&b, " %s (steps %s)", p.Name, strings.Join(steps, ", "))
 	}
 	if t := s.Target.String(); t != "" {
 		b.WriteString(" on " + t)
@@ -461,9 +480,10 @@ func (s *Scenario) validate() error {
 		errs = append(errs, err.Error())
 	}
 	policyErrs := s.loadPolicies()
+	policyErrs = append(policyErrs, s.loadStepPolicies(field(root, "timeline"))...)
 	errs = append(errs, policyErrs...)
 	if s.MaxTimeScale > 0 {
-		for _, d := range s.policies() {
+		for _, d := range s.allPolicies() {
 			if limit := maxPolicyScale(&d.policy.Spec); s.MaxTimeScale > limit {
 				at(field(root, "maxTimeScale"), "maxTimeScale %g: RemediationPolicy %s (%s) allows --time-scale %s at most (every step's timeout divided by it must stay at least %v and at least healthyHold plus a second); lower maxTimeScale or lengthen the timeouts",
 					s.MaxTimeScale, d.policy.Name, d.src(), formatScale(limit), rem.MinStepTimeout)
@@ -476,6 +496,19 @@ func (s *Scenario) validate() error {
 		// not "missing").
 		if n := field(field(clusterNode, "machines"), name); n != nil && len(policyErrs) == 0 && !s.hasRepairSteps() {
 			at(n, "cluster.machines.%s: only the fake cloud provider's repairs take it, and no remediationPolicies step reboots or replaces machines", name)
+		}
+	}
+	if n := field(field(clusterNode, "machines"), "ignorePowerOff"); n != nil && len(policyErrs) == 0 && !s.hasFenceSteps() {
+		at(n, "cluster.machines.ignorePowerOff: only a Fence step's power-off request takes it, and no remediationPolicies step fences machines")
+	}
+	if len(policyErrs) == 0 && !s.runsOutOfService() {
+		for _, d := range s.allPolicies() {
+			for i, st := range d.policy.Spec.Steps {
+				if st.Action == rem.ActionFence {
+					errs = append(errs, fmt.Sprintf("%s:%d: RemediationPolicy %s: spec.steps[%d] is a Fence step: it needs the outofservice controller, which takes the fenced node out of service (without it the controller refuses the policy, NeedsOutOfService); add an outOfService section to controllers:, e.g. controllers: {outOfService: {outOfServiceAfter: 1m}}",
+						d.path, locate(d.node, fmt.Sprintf("spec.steps[%d]", i)).Line, d.policy.Name, i))
+				}
+			}
 		}
 	}
 	timelineNode := field(root, "timeline")
@@ -510,6 +543,15 @@ func (s *Scenario) checkStep(st *Step, zones map[string]bool, nodes []string) []
 	var errs []string
 	if !slices.Contains(Actions, st.Action) {
 		return []string{fmt.Sprintf("unknown action %q; actions: %s", st.Action, strings.Join(Actions, ", "))}
+	}
+	if st.Action == ActionApplyPolicy {
+		if !st.Target.empty() || st.For.Duration > 0 || st.Condition != "" || st.Burst != nil {
+			errs = append(errs, "apply-policy takes policy: only (no nodes, zone, group, for, condition or burst)")
+		}
+		return errs // policy: is checked by loadStepPolicies
+	}
+	if st.Policy != nil {
+		errs = append(errs, "policy: only the apply-policy action takes it")
 	}
 	if st.Action == ActionBurst {
 		b := st.Burst
@@ -654,6 +696,7 @@ func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
 		PodStartDelay:             scaleDuration(s.Cluster.Kubelet.PodStartDelay.Duration, fakenode.DefaultPodStartDelay, scale),
 		RebootDowntime:            scaleDuration(s.Cluster.Machines.RebootDowntime.Duration, fakenode.DefaultRebootDowntime, scale),
 		ReplaceDowntime:           scaleDuration(s.Cluster.Machines.ReplaceDowntime.Duration, fakenode.DefaultReplaceDowntime, scale),
+		IgnorePowerOff:            s.Cluster.Machines.IgnorePowerOff,
 		EmulateStalePodStatus:     s.Cluster.Kubelet.EmulateStalePodStatus,
 		NodeStatusMaxImages:       s.Cluster.Kubelet.NodeStatusMaxImages,
 		// Every scenario's nodes have the fake CSI driver: claims of its

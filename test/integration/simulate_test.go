@@ -56,6 +56,11 @@ var scenarioRuns = map[string][]string{
 	"remediation-flapping.yaml": {"--compare=upstream"},
 	// Issue 46 point 8: planned reboots, drained then rebooted one at a time.
 	"planned-reboot.yaml": {},
+	// Issue 46: a Fence step vetoed (the machine runs) and confirmed (powered off: the replica
+	// moves); a policy edited mid-ladder (apply-policy). Upstream has no policies.
+	"remediation-fence-running.yaml":     {},
+	"remediation-fence-powered-off.yaml": {},
+	"remediation-edit-mid-ladder.yaml":   {},
 }
 
 // exampleArgs are simulate's flags for an example scenario: its largest
