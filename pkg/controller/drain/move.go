@@ -345,7 +345,7 @@ func hpaRefusal(d *appsv1.Deployment, h *autoscalingv2.HorizontalPodAutoscaler, 
 	if replicas > minReplicas || here <= 0 {
 		return msg + "; to drain, relax " + budget
 	}
-	msg += fmt.Sprintf(" (it holds %d replicas, its minReplicas, where %s allows no disruption)", replicas, budget)
+	msg += fmt.Sprintf(" (it holds it at its minReplicas, %d, where %s allows no disruption)", replicas, budget)
 	raised := replicas + here
 	helps := len(pdbs) > 0
 	for _, b := range pdbs {
@@ -354,8 +354,12 @@ func hpaRefusal(d *appsv1.Deployment, h *autoscalingv2.HorizontalPodAutoscaler, 
 	if !helps {
 		return msg + fmt.Sprintf("; raising minReplicas would not let %s allow a disruption: to drain, relax it", budget)
 	}
-	return msg + fmt.Sprintf("; to drain, raise the autoscaler's minReplicas from %d to %d (by the %d on this node) until the drain is done, or relax %s",
-		minReplicas, raised, here, budget)
+	pods := "pods"
+	if here == 1 {
+		pods = "pod"
+	}
+	return msg + fmt.Sprintf("; to drain, raise the autoscaler's minReplicas from %d to %d (by its %d %s on this node) until the drain is done, or relax %s",
+		minReplicas, raised, here, pods, budget)
 }
 
 // budgetAllowsAt says whether the budget allows a disruption with n healthy
