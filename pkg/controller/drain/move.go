@@ -40,7 +40,10 @@ import (
 // the surge changes only spec.replicas, for the time a pod takes to start,
 // and moves exactly the pods on the node. A HorizontalPodAutoscaler owns
 // replicas and would undo the surge within its sync period: such
-// Deployments are not moved, and the drain says so. A GitOps tool that owns
+// Deployments are not moved, and the drain says so and what would unblock
+// it (hpaRefusal). Nor are Deployments whose pods share a ReadWriteOnce or
+// ReadWriteOncePod claim: the surge pod could not use the volume
+// (exclusiveClaim). A GitOps tool that owns
 // replicas may revert the surge on its next sync: the move then sees
 // replicas changed by someone else, leaves them as they are, and stops (said
 // in an event); the drain evicts as usual.
