@@ -326,7 +326,7 @@ func TestDrainMoveNextToHPAAndGitOps(t *testing.T) {
 	}
 	// The autoscaler is at its minimum (1), where the budget (minAvailable
 	// 1) allows no disruption: the refusal says what unblocks the drain.
-	const hpaFix = "(it holds it at its minReplicas, 1, where PodDisruptionBudget scaled allows no disruption); to drain, raise the autoscaler's minReplicas from 1 to 2 (by its 1 pod on this node) until the drain is done, or relax PodDisruptionBudget scaled"
+	const hpaFix = "(replicas 1, the autoscaler's minReplicas, where PodDisruptionBudget scaled allows no disruption); to drain, raise the autoscaler's minReplicas from 1 to 2 (by its 1 pod on this node) until the drain is done, or relax PodDisruptionBudget scaled"
 	for _, msg := range refused {
 		if strings.Contains(msg, "HorizontalPodAutoscaler scaled") && !strings.Contains(msg, hpaFix) {
 			t.Errorf("DrainMoveRefused %q does not say what to do: want %q", msg, hpaFix)

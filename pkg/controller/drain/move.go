@@ -348,7 +348,7 @@ func hpaRefusal(d *appsv1.Deployment, h *autoscalingv2.HorizontalPodAutoscaler, 
 	if replicas > minReplicas || here <= 0 {
 		return msg + "; to drain, relax " + budget
 	}
-	msg += fmt.Sprintf(" (it holds it at its minReplicas, %d, where %s allows no disruption)", replicas, budget)
+	msg += fmt.Sprintf(" (replicas %d, the autoscaler's minReplicas, where %s allows no disruption)", replicas, budget)
 	raised := replicas + here
 	helps := len(pdbs) > 0
 	for _, b := range pdbs {

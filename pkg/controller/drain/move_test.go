@@ -212,14 +212,14 @@ func TestHPARefusalSaysWhatToDo(t *testing.T) {
 		want     string
 	}{
 		"at its minimum, minAvailable": {2, []*policyv1.PodDisruptionBudget{budget("web", ptr.To(intstr.FromInt32(2)), nil)}, 2,
-			owned + " (it holds it at its minReplicas, 2, where PodDisruptionBudget web allows no disruption); to drain, raise the autoscaler's minReplicas from 2 to 4 (by its 2 pods on this node) until the drain is done, or relax PodDisruptionBudget web"},
+			owned + " (replicas 2, the autoscaler's minReplicas, where PodDisruptionBudget web allows no disruption); to drain, raise the autoscaler's minReplicas from 2 to 4 (by its 2 pods on this node) until the drain is done, or relax PodDisruptionBudget web"},
 		"at its minimum, maxUnavailable 0": {2, []*policyv1.PodDisruptionBudget{budget("web", nil, ptr.To(intstr.FromInt32(0)))}, 1,
-			owned + " (it holds it at its minReplicas, 2, where PodDisruptionBudget web allows no disruption); raising minReplicas would not let PodDisruptionBudget web allow a disruption: to drain, relax it"},
+			owned + " (replicas 2, the autoscaler's minReplicas, where PodDisruptionBudget web allows no disruption); raising minReplicas would not let PodDisruptionBudget web allow a disruption: to drain, relax it"},
 		"at its minimum, two budgets, one never allows": {2, []*policyv1.PodDisruptionBudget{budget("a", ptr.To(intstr.FromInt32(1)), nil), budget("b", ptr.To(intstr.FromString("100%")), nil)}, 1,
 			"raising minReplicas would not let PodDisruptionBudgets a, b allow a disruption: to drain, relax it"},
 		"above its minimum": {3, []*policyv1.PodDisruptionBudget{budget("web", ptr.To(intstr.FromInt32(3)), nil)}, 1,
 			owned + "; to drain, relax PodDisruptionBudget web"},
-		"no budget found": {2, nil, 1, owned + " (it holds it at its minReplicas, 2, where a PodDisruptionBudget allows no disruption); raising minReplicas would not let"},
+		"no budget found": {2, nil, 1, owned + " (replicas 2, the autoscaler's minReplicas, where a PodDisruptionBudget allows no disruption); raising minReplicas would not let"},
 	} {
 		d.Spec.Replicas = ptr.To(tc.replicas)
 		if got := hpaRefusal(d, h, tc.pdbs, tc.here); !strings.Contains(got, tc.want) {
