@@ -3,15 +3,18 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -321,6 +324,14 @@ func TestDrainMoveNextToHPAAndGitOps(t *testing.T) {
 		hpaSaid = hpaSaid || strings.Contains(msg, "Deployment default/scaled's replicas are owned by HorizontalPodAutoscaler scaled")
 		stopSaid = stopSaid || strings.Contains(msg, "Stopped moving pods of Deployment default/gitops: its replicas were changed from 2 to 1 by someone else")
 	}
+	// The autoscaler is at its minimum (1), where the budget (minAvailable
+	// 1) allows no disruption: the refusal says what unblocks the drain.
+	const hpaFix = "(replicas 1, the autoscaler's minReplicas, where PodDisruptionBudget scaled allows no disruption); to drain, raise the autoscaler's minReplicas from 1 to 2 (by its 1 pod on this node) until the drain is done, or relax PodDisruptionBudget scaled"
+	for _, msg := range refused {
+		if strings.Contains(msg, "HorizontalPodAutoscaler scaled") && !strings.Contains(msg, hpaFix) {
+			t.Errorf("DrainMoveRefused %q does not say what to do: want %q", msg, hpaFix)
+		}
+	}
 	if !hpaSaid || !stopSaid || len(refused) != 2 {
 		t.Errorf("DrainMoveRefused %q: want one naming the HPA, one saying the move stopped", refused)
 	}
@@ -339,5 +350,172 @@ func TestDrainMoveNextToHPAAndGitOps(t *testing.T) {
 		if got := ns.Metric(t, "nodeshepherd_drain_moves_total", map[string]string{"result": result}); got != want {
 			t.Errorf("moves_total{result=%s} = %v, want %v", result, got, want)
 		}
+	}
+}
+
+// TestDrainDoesNotSurgeReadWriteOnceClaim (issue 46 point 6): a
+// Deployment's pods that share a ReadWriteOnce PersistentVolumeClaim are
+// not moved: a surge pod could not use the volume while the pod on the node
+// holds it, and would wait until the move's timeout. The drain says why (one
+// DrainMoveRefused naming the claim and its access mode), never scales the
+// Deployment (its generation stays, no move started) and evicts as usual
+// (the budget refuses: the drain waits). As deploy/'s ServiceAccount (the
+// claim is read through the drain's RBAC).
+func TestDrainDoesNotSurgeReadWriteOnceClaim(t *testing.T) {
+	asServiceAccount(t)
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 2, false))
+	names := m.NodeNames()
+	sick, other := names[0], names[1]
+	ns := framework.StartNodeShepherd(t, cfg, drainConfig(func(d *drain.Config) {
+		d.MoveBeforeEvict, d.DrainTimeout = true, 5*time.Minute
+	}), nil)
+	waitNodesReady(t, client, names...)
+	ctx := framework.Context(t)
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, persistentVolume("move-data", "manual", v1.ReadWriteOnce, hostPath("/tmp/move-data")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().PersistentVolumeClaims("default").Create(ctx, persistentClaim("data", "manual", "move-data", v1.ReadWriteOnce), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "claim data Bound", func(ctx context.Context) (bool, string, error) {
+		pvc, err := client.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return pvc.Status.Phase == v1.ClaimBound, string(pvc.Status.Phase), nil
+	})
+	db := deployment("db", 1)
+	db.Spec.Template.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
+		PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+	pinDeployment(t, client, []string{other}, db)
+	createPDB(t, client, "db", ptr.To(intstr.FromInt32(1)), nil)
+	framework.Eventually(t, 30*time.Second, "PodDisruptionBudget db allows no disruption", func(ctx context.Context) (bool, string, error) {
+		b, err := client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "db", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return b.Status.ObservedGeneration == b.Generation && b.Status.CurrentHealthy == 1 && b.Status.DisruptionsAllowed == 0, fmt.Sprintf("%+v", b.Status), nil
+	})
+	before, err := client.AppsV1().Deployments("default").Get(ctx, "db", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	_, refused := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainMoveRefused), 1)
+	const want = "Not moving before evicting: Deployment default/db's pods share PersistentVolumeClaim data (ReadWriteOnce): a surge pod could not use it while the pod here holds it; evicting as usual"
+	if len(refused) != 1 || refused[0] != want {
+		t.Errorf("DrainMoveRefused %q, want %q", refused, want)
+	}
+	// Evicting as usual: the budget refuses, and the drain says so.
+	framework.Eventually(t, 60*time.Second, "the budget's refusal counted", func(ctx context.Context) (bool, string, error) {
+		got := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "blocked-by-pdb"})
+		return got >= 1, fmt.Sprintf("blocked-by-pdb %v", got), nil
+	})
+	d, err := client.AppsV1().Deployments("default").Get(ctx, "db", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Generation != before.Generation || *d.Spec.Replicas != 1 || d.Annotations[drain.AnnotationMove] != "" {
+		t.Errorf("Deployment db was touched: generation %d -> %d, replicas %d, move record %q", before.Generation, d.Generation, *d.Spec.Replicas, d.Annotations[drain.AnnotationMove])
+	}
+	for result, want := range map[string]float64{"refused": 1, "started": 0} {
+		if got := ns.Metric(t, "nodeshepherd_drain_moves_total", map[string]string{"result": result}); got != want {
+			t.Errorf("moves_total{result=%s} = %v, want %v", result, got, want)
+		}
+	}
+	if left, _ := podsOn(ctx, client, sick, "db"); len(left) != 1 {
+		t.Errorf("%d db pods on %s, want the one the budget keeps", len(left), sick)
+	}
+	if n, msgs := eventCount(t, client, sick, drain.EventDrainMoveRefused, 1); n != 1 {
+		t.Errorf("%d DrainMoveRefused events, want 1 (one per change of decision): %q", n, msgs)
+	}
+}
+
+// TestDrainMoveUndoesAFailedMark (issue 46 point 6): when marking the pods
+// to move with the lowest pod-deletion-cost fails halfway (the fault proxy
+// answers 500 to the second pod's PATCH), the move takes back the cost it
+// wrote on the first before the next try, so that no pod keeps it without a
+// move record (a later round would skip such a pod and the drain would never
+// move it). Here: a 2-replica Deployment (maxSurge 2) on the node, a budget
+// with maxUnavailable 0; the first try fails, the second marks both, surges
+// by 2, and the drain completes with one move of both pods, no eviction.
+func TestDrainMoveUndoesAFailedMark(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 2, false))
+	names := m.NodeNames()
+	sick, other := names[0], names[1]
+	proxy := framework.StartFaultProxy(t, cfg)
+	ns := framework.StartNodeShepherd(t, proxy.RESTConfig(cfg), drainConfig(func(d *drain.Config) {
+		d.MoveBeforeEvict, d.DrainTimeout = true, 3*time.Minute
+	}), nil)
+	waitNodesReady(t, client, names...)
+	ctx := framework.Context(t)
+	pair := deployment("pair", 2)
+	pair.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: ptr.To(intstr.FromInt32(2))}}
+	pinDeployment(t, client, []string{other}, pair)
+	createPDB(t, client, "pair", nil, ptr.To(intstr.FromInt32(0)))
+	framework.Eventually(t, 30*time.Second, "PodDisruptionBudget pair allows no disruption", func(ctx context.Context) (bool, string, error) {
+		b, err := client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "pair", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return b.Status.ObservedGeneration == b.Generation && b.Status.CurrentHealthy == 2 && b.Status.DisruptionsAllowed == 0, fmt.Sprintf("%+v", b.Status), nil
+	})
+	onSick, err := podsOn(ctx, client, sick, "pair")
+	if err != nil || len(onSick) != 2 {
+		t.Fatalf("want the 2 pair pods on %s: %d, %v", sick, len(onSick), err)
+	}
+	// The drain is the only writer of pods (not their status) through the
+	// proxy: the second such PATCH is the second pod's mark.
+	proxy.Inject(framework.FaultRule{Name: "500-second-mark", Kind: framework.FaultStatus, Status: http.StatusInternalServerError,
+		Methods: []string{http.MethodPatch}, Resource: "pods", Subresource: "-", Every: 2, Times: 1})
+
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	framework.Eventually(t, 2*time.Minute, "drain completed", drainCondition(client, sick, v1.ConditionFalse, "| Completed: "))
+	if proxy.Injected("500-second-mark") != 1 {
+		t.Fatalf("the failed mark was not injected: %s", proxy)
+	}
+	// The pods' PATCHes in order: mark one (written), mark the other (500),
+	// then the first's cost taken back before any new mark.
+	var patches []framework.ProxiedRequest
+	for _, e := range proxy.SettledLog() {
+		if e.Method == http.MethodPatch && e.Resource == "pods" && e.Sub == "" {
+			patches = append(patches, e)
+		}
+	}
+	var seq []string
+	for _, e := range patches {
+		seq = append(seq, fmt.Sprintf("%s:%d:%s", e.Name, e.Status, e.Fault))
+	}
+	t.Logf("pod PATCHes through the proxy: %v", seq)
+	if len(patches) < 4 || patches[0].Status != http.StatusOK || patches[1].Fault != "500-second-mark" ||
+		patches[2].Name != patches[0].Name || patches[2].Status != http.StatusOK {
+		t.Errorf("pod PATCHes %v: want the first pod marked, the second's mark failed, then the first's cost taken back", seq)
+	}
+	for _, p := range onSick {
+		if _, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("pod %s still there (%v): not moved", p.Name, err)
+		}
+	}
+	d, err := client.AppsV1().Deployments("default").Get(ctx, "pair", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *d.Spec.Replicas != 2 || d.Annotations[drain.AnnotationMove] != "" {
+		t.Errorf("Deployment pair after the drain: replicas %d, move record %q", *d.Spec.Replicas, d.Annotations[drain.AnnotationMove])
+	}
+	for result, want := range map[string]float64{"started": 1, "moved": 1} {
+		if got := ns.Metric(t, "nodeshepherd_drain_moves_total", map[string]string{"result": result}); got != want {
+			t.Errorf("moves_total{result=%s} = %v, want %v (one move of both pods)", result, got, want)
+		}
+	}
+	if got := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "evicted"}); got != 0 {
+		t.Errorf("%v evictions accepted; both pods should have been moved", got)
+	}
+	if _, moving := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainMoving), 1); len(moving) != 1 || !strings.Contains(moving[0], "replicas 2 -> 4") {
+		t.Errorf("DrainMoving %q: want one move of both pods, replicas 2 -> 4", moving)
 	}
 }

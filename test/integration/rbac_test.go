@@ -30,6 +30,7 @@ var serviceAccountScenarios = map[string][]string{
 	"TestDrainCordonDrainUncordon":                 {"drain"},              // cordon, condition, Eviction API, uncordon
 	"TestDrainBlockedByPDBExplainedThenForced":     {"drain"},              // PDB reads, blocked-since annotation, force-after pod deletion
 	"TestDrainMovesBeforeEvicting":                 {"drain"},              // Deployment surge and scale-back, pod-deletion-cost, Namespace and HPA reads
+	"TestDrainDoesNotSurgeReadWriteOnceClaim":      {"drain"},              // PersistentVolumeClaim reads (move-before-evict)
 	"TestSchedulerPreemption":                      {"scheduler"},          // binding, status, preemption, PDBs
 	"TestOutOfServiceAnnotationForceDeletesPods":   {"outofservice"},       // taint and annotations added, then removed
 	"TestCompanionReadinessRestore":                {"readinessrestore"},   // pods/status next to kube-controller-manager

@@ -5,17 +5,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // Move before evict (issue 32, point 1). A drain that a PodDisruptionBudget
@@ -34,7 +40,10 @@ import (
 // the surge changes only spec.replicas, for the time a pod takes to start,
 // and moves exactly the pods on the node. A HorizontalPodAutoscaler owns
 // replicas and would undo the surge within its sync period: such
-// Deployments are not moved, and the drain says so. A GitOps tool that owns
+// Deployments are not moved, and the drain says so and what would unblock
+// it (hpaRefusal). Nor are Deployments whose pods share a ReadWriteOnce or
+// ReadWriteOncePod claim: the surge pod could not use the volume
+// (exclusiveClaim). A GitOps tool that owns
 // replicas may revert the surge on its next sync: the move then sees
 // replicas changed by someone else, leaves them as they are, and stops (said
 // in an event); the drain evicts as usual.
@@ -210,8 +219,10 @@ func maxSurge(d *appsv1.Deployment) (int32, string) {
 	return int32(n), ""
 }
 
-// cannotMove says why the Deployment's pods cannot be moved ("" when they can).
-func (c *Controller) cannotMove(ctx context.Context, d *appsv1.Deployment) (string, error) {
+// cannotMove says why the Deployment's pods cannot be moved ("" when they
+// can); p is its pod whose eviction a PodDisruptionBudget refused, onNode
+// the pods on the node.
+func (c *Controller) cannotMove(ctx context.Context, d *appsv1.Deployment, p *v1.Pod, onNode []*v1.Pod) (string, error) {
 	ctx, cancel := bounded(ctx) // its reads
 	defer cancel()
 	name := "Deployment " + d.Namespace + "/" + d.Name
@@ -225,12 +236,148 @@ func (c *Controller) cannotMove(ctx context.Context, d *appsv1.Deployment) (stri
 	if err != nil {
 		return "", err
 	}
-	for _, h := range hpas.Items {
+	for i := range hpas.Items {
+		h := &hpas.Items[i]
 		if r := h.Spec.ScaleTargetRef; r.Kind == "Deployment" && r.Name == d.Name {
-			return name + "'s replicas are owned by HorizontalPodAutoscaler " + h.Name + ", which would undo a surge", nil
+			pdbs, err := c.client.PolicyV1().PodDisruptionBudgets(d.Namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return "", err
+			}
+			return hpaRefusal(d, h, budgetsOf(p, pdbs.Items), podsOf(d, onNode)), nil
 		}
 	}
-	return "", nil
+	claims := map[string]*v1.PersistentVolumeClaim{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil || claims[v.PersistentVolumeClaim.ClaimName] != nil {
+			continue
+		}
+		pvc, err := c.client.CoreV1().PersistentVolumeClaims(d.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // its pods cannot start anyway; nothing held
+		case err != nil:
+			return "", err
+		}
+		claims[pvc.Name] = pvc
+	}
+	return exclusiveClaim(d, claims), nil
+}
+
+// exclusiveClaim says why a surge pod of the Deployment could not start
+// while its pod on the node runs: the pod template names a
+// PersistentVolumeClaim (one claim shared by every pod, unlike an ephemeral
+// volume's, made per pod) whose access modes are ReadWriteOncePod (one pod
+// at a time) or ReadWriteOnce (one node at a time, and the node is
+// cordoned): the surge pod would wait on the volume until the move's
+// timeout. claims are the template's claims by name, as read (one missing
+// is left out). "" when no such claim.
+func exclusiveClaim(d *appsv1.Deployment, claims map[string]*v1.PersistentVolumeClaim) string {
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := claims[v.PersistentVolumeClaim.ClaimName]
+		if pvc == nil {
+			continue
+		}
+		var mode v1.PersistentVolumeAccessMode
+		for _, m := range pvc.Spec.AccessModes {
+			if m == v1.ReadWriteOncePod || (m == v1.ReadWriteOnce && mode == "") {
+				mode = m
+			}
+		}
+		if mode != "" {
+			return fmt.Sprintf("Deployment %s/%s's pods share PersistentVolumeClaim %s (%s): a surge pod could not use it while the pod here holds it",
+				d.Namespace, d.Name, pvc.Name, mode)
+		}
+	}
+	return ""
+}
+
+// budgetsOf is the PodDisruptionBudgets that select the pod (policy/v1: an
+// empty selector selects every pod of the namespace, none selects none).
+func budgetsOf(p *v1.Pod, pdbs []policyv1.PodDisruptionBudget) []*policyv1.PodDisruptionBudget {
+	var out []*policyv1.PodDisruptionBudget
+	for i := range pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
+		if err == nil && sel.Matches(labels.Set(p.Labels)) {
+			out = append(out, &pdbs[i])
+		}
+	}
+	return out
+}
+
+// podsOf counts the Deployment's pods among pods (those its selector
+// selects, owned by a ReplicaSet, not terminating).
+func podsOf(d *appsv1.Deployment, pods []*v1.Pod) int32 {
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return 0
+	}
+	var n int32
+	for _, p := range pods {
+		if o := metav1.GetControllerOf(p); o != nil && o.Kind == "ReplicaSet" && p.Namespace == d.Namespace &&
+			p.DeletionTimestamp == nil && sel.Matches(labels.Set(p.Labels)) {
+			n++
+		}
+	}
+	return n
+}
+
+// hpaRefusal says why a Deployment a HorizontalPodAutoscaler scales is not
+// moved, and what would unblock the drain: at the autoscaler's minReplicas
+// (it cannot scale down, the budget allows no disruption: the drain waits
+// for good) raising minReplicas by the pods on the node, when the budgets
+// would then allow a disruption, else relaxing the budgets.
+func hpaRefusal(d *appsv1.Deployment, h *autoscalingv2.HorizontalPodAutoscaler, pdbs []*policyv1.PodDisruptionBudget, here int32) string {
+	msg := fmt.Sprintf("Deployment %s/%s's replicas are owned by HorizontalPodAutoscaler %s, which would undo a surge", d.Namespace, d.Name, h.Name)
+	minReplicas := ptr.Deref(h.Spec.MinReplicas, 1)
+	replicas := ptr.Deref(d.Spec.Replicas, 1)
+	names := make([]string, 0, len(pdbs))
+	for _, b := range pdbs {
+		names = append(names, b.Name)
+	}
+	budget := "a PodDisruptionBudget"
+	switch len(names) {
+	case 0:
+	case 1:
+		budget = "PodDisruptionBudget " + names[0]
+	default:
+		budget = "PodDisruptionBudgets " + strings.Join(names, ", ")
+	}
+	if replicas > minReplicas || here <= 0 {
+		return msg + "; to drain, relax " + budget
+	}
+	msg += fmt.Sprintf(" (replicas %d, the autoscaler's minReplicas, where %s allows no disruption)", replicas, budget)
+	raised := replicas + here
+	helps := len(pdbs) > 0
+	for _, b := range pdbs {
+		helps = helps && budgetAllowsAt(b, raised)
+	}
+	if !helps {
+		return msg + fmt.Sprintf("; raising minReplicas would not let %s allow a disruption: to drain, relax it", budget)
+	}
+	pods := "pods"
+	if here == 1 {
+		pods = "pod"
+	}
+	return msg + fmt.Sprintf("; to drain, raise the autoscaler's minReplicas from %d to %d (by its %d %s on this node) until the drain is done, or relax %s",
+		minReplicas, raised, here, pods, budget)
+}
+
+// budgetAllowsAt says whether the budget allows a disruption with n healthy
+// pods of its n expected, as the disruption controller counts (percentages
+// rounded up).
+func budgetAllowsAt(b *policyv1.PodDisruptionBudget, n int32) bool {
+	switch {
+	case b.Spec.MaxUnavailable != nil:
+		u, err := intstr.GetScaledValueFromIntOrPercent(b.Spec.MaxUnavailable, int(n), true)
+		return err == nil && u >= 1
+	case b.Spec.MinAvailable != nil:
+		m, err := intstr.GetScaledValueFromIntOrPercent(b.Spec.MinAvailable, int(n), true)
+		return err == nil && int(n)-m >= 1
+	}
+	return false
 }
 
 // gitOpsOwner names a GitOps tool that manages the Deployment, from the
@@ -322,7 +469,7 @@ func (c *Controller) moveStep(ctx context.Context, node *v1.Node, e *podEviction
 		ms.refused = "off"
 		return false, ""
 	}
-	why, err = c.cannotMove(ctx, d)
+	why, err = c.cannotMove(ctx, d, e.pod, onNode)
 	if err != nil {
 		return e.moving, e.lastErr
 	}
@@ -396,11 +543,9 @@ func (c *Controller) startMove(ctx context.Context, node *v1.Node, d *appsv1.Dep
 	}
 	// The pods first: were the surge written and these not, the scale-down
 	// could take a new pod.
-	for name := range rec.Pods {
-		if err := c.setDeletionCost(ctx, d.Namespace, name, lowestDeletionCost); err != nil {
-			klog.FromContext(ctx).V(2).Info("Marking a pod to move; will retry", "pod", klog.KRef(d.Namespace, name), "err", err)
-			return false, ""
-		}
+	if err := c.markToMove(ctx, d.Namespace, rec.Pods); err != nil {
+		klog.FromContext(ctx).V(2).Info("Marking the pods to move; undone, will retry", "deployment", klog.KObj(d), "err", err)
+		return false, ""
 	}
 	if err := c.patchDeployment(ctx, d, replicas+surge, &rec); err != nil {
 		klog.FromContext(ctx).V(2).Info("Surging a Deployment to move its pods; will retry", "deployment", klog.KObj(d), "err", err)
@@ -505,12 +650,9 @@ func (c *Controller) patchDeployment(ctx context.Context, d *appsv1.Deployment, 
 	return err
 }
 
+// setDeletionCost writes the pod's deletion cost.
 func (c *Controller) setDeletionCost(ctx context.Context, ns, pod, cost string) error {
-	var v any = cost
-	if cost == "" {
-		v = nil
-	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotationDeletionCost: v}}})
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotationDeletionCost: cost}}})
 	if c.dryRun.Enabled() {
 		return nil
 	}
@@ -520,11 +662,54 @@ func (c *Controller) setDeletionCost(ctx context.Context, ns, pod, cost string) 
 	return err
 }
 
-// restoreCosts puts back the deletion costs the pods had before the move.
+// markToMove gives the pods (name: cost before) the lowest deletion cost.
+// When a write fails, the pods it wrote, and the one whose write failed (it
+// may have landed), get their cost back before it returns the error: a pod
+// must not keep the lowest cost without a move record, as a later round
+// skips such pods, and the ReplicaSet would take it first on any
+// scale-down.
+func (c *Controller) markToMove(ctx context.Context, ns string, pods map[string]string) error {
+	names := make([]string, 0, len(pods))
+	for name := range pods {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	tried := map[string]string{}
+	for _, name := range names {
+		tried[name] = pods[name]
+		if err := c.setDeletionCost(ctx, ns, name, lowestDeletionCost); err != nil {
+			c.restoreCosts(ctx, ns, tried)
+			return fmt.Errorf("marking pod %s/%s: %w", ns, name, err)
+		}
+	}
+	return nil
+}
+
+// deletionCostPath is the annotation's JSON pointer.
+var deletionCostPath = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(annotationDeletionCost, "~", "~0"), "/", "~1")
+
+// restoreCosts puts back the deletion costs the pods had before the move
+// (name: cost before; "" none), each only while it still has the cost the
+// move wrote: a JSON patch whose test operation makes the API server refuse
+// it when the cost was changed since (theirs stands) or the annotation is
+// gone.
 func (c *Controller) restoreCosts(ctx context.Context, ns string, pods map[string]string) {
-	for name, cost := range pods {
-		if err := c.setDeletionCost(ctx, ns, name, cost); err != nil {
-			klog.FromContext(ctx).V(2).Info("Restoring a pod's deletion cost", "pod", klog.KRef(ns, name), "err", err)
+	if c.dryRun.Enabled() {
+		return
+	}
+	for name, before := range pods {
+		ops := []map[string]any{{"op": "test", "path": deletionCostPath, "value": lowestDeletionCost}}
+		if before == "" {
+			ops = append(ops, map[string]any{"op": "remove", "path": deletionCostPath})
+		} else {
+			ops = append(ops, map[string]any{"op": "replace", "path": deletionCostPath, "value": before})
+		}
+		b, _ := json.Marshal(ops)
+		wctx, cancel := bounded(ctx)
+		_, err := c.client.CoreV1().Pods(ns).Patch(wctx, name, types.JSONPatchType, b, metav1.PatchOptions{})
+		cancel()
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Restoring a pod's deletion cost (not restored: gone, changed since, or the write failed)", "pod", klog.KRef(ns, name), "err", err)
 		}
 	}
 }
