@@ -181,13 +181,20 @@ const (
 	// shows the first one's repair, so only a decision made again on a
 	// fresh list keeps maxInRepairPerZone (1) (repair-brakes).
 	kindRepairBlind chaos.Kind = "repair-blind"
+	// kindRepairLeave: drawn only when named: the policy's condition on a
+	// pool node, lasting, and 4-6s later (its repair started at the
+	// condition's For, 2s) a person takes the node out of the pool for
+	// 20-25s, past the Taint step's timeout: the repair must end, and no
+	// Reboot or Replace may follow on a node the policy no longer selects
+	// (repair-selection).
+	kindRepairLeave chaos.Kind = "repair-leave"
 
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -215,8 +222,8 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	var faults []chaos.Fault
 	var steps []chaos.Step
 	at := time.Duration(0)
-	// blindUntil: a repair-blind's lag and repairs hold the pool until
-	// then; another one drawn before it is spent.
+	// blindUntil: a repair-blind's or repair-leave's lag and repairs hold
+	// the pool until then; another one drawn before it is spent.
 	var blindUntil time.Duration
 	for {
 		at = (at + time.Duration(r.ExpFloat64()*float64(repairMeanGap))).Round(time.Millisecond)
@@ -267,6 +274,19 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(time.Second+apart, chaos.Step{Op: chaos.OpCondition, Nodes: z[1:], Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
 			add(8*time.Second, chaos.Step{Op: chaos.OpWatchLagEnd, Resource: "nodes"})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: z, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
+		case kindRepairLeave:
+			leave, out := draw(4*time.Second, 6*time.Second), draw(20*time.Second, 25*time.Second)
+			f.Kind, f.Nodes, f.Duration = kindRepairLeave, []string{pool[r.IntN(len(pool))]}, leave+out+2*time.Second
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: f.Nodes, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(leave, chaos.Step{Op: opPoolLeave, Nodes: f.Nodes})
+			add(leave+out, chaos.Step{Op: chaos.OpClearCondition, Nodes: f.Nodes, Condition: string(cond)})
+			add(f.Duration, chaos.Step{Op: opPoolJoin, Nodes: f.Nodes})
 			faults = append(faults, f)
 			continue
 		default:
