@@ -101,9 +101,19 @@ var TargetedKinds = []Kind{ZoneSilenceSpread, AllZonesPartition, LostAnswer, Wat
 // it as landed holds (budgets).
 const BlindOutOfService Kind = "blind-out-of-service"
 
+// LaggedHeal: drawn only when Kinds names it: the replicas' node watches
+// lag 4-6s behind the API server; a second later one node is cut off and
+// healed 3.5-11s after the cut (around its taint, about the grace period
+// in), the lag lasting 8s past the heal. A NoExecute taint taken off at
+// the heal is still on the node in the informers' view when some of its
+// pods' tolerationSeconds end: only a taint eviction that reads the Node
+// from the API server before it marks a pod evicts nothing then
+// (untainted-eviction).
+const LaggedHeal Kind = "lagged-heal"
+
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
 // them, so that the default schedules of every seed stay what they were.
-var NamedOnlyKinds = []Kind{BlindOutOfService}
+var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
 // NamedOnlyKinds.
@@ -315,6 +325,8 @@ var durations = map[Kind]span{
 	APIHang:   {4 * time.Second, 10 * time.Second},
 	// From the first power-off to the machines' start.
 	BlindOutOfService: {14 * time.Second, 20 * time.Second},
+	// From the cut to the heal.
+	LaggedHeal: {3500 * time.Millisecond, 11 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -633,6 +645,19 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(blindFrom+blindFor, Step{Op: OpLostCordonEnd, Resource: "nodes"})
 			add(blindFrom+blindFor, Step{Op: OpWatchLagEnd, Resource: "nodes"})
 			add(d, Step{Op: OpMachineStart, Nodes: f.Nodes})
+		case LaggedHeal:
+			lag := draw(span{4 * time.Second, 6 * time.Second})
+			heal := time.Second + d
+			d = heal + 8*time.Second
+			if at+d > o.Duration || !free(busy.api, at, at+d) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + d})
+			f.Duration, f.Resource, f.Nodes = d, "nodes", []string{z.Nodes[r.IntN(len(z.Nodes))]}
+			add(0, Step{Op: OpWatchLagStart, Resource: "nodes", Lag: lag})
+			add(time.Second, Step{Op: OpPartition, Nodes: f.Nodes})
+			add(heal, Step{Op: OpHeal, Nodes: f.Nodes})
+			add(d, Step{Op: OpWatchLagEnd, Resource: "nodes"})
 		case APIHang:
 			if at+d > o.Duration || !free(busy.api, at, at+d) {
 				continue
