@@ -592,6 +592,15 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case opPoolLeave, opPoolJoin:
 		return setPoolLabel(ctx, c.client, s.Nodes[0], s.Op == opPoolJoin)
 	case opConfirm:
+		// A careful person looks first: two faults of one node overlap
+		// (another one's machine start inside this one's shutdown), and a
+		// confirmation of a machine that runs would be the person's error,
+		// not the controller's.
+		for _, st := range c.nodes.States() {
+			if st.Name == s.Nodes[0] && st.Machine == "" {
+				return " (not confirmed: the machine runs)"
+			}
+		}
 		return setAnnotation(ctx, c.client, s.Nodes[0], annConfirm, "chaos: a person confirmed the machine dead")
 	case opUnconfirm:
 		return setAnnotation(ctx, c.client, s.Nodes[0], annConfirm, nil)
