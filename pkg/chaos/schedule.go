@@ -103,8 +103,8 @@ const BlindOutOfService Kind = "blind-out-of-service"
 
 // LaggedHeal: drawn only when Kinds names it: the replicas' node watches
 // lag 4-6s behind the API server; a second later one node is cut off and
-// healed 3.5-11s after the cut (around its taint, about the grace period
-// in), the lag lasting 8s past the heal. A NoExecute taint taken off at
+// healed 3.5-6s after the cut (from its taint, about the grace period in,
+// to 2.5s after), the lag lasting 8s past the heal. A NoExecute taint taken off at
 // the heal is still on the node in the informers' view when some of its
 // pods' tolerationSeconds end: only a taint eviction that reads the Node
 // from the API server before it marks a pod evicts nothing then
@@ -325,8 +325,10 @@ var durations = map[Kind]span{
 	APIHang:   {4 * time.Second, 10 * time.Second},
 	// From the first power-off to the machines' start.
 	BlindOutOfService: {14 * time.Second, 20 * time.Second},
-	// From the cut to the heal.
-	LaggedHeal: {3500 * time.Millisecond, 11 * time.Second},
+	// From the cut to the heal: about the taint (grace 3s) to 2.5s after
+	// it, so that, the taint taken off a lag after the heal, a batch pod's
+	// 10s toleration ends after that and before the informers see it.
+	LaggedHeal: {3500 * time.Millisecond, 6 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
