@@ -189,12 +189,21 @@ const (
 	// (repair-selection).
 	kindRepairLeave chaos.Kind = "repair-leave"
 
+	// kindRepairCrowded: drawn only when named: the policy's condition on
+	// a pool node, lasting, so that it climbs to Replace some 27s later;
+	// from 22s to 36s two nodes outside the pool are cut off, so that their
+	// web pods go not Ready and budget web allows no disruption when the
+	// Replace deletes the node's pods: only pods evicted through the
+	// Eviction API before a step that disrupts them (at the Reboot, while
+	// the budget still allowed it) keep budget web (pdb).
+	kindRepairCrowded chaos.Kind = "repair-crowded"
+
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -274,6 +283,24 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(time.Second+apart, chaos.Step{Op: chaos.OpCondition, Nodes: z[1:], Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
 			add(8*time.Second, chaos.Step{Op: chaos.OpWatchLagEnd, Resource: "nodes"})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: z, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
+		case kindRepairCrowded:
+			z := r.IntN(len(zones))
+			others := slices.Clone(rest)
+			others = slices.DeleteFunc(others, func(n string) bool { return slices.Contains(zones[z].Nodes, n) })
+			perm := r.Perm(len(others))
+			cut := []string{others[perm[0]], others[perm[1]]}
+			node := zones[z].Nodes[r.IntN(poolPerZone)]
+			f.Kind, f.Nodes, f.Duration = kindRepairCrowded, append([]string{node}, cut...), 40*time.Second
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(22*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
+			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
+			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
 			faults = append(faults, f)
 			continue
 		case kindRepairLeave:

@@ -166,3 +166,81 @@ func TestRemediationRebootWaitsForDrainHeldByBudget(t *testing.T) {
 		t.Errorf("web-0 gone while the drain buffer held the drain: %v", err)
 	}
 }
+
+// A step that disrupts pods with no Drain step before it (here a lone
+// Reboot) first evicts, through the Eviction API, the node's pods that a
+// PodDisruptionBudget protects, and waits while the budget refuses (found
+// by the chaos seed 2 of make test: a Replace deleted a pod whose budget
+// allowed no disruption): the node is not rebooted, an event names the
+// budget; once the budget allows it, the pod is evicted and the Reboot
+// runs.
+func TestRemediationDisruptiveStepEvictsProtectedPodsFirst(t *testing.T) {
+	rig := startRemediationRigOn(t, controlplane.Config{ControllerManager: true},
+		deadlockPolicy("evict", "evict", "", "{action: Reboot, timeout: 10m}"), "evict", 2, 2*time.Second)
+	sick := rig.names[0]
+	ctx := framework.Context(t)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default", Labels: map[string]string{"app": "web"}},
+		Spec: v1.PodSpec{NodeName: sick, Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	framework.Eventually(t, time.Minute, "web-0 created", func(ctx context.Context) (bool, string, error) {
+		_, err := rig.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err), nil
+	})
+	framework.Eventually(t, time.Minute, "web-0 Ready", podReadyIs(rig.client, "web-0", v1.ConditionTrue))
+	createPDB(t, rig.client, "web", ptr.To(intstr.FromInt32(1)), nil) // no disruption allowed
+	boot := getNode(t, rig.client, sick).Status.NodeInfo.BootID
+	cfg := controllers.Default()
+	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
+	framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{ctrl.Name} })
+	c := &fakenode.Condition{Type: "KernelDeadlock", Status: v1.ConditionTrue, Reason: "DockerHung"}
+	if _, err := rig.m.Apply(ctx, fakenode.Fault{Action: fakenode.SetCondition, Target: fakenode.Target{Nodes: []string{sick}}, Condition: c}); err != nil {
+		t.Fatal(err)
+	}
+	want := "pod default/web-0 (PodDisruptionBudget default/web)"
+	framework.Eventually(t, 2*time.Minute, sick+" held before its Reboot, said in an event", func(ctx context.Context) (bool, string, error) {
+		_, msgs := eventCount(t, rig.client, sick, ctrl.EventBlocked, 0)
+		for _, m := range msgs {
+			if strings.Contains(m, remediation.WaitingForEvictions) && strings.Contains(m, want) {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("%s events %q", ctrl.EventBlocked, msgs), nil
+	})
+	n, r, ok, err := repairRecord(ctx, rig.client, sick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status.NodeInfo.BootID != boot || ok {
+		t.Fatalf("%s rebooted or in repair while its eviction was refused: boot %s (was %s), record %+v (in repair %v)", sick, n.Status.NodeInfo.BootID, boot, r, ok)
+	}
+	if _, err := rig.client.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{}); err != nil {
+		t.Fatalf("web-0 gone while its budget allowed no disruption: %v", err)
+	}
+	// The budget now allows the disruption: the pod is evicted (the
+	// Eviction API's DisruptionTarget condition says so), then the Reboot.
+	framework.Eventually(t, time.Minute, "budget web relaxed", func(ctx context.Context) (bool, string, error) {
+		b, err := rig.client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		b.Spec.MinAvailable = ptr.To(intstr.FromInt32(0))
+		_, err = rig.client.PolicyV1().PodDisruptionBudgets("default").Update(ctx, b, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprint(err), nil
+	})
+	evicted := false
+	framework.Eventually(t, 2*time.Minute, "web-0 evicted", func(ctx context.Context) (bool, string, error) {
+		p, err := rig.client.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.DisruptionTarget && c.Reason == "EvictionByEvictionAPI" {
+				evicted = true
+			}
+		}
+		return evicted, fmt.Sprintf("conditions %+v", p.Status.Conditions), nil
+	})
+	rebooted(t, rig, sick, boot)
+}

@@ -186,6 +186,10 @@ type Controller struct {
 // answer, and the request is sent again with the same ID.
 const providerTimeout = kube.WriteTimeout
 
+// evictRetry is how soon a node held by refused evictions (evictProtected)
+// is looked at again: a budget frees up as other pods become Ready.
+const evictRetry = 5 * time.Second
+
 // replacement is a node whose machine the provider was asked to replace.
 type replacement struct {
 	policy string
@@ -495,6 +499,21 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 			return nil
 		}
 		n = cur
+	}
+	if d.Verdict == rem.VerdictStart || d.Verdict == rem.VerdictAdvance {
+		// A step that disrupts pods first has the budgets evict those they
+		// protect (issue 46 point 2, with or without a Drain step before
+		// it); a refusal holds the node where it is, said and retried.
+		if step := p.spec.Steps[d.Step]; rem.Disrupts(step) {
+			held, err := c.evictProtected(ctx, n)
+			if err != nil {
+				return err
+			}
+			if len(held) > 0 {
+				d = rem.WaitForEvictions(st.Step, d.Step, step, held)
+				d.Next = now.Add(evictRetry)
+			}
+		}
 	}
 	c.setVerdict(n.Name, p.name, &d)
 	if d.Verdict != rem.VerdictNone || st.Step >= 0 {

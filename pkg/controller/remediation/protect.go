@@ -1,0 +1,62 @@
+package remediation
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
+)
+
+// evictProtected evicts through the Eviction API the node's pods that a
+// PodDisruptionBudget protects (rem.ToEvict), before a step that disrupts
+// pods starts: the API server weighs each eviction against its budgets
+// atomically, so two nodes' steps never spend one allowed disruption
+// twice, as a look at the budgets' status could. It returns the pods whose
+// eviction was refused, with why (none: the step may start).
+func (c *Controller) evictProtected(ctx context.Context, n *v1.Node) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s: %w", n.Name, err)
+	}
+	var pdbs []policyv1.PodDisruptionBudget
+	listed := map[string]bool{}
+	for i := range pods.Items {
+		ns := pods.Items[i].Namespace
+		if listed[ns] {
+			continue
+		}
+		l, err := c.client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", ns, err)
+		}
+		listed[ns] = true
+		pdbs = append(pdbs, l.Items...)
+	}
+	var held []string
+	for _, p := range rem.ToEvict(n, pods.Items, pdbs) {
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Pod.Name, Namespace: p.Pod.Namespace},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(p.Pod.UID))}}
+		err := c.client.PolicyV1().Evictions(p.Pod.Namespace).Evict(ctx, ev)
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			continue
+		case apierrors.IsTooManyRequests(err):
+			held = append(held, fmt.Sprintf("pod %s/%s (%s)", p.Pod.Namespace, p.Pod.Name, strings.Join(p.Budgets, ", ")))
+		default:
+			// A pod replaced under its name, two budgets on one pod, a
+			// lost answer: said, and tried again.
+			held = append(held, fmt.Sprintf("pod %s/%s (%s): %v", p.Pod.Namespace, p.Pod.Name, strings.Join(p.Budgets, ", "), err))
+		}
+	}
+	return held, nil
+}
