@@ -93,12 +93,14 @@ var TargetedKinds = []Kind{ZoneSilenceSpread, AllZonesPartition, LostAnswer, Wat
 // machine in each of 3 zones powers off, 0.3s apart; 4s in, while their
 // nodes are NotReady, the replicas' node watches lag 1.5-3s behind the API
 // server and every write of a Node's spec or metadata (an out-of-service
-// taint) reaches the API server and has its answer lost, for 8s; the
+// taint) has its answer lost at once and reaches the API server 2-3.5s
+// later, for 8s; the
 // machines start again at the fault's end. outofservice decides the three
 // nodes (grace and --out-of-service-after, 6-7s in) 0.3s apart, more than
 // maxOutOfServiceNodes (2): a taint whose answer was lost is seen by no
-// informer while the next node is decided on, so only a budget that counts
-// it as landed holds (budgets).
+// informer while the next node is decided on, and lands after the fresh
+// list before the next taint, so only a budget that counts it as landed
+// holds (budgets).
 const BlindOutOfService Kind = "blind-out-of-service"
 
 // LaggedHeal: drawn only when Kinds names it: the replicas' node watches
@@ -173,7 +175,7 @@ type Step struct {
 	Resource  string        `json:"resource,omitempty"`  // nodes, pods, leases, evictions (pods/eviction)
 	Status    int           `json:"status,omitempty"`    // 500 or 429
 	Down      time.Duration `json:"down,omitempty"`      // OpAPIServerStop: how long it stays down
-	Lag       time.Duration `json:"lag,omitempty"`       // OpWatchLagStart: how late events are relayed
+	Lag       time.Duration `json:"lag,omitempty"`       // OpWatchLagStart: how late events are relayed; OpLostCordonStart: how late the writes land (0: before the answer is dropped)
 }
 
 func (s Step) String() string {
@@ -643,7 +645,7 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 				add(time.Duration(i)*300*time.Millisecond, Step{Op: OpMachineShutdown, Nodes: []string{n}})
 			}
 			add(blindFrom, Step{Op: OpWatchLagStart, Resource: "nodes", Lag: lag})
-			add(blindFrom, Step{Op: OpLostCordonStart, Resource: "nodes"})
+			add(blindFrom, Step{Op: OpLostCordonStart, Resource: "nodes", Lag: draw(span{2 * time.Second, 3500 * time.Millisecond})})
 			add(blindFrom+blindFor, Step{Op: OpLostCordonEnd, Resource: "nodes"})
 			add(blindFrom+blindFor, Step{Op: OpWatchLagEnd, Resource: "nodes"})
 			add(d, Step{Op: OpMachineStart, Nodes: f.Nodes})

@@ -547,7 +547,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case chaos.OpCondition:
 		cd := cond(true)
 		// A lasting condition survives reboots: only a replacement clears it.
-		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting
+		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting || c.faults[s.Fault].Kind == kindRepairCrowded
 		node(fakenode.SetCondition, cd)
 	case chaos.OpClearCondition:
 		node(fakenode.ClearCondition, cond(false))
@@ -636,8 +636,11 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case chaos.OpLostCordonStart, chaos.OpHoldStart:
 		// Writes of a Node's spec or metadata: cordons, taints, annotations.
 		r := framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: []string{http.MethodPatch, http.MethodPut}, Resource: "nodes", Subresource: "-", Kind: framework.FaultLostAnswer}
-		if s.Op == chaos.OpHoldStart {
+		switch {
+		case s.Op == chaos.OpHoldStart:
 			r.Kind = framework.FaultHold
+		case s.Lag > 0:
+			r.Kind, r.After = framework.FaultLateLanding, s.Lag
 		}
 		c.rules[s.Fault] = c.proxy.Inject(r)
 	case chaos.OpHoldStop:

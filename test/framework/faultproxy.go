@@ -1,12 +1,14 @@
 package framework
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -89,6 +91,12 @@ const (
 	// answered at once. Watches it lags stay lagged until their end or
 	// DropWatches.
 	FaultLag FaultKind = "lag"
+	// FaultLateLanding aborts the client's stream at once, as
+	// FaultLostAnswer does, and forwards the request After later whatever
+	// became of its client: a write whose answer is lost lands after the
+	// client has seen the error and read again (one queued in a loaded
+	// API server or etcd), within the client's own timeout.
+	FaultLateLanding FaultKind = "late-landing"
 	// FaultHold holds the request until Release of its rule (or Clear),
 	// then forwards it whatever became of its client meanwhile (gone: its
 	// answer is thrown away): a write sent before its process died that
@@ -526,6 +534,32 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.record(e)
 		// net/http resets the HTTP/2 stream (or closes the HTTP/1
 		// connection) without a word: the answer is lost on the way.
+		panic(http.ErrAbortHandler)
+	case FaultLateLanding:
+		// The body is read now: the aborted handler's request is gone.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			p.record(e)
+			panic(http.ErrAbortHandler)
+		}
+		late := r.Clone(context.WithoutCancel(r.Context()))
+		late.Body, late.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		go func() {
+			t := time.NewTimer(fr.After)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-p.closed:
+				p.record(e)
+				return
+			}
+			e.At = time.Now() // logged when it went on: when it landed
+			e.Reached = true
+			d := &discard{}
+			p.rp.ServeHTTP(d, late)
+			e.Status = d.status
+			p.record(e)
+		}()
 		panic(http.ErrAbortHandler)
 	case FaultBefore:
 		fr.Before()
