@@ -113,9 +113,22 @@ const BlindOutOfService Kind = "blind-out-of-service"
 // (untainted-eviction).
 const LaggedHeal Kind = "lagged-heal"
 
+// UnsettledZone: drawn only when Kinds names it: in one zone of 4 nodes,
+// node a is cut off (tainted at the grace period, taking the zone's
+// token), b half a second later (judged Unknown, its taint waiting some
+// 10s for the next token at --node-eviction-rate 0.1), c 6s in; from 6.5s
+// every quorum read of the Leases (the fresh reads that confirm a
+// silence; the watches answer) fails with 500 for the fault's length. c is
+// then overdue and never confirmed: a suspect. Counted Ready, the zone
+// would be Normal (2 of 4) and b's taint would go out at its token; but c
+// is silent, the zone is 3 of 4 down (PartialDisruption, rate 0 for a
+// small zone): only a zone whose suspects are unsettled tainting nothing
+// keeps the zone rules.
+const UnsettledZone Kind = "unsettled-zone"
+
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
 // them, so that the default schedules of every seed stay what they were.
-var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal}
+var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
 // NamedOnlyKinds.
@@ -132,36 +145,38 @@ type Op string
 
 // Step operations. Node ops are the fake nodes' actions of the same name.
 const (
-	OpPartition       Op = "partition"
-	OpHeal            Op = "heal"
-	OpKubeletStop     Op = "kubelet-stop"
-	OpKubeletStart    Op = "kubelet-start"
-	OpMachineShutdown Op = "machine-shutdown"
-	OpMachineStart    Op = "machine-start"
-	OpCondition       Op = "condition"
-	OpClearCondition  Op = "clear-condition"
-	OpKillLeader      Op = "kill-leader"     // SIGKILL the replica holding the lease
-	OpStopReplica     Op = "stop-replica"    // SIGTERM replica slot Replica
-	OpStartReplica    Op = "start-replica"   // start a replica in slot Replica again
-	OpAPIFaultStart   Op = "api-fault-start" // fault proxy rule on Resource
-	OpAPIFaultEnd     Op = "api-fault-end"
-	OpWatchStallStart Op = "watch-stall-start"
-	OpWatchStallEnd   Op = "watch-stall-end"
-	OpLostAnswerStart Op = "lost-answer-start" // fault proxy: forward every other write of Resource, drop its answer
-	OpLostAnswerEnd   Op = "lost-answer-end"
-	OpWatchGoneStart  Op = "watch-gone-start" // fault proxy: 410 Gone to resumed watches and lists of Resource
-	OpWatchGoneEnd    Op = "watch-gone-end"
-	OpAPIServerStop   Op = "apiserver-restart" // kube-apiserver stopped for Down, then started again
-	OpAPIServerReady  Op = "apiserver-ready"   // waits until the restart's kube-apiserver answers
-	OpWatchLagStart   Op = "watch-lag-start"   // fault proxy: the watches of Resource relayed Lag late
-	OpWatchLagEnd     Op = "watch-lag-end"
-	OpLostCordonStart Op = "lost-cordon-start" // fault proxy: every write of a Node's spec or metadata forwarded, its answer dropped
-	OpLostCordonEnd   Op = "lost-cordon-end"
-	OpHoldStart       Op = "hold-start"     // fault proxy: every write of a Node's spec or metadata held
-	OpHoldStop        Op = "hold-stop"      // new writes pass; the held ones stay held
-	OpHoldRelease     Op = "hold-release"   // the held writes forwarded now: they land late
-	OpAPIHangStart    Op = "api-hang-start" // fault proxy: every request of Resource held unsent until its client gives up
-	OpAPIHangEnd      Op = "api-hang-end"
+	OpPartition         Op = "partition"
+	OpHeal              Op = "heal"
+	OpKubeletStop       Op = "kubelet-stop"
+	OpKubeletStart      Op = "kubelet-start"
+	OpMachineShutdown   Op = "machine-shutdown"
+	OpMachineStart      Op = "machine-start"
+	OpCondition         Op = "condition"
+	OpClearCondition    Op = "clear-condition"
+	OpKillLeader        Op = "kill-leader"     // SIGKILL the replica holding the lease
+	OpStopReplica       Op = "stop-replica"    // SIGTERM replica slot Replica
+	OpStartReplica      Op = "start-replica"   // start a replica in slot Replica again
+	OpAPIFaultStart     Op = "api-fault-start" // fault proxy rule on Resource
+	OpAPIFaultEnd       Op = "api-fault-end"
+	OpWatchStallStart   Op = "watch-stall-start"
+	OpWatchStallEnd     Op = "watch-stall-end"
+	OpLostAnswerStart   Op = "lost-answer-start" // fault proxy: forward every other write of Resource, drop its answer
+	OpLostAnswerEnd     Op = "lost-answer-end"
+	OpWatchGoneStart    Op = "watch-gone-start" // fault proxy: 410 Gone to resumed watches and lists of Resource
+	OpWatchGoneEnd      Op = "watch-gone-end"
+	OpAPIServerStop     Op = "apiserver-restart" // kube-apiserver stopped for Down, then started again
+	OpAPIServerReady    Op = "apiserver-ready"   // waits until the restart's kube-apiserver answers
+	OpWatchLagStart     Op = "watch-lag-start"   // fault proxy: the watches of Resource relayed Lag late
+	OpWatchLagEnd       Op = "watch-lag-end"
+	OpLostCordonStart   Op = "lost-cordon-start" // fault proxy: every write of a Node's spec or metadata forwarded, its answer dropped
+	OpLostCordonEnd     Op = "lost-cordon-end"
+	OpHoldStart         Op = "hold-start"     // fault proxy: every write of a Node's spec or metadata held
+	OpHoldStop          Op = "hold-stop"      // new writes pass; the held ones stay held
+	OpHoldRelease       Op = "hold-release"   // the held writes forwarded now: they land late
+	OpAPIHangStart      Op = "api-hang-start" // fault proxy: every request of Resource held unsent until its client gives up
+	OpAPIHangEnd        Op = "api-hang-end"
+	OpQuorumErrorsStart Op = "quorum-errors-start" // fault proxy: 500 to every quorum list (resourceVersion "") of Resource
+	OpQuorumErrorsEnd   Op = "quorum-errors-end"
 )
 
 // Step is an action at an offset from the schedule's start.
@@ -191,7 +206,7 @@ func (s Step) String() string {
 	case OpStopReplica, OpStartReplica:
 		fmt.Fprintf(&b, " replica %d", s.Replica)
 	case OpAPIFaultStart, OpAPIFaultEnd, OpWatchStallStart, OpWatchStallEnd, OpLostAnswerStart, OpLostAnswerEnd, OpWatchGoneStart, OpWatchGoneEnd,
-		OpWatchLagStart, OpWatchLagEnd, OpLostCordonStart, OpLostCordonEnd, OpHoldStart, OpHoldStop, OpHoldRelease, OpAPIHangStart, OpAPIHangEnd:
+		OpWatchLagStart, OpWatchLagEnd, OpLostCordonStart, OpLostCordonEnd, OpHoldStart, OpHoldStop, OpHoldRelease, OpAPIHangStart, OpAPIHangEnd, OpQuorumErrorsStart, OpQuorumErrorsEnd:
 		b.WriteString(" " + s.Resource)
 		if s.Status != 0 {
 			fmt.Fprintf(&b, " %d", s.Status)
@@ -331,6 +346,8 @@ var durations = map[Kind]span{
 	// it, so that, the taint taken off a lag after the heal, a batch pod's
 	// 10s toleration ends after that and before the informers see it.
 	LaggedHeal: {3500 * time.Millisecond, 6 * time.Second},
+	// From c's cut: how long the quorum reads fail (the heal is 2s after).
+	UnsettledZone: {14 * time.Second, 20 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -662,6 +679,24 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(time.Second, Step{Op: OpPartition, Nodes: f.Nodes})
 			add(heal, Step{Op: OpHeal, Nodes: f.Nodes})
 			add(d, Step{Op: OpWatchLagEnd, Resource: "nodes"})
+		case UnsettledZone:
+			const cFrom, readsFrom = 6 * time.Second, 6500 * time.Millisecond
+			heal := cFrom + d + 2*time.Second
+			if at+heal > o.Duration || len(z.Nodes) < 4 || !free(busy.api, at+readsFrom, at+cFrom+d) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at + readsFrom, at + cFrom + d})
+			perm := r.Perm(len(z.Nodes))
+			f.Zone, f.Resource, f.Duration = z.Name, "leases", heal
+			for _, i := range perm[:3] {
+				f.Nodes = append(f.Nodes, z.Nodes[i])
+			}
+			add(0, Step{Op: OpPartition, Nodes: f.Nodes[:1]})
+			add(500*time.Millisecond, Step{Op: OpPartition, Nodes: f.Nodes[1:2]})
+			add(cFrom, Step{Op: OpPartition, Nodes: f.Nodes[2:]})
+			add(readsFrom, Step{Op: OpQuorumErrorsStart, Resource: "leases"})
+			add(cFrom+d, Step{Op: OpQuorumErrorsEnd, Resource: "leases"})
+			add(heal, Step{Op: OpHeal, Nodes: f.Nodes})
 		case APIHang:
 			if at+d > o.Duration || !free(busy.api, at, at+d) {
 				continue

@@ -117,6 +117,10 @@ type FaultRule struct {
 	Subresource string
 	Watch       bool
 	ResumeOnly  bool
+	// QuorumList: only lists (not watches, not GETs of one object) with
+	// resourceVersion "": the quorum reads a controller makes to check its
+	// cache, not an informer's list from its cache ("0").
+	QuorumList bool
 	Kind        FaultKind
 	Status      int
 	RetryAfter  int           // seconds, for FaultStatus
@@ -329,7 +333,7 @@ func isWatch(r *http.Request) bool {
 	return w == "true" || w == "1" || strings.Contains(r.URL.Path, "/watch/")
 }
 
-func (fr *FaultRule) matches(r *http.Request, resource, sub string, watch bool) bool {
+func (fr *FaultRule) matches(r *http.Request, resource, sub, name string, watch bool) bool {
 	if len(fr.Methods) > 0 && !containsString(fr.Methods, r.Method) {
 		return false
 	}
@@ -343,6 +347,9 @@ func (fr *FaultRule) matches(r *http.Request, resource, sub string, watch bool) 
 		return false
 	}
 	if fr.Watch && !watch {
+		return false
+	}
+	if fr.QuorumList && (r.Method != http.MethodGet || watch || name != "" || r.URL.Query().Get("resourceVersion") != "") {
 		return false
 	}
 	if fr.ResumeOnly {
@@ -369,7 +376,7 @@ func (p *FaultProxy) pick(r *http.Request, e *ProxiedRequest) *FaultRule {
 	defer p.mu.Unlock()
 	var fired *FaultRule
 	for _, fr := range p.rules {
-		if fr.stopped || !fr.matches(r, e.Resource, e.Sub, e.Watch) {
+		if fr.stopped || !fr.matches(r, e.Resource, e.Sub, e.Name, e.Watch) {
 			continue
 		}
 		fr.matched++
