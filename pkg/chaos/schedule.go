@@ -175,7 +175,7 @@ const (
 	OpHoldRelease       Op = "hold-release"   // the held writes forwarded now: they land late
 	OpAPIHangStart      Op = "api-hang-start" // fault proxy: every request of Resource held unsent until its client gives up
 	OpAPIHangEnd        Op = "api-hang-end"
-	OpQuorumErrorsStart Op = "quorum-errors-start" // fault proxy: 500 to every quorum list (resourceVersion "") of Resource
+	OpQuorumErrorsStart Op = "quorum-errors-start" // fault proxy: 500 to every quorum read (resourceVersion "") of Resource in kube-node-lease
 	OpQuorumErrorsEnd   Op = "quorum-errors-end"
 )
 

@@ -661,7 +661,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		}
 		c.rules[s.Fault] = c.proxy.Inject(r)
 	case chaos.OpQuorumErrorsStart:
-		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, QuorumList: true, Kind: framework.FaultStatus, Status: 500})
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Namespace: v1.NamespaceNodeLease, QuorumRead: true, Kind: framework.FaultStatus, Status: 500})
 	case chaos.OpLostCordonEnd, chaos.OpAPIHangEnd, chaos.OpQuorumErrorsEnd:
 		// Requests an api-hang holds stay held until their clients give up.
 		if r := c.rules[s.Fault]; r != nil {

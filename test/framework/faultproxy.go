@@ -117,10 +117,12 @@ type FaultRule struct {
 	Subresource string
 	Watch       bool
 	ResumeOnly  bool
-	// QuorumList: only lists (not watches, not GETs of one object) with
-	// resourceVersion "": the quorum reads a controller makes to check its
-	// cache, not an informer's list from its cache ("0").
-	QuorumList bool
+	// QuorumRead: only reads (GETs of one object or a list, not watches)
+	// with resourceVersion "": the quorum reads a controller makes to check
+	// its cache, not an informer's list from the watch cache ("0").
+	QuorumRead bool
+	// Namespace: only requests in this namespace (any when empty).
+	Namespace string
 	Kind        FaultKind
 	Status      int
 	RetryAfter  int           // seconds, for FaultStatus
@@ -333,7 +335,7 @@ func isWatch(r *http.Request) bool {
 	return w == "true" || w == "1" || strings.Contains(r.URL.Path, "/watch/")
 }
 
-func (fr *FaultRule) matches(r *http.Request, resource, sub, name string, watch bool) bool {
+func (fr *FaultRule) matches(r *http.Request, resource, sub string, watch bool) bool {
 	if len(fr.Methods) > 0 && !containsString(fr.Methods, r.Method) {
 		return false
 	}
@@ -349,7 +351,10 @@ func (fr *FaultRule) matches(r *http.Request, resource, sub, name string, watch 
 	if fr.Watch && !watch {
 		return false
 	}
-	if fr.QuorumList && (r.Method != http.MethodGet || watch || name != "" || r.URL.Query().Get("resourceVersion") != "") {
+	if fr.QuorumRead && (r.Method != http.MethodGet || watch || r.URL.Query().Get("resourceVersion") != "") {
+		return false
+	}
+	if fr.Namespace != "" && !strings.Contains(r.URL.Path, "/namespaces/"+fr.Namespace+"/") {
 		return false
 	}
 	if fr.ResumeOnly {
@@ -376,7 +381,7 @@ func (p *FaultProxy) pick(r *http.Request, e *ProxiedRequest) *FaultRule {
 	defer p.mu.Unlock()
 	var fired *FaultRule
 	for _, fr := range p.rules {
-		if fr.stopped || !fr.matches(r, e.Resource, e.Sub, e.Name, e.Watch) {
+		if fr.stopped || !fr.matches(r, e.Resource, e.Sub, e.Watch) {
 			continue
 		}
 		fr.matched++
