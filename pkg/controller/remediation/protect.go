@@ -44,6 +44,10 @@ func (c *Controller) evictProtected(ctx context.Context, n *v1.Node) ([]string, 
 	}
 	var held []string
 	for _, p := range rem.ToEvict(n, pods.Items, pdbs) {
+		if c.DryRun.Enabled() {
+			c.DryRun.Report(ctx, n, "evict", fmt.Sprintf("pod %s/%s (%s), before a step that disrupts it", p.Pod.Namespace, p.Pod.Name, strings.Join(p.Budgets, ", ")))
+			continue
+		}
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Pod.Name, Namespace: p.Pod.Namespace},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(p.Pod.UID))}}
 		err := c.client.PolicyV1().Evictions(p.Pod.Namespace).Evict(ctx, ev)
