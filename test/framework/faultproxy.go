@@ -122,14 +122,14 @@ type FaultRule struct {
 	// its cache, not an informer's list from the watch cache ("0").
 	QuorumRead bool
 	// Namespace: only requests in this namespace (any when empty).
-	Namespace string
-	Kind        FaultKind
-	Status      int
-	RetryAfter  int           // seconds, for FaultStatus
-	After       time.Duration // for FaultDropWatch
-	Before      func()        // for FaultBefore
-	Every       int
-	Times       int
+	Namespace  string
+	Kind       FaultKind
+	Status     int
+	RetryAfter int           // seconds, for FaultStatus
+	After      time.Duration // for FaultDropWatch
+	Before     func()        // for FaultBefore
+	Every      int
+	Times      int
 
 	matched, injected int
 	stopped           bool
