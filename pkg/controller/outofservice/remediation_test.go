@@ -251,8 +251,19 @@ func TestRunReactsToTheRemediationRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fencer.set("n1", "off")
+	// The record first, while the endpoint cannot answer (it counts
+	// nothing yet), and in the controller's cache before the machine goes
+	// off: the fake client, unlike an API server, takes an update based on
+	// an older resourceVersion, so a taint decided on a copy from before
+	// the record would silently overwrite it.
 	update(func(n *v1.Node) { n.Annotations = fenceRecord("b1") })
+	waitFor(t, "the record in the controller's cache", func() bool {
+		n, err := f.c.nodes.Get("n1")
+		return err == nil && n.ResourceVersion == fmt.Sprint(f.rv)
+	})
+	fencer.set("n1", "off")
+	// The endpoint's answer changing is no event: a node update is.
+	update(func(n *v1.Node) { n.Labels["nodeshepherd.test/off"] = "true" })
 	waitFor(t, "taint after the Fence appeared", func() bool { return tainted(f.apiNode("n1")) })
 	// Ready with the same boot while fenced: kept; the record goes: off.
 	update(func(n *v1.Node) { n.Status.Conditions[0].Status = v1.ConditionTrue })
