@@ -36,15 +36,7 @@ func drainWaitRig(t *testing.T, pdb bool, mut func(*drain.Config), prep func(rem
 	rig = startRemediationRigOn(t, controlplane.Config{ControllerManager: true}, drainThenReboot, "wait", 2, 2*time.Second)
 	sick = rig.names[0]
 	ctx := framework.Context(t)
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default", Labels: map[string]string{"app": "web"}},
-		Spec: v1.PodSpec{NodeName: sick, Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
-	// kube-controller-manager creates the ServiceAccount "default" that
-	// admission wants, a moment after it starts.
-	framework.Eventually(t, time.Minute, "web-0 created", func(ctx context.Context) (bool, string, error) {
-		_, err := rig.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err), nil
-	})
-	framework.Eventually(t, time.Minute, "web-0 Ready", podReadyIs(rig.client, "web-0", v1.ConditionTrue))
+	webPodReady(t, rig, sick)
 	if pdb {
 		createPDB(t, rig.client, "web", ptr.To(intstr.FromInt32(1)), nil) // no disruption allowed
 	}
@@ -67,6 +59,21 @@ func drainWaitRig(t *testing.T, pdb bool, mut func(*drain.Config), prep func(rem
 		t.Fatal(err)
 	}
 	return rig, sick, boot
+}
+
+// webPodReady creates pod web-0 of app web on node and waits until it is
+// Ready.
+func webPodReady(t *testing.T, rig remediationRig, node string) {
+	t.Helper()
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default", Labels: map[string]string{"app": "web"}},
+		Spec: v1.PodSpec{NodeName: node, Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	// kube-controller-manager creates the ServiceAccount "default" that
+	// admission wants, a moment after it starts.
+	framework.Eventually(t, time.Minute, "web-0 created", func(ctx context.Context) (bool, string, error) {
+		_, err := rig.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err), nil
+	})
+	framework.Eventually(t, time.Minute, "web-0 Ready", podReadyIs(rig.client, "web-0", v1.ConditionTrue))
 }
 
 // waitsAtDrain waits until the node is held at its Drain step, visibly (a
@@ -179,13 +186,7 @@ func TestRemediationDisruptiveStepEvictsProtectedPodsFirst(t *testing.T) {
 		deadlockPolicy("evict", "evict", "", "{action: Reboot, timeout: 10m}"), "evict", 2, 2*time.Second)
 	sick := rig.names[0]
 	ctx := framework.Context(t)
-	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default", Labels: map[string]string{"app": "web"}},
-		Spec: v1.PodSpec{NodeName: sick, Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
-	framework.Eventually(t, time.Minute, "web-0 created", func(ctx context.Context) (bool, string, error) {
-		_, err := rig.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err), nil
-	})
-	framework.Eventually(t, time.Minute, "web-0 Ready", podReadyIs(rig.client, "web-0", v1.ConditionTrue))
+	webPodReady(t, rig, sick)
 	createPDB(t, rig.client, "web", ptr.To(intstr.FromInt32(1)), nil) // no disruption allowed
 	boot := getNode(t, rig.client, sick).Status.NodeInfo.BootID
 	cfg := controllers.Default()
