@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,6 +99,19 @@ var configKeys = map[string]func(string) error{
 		}
 		if d < time.Second || d > 30*time.Second {
 			return fmt.Errorf("%v: want 1s to 30s", d)
+		}
+		return nil
+	},
+	// cluster-cidr: node IPAM's cluster range (10.244.0.0/18 in /26 blocks
+	// by default), for full-range: a /22 holds 16 blocks, so 12 nodes and
+	// the kind's newcomers fill it.
+	"cluster-cidr": func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return err
+		}
+		if !p.Addr().Is4() || p.Bits() > 26 {
+			return fmt.Errorf("%v: want an IPv4 range of at least one /26 block", p)
 		}
 		return nil
 	},

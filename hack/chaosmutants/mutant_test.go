@@ -151,7 +151,7 @@ func TestParseMutantRefusesBadHeaders(t *testing.T) {
 		{"pending", strings.Replace(strings.TrimSuffix(good, "diff --git a/x b/x\n"), "power-off", "lost-answer", 1) + "Status: pending a fix\n", ""},
 		{"status", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nStatus: done\n", 1), "the only status"},
 		{"config", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: grace=10s\n", 1), ""},
-		{"unknown config", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: graze=10s\n", 1), `Config "graze=10s": want KEY=VALUE with KEY one of grace`},
+		{"unknown config", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: graze=10s\n", 1), `Config "graze=10s": want KEY=VALUE with KEY one of cluster-cidr, grace`},
 		{"bad config value", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: grace=10\n", 1), "Config grace"},
 		{"config out of range", strings.Replace(good, "Duration: 45s\n", "Duration: 45s\nConfig: grace=1m\n", 1), "want 1s to 30s"},
 	} {

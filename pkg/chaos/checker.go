@@ -188,6 +188,11 @@ type Checker struct {
 	// renewals are the node Leases' renewals the checker saw, in order of
 	// renewTime (which the fake kubelets set from this machine's clock).
 	renewals map[string][]renewal
+	// born are the node Leases created after the checker began (created),
+	// whose every renewal it saw: a newcomer's first renewals are its whole
+	// history, so its intervals are known even before three of them.
+	born    map[string]bool
+	created time.Time
 	// readyFalse are the moments the checker saw a node report Ready=False.
 	readyFalse map[string][]time.Time
 	// pendingEarly are early-unknown/early-taint checks waiting for the
@@ -232,7 +237,8 @@ func NewChecker(l Limits, truth *Truth) *Checker {
 		pods: map[string]*podSeen{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, leases: map[string]time.Time{},
 		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{},
 		seenPods: map[string]*v1.Pod{}, evictions: map[string]bool{}, renewals: map[string][]renewal{},
-		readyFalse: map[string][]time.Time{}, countdowns: map[string]*countdown{}, starts: map[string][]countdownStart{}, deleted: map[string]time.Time{}}
+		readyFalse: map[string][]time.Time{}, countdowns: map[string]*countdown{}, starts: map[string][]countdownStart{}, deleted: map[string]time.Time{},
+		born: map[string]bool{}, created: time.Now()}
 }
 
 // Violations returns what was found so far.
@@ -603,6 +609,11 @@ func (c *Checker) ObserveLease(at time.Time, l *coordinationv1.Lease) {
 	defer c.mu.Unlock()
 	if l.Namespace == "kube-node-lease" {
 		if l.Spec.RenewTime != nil {
+			// creationTimestamp is whole seconds, rounded down: a stamp after
+			// the checker's start is a Lease created after it.
+			if _, seen := c.renewals[l.Name]; !seen && l.CreationTimestamp.Time.After(c.created) {
+				c.born[l.Name] = true
+			}
 			c.leases[l.Name] = l.Spec.RenewTime.Time
 			c.observeRenewal(at, l.Name, l.Spec.RenewTime.Time)
 		}

@@ -740,15 +740,26 @@ func TestOverdueBound(t *testing.T) {
 	c := history(t)
 	c.limits.OverdueSlack = 2 * time.Second
 	rs := []renewal{{renewed: at(0)}, {renewed: at(0.5)}, {renewed: at(1)}}
-	if got := c.overdueBound(rs); got != 2400*time.Millisecond {
+	if got := c.overdueBound(rs, false); got != 2400*time.Millisecond {
 		t.Errorf("overdueBound every 0.5s = %v, want 2.4s", got)
 	}
 	rs = []renewal{{renewed: at(0)}, {renewed: at(2)}, {renewed: at(2.5)}}
-	if got := c.overdueBound(rs); got != 3*time.Second {
+	if got := c.overdueBound(rs, false); got != 3*time.Second {
 		t.Errorf("overdueBound with a 2s gap = %v, want the grace period 3s", got)
 	}
+	// One renewal: nothing known of the intervals before it, unless it is
+	// the Lease's whole history (a newcomer): then the controller measured
+	// no gap or assumed one (at most a quarter of the grace period), so the
+	// longest overdue time of any interval up to max(ViewLag, grace/4), 1 s:
+	// 2.4 s, as for 0.5 s renewals.
+	if got := c.overdueBound(rs[:1], false); got != 3*time.Second {
+		t.Errorf("overdueBound of one renewal = %v, want the grace period 3s", got)
+	}
+	if got := c.overdueBound(rs[:1], true); got >= 3*time.Second || got < 2*time.Second {
+		t.Errorf("overdueBound of a newcomer's one renewal = %v, want the controller's overdue time for an interval up to 1.75s (2-3s)", got)
+	}
 	c.limits.OverdueSlack = 0
-	if got := c.overdueBound(rs[:2]); got != 3*time.Second {
+	if got := c.overdueBound(rs[:2], true); got != 3*time.Second {
 		t.Errorf("overdueBound without overdue slack = %v, want the grace period", got)
 	}
 }

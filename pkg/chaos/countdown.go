@@ -75,6 +75,9 @@ func (c *Checker) observeRenewal(at time.Time, node string, renewed time.Time) {
 	for cut < len(rs)-1 && rs[cut+1].renewed.Before(at.Add(-2*time.Minute)) {
 		cut++
 	}
+	if cut > 0 {
+		delete(c.born, node) // no longer its whole history
+	}
 	c.renewals[node] = rs[cut:]
 }
 

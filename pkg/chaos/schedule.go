@@ -126,9 +126,38 @@ const LaggedHeal Kind = "lagged-heal"
 // keeps the zone rules.
 const UnsettledZone Kind = "unsettled-zone"
 
+// SilentNewcomer: drawn only when Kinds names it: two nodes of a zone of 4
+// are cut off; 1-3s later a new node registers in that zone (a fresh
+// kubelet of a second fakenodes process) and is cut off right after its
+// Node and first Lease renewal are written, so that no controller ever
+// measures its heartbeat interval; all three are healed at the fault's
+// end. With a grace period long enough (the mutant's Config grace=15s),
+// the two expire while the newcomer, silent for less than the grace period
+// but for longer than the interval assumed for a node not measured yet, is
+// overdue: the zone is 3 of 5 not Ready (PartialDisruption, rate 0), and
+// only a controller that gives a node first seen an assumed interval holds
+// the first expiry's taint (zone-rules). With the default 3s grace the
+// newcomer is judged with the others: nothing to hold.
+const SilentNewcomer Kind = "silent-newcomer"
+
+// FullRange: drawn only when Kinds names it, for a cluster range of 16
+// node blocks (TestChaos -cluster-cidr=10.244.0.0/22 with /26 blocks, 12
+// nodes): 3 new nodes register in one zone (the range then has one block
+// free); 3s in, every write of a Node's spec or metadata has its answer
+// lost at once and lands 2-3.5s later, for 8s; 0.5s into that, 2 more nodes
+// register: the last block's podCIDR write is lost and lands late, and only
+// a node IPAM that keeps an unanswered block reserved for its node never
+// hands it to the other newcomer (pod-cidr). In a larger range nothing is
+// full: the newcomers simply get blocks.
+const FullRange Kind = "full-range"
+
+// FullRangeFill is how many nodes full-range registers before its lost
+// answers: 12 nodes and these leave one block of 16.
+const FullRangeFill = 3
+
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
 // them, so that the default schedules of every seed stay what they were.
-var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone}
+var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
 // NamedOnlyKinds.
@@ -177,7 +206,25 @@ const (
 	OpAPIHangEnd        Op = "api-hang-end"
 	OpQuorumErrorsStart Op = "quorum-errors-start" // fault proxy: 500 to every quorum read (resourceVersion "") of Resource in kube-node-lease
 	OpQuorumErrorsEnd   Op = "quorum-errors-end"
+	// OpRegister: Nodes (named by NewcomerNames) register in Zone, run by
+	// fresh kubelets; Silent: each is cut off right after its Node and its
+	// first Lease renewal are written.
+	OpRegister Op = "register"
 )
+
+// NewcomerNames are the names of the n nodes an OpRegister step of fault
+// index fault registers, the k-th such step of the fault: the names the
+// fake nodes' NamePrefix "late-FAULT-K-" and their index give.
+func NewcomerNames(fault, k, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%04d", NewcomerPrefix(fault, k), i)
+	}
+	return out
+}
+
+// NewcomerPrefix is the fake nodes' NamePrefix of NewcomerNames.
+func NewcomerPrefix(fault, k int) string { return fmt.Sprintf("late-%d-%c-", fault, 'a'+k) }
 
 // Step is an action at an offset from the schedule's start.
 type Step struct {
@@ -191,6 +238,8 @@ type Step struct {
 	Status    int           `json:"status,omitempty"`    // 500 or 429
 	Down      time.Duration `json:"down,omitempty"`      // OpAPIServerStop: how long it stays down
 	Lag       time.Duration `json:"lag,omitempty"`       // OpWatchLagStart: how late events are relayed; OpLostCordonStart: how late the writes land (0: before the answer is dropped)
+	Zone      string        `json:"zone,omitempty"`      // OpRegister: the newcomers' zone
+	Silent    bool          `json:"silent,omitempty"`    // OpRegister: cut off right after registering
 }
 
 func (s Step) String() string {
@@ -213,6 +262,11 @@ func (s Step) String() string {
 		}
 	case OpAPIServerStop:
 		fmt.Fprintf(&b, " down %v", s.Down)
+	case OpRegister:
+		b.WriteString(" in " + s.Zone)
+		if s.Silent {
+			b.WriteString(", cut off once registered")
+		}
 	}
 	if s.Lag > 0 {
 		fmt.Fprintf(&b, " lag %v", s.Lag)
@@ -348,6 +402,11 @@ var durations = map[Kind]span{
 	LaggedHeal: {3500 * time.Millisecond, 6 * time.Second},
 	// From c's cut: how long the quorum reads fail (the heal is 2s after).
 	UnsettledZone: {14 * time.Second, 20 * time.Second},
+	// From the first cut to the heal: past a 15s grace period and the
+	// taint that a Normal zone would let out.
+	SilentNewcomer: {24 * time.Second, 30 * time.Second},
+	// From the first registration to the fault's end.
+	FullRange: {14 * time.Second, 18 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -697,6 +756,35 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(readsFrom, Step{Op: OpQuorumErrorsStart, Resource: "leases"})
 			add(cFrom+d, Step{Op: OpQuorumErrorsEnd, Resource: "leases"})
 			add(heal, Step{Op: OpHeal, Nodes: f.Nodes})
+		case SilentNewcomer:
+			if at+d > o.Duration || len(z.Nodes) != 4 {
+				continue
+			}
+			idx := len(sched.Faults)
+			perm := r.Perm(len(z.Nodes))
+			f.Zone, f.Duration = z.Name, d
+			for _, i := range perm[:2] {
+				f.Nodes = append(f.Nodes, z.Nodes[i])
+			}
+			newcomer := NewcomerNames(idx, 0, 1)
+			add(0, Step{Op: OpPartition, Nodes: slices.Clone(f.Nodes)})
+			add(draw(span{time.Second, 3 * time.Second}), Step{Op: OpRegister, Nodes: newcomer, Zone: z.Name, Silent: true})
+			f.Nodes = append(f.Nodes, newcomer...)
+			add(d, Step{Op: OpHeal, Nodes: slices.Clone(f.Nodes)})
+		case FullRange:
+			const lostFrom, lostFor = 3 * time.Second, 8 * time.Second
+			if at+d > o.Duration || !free(busy.api, at+lostFrom, at+lostFrom+lostFor) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at + lostFrom, at + lostFrom + lostFor})
+			idx := len(sched.Faults)
+			f.Zone, f.Duration, f.Resource = z.Name, d, "nodes"
+			fill, last := NewcomerNames(idx, 0, FullRangeFill), NewcomerNames(idx, 1, 2)
+			f.Nodes = append(slices.Clone(fill), last...)
+			add(0, Step{Op: OpRegister, Nodes: fill, Zone: z.Name})
+			add(lostFrom, Step{Op: OpLostCordonStart, Resource: "nodes", Lag: draw(span{2 * time.Second, 3500 * time.Millisecond})})
+			add(lostFrom+500*time.Millisecond, Step{Op: OpRegister, Nodes: last, Zone: z.Name})
+			add(lostFrom+lostFor, Step{Op: OpLostCordonEnd, Resource: "nodes"})
 		case APIHang:
 			if at+d > o.Duration || !free(busy.api, at, at+d) {
 				continue

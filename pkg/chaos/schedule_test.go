@@ -296,3 +296,56 @@ func TestGenerateDrainFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateNewcomers: silent-newcomer cuts two nodes of a zone, then
+// registers one newcomer there 1-3s later, cut off once registered, and
+// heals all three; full-range registers FullRangeFill newcomers, then 2
+// more 0.5s into 8s of lost answers that land late. Newcomers are named
+// as the runner's fake nodes name them, and the truth puts them in their
+// zone from their registration on.
+func TestGenerateNewcomers(t *testing.T) {
+	for seed := int64(0); seed < 30; seed++ {
+		s, err := Generate(Options{Seed: seed, Duration: 60 * time.Second, Zones: testZones(), Replicas: 3, Kinds: []Kind{SilentNewcomer, FullRange}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range s.Faults {
+			var steps []Step
+			for _, st := range s.Steps {
+				if st.Fault == i {
+					steps = append(steps, st)
+				}
+			}
+			switch f.Kind {
+			case SilentNewcomer:
+				if len(steps) != 3 || steps[0].Op != OpPartition || len(steps[0].Nodes) != 2 || steps[1].Op != OpRegister || !steps[1].Silent ||
+					steps[1].Zone != f.Zone || steps[1].At-steps[0].At < time.Second || steps[1].At-steps[0].At > 3*time.Second ||
+					!slices.Equal(steps[1].Nodes, NewcomerNames(i, 0, 1)) || steps[2].Op != OpHeal || len(steps[2].Nodes) != 3 {
+					t.Fatalf("seed %d: %s: steps %v", seed, f, steps)
+				}
+			case FullRange:
+				if len(steps) != 4 || steps[0].Op != OpRegister || len(steps[0].Nodes) != FullRangeFill || steps[0].Silent ||
+					steps[1].Op != OpLostCordonStart || steps[1].Lag < 2*time.Second || steps[2].Op != OpRegister || len(steps[2].Nodes) != 2 ||
+					steps[2].At-steps[1].At != 500*time.Millisecond || steps[3].Op != OpLostCordonEnd || steps[3].At-steps[1].At != 8*time.Second {
+					t.Fatalf("seed %d: %s: steps %v", seed, f, steps)
+				}
+			}
+		}
+	}
+	tz := NewTruth(testZones())
+	at := time.Now()
+	tz.Record(Applied{Step: Step{Op: OpRegister, Nodes: []string{"late-0-a-0000"}, Zone: "zone-b", Silent: true}, Start: at, Done: at.Add(time.Millisecond)})
+	if tz.Zone("late-0-a-0000") != "zone-b" {
+		t.Errorf("newcomer's zone %q, want zone-b", tz.Zone("late-0-a-0000"))
+	}
+	if !tz.Always("late-0-a-0000", at.Add(time.Second), at.Add(2*time.Second), Machine.Silent) {
+		t.Error("a newcomer cut off once registered is not silent")
+	}
+	found := false
+	for _, z := range tz.Zones() {
+		found = found || (z.Name == "zone-b" && slices.Contains(z.Nodes, "late-0-a-0000"))
+	}
+	if !found {
+		t.Errorf("the newcomer is not among zone-b's nodes: %v", tz.Zones())
+	}
+}

@@ -65,9 +65,27 @@ func (t *Truth) Record(a Applied) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.all = append(t.all, a)
+	if a.Step.Op == OpRegister {
+		// Newcomers join their zone from their registration on.
+		if _, ok := t.zoneKnown(a.Step.Zone); !ok {
+			t.order = append(t.order, a.Step.Zone)
+		}
+		for _, n := range a.Step.Nodes {
+			t.zones[n] = a.Step.Zone
+		}
+	}
 	for _, n := range a.Step.Nodes {
 		t.steps[n] = append(t.steps[n], a)
 	}
+}
+
+func (t *Truth) zoneKnown(zone string) (int, bool) {
+	for i, z := range t.order {
+		if z == zone {
+			return i, true
+		}
+	}
+	return -1, false
 }
 
 // Applied returns every recorded step, in order.
@@ -102,6 +120,8 @@ func apply(m Machine, s Step) Machine {
 		m.Partitioned = true
 	case OpHeal:
 		m.Partitioned = false
+	case OpRegister:
+		m.Partitioned = s.Silent
 	case OpKubeletStop:
 		m.KubeletStopped = true
 	case OpKubeletStart:

@@ -162,7 +162,7 @@ func (c *Checker) silentInView(node string, pass time.Time) (bool, string) {
 	if last < 0 {
 		return false, ""
 	}
-	margin := c.overdueBound(rs[max(0, last-2) : last+1])
+	margin := c.overdueBound(rs[max(0, last-2):last+1], c.born[node] && last < 2)
 	margin += c.limits.ViewLag
 	seen := rs[last].seen
 	if pass.Sub(seen) <= margin || !c.truth.Always(node, pass.Add(-margin), pass, Machine.Silent) {
@@ -177,10 +177,14 @@ func (c *Checker) silentInView(node string, pass time.Time) (bool, string) {
 // renewTimes) or assumed (a quarter of the grace period at most, for a node
 // it has not measured): the controller's rule (nodelifecycle overdueAfter),
 // stated again here so that the checker imports no controller. With no
-// overdue slack only the grace period counts.
-func (c *Checker) overdueBound(rs []renewal) time.Duration {
+// overdue slack only the grace period counts. Fewer than three renewals
+// say nothing of the intervals measured before them (the grace period
+// counts), unless they are the Lease's whole history (whole: a Lease
+// created while the checker watched): then the controller measured at most
+// their gaps, or assumed an interval (a newcomer's, silent since).
+func (c *Checker) overdueBound(rs []renewal, whole bool) time.Duration {
 	grace, slack := c.limits.Grace, c.limits.OverdueSlack
-	if slack <= 0 || len(rs) < 3 {
+	if slack <= 0 || len(rs) == 0 || (len(rs) < 3 && !whole) {
 		return grace
 	}
 	var gap time.Duration

@@ -111,6 +111,11 @@ type Config struct {
 	// but the machines keep running, as behind a BMC that fails silently;
 	// the provider goes on answering that they run.
 	IgnorePowerOff bool
+	// CutOffOnceRegistered: each node is cut off from the API server (as by
+	// a Partition) right after its Node and its first Lease renewal are
+	// written, before its first heartbeat: a kubelet whose network fails
+	// just after it registers (the chaos kind silent-newcomer).
+	CutOffOnceRegistered bool
 	// Workers is the number of goroutines doing API writes.
 	Workers int
 	// KubeletVersion is reported in node info.

@@ -289,7 +289,15 @@ func (m *Manager) register(ctx context.Context, n *node) error {
 	if err := m.ensureCSINode(ctx, created); err != nil {
 		return err
 	}
-	return m.renewLease(ctx, n)
+	if err := m.renewLease(ctx, n); err != nil {
+		return err
+	}
+	if m.cfg.CutOffOnceRegistered {
+		n.mu.Lock()
+		n.partitioned = true
+		n.mu.Unlock()
+	}
+	return nil
 }
 
 // --- leases ---------------------------------------------------------------

@@ -8,8 +8,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
@@ -223,5 +225,45 @@ func TestRebootStartsAFreshKubelet(t *testing.T) {
 		if n.kubeletStopped || !n.healthy() {
 			t.Errorf("after %s and a machine-start: kubelet stopped %v, healthy %v; want a fresh kubelet", off, n.kubeletStopped, n.healthy())
 		}
+	}
+}
+
+// A node of CutOffOnceRegistered writes its Node and its first Lease
+// renewal, then is cut off (silent-newcomer's kubelet): no heartbeat after.
+func TestCutOffOnceRegistered(t *testing.T) {
+	client := fake.NewClientset()
+	// The API server gives a created Node its UID; the fake does not.
+	client.PrependReactor("create", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*v1.Node).UID = "uid-1"
+		return false, nil, nil
+	})
+	m, err := New(Config{Client: client, Nodes: 1, CutOffOnceRegistered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	n := m.nodes[m.names[0]]
+	if err := m.register(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Node is not registered: %v", err)
+	}
+	lease, err := client.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil || lease.Spec.RenewTime == nil {
+		t.Fatalf("the first Lease renewal is not written: %v, %+v", err, lease)
+	}
+	n.mu.Lock()
+	healthy := n.healthy()
+	n.mu.Unlock()
+	if healthy {
+		t.Error("the node still reaches the API server after registering")
+	}
+	if err := m.renewLease(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := client.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, n.name, metav1.GetOptions{})
+	if !again.Spec.RenewTime.Equal(lease.Spec.RenewTime) {
+		t.Errorf("a cut-off node renewed its Lease: %v, then %v", lease.Spec.RenewTime, again.Spec.RenewTime)
 	}
 }

@@ -57,6 +57,9 @@ var (
 	// the readiness rules: kubelets that never re-post a pod status someone
 	// else changed (the seed 002 incident), so that only the controller
 	// gives marked pods their readiness back.
+	// flagClusterCIDR: a mutant's "Config: cluster-cidr=...", for
+	// full-range: a range the newcomers fill.
+	flagClusterCIDR    = flag.String("cluster-cidr", clusterCIDR, "node IPAM's cluster range (/26 blocks)")
 	flagStalePodStatus = flag.Bool("stale-pod-status", false, "fake kubelets never re-post a pod status changed by someone else while the node was away (the seed 002 incident's kubelet)")
 )
 
@@ -138,6 +141,8 @@ const (
 	// its default (the configuration file has no field for it): the
 	// checker's zone-rules counts overdue nodes as the controller does.
 	overdueSlack = 2 * time.Second
+	// clusterCIDR is node IPAM's range, in /26 blocks (-cluster-cidr).
+	clusterCIDR = "10.244.0.0/18"
 )
 
 const configYAML = `apiVersion: nodeshepherd.io/v1alpha1
@@ -172,7 +177,7 @@ drain:
   drainRetryBackoff: 2s
 nodeIPAM:
   allocateNodeCidrs: true
-  clusterCidr: 10.244.0.0/18
+  clusterCidr: ` + clusterCIDR + `
   nodeCidrMaskSize: 26
   serviceClusterIpRange: ` + controlplane.ServiceClusterIPRange + `
 `
@@ -236,10 +241,16 @@ type replica struct {
 const restartDelay = time.Second
 
 type cluster struct {
-	t        *testing.T
-	cp       *controlplane.ControlPlane
-	client   kubernetes.Interface
-	nodes    *fakenode.Manager
+	t      *testing.T
+	cp     *controlplane.ControlPlane
+	client kubernetes.Interface
+	nodes  *fakenode.Manager
+	// late are the newcomers' fake nodes (OpRegister), by node name;
+	// nodeCfg is the configuration they share with nodes; repairs the
+	// sink of their logs.
+	late     map[string]*fakenode.Manager
+	nodeCfg  fakenode.Config
+	repairs  *repairTruth
 	proxy    *framework.FaultProxy
 	kc, conf string
 	// mu guards slots and killed: a replica that exits on its own is
@@ -312,10 +323,11 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 		c.mu.Unlock()
 	}()
 	repairs := newRepairTruth(truth, c.note)
-	m := startFakeNodes(t, repairs, fakenode.Config{Client: client, Groups: nodeGroups(zoneNames, 4), LeaseDuration: 4 * time.Second,
+	c.nodeCfg = fakenode.Config{Client: client, Groups: nodeGroups(zoneNames, 4), LeaseDuration: 4 * time.Second,
 		LeaseRenewInterval: 500 * time.Millisecond, NodeStatusUpdateFrequency: 500 * time.Millisecond, PodStartDelay: 100 * time.Millisecond,
-		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime, EmulateStalePodStatus: *flagStalePodStatus})
-	c.nodes = m
+		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime, EmulateStalePodStatus: *flagStalePodStatus}
+	m := startFakeNodes(t, repairs, c.nodeCfg)
+	c.nodes, c.repairs, c.late = m, repairs, map[string]*fakenode.Manager{}
 	for _, z := range czones {
 		for _, n := range z.Nodes {
 			if m.Zone(n) != z.Name {
@@ -340,7 +352,8 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	pcfg := c.proxy.RESTConfig(cp.RESTConfig())
 	c.kc = framework.WriteKubeconfig(t, pcfg.Host, pcfg.CAData, pcfg.BearerToken)
 	c.conf = filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(c.conf, []byte(withGrace(configYAML, *flagGrace)), 0o600); err != nil {
+	conf := strings.Replace(withGrace(configYAML, *flagGrace), "clusterCidr: "+clusterCIDR, "clusterCidr: "+*flagClusterCIDR, 1)
+	if err := os.WriteFile(c.conf, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
@@ -505,7 +518,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		// restarts, that write fails, and is tried again (the same change
 		// again is no change) until it lands.
 		for tries, first := 1, time.Now(); ; tries++ {
-			_, err := c.nodes.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: s.Nodes}, Condition: cond})
+			err := c.applyNodes(ctx, s.Nodes, a, cond)
 			var fe *fakenode.FaultError
 			switch {
 			case err == nil:
@@ -551,6 +564,8 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		node(fakenode.SetCondition, cd)
 	case chaos.OpClearCondition:
 		node(fakenode.ClearCondition, cond(false))
+	case chaos.OpRegister:
+		return c.register(ctx, s)
 	case chaos.OpKillLeader:
 		slot, holder := c.leader(ctx)
 		if slot < 0 {
@@ -725,6 +740,52 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		t.Fatalf("unknown step %s", s)
 	}
 	return ""
+}
+
+// applyNodes applies a fake-node action to nodes, each through the fake
+// nodes that run it (the first ones or a newcomers').
+func (c *cluster) applyNodes(ctx context.Context, nodes []string, a fakenode.Action, cond *fakenode.Condition) error {
+	by := map[*fakenode.Manager][]string{}
+	var order []*fakenode.Manager
+	for _, n := range nodes {
+		m := c.late[n]
+		if m == nil {
+			m = c.nodes
+		}
+		if by[m] == nil {
+			order = append(order, m)
+		}
+		by[m] = append(by[m], n)
+	}
+	for _, m := range order {
+		if _, err := m.Apply(ctx, fakenode.Fault{Action: a, Target: fakenode.Target{Nodes: by[m]}, Condition: cond}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// register starts a newcomers' fake nodes (a second fakenodes process, as a
+// scale-up's new machines) in the step's zone and waits until they are
+// registered; a silent step's nodes are cut off once registered.
+func (c *cluster) register(ctx context.Context, s chaos.Step) string {
+	t := c.t
+	prefix, ok := strings.CutSuffix(s.Nodes[0], "0000")
+	if !ok {
+		t.Fatalf("step %s: newcomer %s is not named as chaos.NewcomerNames names them", s, s.Nodes[0])
+	}
+	cfg := c.nodeCfg
+	cfg.NamePrefix, cfg.Nodes, cfg.CutOffOnceRegistered = prefix, 0, s.Silent
+	cfg.Groups = []fakenode.NodeGroup{{Name: "newcomers", Zone: s.Zone, Count: len(s.Nodes)}}
+	start := time.Now()
+	m := startFakeNodes(t, c.repairs, cfg)
+	if got := m.NodeNames(); !slices.Equal(got, s.Nodes) {
+		t.Fatalf("step %s: the newcomers' fake nodes are %v, the schedule's %v", s, got, s.Nodes)
+	}
+	for _, n := range s.Nodes {
+		c.late[n] = m
+	}
+	return fmt.Sprintf(" (registered in %v)", time.Since(start).Round(time.Millisecond))
 }
 
 func createWorkloads(t *testing.T, client kubernetes.Interface) {
