@@ -804,7 +804,17 @@ func (c *Checker) checkEviction(at time.Time, p *v1.Pod, tolsChanged time.Time) 
 	}
 	// Condition times are whole seconds, rounded down.
 	latest := when.Add(time.Second)
-	if states := c.zoneStates(when.Add(-c.countMargin()-c.limits.Slack), at); allFull(states) {
+	// The master disruption mode stops the not-ready and unreachable
+	// taints' evictions only: a NoExecute taint of another key (an
+	// out-of-service taint on a confirmed death, which running-machine
+	// judges) evicts whatever the zones' state, as upstream's.
+	byOther := false
+	for _, s := range c.taintChain(p.Spec.NodeName, when, at) {
+		if due, ok := dueTime(p, s.taint); ok && !isCountdown(s.taint.Key) && !due.After(latest) {
+			byOther = true
+		}
+	}
+	if states := c.zoneStates(when.Add(-c.countMargin()-c.limits.Slack), at); allFull(states) && !byOther {
 		c.violate(at, InvZoneRules, "pod/"+p.Namespace+"/"+p.Name, "taint eviction at %s on %s while every zone was certainly silent (master disruption mode: no eviction)",
 			when.Format("15:04:05"), p.Spec.NodeName)
 	}

@@ -374,6 +374,20 @@ func TestEvictionWhileEverySilent(t *testing.T) {
 	wantViolations(t, c, InvZoneRules, 1, "while every zone was certainly silent")
 }
 
+// An eviction by a NoExecute taint other than not-ready and unreachable
+// (an out-of-service taint on a machine confirmed off) is no master
+// disruption mode's to stop, as upstream's (chaos seed 50009: a power-off
+// confirmed by the cloud during an all-zones partition).
+func TestEvictionByOutOfServiceWhileEverySilent(t *testing.T) {
+	all := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"}
+	c := history(t, 1.0, partition(all...))
+	c.ObserveNode(at(18), node("n1", v1.Taint{Key: "node.kubernetes.io/out-of-service", Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(18)}), false)
+	p := pod("web-1", "n1", nil)
+	c.ObservePod(at(1), p, false)
+	c.ObservePod(at(18.5), evicted(p, reasonTaintEvict, 18), false)
+	wantViolations(t, c, InvZoneRules, 0, "")
+}
+
 func TestPodGoneAfterReboot(t *testing.T) {
 	// Rebooted (its pods died with the boot), then partitioned: deleting
 	// the old pod is no force deletion of a running pod.
@@ -605,6 +619,34 @@ func TestCountdownRestartedOrBackdated(t *testing.T) {
 	c.ObserveNode(at(6), withReady(node("n0", notReady), v1.ConditionFalse), false)
 	c.ObserveNode(at(9), withReady(node("n0", unreachable(8.5)), v1.ConditionUnknown), false)
 	wantViolations(t, c, InvCountdown, 0, "")
+
+	// Ready=False, tainted; Ready=True for a moment (the taint still on),
+	// Ready=False again; the strip the recovery called for lands after
+	// that, and the taint comes back with a new time: a recovery and a
+	// new countdown, not a restart (chaos seed 40013, two ready-flaps 0.4s
+	// apart on a loaded machine).
+	flap := Step{Op: OpCondition, Nodes: []string{"n0"}, Condition: "Ready=False"}
+	unflap := Step{Op: OpClearCondition, Nodes: []string{"n0"}, Condition: "Ready"}
+	c = history(t, 1.0, flap, 6.5, unflap, 6.9, flap)
+	renewing(c, "n0", 0, 20)
+	notReady5 := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(1.2)}
+	c.ObserveNode(at(1.3), withReady(node("n0", notReady5), v1.ConditionFalse), false)
+	c.ObserveNode(at(6.5), withReady(node("n0", notReady5), v1.ConditionTrue), false)
+	c.ObserveNode(at(6.9), withReady(node("n0", notReady5), v1.ConditionFalse), false)
+	c.ObserveNode(at(7.7), withReady(node("n0"), v1.ConditionFalse), false)
+	notReady10 := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(10.9)}
+	c.ObserveNode(at(11), withReady(node("n0", notReady10), v1.ConditionFalse), false)
+	c.Settle(at(20))
+	wantViolations(t, c, InvCountdown, 0, "")
+	// The same without the moment of Ready=True: a strip without a
+	// recovery, and a restart.
+	c = history(t, 1.0, flap)
+	renewing(c, "n0", 0, 20)
+	c.ObserveNode(at(1.3), withReady(node("n0", notReady5), v1.ConditionFalse), false)
+	c.ObserveNode(at(7.7), withReady(node("n0"), v1.ConditionFalse), false)
+	c.ObserveNode(at(11), withReady(node("n0", notReady10), v1.ConditionFalse), false)
+	c.Settle(at(20))
+	wantViolations(t, c, InvCountdown, 2, "the countdown restarted")
 
 	// A taint first seen at 20 that says it was added at 5: backdated.
 	c = history(t, 1.0, partition("n0"))

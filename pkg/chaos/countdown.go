@@ -43,6 +43,12 @@ type countdown struct {
 	stripped bool
 	// added is the first timeAdded seen for each key in the episode.
 	added map[string]time.Time
+	// readySeen is the last version with Ready=True seen while its taints
+	// were on; strippedAt when they were last seen gone. A strip that
+	// follows a Ready=True within the slack is the recovery the controller
+	// saw (its write landing after the node failed again): the episode
+	// ended there, and a taint after it starts a new countdown.
+	readySeen, strippedAt time.Time
 }
 
 // countdownStart is a new episode seen in a zone, for rate-limit.
@@ -125,8 +131,12 @@ func (c *Checker) observeReady(at time.Time, old, n *v1.Node) {
 	if st == v1.ConditionUnknown && old != nil && was != v1.ConditionUnknown {
 		c.pendingEarly = append(c.pendingEarly, pendingEarly{node: n.Name, seen: at, inv: InvEarlyUnknown, what: "Ready=Unknown"})
 	}
-	if cd := c.countdowns[n.Name]; cd != nil && st == v1.ConditionTrue && len(countdownTaints(n)) == 0 {
-		delete(c.countdowns, n.Name) // recovered: the next taint starts a new countdown
+	if cd := c.countdowns[n.Name]; cd != nil && st == v1.ConditionTrue {
+		if len(countdownTaints(n)) == 0 {
+			delete(c.countdowns, n.Name) // recovered: the next taint starts a new countdown
+		} else {
+			cd.readySeen = at
+		}
 	}
 }
 
@@ -207,6 +217,9 @@ func (c *Checker) checkCountdownTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	}
 	c.pendingEarly = append(c.pendingEarly, pendingEarly{node: n.Name, seen: at, inv: InvEarlyTaint, what: s.taint.Key})
 	cd := c.countdowns[n.Name]
+	if cd != nil && cd.stripped && !cd.readySeen.IsZero() && !cd.readySeen.Before(cd.strippedAt.Add(-c.limits.Slack)) {
+		cd = nil // recovered just before the strip (the strip's judge agrees: a Ready=True version within the slack)
+	}
 	if cd == nil {
 		cd = &countdown{first: at, added: map[string]time.Time{}}
 		c.countdowns[n.Name] = cd
@@ -234,7 +247,7 @@ func (c *Checker) checkCountdownGone(at time.Time, n *v1.Node) {
 	if cd == nil || cd.stripped || len(countdownTaints(n)) > 0 {
 		return
 	}
-	cd.stripped = true
+	cd.stripped, cd.strippedAt = true, at
 	var keys []string
 	for k := range cd.added {
 		keys = append(keys, k)
@@ -243,6 +256,8 @@ func (c *Checker) checkCountdownGone(at time.Time, n *v1.Node) {
 	p := pendingStrip{node: n.Name, seen: at, taints: strings.Join(keys, ",")}
 	if readyStatus(n) == v1.ConditionTrue {
 		p.readyAt = at
+	} else if !cd.readySeen.IsZero() && !cd.readySeen.Before(at.Add(-c.limits.Slack)) {
+		p.readyAt = cd.readySeen
 	}
 	c.pendingStrip = append(c.pendingStrip, p)
 }
