@@ -16,6 +16,14 @@ import (
 // disrupts pods while pods a PodDisruptionBudget protects are still on it.
 const WaitingForEvictions = "waiting for evictions"
 
+// KeepOffTaint keeps new pods off a node from the moment a step that
+// disrupts pods is prepared (its protected pods evicted) to the end of the
+// repair: without it, the replacement of an evicted pod may be bound to
+// the same node before the step, which then disrupts it outside its budget
+// (chaos seed 40004: a Replace deleted a web pod bound there 0.1 s after
+// the eviction of its predecessor).
+var KeepOffTaint = v1.Taint{Key: "nodeshepherd.io/remediation-disrupts", Effect: v1.TaintEffectNoSchedule}
+
 // Protected is a pod a step that disrupts pods must first evict, with the
 // budgets that select it.
 type Protected struct {

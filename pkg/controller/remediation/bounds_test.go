@@ -72,7 +72,9 @@ func TestLostWriteCountsAgainstTheBrake(t *testing.T) {
 	h.client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if lose && a.(k8stesting.PatchAction).GetName() == "a" {
+		// The write into repair (its record), not the keep-off taint
+		// before it, has its answer lost.
+		if pa := a.(k8stesting.PatchAction); lose && pa.GetName() == "a" && strings.Contains(string(pa.GetPatch()), `"`+rem.AnnotationState+`"`) {
 			return true, nil, context.DeadlineExceeded // no answer
 		}
 		return false, nil, nil

@@ -186,6 +186,10 @@ type Controller struct {
 // answer, and the request is sent again with the same ID.
 const providerTimeout = kube.WriteTimeout
 
+// evictSettle is how soon a node whose pre-eviction just evicted pods or
+// kept new ones off is looked at again before its step starts.
+const evictSettle = 2 * time.Second
+
 // evictRetry is how soon a node held by refused evictions (evictProtected)
 // is looked at again: a budget frees up as other pods become Ready.
 const evictRetry = 5 * time.Second
@@ -505,13 +509,20 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		// protect (issue 46 point 2, with or without a Drain step before
 		// it); a refusal holds the node where it is, said and retried.
 		if step := p.spec.Steps[d.Step]; rem.Disrupts(step) {
-			held, err := c.evictProtected(ctx, n)
+			held, settle, err := c.evictProtected(ctx, n, p, d.Step)
 			if err != nil {
 				return err
 			}
-			if len(held) > 0 {
+			switch {
+			case len(held) > 0:
 				d = rem.WaitForEvictions(st.Step, d.Step, step, held)
 				d.Next = now.Add(evictRetry)
+			case settle:
+				// Evicted just now, or new pods only just kept off: the
+				// step starts on a later look that finds nothing to
+				// evict (a replacement the scheduler bound here meanwhile
+				// is evicted in turn). Not a wait to announce.
+				d = rem.Decision{Verdict: rem.VerdictNone, Step: st.Step, Next: now.Add(evictSettle)}
 			}
 		}
 	}
@@ -572,6 +583,12 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 	case rem.VerdictNone:
 		if st.Step >= 0 {
 			if err := c.ask(ctx, n, p, st); err != nil {
+				return err
+			}
+		} else if ownsKeepOff(n) && d.Next.IsZero() {
+			// Kept off for a step that did not start (the node healthy
+			// again, the policy changed): nothing is coming, so lifted.
+			if err := c.write(ctx, n, p, nil, "no step that disrupts pods is coming"); err != nil {
 				return err
 			}
 		}

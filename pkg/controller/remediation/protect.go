@@ -19,14 +19,21 @@ import (
 // PodDisruptionBudget protects (rem.ToEvict), before a step that disrupts
 // pods starts: the API server weighs each eviction against its budgets
 // atomically, so two nodes' steps never spend one allowed disruption
-// twice, as a look at the budgets' status could. It returns the pods whose
-// eviction was refused, with why (none: the step may start).
-func (c *Controller) evictProtected(ctx context.Context, n *v1.Node) ([]string, error) {
+// twice, as a look at the budgets' status could. New pods are kept off the
+// node first (rem.KeepOffTaint). It returns the pods whose eviction was
+// refused, with why, and whether the step must wait for a later look
+// (settle: pods were evicted just now, and their replacements may have been
+// bound here before the scheduler saw the keep-off taint); the step starts
+// on a look that finds nothing to evict and nothing refused.
+func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, step int) (held []string, settle bool, err error) {
+	if _, err := c.keepOff(ctx, n, p, step); err != nil {
+		return nil, false, fmt.Errorf("keeping new pods off node %s: %w", n.Name, err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
 	defer cancel()
 	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
 	if err != nil {
-		return nil, fmt.Errorf("listing the pods of node %s: %w", n.Name, err)
+		return nil, false, fmt.Errorf("listing the pods of node %s: %w", n.Name, err)
 	}
 	var pdbs []policyv1.PodDisruptionBudget
 	listed := map[string]bool{}
@@ -37,30 +44,30 @@ func (c *Controller) evictProtected(ctx context.Context, n *v1.Node) ([]string, 
 		}
 		l, err := c.client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", ns, err)
+			return nil, false, fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", ns, err)
 		}
 		listed[ns] = true
 		pdbs = append(pdbs, l.Items...)
 	}
-	var held []string
-	for _, p := range rem.ToEvict(n, pods.Items, pdbs) {
+	for _, pp := range rem.ToEvict(n, pods.Items, pdbs) {
 		if c.DryRun.Enabled() {
-			c.DryRun.Report(ctx, n, "evict", fmt.Sprintf("pod %s/%s (%s), before a step that disrupts it", p.Pod.Namespace, p.Pod.Name, strings.Join(p.Budgets, ", ")))
+			c.DryRun.Report(ctx, n, "evict", fmt.Sprintf("pod %s/%s (%s), before a step that disrupts it", pp.Pod.Namespace, pp.Pod.Name, strings.Join(pp.Budgets, ", ")))
 			continue
 		}
-		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Pod.Name, Namespace: p.Pod.Namespace},
-			DeleteOptions: &metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(p.Pod.UID))}}
-		err := c.client.PolicyV1().Evictions(p.Pod.Namespace).Evict(ctx, ev)
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pp.Pod.Name, Namespace: pp.Pod.Namespace},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(pp.Pod.UID))}}
+		err := c.client.PolicyV1().Evictions(pp.Pod.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
+			settle = settle || err == nil
 			continue
 		case apierrors.IsTooManyRequests(err):
-			held = append(held, fmt.Sprintf("pod %s/%s (%s)", p.Pod.Namespace, p.Pod.Name, strings.Join(p.Budgets, ", ")))
+			held = append(held, fmt.Sprintf("pod %s/%s (%s)", pp.Pod.Namespace, pp.Pod.Name, strings.Join(pp.Budgets, ", ")))
 		default:
 			// A pod replaced under its name, two budgets on one pod, a
 			// lost answer: said, and tried again.
-			held = append(held, fmt.Sprintf("pod %s/%s (%s): %v", p.Pod.Namespace, p.Pod.Name, strings.Join(p.Budgets, ", "), err))
+			held = append(held, fmt.Sprintf("pod %s/%s (%s): %v", pp.Pod.Namespace, pp.Pod.Name, strings.Join(pp.Budgets, ", "), err))
 		}
 	}
-	return held, nil
+	return held, settle, nil
 }

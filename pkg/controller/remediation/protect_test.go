@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -17,8 +18,9 @@ import (
 	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
-// In dry run the evictions before a disruptive step are reported, never
-// sent, and hold nothing (the step itself is only reported too).
+// In dry run the evictions before a disruptive step and the keep-off
+// taint are reported, never sent, and hold nothing (the step itself is
+// only reported too).
 func TestEvictProtectedDryRunSendsNothing(t *testing.T) {
 	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default", Labels: map[string]string{"app": "web"}},
@@ -32,13 +34,83 @@ func TestEvictProtectedDryRunSendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := c.evictProtected(context.Background(), n)
-	if err != nil || len(held) != 0 {
-		t.Fatalf("dry run: held %q, err %v; want nothing held", held, err)
+	pol := &policy{name: "p", spec: rem.PolicySpec{Steps: []rem.Step{{Action: rem.ActionReboot}}}}
+	held, settle, err := c.evictProtected(context.Background(), n, pol, 0)
+	if err != nil || len(held) != 0 || settle {
+		t.Fatalf("dry run: held %q, settle %v, err %v; want nothing held", held, settle, err)
 	}
 	for _, a := range client.Actions() {
-		if a.GetVerb() == "create" {
+		if a.GetVerb() == "create" || a.GetVerb() == "patch" || a.GetVerb() == "update" {
 			t.Errorf("dry run sent a %s of %s/%s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
 		}
+	}
+}
+
+// Chaos seed 40004: a Replace deleted a web pod the scheduler had bound to
+// the node 0.1 s after it evicted its predecessor. Before a step that
+// disrupts pods, new pods are kept off the node (rem.KeepOffTaint, owned
+// by the controller), and a look that evicted pods does not start the
+// step: a later look does, once it finds none left (a replacement bound
+// meanwhile is evicted in turn). The taint stays through the repair.
+func TestDisruptiveStepKeepsNewPodsOffAndStartsOnAnEmptyLook(t *testing.T) {
+	r := &fakeRepairer{}
+	n := deadlocked("n", "b1")
+	n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionTrue})
+	h := newHarness(t, r, rebootPolicy, n)
+	ctx := context.Background()
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	if _, err := h.client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bind := func(name string) {
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Labels: map[string]string{"app": "web"}},
+			Spec: v1.PodSpec{NodeName: "n"}, Status: v1.PodStatus{Phase: v1.PodRunning}}
+		if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evictions := func() int {
+		k := 0
+		for _, a := range h.client.Actions() {
+			if a.GetVerb() == "create" && a.GetSubresource() == "eviction" {
+				k++
+			}
+		}
+		return k
+	}
+	gone := func(name string) { // the API server's part of an eviction
+		if err := h.client.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind("web-0")
+	if err := h.c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if evictions() != 1 || len(r.ids) != 0 {
+		t.Fatalf("first look: %d evictions, requests %v; want web-0 evicted and no Reboot yet", evictions(), r.ids)
+	}
+	if !ownsKeepOff(h.node(t, "n")) {
+		t.Fatalf("no keep-off taint owned by the controller before the evictions: %v", h.node(t, "n").Spec.Taints)
+	}
+	// Its replacement is bound to the same node before the next look.
+	gone("web-0")
+	bind("web-1")
+	if err := h.c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if evictions() != 2 || len(r.ids) != 0 {
+		t.Fatalf("second look: %d evictions, requests %v; want web-1 evicted in turn and still no Reboot", evictions(), r.ids)
+	}
+	gone("web-1")
+	if err := h.c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.ids) != 1 || r.ids[0] != "uid-n/b1/gpu/1/Reboot" {
+		t.Fatalf("a look that finds nothing to evict: requests %v, want the Reboot", r.ids)
+	}
+	if !ownsKeepOff(h.node(t, "n")) {
+		t.Errorf("the keep-off taint went with the step's start: %v", h.node(t, "n").Spec.Taints)
 	}
 }

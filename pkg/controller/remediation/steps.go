@@ -67,6 +67,11 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 				}
 			}
 		}
+		// The keep-off taint (rem.KeepOffTaint), once put on before a step
+		// that disrupts pods, stays until the repair ends.
+		if next != nil && ownsKeepOff(m) {
+			want[owner.TaintKey(rem.KeepOffTaint)] = true
+		}
 		recs, _ := owner.Read(m)
 		for _, t := range m.Spec.Taints {
 			if r, ok := recs[owner.TaintKey(t)]; ok && r.Controller == Name && !want[owner.TaintKey(t)] {
@@ -121,6 +126,51 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 		c.mu.Unlock()
 		return err
 	})
+}
+
+// ownsKeepOff: the node carries rem.KeepOffTaint, put on by this controller.
+func ownsKeepOff(n *v1.Node) bool {
+	if kube.FindTaint(n, rem.KeepOffTaint) == nil {
+		return false
+	}
+	r, ok := owner.Of(n, owner.TaintKey(rem.KeepOffTaint))
+	return ok && r.Controller == Name
+}
+
+// keepOff puts rem.KeepOffTaint on the node, with its owner record, bound
+// to the node's resourceVersion; it reports whether it wrote (false: it
+// was on already). Dry run: reported, not written.
+func (c *Controller) keepOff(ctx context.Context, n *v1.Node, p *policy, step int) (bool, error) {
+	wrote := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		defer cancel()
+		cur, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ownsKeepOff(cur) {
+			return nil
+		}
+		m := cur.DeepCopy()
+		now := c.clock.Now()
+		m.Spec.Taints, _ = controllerutil.ChangeTaints(m.Spec.Taints, []v1.Taint{rem.KeepOffTaint}, nil, now)
+		owner.Set(m, owner.TaintKey(rem.KeepOffTaint), owner.Record{Controller: Name, Since: now.Truncate(1e9),
+			Why:   fmt.Sprintf("remediation policy %s: step %d (%s) disrupts pods; new pods are kept off while those a PodDisruptionBudget protects are evicted", p.name, step+1, p.spec.Steps[step].Action),
+			Until: "the repair ends"})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cur.ResourceVersion, "annotations": map[string]any{owner.Annotation: m.Annotations[owner.Annotation]}},
+			"spec": map[string]any{"taints": m.Spec.Taints}})
+		if c.DryRun.Enabled() {
+			c.DryRun.Report(ctx, cur, "keep-off", string(patch))
+			return nil
+		}
+		if _, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	return wrote, err
 }
 
 // ask sends the provider the request of the Reboot or Replace step st is
