@@ -263,7 +263,9 @@ type cluster struct {
 	// the replicas that exited on their own.
 	stopping bool
 	exits    int
-	rules    map[int]*framework.FaultRule
+	// started is every replica process of the seed, for their logs.
+	started []*replica
+	rules   map[int]*framework.FaultRule
 	// lags are the watch-lag rules, by fault (a blind-cordon's second rule).
 	lags map[int]*framework.FaultRule
 	// restarted is the running kube-apiserver restart's result.
@@ -434,6 +436,9 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 		fmt.Fprintf(&b, "  +%v %s\n", v.At.Sub(t0).Round(time.Millisecond), v)
 	}
 	fmt.Fprintf(&b, "timeline before the first violation (all of it in %s):\n%s", path, excerpt(c.merged(checker, rc), t0, vs[0].At))
+	if logs := c.keepLogs(seed, path); logs != "" {
+		fmt.Fprintf(&b, "the replicas' logs: %s\n", logs)
+	}
 	t.Error(b.String())
 }
 
@@ -442,6 +447,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 // a fault has emptied or filled its slot meanwhile.
 func (c *cluster) startReplica(slot int) *replica {
 	r := &replica{cmd: framework.StartBinary(c.t, "run", "--kubeconfig", c.kc, "--config", c.conf, "--metrics-bind-address", "0")}
+	c.started = append(c.started, r)
 	go func() {
 		st, err := r.cmd.Process.Wait()
 		if r.ended.Load() {
@@ -894,6 +900,34 @@ func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker, rc 
 		return "(not written)"
 	}
 	return path
+}
+
+// keepLogs copies every replica's log next to a failing seed's timeline
+// (the test's temporary directory goes with the test), as
+// seed-N-replica-PID.log; it returns their pattern ("" when none).
+func (c *cluster) keepLogs(seed int64, timeline string) string {
+	c.mu.Lock()
+	started := slices.Clone(c.started)
+	c.mu.Unlock()
+	dir := filepath.Dir(timeline)
+	kept := 0
+	for _, r := range started {
+		f, ok := r.cmd.Stdout.(*os.File)
+		if !ok {
+			continue
+		}
+		data, err := os.ReadFile(f.Name())
+		if err != nil {
+			continue
+		}
+		if os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%d-replica-%d.log", seed, r.cmd.Process.Pid)), data, 0o644) == nil {
+			kept++
+		}
+	}
+	if kept == 0 {
+		return ""
+	}
+	return filepath.Join(dir, fmt.Sprintf("seed-%d-replica-*.log", seed))
 }
 
 // startFakeNodes is framework.StartFakeNodes with fakenodes' log passed
