@@ -509,7 +509,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if !ruleKeep && !req.drain {
 		// The rules' condition cleared, not yet for --uncordon-after: the
 		// cordon waits, the drain stops.
-		c.abort(name, errors.New("no drain condition matches the node any more"))
+		cause := errors.New("no drain condition matches the node any more")
+		if !c.abort(name, cause) && st.phase == phaseInFlight {
+			// A drain a previous process (a dead leader) had in flight:
+			// none runs here to stop, and it is not resumed; said, as a
+			// drain stopped here is (chaos seeds 40016, 50018: a leader
+			// killed mid-drain, its condition cleared meanwhile).
+			c.eventOnce(n, EventDrainAborted, cause.Error(), "Drain stopped: "+cause.Error())
+		}
 		c.setWaiting(name, nil)
 		c.queue.AddAfter(name, ruleDue.Sub(now))
 		return nil
@@ -981,7 +988,7 @@ func twoWayPatch(old, mod *v1.Node, precondition bool) ([]byte, error) {
 // the step succeeds (settledBy), however often it is retried.
 var onceEvents = map[string]bool{EventCordonStarting: true, EventCordonFailed: true, EventUncordonStarting: true,
 	EventUncordonFailed: true, EventDrainSchedFailed: true, EventDrainScheduled: true, EventDrainStarting: true,
-	EventDrainFailed: true, EventDrainBlocked: true, EventDrainMoving: true, EventDrainMoved: true, EventDrainMoveRefused: true}
+	EventDrainFailed: true, EventDrainBlocked: true, EventDrainMoving: true, EventDrainMoved: true, EventDrainMoveRefused: true, EventDrainAborted: true}
 
 // settledBy: a success ends its attempts (nil: all of the node's).
 var settledBy = map[string][]string{EventCordonSucceeded: nil, EventUncordonSucceeded: nil, EventDrainSucceeded: nil,
@@ -1164,13 +1171,14 @@ func (c *Controller) schedule(ctx context.Context, n *v1.Node, st nodeState, now
 }
 
 // abort stops a running drain (no-op when none runs).
-func (c *Controller) abort(name string, cause error) {
+func (c *Controller) abort(name string, cause error) bool {
 	c.mu.Lock()
 	r := c.running[name]
 	c.mu.Unlock()
 	if r != nil {
 		r.cancel(cause)
 	}
+	return r != nil
 }
 
 // ensureDrain starts the node's drain unless it runs already: after a

@@ -466,3 +466,36 @@ func TestHandlerDryRun(t *testing.T) {
 		t.Error("dry-run cordoned the node")
 	}
 }
+
+// A drain a previous process had in flight (its leader killed mid-drain)
+// whose condition cleared meanwhile is not resumed; that it stopped is
+// said once, as a drain stopped in this process is (chaos seeds 40016 and
+// 50018: the new leader said nothing, and the drain looked in flight with
+// no reason for minutes). The cordon waits for --uncordon-after.
+func TestHandlerPreviousLeadersDrainStoppedWhenItsConditionCleared(t *testing.T) {
+	cleared := func(n *v1.Node) {
+		n.Status.Conditions = append(n.Status.Conditions,
+			v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionFalse, LastTransitionTime: metav1.NewTime(handlerNow.Add(-10 * time.Second))})
+	}
+	h := newHandler(t, handlerConfig(), drainNode("n", false, draining, cleared), podOn("n", "web-1"))
+	h.sync("n")
+	h.sync("n")
+	var aborted int
+	for _, r := range h.reasons() {
+		if r == "Normal "+EventDrainAborted || r == "Warning "+EventDrainAborted {
+			aborted++
+		}
+	}
+	if aborted != 1 {
+		t.Fatalf("events %q: want one %s", h.reasons(), EventDrainAborted)
+	}
+	if !strings.Contains(h.event(EventDrainAborted), "no drain condition matches the node any more") {
+		t.Errorf("DrainAborted says %q", h.event(EventDrainAborted))
+	}
+	if len(h.evicted()) != 0 {
+		t.Errorf("evicted %v: the drain was resumed", h.evicted())
+	}
+	if !h.node("n").Spec.Unschedulable {
+		t.Error("uncordoned before --uncordon-after")
+	}
+}
