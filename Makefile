@@ -4,7 +4,7 @@ BIN := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/nodeshepherd/nodeshepherd/pkg/version.Version=$(VERSION) -X github.com/nodeshepherd/nodeshepherd/pkg/version.Commit=$(COMMIT)
-CONTROLPLANE_BINS := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler
+CONTROLPLANE_BINS := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubemark
 CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard hack/controlplane/*/main.go) hack/build-controlplane.sh
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
@@ -26,7 +26,7 @@ build:
 	CGO_ENABLED=0 go build -trimpath -tags "$(GO_BUILD_TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/nodeshepherd ./cmd/nodeshepherd
 	ln -sf nodeshepherd $(BIN)/kubectl-shepherd
 
-## controlplane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler in bin/ (cold: ~8 min)
+## controlplane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubemark (hollow nodes) in bin/ (cold: ~9 min)
 controlplane: $(CONTROLPLANE_BINS)
 
 # One build makes all four; make skips it while they are newer than their sources.

@@ -16,6 +16,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/demo"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/explain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/fakenodes"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/hollownodes"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/run"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/scenario"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cmd/simulate"
@@ -36,7 +37,7 @@ failures on a real local control plane with fake nodes before they happen in pro
 	for _, name := range []string{"v", "vmodule"} {
 		root.PersistentFlags().AddGoFlag(fs.Lookup(name))
 	}
-	root.AddCommand(newVersionCommand(), simulate.NewCommand(), run.NewCommand(), config.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), demo.NewCommand(), explain.NewCommand(), scenario.NewCommand())
+	root.AddCommand(newVersionCommand(), simulate.NewCommand(), run.NewCommand(), config.NewCommand(), controlplane.NewCommand(), fakenodes.NewCommand(), hollownodes.NewCommand(), demo.NewCommand(), explain.NewCommand(), scenario.NewCommand())
 	// Installed as kubectl-shepherd (a link to this binary), kubectl runs it
 	// for "kubectl shepherd ..."; help and errors then name that command.
 	if PluginName(os.Args[0]) {

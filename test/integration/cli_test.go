@@ -44,6 +44,8 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"simulate", "/nonexistent/scenario.yaml"}, "/nonexistent/scenario.yaml: no such file"},
 		{[]string{"controlplane", "bogus"}, `unknown command "bogus"`},
 		{[]string{"fakenodes", "--nodes=-1"}, "--nodes must be at least 1"},
+		{[]string{"hollownodes", "--nodes=0"}, "--nodes must be at least 1, got 0"},
+		{[]string{"hollownodes", "--name-prefix=Bad_"}, `--name-prefix "Bad_" does not make valid node names`},
 		{[]string{"fakenodes", "--nodes=abc"}, `invalid argument "abc"`},
 		{[]string{"fakenodes", "--zones=zone-a,,zone-b"}, "empty zone name"},
 		{[]string{"fakenodes", "--zones=zone-a=x"}, `count "x" of zone "zone-a"`},
