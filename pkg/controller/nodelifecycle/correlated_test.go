@@ -703,3 +703,23 @@ func TestNewLeaderCountsNodesSilentBeforeTakeover(t *testing.T) {
 		})
 	}
 }
+
+// A node whose health update keeps failing (its Unknown mark refused) is
+// not left out of its zone's count: the zone taints nothing while it is
+// not judged. Left out, zone a below would be 2 of 3 not Ready, Normal, and
+// its first silent node tainted while 3 of its 4 nodes are silent.
+func TestFailedHealthUpdateUnsettlesItsZone(t *testing.T) {
+	cl := newCluster(t, correlatedConfig(), map[string]int{"a": 4, "b": 4})
+	cl.client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetSubresource() == "status" && u.GetObject().(*v1.Node).Name == "a-02" {
+			return true, nil, fmt.Errorf("the status write of a-02 fails")
+		}
+		return false, nil, nil
+	})
+	cl.run(10 * time.Second)
+	cl.silence(cl.inZone("a")[:3], 3*time.Second)
+	cl.runRetrying(3*time.Second + 20*time.Second + 30*time.Second)
+	if len(cl.tainted) != 0 {
+		t.Errorf("%d nodes tainted NoExecute while a-02 could not be judged (3 of zone a's 4 silent): %v", len(cl.tainted), cl.tainted)
+	}
+}

@@ -190,8 +190,15 @@ func (c *Controller) processNodeHealth(ctx context.Context, name string) nodeRes
 		logger.V(2).Info("Failed to update node health, retrying", "node", name, "err", err)
 	}
 	if err != nil || node == nil {
-		logger.Error(err, "Skipping node health update: too many retries", "node", name)
-		return nodeResult{}
+		logger.Error(err, "Skipping node health update: too many retries; its zone taints nothing this pass", "node", name)
+		// Not judged this pass: left out of its zone's count, the zone
+		// could look healthier than it is (a silent node that could not be
+		// marked Unknown counted as absent), so the zone is unsettled, as
+		// with an unconfirmed suspect: no NoExecute taint in it.
+		c.mu.Lock()
+		zone := c.zoneOfNode[name]
+		c.mu.Unlock()
+		return nodeResult{name: name, zone: zone, suspect: true}
 	}
 	observed, current := u.observed, u.current
 	r := nodeResult{name: name, zone: topology.GetZoneKey(node), current: current, counted: !nodetopology.ExcludedFromDisruption(node),
