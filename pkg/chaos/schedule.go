@@ -155,9 +155,18 @@ const FullRange Kind = "full-range"
 // answers: 12 nodes and these leave one block of 16.
 const FullRangeFill = 3
 
+// DrainOrphaned: drawn only when Kinds names it: every eviction is held at
+// the proxy (api-hang); 0.5s in the drain's trigger comes on one node, so
+// its drain starts and hangs in flight; the leader is killed 2.5s in, the
+// trigger cleared at 3.5s, the hold lifted at 4s, a new replica started
+// 2-5s after the kill. The next leader finds a drain in flight whose
+// condition cleared: it does not resume it, and must say it stopped, or the
+// drain stays in flight with no word for --uncordon-after (progress).
+const DrainOrphaned Kind = "drain-orphaned"
+
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
 // them, so that the default schedules of every seed stay what they were.
-var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange}
+var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange, DrainOrphaned}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
 // NamedOnlyKinds.
@@ -407,6 +416,8 @@ var durations = map[Kind]span{
 	SilentNewcomer: {24 * time.Second, 30 * time.Second},
 	// From the first registration to the fault's end.
 	FullRange: {14 * time.Second, 18 * time.Second},
+	// The new replica's start after the kill.
+	DrainOrphaned: {2 * time.Second, 5 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -785,6 +796,21 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(lostFrom, Step{Op: OpLostCordonStart, Resource: "nodes", Lag: draw(span{2 * time.Second, 3500 * time.Millisecond})})
 			add(lostFrom+500*time.Millisecond, Step{Op: OpRegister, Nodes: last, Zone: z.Name})
 			add(lostFrom+lostFor, Step{Op: OpLostCordonEnd, Resource: "nodes"})
+		case DrainOrphaned:
+			const kill, clear, lift = 2500 * time.Millisecond, 3500 * time.Millisecond, 4 * time.Second
+			end := kill + d
+			if at+end+2*time.Second > o.Duration || !free(busy.api, at, at+lift) || !free(busy.process, at+kill, at+end+2*time.Second) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + lift})
+			busy.process = append(busy.process, interval{at + kill, at + end + 2*time.Second})
+			f.Duration, f.Resource, f.Nodes = end, "evictions", []string{z.Nodes[r.IntN(len(z.Nodes))]}
+			add(0, Step{Op: OpAPIHangStart, Resource: "evictions"})
+			add(500*time.Millisecond, Step{Op: OpCondition, Nodes: f.Nodes, Condition: drainTrigger + "=True"})
+			add(kill, Step{Op: OpKillLeader})
+			add(clear, Step{Op: OpClearCondition, Nodes: f.Nodes, Condition: drainTrigger})
+			add(lift, Step{Op: OpAPIHangEnd, Resource: "evictions"})
+			add(end, Step{Op: OpStartReplica, Replica: -1})
 		case APIHang:
 			if at+d > o.Duration || !free(busy.api, at, at+d) {
 				continue
