@@ -198,12 +198,23 @@ const (
 	// the budget still allowed it) keep budget web (pdb).
 	kindRepairCrowded chaos.Kind = "repair-crowded"
 
+	// kindRepairRefill: drawn only when named: the policy's condition on a
+	// pool node, lasting (it survives the reboot), until 18s in: past the
+	// Taint step into the Reboot; healthy for the hold, the repair ends at
+	// step 2; 24s in the condition is back, within the recurrence window,
+	// and the repair resumes at step 3 (Replace) on a node without the
+	// Taint step's taint yet. Its web pod is evicted first, and the
+	// scheduler may bind the replacement to the same node, which has room:
+	// only a step that keeps new pods off and starts on a look that finds
+	// none left keeps budget web (pdb).
+	kindRepairRefill chaos.Kind = "repair-refill"
+
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -301,6 +312,21 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(22*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
 			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
+		case kindRepairRefill:
+			node := pool[r.IntN(len(pool))]
+			f.Kind, f.Nodes, f.Duration = kindRepairRefill, []string{node}, 40*time.Second
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			on := chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)}
+			off := chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)}
+			add(0, on)
+			add(18*time.Second, off)
+			add(24*time.Second, on)
+			add(f.Duration, off)
 			faults = append(faults, f)
 			continue
 		case kindRepairLeave:
