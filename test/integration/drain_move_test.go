@@ -491,8 +491,15 @@ func TestDrainMoveUndoesAFailedMark(t *testing.T) {
 		seq = append(seq, fmt.Sprintf("%s:%d:%s", e.Name, e.Status, e.Fault))
 	}
 	t.Logf("pod PATCHes through the proxy: %v", seq)
-	if len(patches) < 4 || patches[0].Status != http.StatusOK || patches[1].Fault != "500-second-mark" ||
-		patches[2].Name != patches[0].Name || patches[2].Status != http.StatusOK {
+	// The undo may also try the pod whose mark failed (refused: nothing
+	// of it to take back), before or after the first; what counts is that
+	// the first's cost is taken back before any new mark.
+	next := 2
+	for next < len(patches) && patches[next].Name == patches[1].Name && patches[next].Status != http.StatusOK {
+		next++
+	}
+	if len(patches) < next+2 || patches[0].Status != http.StatusOK || patches[1].Fault != "500-second-mark" ||
+		patches[next].Name != patches[0].Name || patches[next].Status != http.StatusOK {
 		t.Errorf("pod PATCHes %v: want the first pod marked, the second's mark failed, then the first's cost taken back", seq)
 	}
 	for _, p := range onSick {
