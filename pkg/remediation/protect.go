@@ -35,11 +35,16 @@ type Protected struct {
 // must first evict through the Eviction API, so that the budgets decide:
 // those a PodDisruptionBudget selects that still run (not finished, not
 // already being deleted), other than DaemonSet and mirror pods, which the
-// drain leaves too. On a node that is not Ready, its pods that are not
-// Ready went down with it: they are left to the taint manager's NoExecute
-// taints, or a Fence of a dead machine would wait on them for ever.
-func ToEvict(n *v1.Node, pods []v1.Pod, pdbs []policyv1.PodDisruptionBudget) []Protected {
-	nodeReady := kube.NodeReady(n)
+// drain leaves too. machineOff says the provider answers the node's machine
+// off (gone or shut down): then the pods that are not Ready on a node that
+// is not Ready went down with it and are left to the taint manager's
+// NoExecute taints, or a Fence of a dead machine would wait on them for
+// ever. Without that answer they may still run behind a partition and come
+// back, so their budgets decide too (chaos seed 70016: a Replace of an
+// unreachable, running machine deleted a web pod while budget web allowed
+// nothing).
+func ToEvict(n *v1.Node, pods []v1.Pod, pdbs []policyv1.PodDisruptionBudget, machineOff bool) []Protected {
+	deadMachine := machineOff && !kube.NodeReady(n)
 	var out []Protected
 	for i := range pods {
 		p := &pods[i]
@@ -52,7 +57,7 @@ func ToEvict(n *v1.Node, pods []v1.Pod, pdbs []policyv1.PodDisruptionBudget) []P
 		if _, mirror := p.Annotations[v1.MirrorPodAnnotationKey]; mirror {
 			continue
 		}
-		if !nodeReady && !kube.PodReady(p) {
+		if deadMachine && !kube.PodReady(p) {
 			continue
 		}
 		var budgets []string

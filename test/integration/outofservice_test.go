@@ -176,6 +176,39 @@ func TestOutOfServiceCloudProviderAndReboot(t *testing.T) {
 	}
 }
 
+// TestOutOfServicePersonConfirmationVetoedByRunningMachine (issue 45, seed
+// 70030): a person confirms a partitioned node dead while the cloud provider
+// answers that its machine runs (in the seed, a machine started again and cut
+// off before it could report its new boot, so the confirmation still looked
+// bound to the boot the API showed). The provider's "running" is a veto: no
+// taint, one OutOfServiceBlocked event saying why. Once the provider answers
+// the machine shut down, the node is tainted. Before the fix the person's
+// confirmation was taken whatever the provider answered.
+func TestOutOfServicePersonConfirmationVetoedByRunningMachine(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 3, false))
+	framework.StartNodeShepherd(t, cfg, oosConfig(cloudConfig("fake", 100, "45%"), 1), withOutOfService)
+	names := m.NodeNames()
+	waitNodesReady(t, client, names...)
+	victim := names[1]
+
+	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{victim}})
+	framework.Eventually(t, 30*time.Second, "victim not Ready", nodeCondition(client, victim, v1.NodeReady, v1.ConditionUnknown))
+	annotateOutOfService(t, client, victim, ptr.To("looks dead to me"))
+	_, msgs := framework.WaitEvents(t, client, oosEvents(outofservice.EventBlocked, victim), 1)
+	if !strings.Contains(msgs[0], "answers that the machine runs") {
+		t.Errorf("%s events: %v", outofservice.EventBlocked, msgs)
+	}
+	due := kube.NotBefore(readySince(t, client, victim)).Add(oosAfter)
+	never(t, time.Until(due)+5*time.Second, "the running machine tainted out of service", nodeTainted(client, victim, outofservice.Taint, true))
+	if n, msgs := eventCount(t, client, victim, outofservice.EventBlocked, 1); n != 1 {
+		t.Errorf("%d %s events (one per change of decision): %q", n, outofservice.EventBlocked, msgs)
+	}
+
+	machine(t, m, fakenode.MachineShutdown, victim)
+	framework.Eventually(t, 30*time.Second, "tainted once the machine is off", nodeTainted(client, victim, outofservice.Taint, true))
+}
+
 // TestOutOfServiceBudgetRefusal: with a budget of one node, the second
 // confirmed-dead node is refused, with one event saying why, and stays
 // untainted.

@@ -2,8 +2,10 @@ package nodelifecycle
 
 import (
 	"context"
+	"encoding/json"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/node/topology"
 	"k8s.io/klog/v2"
@@ -28,8 +30,12 @@ import (
 // failure kind meanwhile gets a new timeAdded, as any swap does). A zone
 // that is PartialDisruption at the exit (rate 0 in a small zone) taints it
 // only when its state allows. Pods whose tolerationSeconds ran out are then
-// evicted at once. The memory is the leader's: a new leader during the mode
-// taints such a node anew.
+// evicted at once. The remembered taint is also written on the node
+// (AnnotationJudged) before the strip, so that a new leader gives the same
+// timeAdded back (chaos seed 70019: the leader that stripped it was killed,
+// and the next one tainted the node from now): it counts while the node's
+// Ready condition has not changed since (its lastTransitionTime is in the
+// record), and goes when the node gets a NoExecute taint back or is Ready.
 
 // judgedTaint is the NoExecute taint a node carried when every zone went down.
 type judgedTaint struct {
@@ -37,10 +43,46 @@ type judgedTaint struct {
 	taint v1.Taint
 }
 
+// AnnotationJudged records on a node the NoExecute taint the all-zones mode
+// stripped from it, for the leader that restores it (JSON: judgedRecord).
+const AnnotationJudged = "nodeshepherd.io/noexecute-before-all-zones"
+
+// judgedRecord is AnnotationJudged's value.
+type judgedRecord struct {
+	Key       string      `json:"key"`
+	TimeAdded metav1.Time `json:"timeAdded"`
+	// NotReadySince is the Ready condition's lastTransitionTime when the
+	// taint was stripped: the record counts only while it is unchanged.
+	NotReadySince metav1.Time `json:"notReadySince"`
+}
+
+// judgedOnNode is the taint AnnotationJudged records on node, if the node has
+// stayed not Ready since it was written.
+func judgedOnNode(node *v1.Node) (v1.Taint, bool) {
+	raw, ok := node.Annotations[AnnotationJudged]
+	if !ok {
+		return v1.Taint{}, false
+	}
+	var r judgedRecord
+	ready := kube.NodeCondition(node, v1.NodeReady)
+	if err := json.Unmarshal([]byte(raw), &r); err != nil || ready == nil || ready.Status == v1.ConditionTrue ||
+		ready.LastTransitionTime.Unix() != r.NotReadySince.Unix() || r.TimeAdded.IsZero() {
+		return v1.Taint{}, false
+	}
+	for _, t := range []v1.Taint{UnreachableTaint, NotReadyTaint} {
+		if t.Key == r.Key {
+			t.TimeAdded = r.TimeAdded.DeepCopy()
+			return t, true
+		}
+	}
+	return v1.Taint{}, false
+}
+
 // rememberJudged records the NoExecute taint of a node not Ready, before
-// entering the all-zones mode strips it; a taint still waiting to be
-// restored from an earlier mode is remembered as it was.
-func (c *Controller) rememberJudged(name string) {
+// entering the all-zones mode strips it, in memory and on the node; a taint
+// still waiting to be restored from an earlier mode, or recorded on the
+// node by an earlier leader, is remembered as it was.
+func (c *Controller) rememberJudged(ctx context.Context, name string) {
 	node, err := c.latestNode(name)
 	if err != nil || kube.NodeReady(node) {
 		return
@@ -50,14 +92,65 @@ func (c *Controller) rememberJudged(name string) {
 			c.mu.Lock()
 			c.judged[name] = judgedTaint{uid: node.UID, taint: *t.DeepCopy()}
 			c.mu.Unlock()
+			if err := c.writeJudged(ctx, node, t); err != nil {
+				// The strip goes on: no pod may be evicted now. Only a
+				// new leader would then taint the node anew.
+				klog.FromContext(ctx).Error(err, "Failed to record on the node the NoExecute taint stripped on entering the all-zones mode", "node", klog.KObj(node))
+			}
 			return
 		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if j, ok := c.restoring[name]; ok && j.uid == node.UID {
 		c.judged[name] = j
+	} else if t, ok := judgedOnNode(node); ok {
+		c.judged[name] = judgedTaint{uid: node.UID, taint: t}
 	}
-	c.mu.Unlock()
+}
+
+// writeJudged records t on node (AnnotationJudged), bounded.
+func (c *Controller) writeJudged(ctx context.Context, node *v1.Node, t *v1.Taint) error {
+	ready := kube.NodeCondition(node, v1.NodeReady)
+	if ready == nil || c.dryRun.Enabled() {
+		return nil
+	}
+	rec, err := json.Marshal(judgedRecord{Key: t.Key, TimeAdded: *t.TimeAdded, NotReadySince: ready.LastTransitionTime})
+	if err != nil {
+		return err
+	}
+	written, err := c.patchJudged(ctx, node.Name, string(rec))
+	if written != nil {
+		// The strip that follows starts from this version, not a conflict.
+		c.overlay.Put(node.Name, node.ResourceVersion, written)
+	}
+	return err
+}
+
+// dropJudged removes AnnotationJudged from node, if it carries it: its
+// taint is back, or the node is Ready. A failure is logged: the record no
+// longer counts once the node's Ready condition changes.
+func (c *Controller) dropJudged(ctx context.Context, node *v1.Node) {
+	if _, ok := node.Annotations[AnnotationJudged]; !ok || c.dryRun.Enabled() {
+		return
+	}
+	if _, err := c.patchJudged(ctx, node.Name, nil); err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to remove the record of a NoExecute taint stripped by the all-zones mode", "node", klog.KObj(node))
+	}
+}
+
+func (c *Controller) patchJudged(ctx context.Context, name string, value any) (*v1.Node, error) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationJudged: value}}})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+	defer cancel()
+	n, err := c.client.CoreV1().Nodes().Patch(wctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, ignoreNotFound(err)
+	}
+	return n, nil
 }
 
 // takeJudged returns the remembered nodes and forgets them.
@@ -101,6 +194,12 @@ func (c *Controller) restoredTaint(node *v1.Node, want v1.Taint) (v1.Taint, bool
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	j, ok := c.restoring[node.Name]
+	if !ok || j.uid != node.UID {
+		// Recorded on the node by the leader that stripped it.
+		if t, ok := judgedOnNode(node); ok {
+			j, ok = judgedTaint{uid: node.UID, taint: t}, true
+		}
+	}
 	if !ok || j.uid != node.UID || j.taint.Key != want.Key || j.taint.TimeAdded == nil {
 		return want, false
 	}

@@ -1,10 +1,12 @@
 package nodelifecycle
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
@@ -131,5 +133,59 @@ func TestNewLeaderKeepsNoExecuteTaint(t *testing.T) {
 		if tt := cl.taintOf(n, was); tt != nil {
 			t.Errorf("%s Ready again but keeps %v", n, tt)
 		}
+	}
+}
+
+// TestAllZonesModeTimeAddedSurvivesLeaderChange (chaos seed 70019): a node
+// of zone a dies and is tainted (timeAdded T0); every node falls silent
+// and the all-zones mode strips the taint; the leader dies in the mode and
+// a standby with no memory takes over. When the other nodes come back, the
+// new leader gives the dead node its taint back with timeAdded T0, read from
+// the record the first leader wrote on the node (AnnotationJudged), which
+// goes with the restore. Before, the new leader tainted it from now: its
+// pods' tolerationSeconds started again.
+func TestAllZonesModeTimeAddedSurvivesLeaderChange(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 3})
+	cl.run(10 * time.Second)
+	a := cl.inZone("a")
+	dead := a[0]
+	cl.silence([]string{dead}, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	first := cl.taintOf(dead, UnreachableTaint)
+	if first == nil || first.TimeAdded == nil {
+		t.Fatalf("%s not tainted before the outage", dead)
+	}
+	t0 := first.TimeAdded.Unix()
+
+	cl.silence(cl.nodes, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
+	if cl.taintOf(dead, UnreachableTaint) != nil {
+		t.Fatalf("%s keeps its taint in the all-zones mode; upstream strips it", dead)
+	}
+	n, err := cl.client.CoreV1().Nodes().Get(context.Background(), dead, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := judgedOnNode(n); !ok {
+		t.Fatalf("%s: the stripped taint is not recorded on the node: annotations %v", dead, n.Annotations)
+	}
+
+	cl.leaderless(takeoverGap)
+	cl.takeover()
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	for _, n := range append(a[1:], cl.inZone("b")...) {
+		cl.report(n, v1.ConditionTrue)
+	}
+	cl.run(cfg.NodeMonitorPeriod + 10*time.Second)
+	if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StateNormal {
+		t.Fatalf("zone a is %s, want Normal", got)
+	}
+	tt := cl.taintOf(dead, UnreachableTaint)
+	if tt == nil || tt.TimeAdded == nil || tt.TimeAdded.Unix() != t0 {
+		t.Errorf("%s after the new leader left the mode: unreachable taint %v, want it back with timeAdded %v", dead, tt, time.Unix(t0, 0).UTC())
+	}
+	if n, err := cl.client.CoreV1().Nodes().Get(context.Background(), dead, metav1.GetOptions{}); err != nil || n.Annotations[AnnotationJudged] != "" {
+		t.Errorf("%s: the record stays after the restore: %v (%v)", dead, n.Annotations, err)
 	}
 }

@@ -400,7 +400,7 @@ func (c *Controller) handleDisruption(ctx context.Context, zoneConditions map[st
 		c.holdMarks(ctx, len(nodes) > 0)
 		c.takeJudged()
 		for _, n := range nodes {
-			c.rememberJudged(n.Name)
+			c.rememberJudged(ctx, n.Name)
 			if err := c.markReachable(ctx, n.Name); err != nil {
 				logger.Error(err, "Failed to remove NoExecute taints", "node", klog.KObj(n))
 			}

@@ -117,6 +117,7 @@ func (c *Controller) markReachable(ctx context.Context, name string) error {
 	}
 	if kube.NodeReady(node) {
 		c.forgetRestoring(name)
+		c.dropJudged(ctx, node)
 	}
 	return nil
 }
@@ -297,6 +298,7 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 				return false, 0
 			}
 			c.forgetRestoring(node.Name)
+			c.dropJudged(ctx, node)
 			if restored {
 				logger.Info("Restored the NoExecute taint of a node judged dead before every zone went down, keeping its timeAdded",
 					"node", klog.KObj(node), "taint", add.ToString(), "timeAdded", add.TimeAdded)

@@ -345,6 +345,12 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 		}
 	}
 	c.noteIgnored(ctx, n, why)
+	switch {
+	case in.provider == providerRunning:
+		in.machineRuns = "the cloud provider " + c.cfg.Cloud.Name
+	case in.fencing == providerRunning:
+		in.machineRuns = "the fencing endpoint " + c.cfg.Fencing.URL
+	}
 	// Zones and the budget, from every node as this controller sees it.
 	views := make([]*v1.Node, len(all))
 	var conds []*v1.NodeCondition

@@ -68,7 +68,12 @@ type input struct {
 	// fenceVetoed: a remediation policy's Fence is on the node, and the
 	// provider or the fencing endpoint answers that the machine runs (the
 	// refusal's message; the Fence is not among confirmations).
-	fenceVetoed  string
+	fenceVetoed string
+	// machineRuns: the provider or the fencing endpoint answers that the
+	// machine runs (who answered); it vetoes every confirmation (issue 45,
+	// seed 70030: a person's confirmation of a machine that was started
+	// again and cut off before it could report its new boot).
+	machineRuns  string
 	zone         string
 	zoneState    nodetopology.ZoneState
 	clusterState nodetopology.ZoneState
@@ -106,6 +111,7 @@ const (
 	codeBootChanged     = "boot-changed"           // expire
 	codeUnbound         = "confirmation-unbound"   // refuse: a person's confirmation of an unknown boot
 	codeFenceVetoed     = "fence-vetoed"           // refuse: a remediation Fence while the machine is answered running
+	codeMachineRuns     = "machine-running"        // refuse: confirmed, yet the provider or the fencing endpoint answers that the machine runs
 )
 
 // verdict is what to do with one node, and what to say about it.
@@ -175,6 +181,13 @@ func decideNode(in input) verdict {
 	if in.ready {
 		return verdict{action: actRefuse, code: codeNodeReady, message: fmt.Sprintf(
 			"Not tainting node %s out of service although confirmed by %s: the node is Ready", in.node, confirmed)}
+	}
+	if in.machineRuns != "" {
+		// An answer that the machine runs is a veto, whoever confirmed:
+		// the confirmation may be about a boot that has ended, unseen.
+		return verdict{action: actRefuse, code: codeMachineRuns, message: fmt.Sprintf(
+			"Not tainting node %s out of service although confirmed by %s: %s answers that the machine runs; its pods may still be running there",
+			in.node, confirmed, in.machineRuns)}
 	}
 	due := in.silentSince.Add(in.after)
 	if in.now.Before(due) {

@@ -45,6 +45,14 @@ func TestDecide(t *testing.T) {
 		{"provider says running", func(in *input) { in.confirmations = nil; in.provider = providerRunning }, actNothing, "", time.Time{}, ""},
 		{"silent one second too short", func(in *input) { in.silentSince = t0.Add(-5*time.Minute + time.Second) }, actWait, codeSilentTooShort, t0.Add(time.Second), "once NotReady for 5m0s"},
 		{"confirmed but Ready", func(in *input) { in.ready = true }, actRefuse, codeNodeReady, time.Time{}, "the node is Ready"},
+		// An answer that the machine runs vetoes any confirmation (seed 70030).
+		{"person, the provider says running", func(in *input) { in.provider, in.machineRuns = providerRunning, "the cloud provider fake" }, actRefuse, codeMachineRuns, time.Time{}, "the cloud provider fake answers that the machine runs"},
+		{"fencing, the provider says running", func(in *input) {
+			in.confirmations, in.fencing, in.machineRuns = []confirmation{fenced}, providerDead, "the cloud provider fake"
+		}, actRefuse, codeMachineRuns, time.Time{}, "answers that the machine runs"},
+		{"person, the fencing endpoint says running, zone disrupted", func(in *input) {
+			in.fencing, in.machineRuns, in.zoneState = providerRunning, "the fencing endpoint https://fence", nodetopology.StateFullDisruption
+		}, actRefuse, codeMachineRuns, time.Time{}, "https://fence answers that the machine runs"},
 		{"tainted by someone else", func(in *input) { in.taintedByOther = true }, actNothing, "", time.Time{}, ""},
 		// Zone states: every source confirms the machine itself, so a
 		// disruption does not hold a confirmed node back; it is said.

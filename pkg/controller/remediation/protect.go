@@ -49,7 +49,10 @@ func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, 
 		listed[ns] = true
 		pdbs = append(pdbs, l.Items...)
 	}
-	for _, pp := range rem.ToEvict(n, pods.Items, pdbs) {
+	// A not-Ready node's not-Ready pods are left to the NoExecute taints
+	// only when the provider answers its machine off (rem.ToEvict).
+	off := !kube.NodeReady(n) && c.instances != nil && c.power(ctx, n) == rem.PowerOff
+	for _, pp := range rem.ToEvict(n, pods.Items, pdbs, off) {
 		if c.DryRun.Enabled() {
 			c.DryRun.Report(ctx, n, "evict", fmt.Sprintf("pod %s/%s (%s), before a step that disrupts it", pp.Pod.Namespace, pp.Pod.Name, strings.Join(pp.Budgets, ", ")))
 			continue
