@@ -32,10 +32,11 @@ func testRepairChecker(t *testing.T) {
 		sickSince  time.Time // zero: the condition False
 		uid        string
 		oos        bool // the out-of-service taint
+		rv         string
 	}
 	mk := func(s nodeSpec) *v1.Node {
 		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.name, UID: types.UID("uid-" + s.name + s.uid),
-			Labels: map[string]string{labelZone: s.zone}, Annotations: map[string]string{}}}
+			Labels: map[string]string{labelZone: s.zone}, Annotations: map[string]string{}, ResourceVersion: s.rv}}
 		if s.pool {
 			n.Labels[chaosPolicy.PoolLabel] = chaosPolicy.PoolValue
 		}
@@ -133,6 +134,22 @@ func testRepairChecker(t *testing.T) {
 		},
 		want: []string{InvRepairBrakes + " node/a1 2 nodes of pool chaos in zone zone-a in repair (a0,a1)",
 			InvRepairBrakes + " node/c1 3 nodes of pool chaos in repair (b0,c0,c1)", InvRepairBrakes + " node/c1 2 nodes of pool chaos in zone zone-c"},
+	}, {
+		// Chaos seed 60016: after an API server restart the relist
+		// delivers c1's start before c0's end, which the API server wrote
+		// first (resourceVersions 25 < 30): no violation. a0's end written
+		// after a1's start (55 > 50) is one.
+		name: "brakes: counted in the API server's order of writes, not a relist's",
+		events: []event{
+			{t: 10, node: &nodeSpec{name: "c0", zone: "zone-c", pool: true, sickSince: sick, rec: rec(0, 10, 10), rv: "10"}},
+			{t: 20, node: &nodeSpec{name: "c1", zone: "zone-c", pool: true, sickSince: sick, rec: rec(0, 19, 19), rv: "30"}},
+			{t: 20.01, node: &nodeSpec{name: "c0", zone: "zone-c", pool: true, rv: "25"}},
+			{t: 25, node: &nodeSpec{name: "c1", zone: "zone-c", pool: true, rv: "35"}},
+			{t: 30, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 30, 30), rv: "45"}},
+			{t: 40, node: &nodeSpec{name: "a1", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 39, 39), rv: "50"}},
+			{t: 40.01, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, rv: "55"}},
+		},
+		want: []string{InvRepairBrakes + " node/a1 2 nodes of pool chaos in zone zone-a in repair (a0,a1)"},
 	}, {
 		name: "maxUnhealthy: four certainly unhealthy at the decision; then one whose condition was too fresh",
 		events: []event{
@@ -247,6 +264,52 @@ func testRepairChecker(t *testing.T) {
 		}
 		if !ok {
 			t.Errorf("%s:\n got  %q\n want %q", tc.name, got, tc.want)
+		}
+	}
+
+	// Chaos seed 70021: a power-off request names its policy in its ID; the
+	// checker of that policy judges it, whatever its action, and another
+	// leaves it. A node waiting at its Fence with its machine off waits for
+	// a person: not a repair that failed to progress; one at Reboot is.
+	{
+		fenceReq := map[string]string{"a0": req("uid-a0/boot1/chaos/4/Fence", "poweroff")}
+		chaosC := newRepairChecker(chaosPolicy, 5*time.Second, true)
+		fenceC := newRepairChecker(fencePolicy, 5*time.Second, true)
+		chaosC.others[fencePolicy.Name], fenceC.others[chaosPolicy.Name] = true, true
+		chaosC.requestActions = func(a string) bool { return a == "reboot" || a == "replace" }
+		fenceC.requestActions = func(a string) bool { return a != "reboot" && a != "replace" }
+		for _, c := range []*repairChecker{chaosC, fenceC} {
+			for _, e := range append(base(),
+				event{t: 5, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 5, 5)}},
+				event{t: 6, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 6, 5)}},
+				event{t: 7, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(2, 7, 5)}},
+				event{t: 8, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(3, 8, 5)}},
+				event{t: 9, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 9, 9)}},
+				event{t: 10, node: &nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(1, 10, 9)}},
+				event{t: 11, cm: fenceReq}, event{t: 12, machine: map[string]string{"a0": "shutdown"}}) {
+				switch {
+				case e.cm != nil:
+					c.ObserveRequests(at(e.t), &v1.ConfigMap{Data: e.cm})
+				case e.machine != nil:
+					c.ObserveMachines(at(e.t), &v1.ConfigMap{Data: e.machine}, false)
+				default:
+					c.ObserveNode(at(e.t), mk(*e.node), false)
+				}
+			}
+			c.Settle(at(80))
+		}
+		if v := fenceC.Violations(); len(v) != 0 {
+			t.Errorf("the chaos-fence checker judged the chaos policy's power-off: %v", v)
+		}
+		if chaosC.stats["request poweroff"] != 1 || len(chaosC.Violations()) != 0 {
+			t.Errorf("the chaos checker: %d power-off requests judged, violations %v; want 1, none", chaosC.stats["request poweroff"], chaosC.Violations())
+		}
+		chaosC.CheckProgress(at(90), 30*time.Second)
+		if v := chaosC.Violations(); len(v) != 1 || v[0].Invariant != InvRepairProgress || v[0].Object != "node/b0" {
+			t.Errorf("progress: %v; want only b0's (a0 waits at its Fence, machine off, for a person)", v)
+		}
+		if got := chaosC.InRepair(); len(got) != 1 || got[0] != "b0" {
+			t.Errorf("in repair: %q, want [b0]", got)
 		}
 	}
 

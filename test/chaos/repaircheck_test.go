@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -98,6 +99,10 @@ type nodeView struct {
 	rec  *record
 	// oos: the node carries the out-of-service taint.
 	oos bool
+	// rv is the version's resourceVersion (0: unknown): etcd's revision,
+	// which orders writes to different Nodes as the API server made them,
+	// where a relist delivers them in name order.
+	rv uint64
 }
 
 // machineView is one version of the fake cloud's machine states (its
@@ -121,6 +126,10 @@ type pendingRepair struct {
 	// sight (kind "fence").
 	rec       *record
 	fenceSeen time.Time
+	// rv and zone: the new record's resourceVersion and its node's zone
+	// (kind "brakes").
+	rv   uint64
+	zone string
 }
 
 // repairChecker judges the ladder of one policy.
@@ -244,6 +253,7 @@ func (c *repairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 		prev = nil
 	}
 	view := nodeView{from: at, exists: !deleted}
+	view.rv, _ = strconv.ParseUint(n.ResourceVersion, 10, 64)
 	if deleted {
 		delete(c.nodes, name)
 		if prev != nil {
@@ -488,30 +498,66 @@ func limit(v intstr.IntOrString, total int) int {
 // its zone within maxInRepairPerZone. The checker's view of the Nodes is
 // the API's at some moment (one watch, in order), so the count is one the
 // cluster had. maxUnhealthy needs the view around the decision: pending.
+//
+// The count is judged after the slack, on each node's version just before
+// the new record's write (by resourceVersion, when known): a relist after
+// an API server restart delivers the Nodes in name order, so a repair's
+// start may come before another's end that the API server wrote first
+// (chaos seed 60016).
 func (c *repairChecker) brakes(at time.Time, n *v1.Node, rec *record) {
-	zone := n.Labels[labelZone]
+	rv, _ := strconv.ParseUint(n.ResourceVersion, 10, 64)
+	r := *rec
+	c.pending = append(c.pending, pendingRepair{kind: "brakes", node: n.Name, seen: at, rec: &r, rv: rv, zone: n.Labels[labelZone]},
+		pendingRepair{kind: "unhealthy", node: n.Name, seen: at, decided: rec.RepairSince})
+}
+
+// viewBefore is node name's version as the API server had it when the
+// version rv of another node was written: the last one with a smaller
+// resourceVersion, or without resourceVersions the last one seen by at.
+func (c *repairChecker) viewBefore(name string, rv uint64, at time.Time) (nodeView, bool) {
+	var out nodeView
+	ok := false
+	for _, v := range c.views[name] {
+		if rv > 0 && v.rv > 0 {
+			if v.rv > rv {
+				break
+			}
+		} else if v.from.After(at) {
+			break
+		}
+		out, ok = v, true
+	}
+	return out, ok
+}
+
+// checkBrakes is brakes' judgement, once the slack has passed.
+func (c *repairChecker) checkBrakes(p pendingRepair) {
+	at, rec := p.seen, p.rec
 	var pool, inZone []string
-	for name, m := range c.nodes {
-		vs := c.views[name]
-		if !c.pol.selects(m.Labels) || len(vs) == 0 || vs[len(vs)-1].rec == nil {
+	for name, vs := range c.views {
+		v, ok := c.viewBefore(name, p.rv, at)
+		if name == p.node {
+			v, ok = vs[0], true // the new repair itself
+			v.exists, v.selected, v.rec = true, true, rec
+		}
+		if !ok || !v.exists || !v.selected || v.rec == nil {
 			continue
 		}
 		pool = append(pool, name)
-		if m.Labels[labelZone] == zone {
+		if m := c.nodes[name]; name == p.node || m != nil && m.Labels[labelZone] == p.zone {
 			inZone = append(inZone, name)
 		}
 	}
 	sort.Strings(pool)
 	sort.Strings(inZone)
 	if l := limit(c.pol.MaxInRepair, c.maxPool); len(pool) > l {
-		c.violate(at, InvRepairBrakes, "node/"+n.Name, "repair started (%s) with %d nodes of pool %s in repair (%s), maxInRepair %s (%d of %d)",
+		c.violate(at, InvRepairBrakes, "node/"+p.node, "repair started (%s) with %d nodes of pool %s in repair (%s), maxInRepair %s (%d of %d)",
 			*rec, len(pool), c.pol.Name, strings.Join(pool, ","), c.pol.MaxInRepair.String(), l, c.maxPool)
 	}
-	if l := limit(c.pol.MaxInRepairPerZone, c.maxZonePool[zone]); len(inZone) > l {
-		c.violate(at, InvRepairBrakes, "node/"+n.Name, "repair started (%s) with %d nodes of pool %s in zone %s in repair (%s), maxInRepairPerZone %s (%d of %d)",
-			*rec, len(inZone), c.pol.Name, zone, strings.Join(inZone, ","), c.pol.MaxInRepairPerZone.String(), l, c.maxZonePool[zone])
+	if l := limit(c.pol.MaxInRepairPerZone, c.maxZonePool[p.zone]); len(inZone) > l {
+		c.violate(at, InvRepairBrakes, "node/"+p.node, "repair started (%s) with %d nodes of pool %s in zone %s in repair (%s), maxInRepairPerZone %s (%d of %d)",
+			*rec, len(inZone), c.pol.Name, p.zone, strings.Join(inZone, ","), c.pol.MaxInRepairPerZone.String(), l, c.maxZonePool[p.zone])
 	}
-	c.pending = append(c.pending, pendingRepair{kind: "unhealthy", node: n.Name, seen: at, decided: rec.RepairSince})
 }
 
 // ObserveRequests takes the fake cloud's requests ConfigMap as watched.
@@ -531,7 +577,7 @@ func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
 		}
 		prev, had := c.requests[node]
 		c.requests[node] = r
-		if c.requestActions != nil && !c.requestActions(r.Action) {
+		if !c.judges(r) {
 			continue // another checker's
 		}
 		if had && prev.ID == r.ID {
@@ -544,6 +590,22 @@ func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
 		c.write(at, node, r)
 	}
 	c.settle(at)
+}
+
+// judges says whether the request is this checker's: its ID names the
+// policy (UID/boot/policy/step, cloudprovider.RequestID), which decides when
+// it names a policy the checkers know (chaos seed 70021: the chaos policy's
+// Fence power-off was judged as chaos-fence's); otherwise by action.
+func (c *repairChecker) judges(r fakecloud.Request) bool {
+	if parts := strings.SplitN(r.ID, "/", 4); len(parts) == 4 {
+		if parts[2] == c.pol.Name {
+			return true
+		}
+		if c.others[parts[2]] {
+			return false
+		}
+	}
+	return c.requestActions == nil || c.requestActions(r.Action)
 }
 
 // write is a request written: (d) each ID once, one request of an action
@@ -704,6 +766,8 @@ func (c *repairChecker) settle(at time.Time) {
 			c.checkStep(p)
 		case "fence":
 			c.checkFence(p)
+		case "brakes":
+			c.checkBrakes(p)
 		}
 	}
 	c.pending = keep
@@ -768,8 +832,12 @@ func (c *repairChecker) InRepair() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
+	now := time.Now()
 	for name := range c.nodes {
 		if vs := c.views[name]; len(vs) > 0 && vs[len(vs)-1].rec != nil {
+			if ran, _ := c.machineRan(name, now, now); vs[len(vs)-1].rec.Action == "Fence" && !ran {
+				continue // waits for a person (CheckProgress)
+			}
 			out = append(out, name)
 		}
 	}
@@ -796,9 +864,21 @@ func (c *repairChecker) CheckProgress(at time.Time, bound time.Duration) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if vs := c.views[name]; len(vs) > 0 && vs[len(vs)-1].rec != nil {
-			c.violate(at, InvRepairProgress, "node/"+name, "still in repair %v after the last fault ended: %s", bound, *vs[len(vs)-1].rec)
+		vs := c.views[name]
+		if len(vs) == 0 || vs[len(vs)-1].rec == nil {
+			continue
 		}
+		rec := *vs[len(vs)-1].rec
+		if rec.Action == "Fence" {
+			if ran, seen := c.machineRan(name, at, at); !ran {
+				// A machine a Fence powered off stays off: starting it is
+				// a person's decision (docs/remediation.md); the repair
+				// waits for it (chaos seed 70021).
+				c.note(at, "node %s waits at its Fence for a person, its machine off (%s)", name, strings.Join(seen, ", "))
+				continue
+			}
+		}
+		c.violate(at, InvRepairProgress, "node/"+name, "still in repair %v after the last fault ended: %s", bound, rec)
 	}
 }
 
