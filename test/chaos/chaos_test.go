@@ -66,7 +66,7 @@ var (
 // faultKinds is every kind -kinds takes: pkg/chaos's vocabulary, the
 // remediation faults (repair_test.go) and a person's (person_test.go).
 func faultKinds() []chaos.Kind {
-	return append(append(chaos.AllKinds(), repairKinds...), personKinds...)
+	return append(append(append(chaos.AllKinds(), repairKinds...), personKinds...), personNamedOnly...)
 }
 
 // kindSet is -kinds parsed: nil when empty (every kind).

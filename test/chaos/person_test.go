@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -67,6 +68,12 @@ const (
 	// 0), and restoring X's taint at once is zone-rules' violation
 	// (checker.go eitherWayForbidden).
 	kindAllZonesLasting chaos.Kind = "all-zones-lasting"
+	// kindAllZonesFailover: drawn only when named (personNamedOnly):
+	// all-zones-lasting with the leader killed 2-5 s into the mode, so that
+	// the leader that stripped the dead node's taint is not the one that
+	// gives it back (chaos seed 70019: the next leader tainted it from now,
+	// a countdown restarted).
+	kindAllZonesFailover chaos.Kind = "all-zones-failover"
 	// kindTolerationShortened: a person shortens a running pod's NoExecute
 	// tolerationSeconds (the API allows lowering it) while its node is
 	// tainted, around a leader kill (issue 45 point 4: a toleration
@@ -106,6 +113,10 @@ const (
 
 // personKinds are a person's kinds, for -kinds.
 var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition, kindConfirmLeaderless, kindAllZonesLasting, kindTolerationShortened}
+
+// personNamedOnly are a person's kinds drawn only when -kinds names them
+// (kept out of personKinds, so that every seed's schedule stays the same).
+var personNamedOnly = []chaos.Kind{kindAllZonesFailover}
 
 // personMeanGap is the mean time between two of a person's faults.
 const personMeanGap = 20 * time.Second
@@ -149,7 +160,7 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	// One drawn before then is spent.
 	var alone time.Duration
 	exclusive := func(k chaos.Kind) bool {
-		return k == kindConfirmLeaderless || k == kindAllZonesLasting || k == kindTolerationShortened
+		return k == kindConfirmLeaderless || k == kindAllZonesLasting || k == kindAllZonesFailover || k == kindTolerationShortened
 	}
 	for {
 		at = (at + time.Duration(r.ExpFloat64()*float64(gap))).Round(time.Millisecond)
@@ -205,7 +216,7 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
-		case kindAllZonesLasting:
+		case kindAllZonesLasting, kindAllZonesFailover:
 			z := zones[r.IntN(len(zones))].Nodes
 			p := r.Perm(len(z))
 			x, ys, w := []string{z[p[0]]}, []string{z[p[1]], z[p[2]]}, []string{z[p[3]]}
@@ -231,6 +242,18 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(quiet, chaos.Step{Op: stop, Nodes: ys})
 			add(healW, chaos.Step{Op: chaos.OpHeal, Nodes: w})
 			add(healOthers, chaos.Step{Op: chaos.OpHeal, Nodes: others})
+			if k == kindAllZonesFailover {
+				// The leader that stripped X's taint dies in the mode; the
+				// two come back with the other zones, so X's zone turns
+				// Normal while X is still dead: the next leader taints it
+				// again, with its old timeAdded (countdown-restart).
+				add(quiet+draw(2*time.Second, 5*time.Second), chaos.Step{Op: chaos.OpKillLeader})
+				add(healOthers, chaos.Step{Op: chaos.OpHeal, Nodes: ys})
+				add(healOthers, chaos.Step{Op: start, Nodes: ys})
+				add(end, chaos.Step{Op: chaos.OpHeal, Nodes: x})
+				add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: x})
+				break
+			}
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: append(append([]string(nil), x...), ys...)})
 			add(end, chaos.Step{Op: chaos.OpMachineStart, Nodes: x})
 			add(end, chaos.Step{Op: start, Nodes: ys})
@@ -287,7 +310,7 @@ func powerOffFault(node string) string {
 // withPersonFaults merges a person's faults into the schedule, like
 // withRepairFaults.
 func withPersonFaults(s chaos.Schedule, zones []chaos.Zone, kinds kindSet) chaos.Schedule {
-	allowed := kinds.of(personKinds)
+	allowed := kinds.of(append(slices.Clone(personKinds), personNamedOnly...))
 	if kinds != nil && len(allowed) == 0 {
 		return s
 	}
