@@ -164,9 +164,20 @@ const FullRangeFill = 3
 // drain stays in flight with no word for --uncordon-after (progress).
 const DrainOrphaned Kind = "drain-orphaned"
 
+// RefusedMark: drawn only when Kinds names it: in one zone of 4 nodes, a,
+// b and c are cut off 0.3s apart, and every write of c's status through the
+// controllers' proxy is refused (500) until the heal, so that the node
+// lifecycle controller cannot mark c Unknown however often it retries. Left
+// out of its zone's count, c would make the zone look 2 of 3 not Ready
+// (Normal: upstream's PartialDisruption needs more than 2), and a's and b's
+// taints would go out at the zone's rate while the zone is 3 of 4 down;
+// only a node whose health update failed unsettling its zone keeps the
+// zone rules.
+const RefusedMark Kind = "refused-mark"
+
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
 // them, so that the default schedules of every seed stay what they were.
-var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange, DrainOrphaned}
+var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange, DrainOrphaned, RefusedMark}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
 // NamedOnlyKinds.
@@ -183,38 +194,40 @@ type Op string
 
 // Step operations. Node ops are the fake nodes' actions of the same name.
 const (
-	OpPartition         Op = "partition"
-	OpHeal              Op = "heal"
-	OpKubeletStop       Op = "kubelet-stop"
-	OpKubeletStart      Op = "kubelet-start"
-	OpMachineShutdown   Op = "machine-shutdown"
-	OpMachineStart      Op = "machine-start"
-	OpCondition         Op = "condition"
-	OpClearCondition    Op = "clear-condition"
-	OpKillLeader        Op = "kill-leader"     // SIGKILL the replica holding the lease
-	OpStopReplica       Op = "stop-replica"    // SIGTERM replica slot Replica
-	OpStartReplica      Op = "start-replica"   // start a replica in slot Replica again
-	OpAPIFaultStart     Op = "api-fault-start" // fault proxy rule on Resource
-	OpAPIFaultEnd       Op = "api-fault-end"
-	OpWatchStallStart   Op = "watch-stall-start"
-	OpWatchStallEnd     Op = "watch-stall-end"
-	OpLostAnswerStart   Op = "lost-answer-start" // fault proxy: forward every other write of Resource, drop its answer
-	OpLostAnswerEnd     Op = "lost-answer-end"
-	OpWatchGoneStart    Op = "watch-gone-start" // fault proxy: 410 Gone to resumed watches and lists of Resource
-	OpWatchGoneEnd      Op = "watch-gone-end"
-	OpAPIServerStop     Op = "apiserver-restart" // kube-apiserver stopped for Down, then started again
-	OpAPIServerReady    Op = "apiserver-ready"   // waits until the restart's kube-apiserver answers
-	OpWatchLagStart     Op = "watch-lag-start"   // fault proxy: the watches of Resource relayed Lag late
-	OpWatchLagEnd       Op = "watch-lag-end"
-	OpLostCordonStart   Op = "lost-cordon-start" // fault proxy: every write of a Node's spec or metadata forwarded, its answer dropped
-	OpLostCordonEnd     Op = "lost-cordon-end"
-	OpHoldStart         Op = "hold-start"     // fault proxy: every write of a Node's spec or metadata held
-	OpHoldStop          Op = "hold-stop"      // new writes pass; the held ones stay held
-	OpHoldRelease       Op = "hold-release"   // the held writes forwarded now: they land late
-	OpAPIHangStart      Op = "api-hang-start" // fault proxy: every request of Resource held unsent until its client gives up
-	OpAPIHangEnd        Op = "api-hang-end"
-	OpQuorumErrorsStart Op = "quorum-errors-start" // fault proxy: 500 to every quorum read (resourceVersion "") of Resource in kube-node-lease
-	OpQuorumErrorsEnd   Op = "quorum-errors-end"
+	OpPartition          Op = "partition"
+	OpHeal               Op = "heal"
+	OpKubeletStop        Op = "kubelet-stop"
+	OpKubeletStart       Op = "kubelet-start"
+	OpMachineShutdown    Op = "machine-shutdown"
+	OpMachineStart       Op = "machine-start"
+	OpCondition          Op = "condition"
+	OpClearCondition     Op = "clear-condition"
+	OpKillLeader         Op = "kill-leader"     // SIGKILL the replica holding the lease
+	OpStopReplica        Op = "stop-replica"    // SIGTERM replica slot Replica
+	OpStartReplica       Op = "start-replica"   // start a replica in slot Replica again
+	OpAPIFaultStart      Op = "api-fault-start" // fault proxy rule on Resource
+	OpAPIFaultEnd        Op = "api-fault-end"
+	OpWatchStallStart    Op = "watch-stall-start"
+	OpWatchStallEnd      Op = "watch-stall-end"
+	OpLostAnswerStart    Op = "lost-answer-start" // fault proxy: forward every other write of Resource, drop its answer
+	OpLostAnswerEnd      Op = "lost-answer-end"
+	OpWatchGoneStart     Op = "watch-gone-start" // fault proxy: 410 Gone to resumed watches and lists of Resource
+	OpWatchGoneEnd       Op = "watch-gone-end"
+	OpAPIServerStop      Op = "apiserver-restart" // kube-apiserver stopped for Down, then started again
+	OpAPIServerReady     Op = "apiserver-ready"   // waits until the restart's kube-apiserver answers
+	OpWatchLagStart      Op = "watch-lag-start"   // fault proxy: the watches of Resource relayed Lag late
+	OpWatchLagEnd        Op = "watch-lag-end"
+	OpLostCordonStart    Op = "lost-cordon-start" // fault proxy: every write of a Node's spec or metadata forwarded, its answer dropped
+	OpLostCordonEnd      Op = "lost-cordon-end"
+	OpHoldStart          Op = "hold-start"     // fault proxy: every write of a Node's spec or metadata held
+	OpHoldStop           Op = "hold-stop"      // new writes pass; the held ones stay held
+	OpHoldRelease        Op = "hold-release"   // the held writes forwarded now: they land late
+	OpAPIHangStart       Op = "api-hang-start" // fault proxy: every request of Resource held unsent until its client gives up
+	OpAPIHangEnd         Op = "api-hang-end"
+	OpQuorumErrorsStart  Op = "quorum-errors-start" // fault proxy: 500 to every quorum read (resourceVersion "") of Resource in kube-node-lease
+	OpQuorumErrorsEnd    Op = "quorum-errors-end"
+	OpStatusRefusedStart Op = "status-refused-start" // fault proxy: 500 to every write of the status of Nodes
+	OpStatusRefusedEnd   Op = "status-refused-end"
 	// OpRegister: Nodes (named by NewcomerNames) register in Zone, run by
 	// fresh kubelets; Silent: each is cut off right after its Node and its
 	// first Lease renewal are written.
@@ -418,6 +431,9 @@ var durations = map[Kind]span{
 	FullRange: {14 * time.Second, 18 * time.Second},
 	// The new replica's start after the kill.
 	DrainOrphaned: {2 * time.Second, 5 * time.Second},
+	// From the first cut to the heal: two tokens of a 0.1/s zone rate
+	// after the grace period.
+	RefusedMark: {14 * time.Second, 20 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -767,6 +783,22 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(readsFrom, Step{Op: OpQuorumErrorsStart, Resource: "leases"})
 			add(cFrom+d, Step{Op: OpQuorumErrorsEnd, Resource: "leases"})
 			add(heal, Step{Op: OpHeal, Nodes: f.Nodes})
+		case RefusedMark:
+			if at+d > o.Duration || len(z.Nodes) != 4 || !free(busy.api, at, at+d) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + d})
+			perm := r.Perm(len(z.Nodes))
+			f.Zone, f.Resource, f.Duration = z.Name, "nodes", d
+			for _, i := range perm[:3] {
+				f.Nodes = append(f.Nodes, z.Nodes[i])
+			}
+			add(0, Step{Op: OpStatusRefusedStart, Resource: "nodes", Nodes: f.Nodes[2:]})
+			for i := range f.Nodes {
+				add(time.Duration(i)*300*time.Millisecond, Step{Op: OpPartition, Nodes: f.Nodes[i : i+1]})
+			}
+			add(d, Step{Op: OpHeal, Nodes: slices.Clone(f.Nodes)})
+			add(d, Step{Op: OpStatusRefusedEnd, Resource: "nodes", Nodes: f.Nodes[2:]})
 		case SilentNewcomer:
 			if at+d > o.Duration || len(z.Nodes) != 4 {
 				continue

@@ -683,7 +683,10 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		c.rules[s.Fault] = c.proxy.Inject(r)
 	case chaos.OpQuorumErrorsStart:
 		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Namespace: v1.NamespaceNodeLease, QuorumRead: true, Kind: framework.FaultStatus, Status: 500})
-	case chaos.OpLostCordonEnd, chaos.OpAPIHangEnd, chaos.OpQuorumErrorsEnd:
+	case chaos.OpStatusRefusedStart:
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: framework.Writes, Resource: "nodes", Subresource: "status",
+			Names: s.Nodes, Kind: framework.FaultStatus, Status: 500})
+	case chaos.OpLostCordonEnd, chaos.OpAPIHangEnd, chaos.OpQuorumErrorsEnd, chaos.OpStatusRefusedEnd:
 		// Requests an api-hang holds stay held until their clients give up.
 		if r := c.rules[s.Fault]; r != nil {
 			c.proxy.Stop(r)

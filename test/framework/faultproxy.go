@@ -122,7 +122,9 @@ type FaultRule struct {
 	// its cache, not an informer's list from the watch cache ("0").
 	QuorumRead bool
 	// Namespace: only requests in this namespace (any when empty).
-	Namespace  string
+	Namespace string
+	// Names: only requests of these objects (any when empty).
+	Names      []string
 	Kind       FaultKind
 	Status     int
 	RetryAfter int           // seconds, for FaultStatus
@@ -356,6 +358,11 @@ func (fr *FaultRule) matches(r *http.Request, resource, sub string, watch bool) 
 	}
 	if fr.Namespace != "" && !strings.Contains(r.URL.Path, "/namespaces/"+fr.Namespace+"/") {
 		return false
+	}
+	if len(fr.Names) > 0 {
+		if _, _, name := requestInfo(r.URL.Path); !containsString(fr.Names, name) {
+			return false
+		}
 	}
 	if fr.ResumeOnly {
 		rv := r.URL.Query().Get("resourceVersion")
