@@ -612,6 +612,8 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		return fmt.Sprintf(" (slot %d, pid %d)", slot, c.slots[slot].cmd.Process.Pid)
 	case opPoolLeave, opPoolJoin:
 		return setPoolLabel(ctx, c.client, s.Nodes[0], s.Op == opPoolJoin)
+	case opCrowdOn, opCrowdOff:
+		return setCrowdTaint(ctx, c.client, s.Nodes, s.Op == opCrowdOn)
 	case opConfirm:
 		// A careful person looks first: two faults of one node overlap
 		// (another one's machine start inside this one's shutdown), and a

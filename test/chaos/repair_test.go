@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
@@ -203,14 +204,22 @@ const (
 	// Taint step into the Reboot; healthy for the hold, the repair ends at
 	// step 2; 24s in the condition is back, within the recurrence window,
 	// and the repair resumes at step 3 (Replace) on a node without the
-	// Taint step's taint yet. Its web pod is evicted first, and the
-	// scheduler may bind the replacement to the same node, which has room:
-	// only a step that keeps new pods off and starts on a look that finds
-	// none left keeps budget web (pdb).
+	// Taint step's taint yet. From 20s to 34s every other node carries a
+	// person's NoSchedule taint (opCrowdOn: the cluster is full), and a
+	// node outside the pool in another zone is cut off from 21s (its web
+	// pod not Ready: budget web has one disruption left). The node's web pod
+	// is evicted first, which spends it, and the scheduler can bind the
+	// replacement only to the same node: only a step that keeps new pods
+	// off and starts on a look that finds none left keeps budget web (pdb;
+	// chaos seed 40004).
 	kindRepairRefill chaos.Kind = "repair-refill"
 
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
+	// opCrowdOn and opCrowdOff: a person's NoSchedule taint crowdTaint on
+	// Nodes, and its removal.
+	opCrowdOn  chaos.Op = "crowd-taint"
+	opCrowdOff chaos.Op = "crowd-untaint"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
@@ -323,9 +332,27 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			blindUntil = at + f.Duration + 5*time.Second
 			on := chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)}
 			off := chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)}
+			var others, far []string
+			for _, z := range zones {
+				for i, n := range z.Nodes {
+					if n == node {
+						continue
+					}
+					others = append(others, n)
+					if i >= poolPerZone && !slices.Contains(z.Nodes, node) {
+						far = append(far, n)
+					}
+				}
+			}
+			cut := []string{far[r.IntN(len(far))]}
+			f.Nodes = append(f.Nodes, cut...)
 			add(0, on)
 			add(18*time.Second, off)
+			add(20*time.Second, chaos.Step{Op: opCrowdOn, Nodes: others})
+			add(21*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
 			add(24*time.Second, on)
+			add(34*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
+			add(34*time.Second, chaos.Step{Op: opCrowdOff, Nodes: others})
 			add(f.Duration, off)
 			faults = append(faults, f)
 			continue
@@ -389,6 +416,44 @@ func setPoolLabel(ctx context.Context, client kubernetes.Interface, node string,
 	defer cancel()
 	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Sprintf(" (%v)", err)
+	}
+	return ""
+}
+
+// crowdTaint is a person's NoSchedule taint that keeps new pods off a node
+// (repair-refill's full cluster).
+var crowdTaint = v1.Taint{Key: "chaos.nodeshepherd.io/crowded", Effect: v1.TaintEffectNoSchedule}
+
+// setCrowdTaint adds (on) or removes crowdTaint on each node, read and
+// written again on a conflict.
+func setCrowdTaint(ctx context.Context, client kubernetes.Interface, nodes []string, on bool) string {
+	ctx, cancel := context.WithTimeout(ctx, labelTimeout)
+	defer cancel()
+	var errs []string
+	for _, name := range nodes {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			has := slices.ContainsFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == crowdTaint.Key })
+			switch {
+			case on && !has:
+				n.Spec.Taints = append(n.Spec.Taints, crowdTaint)
+			case !on && has:
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t v1.Taint) bool { return t.Key == crowdTaint.Key })
+			default:
+				return nil
+			}
+			_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return " (" + strings.Join(errs, "; ") + ")"
 	}
 	return ""
 }
