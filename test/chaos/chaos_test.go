@@ -566,7 +566,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case chaos.OpCondition:
 		cd := cond(true)
 		// A lasting condition survives reboots: only a replacement clears it.
-		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting || c.faults[s.Fault].Kind == kindRepairCrowded || c.faults[s.Fault].Kind == kindRepairRefill
+		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting || c.faults[s.Fault].Kind == kindRepairCrowded || c.faults[s.Fault].Kind == kindRepairRefill || c.faults[s.Fault].Kind == kindRepairCutoff
 		node(fakenode.SetCondition, cd)
 	case chaos.OpClearCondition:
 		node(fakenode.ClearCondition, cond(false))

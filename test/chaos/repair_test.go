@@ -214,6 +214,18 @@ const (
 	// chaos seed 40004).
 	kindRepairRefill chaos.Kind = "repair-refill"
 
+	// kindRepairCutoff: drawn only when named: the policy's condition on a
+	// pool node, surviving reboots, so that it climbs to Replace some 27s
+	// later; from 20s to 36s that node and a node outside the pool in
+	// another zone are cut off, their machines running: the node's web pod
+	// is not Ready, and with the other one's budget web allows no
+	// disruption when the Replace comes. Its pods may come back with the
+	// partition's heal, so only a step that leaves a not-Ready node's
+	// not-Ready pods to the taints when the provider answers the machine
+	// off, and has the budgets judge them otherwise, keeps budget web (pdb;
+	// chaos seed 70016).
+	kindRepairCutoff chaos.Kind = "repair-cutoff"
+
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 	// opCrowdOn and opCrowdOff: a person's NoSchedule taint crowdTaint on
@@ -223,7 +235,7 @@ const (
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -319,6 +331,27 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			blindUntil = at + f.Duration + 5*time.Second
 			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
 			add(22*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
+			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
+			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
+		case kindRepairCutoff:
+			z := r.IntN(len(zones))
+			node := zones[z].Nodes[r.IntN(poolPerZone)]
+			var far []string
+			for i, o := range zones {
+				if i != z {
+					far = append(far, o.Nodes[poolPerZone:]...)
+				}
+			}
+			cut := []string{node, far[r.IntN(len(far))]}
+			f.Kind, f.Nodes, f.Duration = kindRepairCutoff, cut, 40*time.Second
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(20*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
 			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
 			faults = append(faults, f)
