@@ -74,6 +74,15 @@ const (
 	// gives it back (chaos seed 70019: the next leader tainted it from now,
 	// a countdown restarted).
 	kindAllZonesFailover chaos.Kind = "all-zones-failover"
+	// kindConfirmCutStart: drawn only when named (personNamedOnly): a
+	// machine powers off, a person confirms it dead 1.5-4s later, and 1-2s
+	// after that, before outofservice acts on the confirmation, the node is
+	// cut off and its machine started 0.1s later: it boots behind the
+	// partition and never reports its new boot ID, so the API shows the
+	// boot the confirmation was given for while the machine runs (chaos
+	// seed 70030). Only a controller that takes the provider's "running" as
+	// a veto leaves it in service (running-machine).
+	kindConfirmCutStart chaos.Kind = "confirm-cut-start"
 	// kindTolerationShortened: a person shortens a running pod's NoExecute
 	// tolerationSeconds (the API allows lowering it) while its node is
 	// tainted, around a leader kill (issue 45 point 4: a toleration
@@ -116,7 +125,7 @@ var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition, kindCo
 
 // personNamedOnly are a person's kinds drawn only when -kinds names them
 // (kept out of personKinds, so that every seed's schedule stays the same).
-var personNamedOnly = []chaos.Kind{kindAllZonesFailover}
+var personNamedOnly = []chaos.Kind{kindAllZonesFailover, kindConfirmCutStart}
 
 // personMeanGap is the mean time between two of a person's faults.
 const personMeanGap = 20 * time.Second
@@ -195,6 +204,18 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(confirm, chaos.Step{Op: opConfirm, Nodes: n})
 			add(on, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
+			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
+			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+		case kindConfirmCutStart:
+			n := []string{all[r.IntN(len(all))]}
+			confirm := draw(1500*time.Millisecond, 4*time.Second)
+			cut := confirm + draw(time.Second, 2*time.Second)
+			end := cut + draw(12*time.Second, 18*time.Second)
+			f.Nodes, f.Duration = n, end
+			add(0, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: n})
+			add(confirm, chaos.Step{Op: opConfirm, Nodes: n})
+			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
+			add(cut+100*time.Millisecond, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
 		case kindConfirmLeaderless:
