@@ -268,6 +268,10 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 				// two come back with the other zones, so X's zone turns
 				// Normal while X is still dead: the next leader taints it
 				// again, with its old timeAdded (countdown-restart).
+				// X stays dead 12-15 s more: its zone Normal, a token of
+				// the zone's rate (0.1/s) comes within that.
+				end = healOthers + draw(12*time.Second, 15*time.Second)
+				f.Duration = end
 				add(quiet+draw(2*time.Second, 5*time.Second), chaos.Step{Op: chaos.OpKillLeader})
 				add(healOthers, chaos.Step{Op: chaos.OpHeal, Nodes: ys})
 				add(healOthers, chaos.Step{Op: start, Nodes: ys})
