@@ -765,6 +765,16 @@ func TestZoneRulesOwnView(t *testing.T) {
 	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
 	wantViolations(t, c, InvZoneRules, 0, "")
 
+	// n1 healed at 17, between the earliest pass (16) and the decision
+	// (18), renewing again: a pass that late (a new leader's first, say)
+	// saw it Ready, the zone Normal (2 of 4): no violation (chaos seed
+	// 90013).
+	c = zoneViewCase(t, 17.0, heal("n1"))
+	renewing(c, "n1", 17, 40)
+	c.ObserveNode(at(19), node("n2", unreachable(18)), false)
+	c.Settle(at(19 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
 	// A renewal of n2 that landed late (seen at 16.5, made at 12.1 before
 	// its cut): n2's silence runs from 16.5 in the controller's view too.
 	c = zoneViewCase(t)
@@ -881,4 +891,17 @@ func TestEvictionBeforeShortenedToleration(t *testing.T) {
 	c.ObservePod(at(1), r, false)
 	c.ObservePod(at(13.2), evicted(r, reasonTaintEvict, 13), false)
 	wantViolations(t, c, InvToleration, 1, "")
+}
+
+// TestTruthMachineStartRestartsAStoppedKubelet: a machine whose kubelet was
+// stopped, then powered off and started again, boots a fresh kubelet, as
+// fakenode does (chaos seed 90012: counted silent while it ran).
+func TestTruthMachineStartRestartsAStoppedKubelet(t *testing.T) {
+	m := apply(apply(apply(Machine{}, Step{Op: OpKubeletStop}), Step{Op: OpMachineShutdown}), Step{Op: OpMachineStart})
+	if m.Silent() || m.Boot != 1 {
+		t.Errorf("after kubelet-stop, machine-shutdown, machine-start: %+v, want a running kubelet on boot 1", m)
+	}
+	if m := apply(apply(Machine{}, Step{Op: OpKubeletStop}), Step{Op: OpMachineStart}); !m.KubeletStopped {
+		t.Errorf("a machine-start of a machine that runs restarts nothing: %+v", m)
+	}
 }

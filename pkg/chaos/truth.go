@@ -130,7 +130,12 @@ func apply(m Machine, s Step) Machine {
 		m.Off = true
 	case OpMachineStart:
 		if m.Off {
+			// A fresh boot starts a fresh kubelet: a stopped one does not
+			// survive a power cycle (fakenode MachineStart; chaos seed
+			// 90012: a node kubelet-stopped, then power-cycled, counted
+			// silent while it ran).
 			m.Boot++
+			m.KubeletStopped = false
 		}
 		m.Off = false
 	case OpCondition:

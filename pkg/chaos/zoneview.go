@@ -76,7 +76,7 @@ func (c *Checker) judgeZoneView(p pendingZone) {
 			silent[n] = "certainly silent or not Ready since " + certainFrom.Format("15:04:05.000")
 			return true
 		}
-		if ok, why := c.silentInView(n, pass); ok {
+		if ok, why := c.silentInView(n, pass, p.seen); ok {
 			silent[n] = why
 			return true
 		}
@@ -151,7 +151,13 @@ func (c *Checker) zoneStatesBy(counted, present func(node string) bool) map[stri
 // more than the overdue bound plus ViewLag before it, and the machine was
 // certainly silent over that span (the ground truth: the node did not
 // reach the API server by another way).
-func (c *Checker) silentInView(node string, pass time.Time) (bool, string) {
+//
+// The pass may have come later than the earliest one, up to the decision:
+// a node that renewed (or was healed) before the checker saw the taint may
+// have been Ready in the pass the controller used, so it counts only if it
+// stayed silent until then (chaos seed 90013: two nodes healed 1.3 s before
+// a new leader's first pass, counted silent at the earliest pass).
+func (c *Checker) silentInView(node string, pass, until time.Time) (bool, string) {
 	rs := c.renewals[node]
 	last := -1
 	for i, r := range rs {
@@ -162,10 +168,15 @@ func (c *Checker) silentInView(node string, pass time.Time) (bool, string) {
 	if last < 0 {
 		return false, ""
 	}
+	for _, r := range rs[last+1:] {
+		if r.seen.Before(until) || r.renewed.Before(until) {
+			return false, ""
+		}
+	}
 	margin := c.overdueBound(rs[max(0, last-2):last+1], c.born[node] && last < 2)
 	margin += c.limits.ViewLag
 	seen := rs[last].seen
-	if pass.Sub(seen) <= margin || !c.truth.Always(node, pass.Add(-margin), pass, Machine.Silent) {
+	if pass.Sub(seen) <= margin || !c.truth.Always(node, pass.Add(-margin), until, Machine.Silent) {
 		return false, ""
 	}
 	return true, fmt.Sprintf("last renewal seen %s, %v before the pass; counted after %v", seen.Format("15:04:05.000"), pass.Sub(seen).Round(time.Millisecond), margin.Round(time.Millisecond))

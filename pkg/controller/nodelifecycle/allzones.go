@@ -104,7 +104,7 @@ func (c *Controller) rememberJudged(ctx context.Context, name string) {
 	defer c.mu.Unlock()
 	if j, ok := c.restoring[name]; ok && j.uid == node.UID {
 		c.judged[name] = j
-	} else if t, ok := judgedOnNode(node); ok {
+	} else if t, found := judgedOnNode(node); found {
 		c.judged[name] = judgedTaint{uid: node.UID, taint: t}
 	}
 }
@@ -195,8 +195,9 @@ func (c *Controller) restoredTaint(node *v1.Node, want v1.Taint) (v1.Taint, bool
 	defer c.mu.Unlock()
 	j, ok := c.restoring[node.Name]
 	if !ok || j.uid != node.UID {
-		// Recorded on the node by the leader that stripped it.
-		if t, ok := judgedOnNode(node); ok {
+		// Recorded on the node by the leader that stripped it (chaos seed
+		// 90012: a new leader after the exit, its restore still queued).
+		if t, found := judgedOnNode(node); found {
 			j, ok = judgedTaint{uid: node.UID, taint: t}, true
 		}
 	}

@@ -189,3 +189,52 @@ func TestAllZonesModeTimeAddedSurvivesLeaderChange(t *testing.T) {
 		t.Errorf("%s: the record stays after the restore: %v (%v)", dead, n.Annotations, err)
 	}
 }
+
+// TestAllZonesExitRestoreSurvivesLeaderChange (chaos seed 90012): the mode
+// ends with the dead node's zone in PartialDisruption, so its taint waits
+// in the zone's queue (rate 0); the leader dies before it is restored. The
+// new leader, which never saw the mode, restores it with timeAdded T0 from
+// the record on the node once the zone is Normal. Before, the record was
+// read (a shadowed variable) but not used: the new leader tainted it from
+// now.
+func TestAllZonesExitRestoreSurvivesLeaderChange(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 3})
+	cl.run(10 * time.Second)
+	a := cl.inZone("a")
+	dead := a[0]
+	cl.silence([]string{dead}, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	first := cl.taintOf(dead, UnreachableTaint)
+	if first == nil || first.TimeAdded == nil {
+		t.Fatalf("%s not tainted before the outage", dead)
+	}
+	t0 := first.TimeAdded.Unix()
+
+	cl.silence(cl.nodes, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
+	cl.report(a[3], v1.ConditionTrue)
+	for _, n := range cl.inZone("b") {
+		cl.report(n, v1.ConditionTrue)
+	}
+	cl.run(cfg.NodeMonitorPeriod + 5*time.Second)
+	if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StatePartialDisruption {
+		t.Fatalf("zone a is %s after the mode, want PartialDisruption", got)
+	}
+	if tt := cl.taintOf(dead, UnreachableTaint); tt != nil {
+		t.Fatalf("%s tainted %v in a PartialDisruption zone", dead, tt)
+	}
+
+	cl.leaderless(takeoverGap)
+	cl.takeover()
+	cl.report(a[1], v1.ConditionTrue)
+	cl.report(a[2], v1.ConditionTrue)
+	cl.run(cfg.NodeMonitorGracePeriod + 15*time.Second)
+	if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StateNormal {
+		t.Fatalf("zone a is %s, want Normal", got)
+	}
+	tt := cl.taintOf(dead, UnreachableTaint)
+	if tt == nil || tt.TimeAdded == nil || tt.TimeAdded.Unix() != t0 {
+		t.Errorf("%s under the new leader: unreachable taint %v, want it back with timeAdded %v", dead, tt, time.Unix(t0, 0).UTC())
+	}
+}
