@@ -648,6 +648,26 @@ func TestCountdownRestartedOrBackdated(t *testing.T) {
 	c.Settle(at(20))
 	wantViolations(t, c, InvCountdown, 2, "the countdown restarted")
 
+	// The same recovery with the strip landing 6 s later, after the node
+	// failed again, while 429s on nodes held the controllers' writes: the
+	// recovery ended the countdown (chaos seed 90026). Without the 429s,
+	// a strip that late is not the recovery's.
+	throttle := Step{Op: OpAPIFaultStart, Fault: 3, Resource: "nodes", Status: 429}
+	unthrottle := Step{Op: OpAPIFaultEnd, Fault: 3, Resource: "nodes"}
+	for _, tc := range []struct {
+		steps []any
+		want  int
+	}{{[]any{1.0, flap, 6.0, throttle, 6.5, unflap, 11.9, flap, 14.0, unthrottle}, 0}, {[]any{1.0, flap, 6.5, unflap, 11.9, flap}, 1}} {
+		c = history(t, tc.steps...)
+		renewing(c, "n0", 0, 20)
+		c.ObserveNode(at(1.3), withReady(node("n0", notReady5), v1.ConditionFalse), false)
+		c.ObserveNode(at(6.5), withReady(node("n0", notReady5), v1.ConditionTrue), false)
+		c.ObserveNode(at(11.9), withReady(node("n0", notReady5), v1.ConditionFalse), false)
+		c.ObserveNode(at(12.7), withReady(node("n0"), v1.ConditionFalse), false)
+		c.Settle(at(20))
+		wantViolations(t, c, InvCountdown, tc.want, "")
+	}
+
 	// A taint first seen at 20 that says it was added at 5: backdated.
 	c = history(t, 1.0, partition("n0"))
 	c.ObserveNode(at(20), withReady(node("n0", unreachable(5)), v1.ConditionUnknown), false)

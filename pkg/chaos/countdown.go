@@ -217,7 +217,7 @@ func (c *Checker) checkCountdownTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	}
 	c.pendingEarly = append(c.pendingEarly, pendingEarly{node: n.Name, seen: at, inv: InvEarlyTaint, what: s.taint.Key})
 	cd := c.countdowns[n.Name]
-	if cd != nil && cd.stripped && !cd.readySeen.IsZero() && !cd.readySeen.Before(cd.strippedAt.Add(-c.limits.Slack)) {
+	if cd != nil && cd.stripped && c.recoveredBefore(cd, cd.strippedAt) {
 		cd = nil // recovered just before the strip (the strip's judge agrees: a Ready=True version within the slack)
 	}
 	if cd == nil {
@@ -256,10 +256,24 @@ func (c *Checker) checkCountdownGone(at time.Time, n *v1.Node) {
 	p := pendingStrip{node: n.Name, seen: at, taints: strings.Join(keys, ",")}
 	if readyStatus(n) == v1.ConditionTrue {
 		p.readyAt = at
-	} else if !cd.readySeen.IsZero() && !cd.readySeen.Before(at.Add(-c.limits.Slack)) {
+	} else if c.recoveredBefore(cd, at) {
 		p.readyAt = cd.readySeen
 	}
 	c.pendingStrip = append(c.pendingStrip, p)
+}
+
+// recoveredBefore says whether the strip seen at strip follows the
+// recovery the controller saw: a Ready=True version seen while the taints
+// were on, within the slack before it, or earlier while a fault held the
+// controllers' writes (429s, an API server restart: viewHeld), so that the
+// strip the recovery called for landed late, after the node had failed
+// again (chaos seed 90026: Ready=True, then a ready-flap 5.7 s later,
+// the strip delayed by 429s on nodes landing after it).
+func (c *Checker) recoveredBefore(cd *countdown, strip time.Time) bool {
+	if cd.readySeen.IsZero() {
+		return false
+	}
+	return !cd.readySeen.Before(strip.Add(-c.limits.Slack)) || c.viewHeld(cd.readySeen, strip) != ""
 }
 
 // judgeStrip (countdown-restart): a countdown's taints removed while the

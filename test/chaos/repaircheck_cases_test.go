@@ -267,6 +267,32 @@ func testRepairChecker(t *testing.T) {
 		}
 	}
 
+	// Chaos seed 80026: an API server restart broke the checker's watches
+	// from 20 s; they relisted at 30 s, after the record had climbed to
+	// Reboot and gone (never delivered). The Reboot request, seen at 31 s,
+	// is not judged across the blind stretch; one at 70 s, its record never
+	// at Reboot and the watches whole, is.
+	{
+		c := newRepairChecker(chaosPolicy, 5*time.Second, true)
+		for _, e := range append(base(), event{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}}) {
+			c.ObserveNode(at(e.t), mk(*e.node), false)
+		}
+		c.WatchBroken(at(20))
+		c.WatchBroken(at(25))
+		c.ObserveNode(at(30), mk(nodeSpec{name: "a0", zone: "zone-a", pool: true}), false)
+		c.ObserveRequests(at(31), &v1.ConfigMap{Data: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot")}})
+		c.ObserveNode(at(60), mk(nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 60, 60)}), false)
+		c.ObserveRequests(at(70), &v1.ConfigMap{Data: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot"), "b0": req("uid-b0/boot1/chaos/2/Reboot", "reboot")}})
+		c.Settle(at(100))
+		var got []string
+		for _, v := range c.Violations() {
+			got = append(got, v.Invariant+" "+v.Object)
+		}
+		if len(got) != 1 || got[0] != InvRepairLadder+" node/b0" {
+			t.Errorf("blind watches: violations %q, want only b0's repair-ladder", got)
+		}
+	}
+
 	// Chaos seed 70021: a power-off request names its policy in its ID; the
 	// checker of that policy judges it, whatever its action, and another
 	// leaves it. A node waiting at its Fence with its machine off waits for

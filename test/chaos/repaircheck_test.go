@@ -9,7 +9,9 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,6 +174,14 @@ type repairChecker struct {
 	// recurrence window may start above step 1, up to the step after it.
 	ended map[string]endedRepair
 
+	// blind are the intervals in which the checker's own watches were
+	// broken (an API server restart: its reflectors back off, up to some
+	// 30 s, and relist): versions written then may never be delivered, so
+	// no judgement that needs every version of a node looks into them.
+	// blindFrom is the open one's start, lastBroken its last error.
+	blind                 []blindInterval
+	blindFrom, lastBroken time.Time
+
 	stats      map[string]int
 	violations []chaos.Violation
 	timeline   []chaos.Entry
@@ -240,6 +250,7 @@ func (c *repairChecker) condOf(n *v1.Node) *v1.NodeCondition {
 func (c *repairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sight(at)
 	name := n.Name
 	old := c.nodes[name]
 	var prev *record
@@ -325,6 +336,7 @@ func (c *repairChecker) fence(at time.Time, name string, rec *record, newOOS boo
 func (c *repairChecker) ObserveMachines(at time.Time, cm *v1.ConfigMap, deleted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sight(at)
 	st := map[string]string{}
 	if !deleted {
 		for k, v := range cm.Data {
@@ -465,6 +477,11 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 		c.brakes(at, n, rec)
 		return
 	}
+	if vs := c.views[name]; len(vs) >= 2 && c.blindDuring(vs[len(vs)-2].from, at) {
+		// The versions between may never have been delivered.
+		c.note(at, "repair of %s: from %s to %s across the checker's blind watches, not judged", name, *prev, *rec)
+		return
+	}
 	switch next := c.nextStep(prev.Step); {
 	case rec.Step == prev.Step:
 		c.violate(at, InvRepairLadder, obj, "step %d (%s) started again: from %s to %s", rec.Step+1, rec.Action, *prev, *rec)
@@ -533,6 +550,9 @@ func (c *repairChecker) viewBefore(name string, rv uint64, at time.Time) (nodeVi
 // checkBrakes is brakes' judgement, once the slack has passed.
 func (c *repairChecker) checkBrakes(p pendingRepair) {
 	at, rec := p.seen, p.rec
+	if c.blindDuring(at.Add(-2*c.slack), at) {
+		return
+	}
 	var pool, inZone []string
 	for name, vs := range c.views {
 		v, ok := c.viewBefore(name, p.rv, at)
@@ -564,6 +584,7 @@ func (c *repairChecker) checkBrakes(p pendingRepair) {
 func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sight(at)
 	names := make([]string, 0, len(cm.Data))
 	for k := range cm.Data {
 		names = append(names, k)
@@ -590,6 +611,44 @@ func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
 		c.write(at, node, r)
 	}
 	c.settle(at)
+}
+
+// blindInterval is a stretch of time the checker's watches were broken.
+type blindInterval struct{ from, to time.Time }
+
+// WatchBroken notes an error of one of the checker's watches at at.
+func (c *repairChecker) WatchBroken(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.blindFrom.IsZero() {
+		c.blindFrom = at
+		c.note(at, "the checker's watches broken (not judged until they deliver again)")
+	}
+	c.lastBroken = at
+}
+
+// sight closes an open blind interval once a watch delivers after its last
+// error (the mutex is held).
+func (c *repairChecker) sight(at time.Time) {
+	if !c.blindFrom.IsZero() && at.After(c.lastBroken) {
+		c.blind = append(c.blind, blindInterval{c.blindFrom, at})
+		c.note(at, "the checker's watches deliver again (blind since %s)", c.blindFrom.Format("15:04:05.000"))
+		c.blindFrom = time.Time{}
+	}
+}
+
+// blindDuring says whether the checker's watches were broken at some moment
+// of [from, to].
+func (c *repairChecker) blindDuring(from, to time.Time) bool {
+	if !c.blindFrom.IsZero() && !c.blindFrom.After(to) {
+		return true
+	}
+	for _, b := range c.blind {
+		if !b.from.After(to) && !b.to.Before(from) {
+			return true
+		}
+	}
+	return false
 }
 
 // judges says whether the request is this checker's: its ID names the
@@ -657,6 +716,10 @@ func stepAction(requestAction string) string {
 // the action's step (repair-ladder: no step skipped).
 func (c *repairChecker) checkStep(p pendingRepair) {
 	from, to := p.seen.Add(-c.slack), p.seen.Add(c.slack)
+	if c.blindDuring(from.Add(-c.slack), to) {
+		c.note(p.seen, "%s %s of %s across the checker's blind watches, not judged", p.action, p.id, p.node)
+		return
+	}
 	what := "climb to " + p.action
 	action := p.action
 	if p.rec == nil {
@@ -779,6 +842,9 @@ func (c *repairChecker) settle(at time.Time) {
 // Node) is a request for a node the policy did not select.
 func (c *repairChecker) checkSelection(p pendingRepair) {
 	from, to := p.seen.Add(-c.slack), p.seen.Add(c.slack)
+	if c.blindDuring(from.Add(-c.slack), to) {
+		return
+	}
 	var seen []string
 	for _, v := range c.within(p.node, from, to) {
 		if v.exists && v.selected {
@@ -1061,6 +1127,18 @@ func watchRepairs(ctx context.Context, client kubernetes.Interface, rs ...*repai
 	errs = append(errs, err)
 	for _, err := range errs {
 		if err != nil {
+			return fmt.Errorf("repair checker: %w", err)
+		}
+	}
+	broken := func(r *cache.Reflector, err error) {
+		if !errors.Is(err, io.EOF) { // io.EOF: a watch that ended normally
+			now := time.Now()
+			all(func(c *repairChecker) { c.WatchBroken(now) })
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}
+	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().Nodes().Informer(), cms.Core().V1().ConfigMaps().Informer(), machines.Core().V1().ConfigMaps().Informer()} {
+		if err := inf.SetWatchErrorHandler(broken); err != nil {
 			return fmt.Errorf("repair checker: %w", err)
 		}
 	}
