@@ -204,7 +204,7 @@ const (
 	// Taint step into the Reboot; healthy for the hold, the repair ends at
 	// step 2; 24s in the condition is back, within the recurrence window,
 	// and the repair resumes at step 3 (Replace) on a node without the
-	// Taint step's taint yet. From 20s to 34s every other node carries a
+	// Taint step's taint yet. From 8s to 34s every other node carries a
 	// person's NoSchedule taint (opCrowdOn: the cluster is full), and a
 	// node outside the pool in another zone is cut off from 21s (its web
 	// pod not Ready: budget web has one disruption left). The node's web pod
@@ -215,15 +215,16 @@ const (
 	kindRepairRefill chaos.Kind = "repair-refill"
 
 	// kindRepairCutoff: drawn only when named: the policy's condition on a
-	// pool node, surviving reboots, so that it climbs to Replace some 27s
-	// later; from 20s to 36s that node and a node outside the pool in
-	// another zone are cut off, their machines running: the node's web pod
-	// is not Ready, and with the other one's budget web allows no
-	// disruption when the Replace comes. Its pods may come back with the
-	// partition's heal, so only a step that leaves a not-Ready node's
-	// not-Ready pods to the taints when the provider answers the machine
-	// off, and has the budgets judge them otherwise, keeps budget web (pdb;
-	// chaos seed 70016).
+	// pool node, surviving reboots, so that it climbs to Reboot some 12s
+	// later and to Replace some 27s later; from 4s to 36s that node and two
+	// others of its zone are cut off, their machines running: the zone is
+	// 3 of 4 down (PartialDisruption, rate 0: no NoExecute taint evicts
+	// their pods), their web pods are not Ready and budget web is short.
+	// Those pods may come back with the heal, so only a step that leaves a
+	// not-Ready node's not-Ready pods to the taints when the provider
+	// answers the machine off, and has the budgets judge them otherwise (the
+	// Eviction API refuses them here: the node waits), keeps budget web
+	// (pdb; chaos seed 70016).
 	kindRepairCutoff chaos.Kind = "repair-cutoff"
 
 	opPoolLeave chaos.Op = "pool-leave"
@@ -336,22 +337,22 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			faults = append(faults, f)
 			continue
 		case kindRepairCutoff:
-			z := r.IntN(len(zones))
-			node := zones[z].Nodes[r.IntN(poolPerZone)]
-			var far []string
-			for i, o := range zones {
-				if i != z {
-					far = append(far, o.Nodes[poolPerZone:]...)
+			z := zones[r.IntN(len(zones))].Nodes
+			perm := r.Perm(len(z))
+			node := z[r.IntN(poolPerZone)]
+			cut := []string{node}
+			for _, i := range perm {
+				if len(cut) < 3 && z[i] != node {
+					cut = append(cut, z[i])
 				}
 			}
-			cut := []string{node, far[r.IntN(len(far))]}
 			f.Kind, f.Nodes, f.Duration = kindRepairCutoff, cut, 40*time.Second
 			if at < blindUntil || at+f.Duration > window {
 				continue
 			}
 			blindUntil = at + f.Duration + 5*time.Second
 			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
-			add(20*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
+			add(4*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
 			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
 			faults = append(faults, f)
@@ -381,7 +382,7 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			f.Nodes = append(f.Nodes, cut...)
 			add(0, on)
 			add(18*time.Second, off)
-			add(20*time.Second, chaos.Step{Op: opCrowdOn, Nodes: others})
+			add(8*time.Second, chaos.Step{Op: opCrowdOn, Nodes: others})
 			add(21*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
 			add(24*time.Second, on)
 			add(34*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
