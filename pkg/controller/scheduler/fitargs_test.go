@@ -144,8 +144,17 @@ func FuzzParseFitArgs(f *testing.F) {
 	f.Add("MostAllocated", "cpu=1,memory=2", "", "example.com/x", "example.com")
 	f.Add("RequestedToCapacityRatio", "", "0=0,100=10", "", "")
 	f.Add("", "cpu=", "=", ",", "/")
+	f.Add("MostAllocated", "cpu=1", "0=0,100=10", "", "")
 	f.Fuzz(func(t *testing.T, strategy, resources, shape, ignored, groups string) {
 		a, err := parseFitArgs(strategy, resources, shape, ignored, groups)
+		// The values one by one (as the flags and the configuration file
+		// check them) and together (Validate) agree: what passes each
+		// flag fails together only on a shape and strategy mismatch.
+		eachOK := checked(parseFitStrategy)(strategy) == nil && checked(parseFitResources)(resources) == nil &&
+			checked(parseFitShape)(shape) == nil && checked(parseFitIgnored)(ignored) == nil && checked(parseFitIgnoredGroups)(groups) == nil
+		if err == nil && !eachOK || err != nil && eachOK && !strings.HasPrefix(err.Error(), "--node-resources-fit-shape (nodeResourcesFitShape") {
+			t.Fatalf("each value checked: %v, together: %v", eachOK, err)
+		}
 		if err != nil {
 			return
 		}
