@@ -70,7 +70,10 @@ var detectionResults = map[string][]detection{}
 // only those).
 func BenchmarkDetection(b *testing.B) {
 	grace := benchenv.Duration(b, "BENCH_GRACE", 10*time.Second)
-	tol := benchenv.Duration(b, "BENCH_TOLERATION", 2*time.Second).Truncate(time.Second)
+	tol := benchenv.Duration(b, "BENCH_TOLERATION", 2*time.Second)
+	if err := wholeSeconds("BENCH_TOLERATION", tol); err != nil {
+		b.Fatal(err)
+	}
 	trials := benchenv.Int(b, "BENCH_TRIALS", 20)
 	for _, side := range []string{"upstream", "nodeshepherd"} {
 		b.Run(side, func(b *testing.B) {

@@ -76,6 +76,9 @@ func BenchmarkScheduler(b *testing.B) {
 	workloads := benchenv.List(b, "BENCH_WORKLOADS", []string{"plain", "paced", "antiaffinity", "spread", "preemption"})
 	paceRate := benchenv.Int(b, "BENCH_CREATE_RATE", 100)
 	saturate := benchenv.Bool(b, "BENCH_SATURATE")
+	// Read with the others, so that a malformed value stops the run before
+	// the control plane starts (BENCH_TIMELINE=0 is off, not on).
+	timeline := benchenv.Bool(b, "BENCH_TIMELINE")
 	qpsArgs := []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", qps)}
 	// kube-scheduler gets its client limits in its configuration file (with
 	// its default backoffs), and the benchmark reads them back from its
@@ -120,6 +123,7 @@ func BenchmarkScheduler(b *testing.B) {
 		}
 	}
 	watch := newBindWatch(b, client)
+	watch.timeline = timeline
 	sides := []struct {
 		name, schedulerName string
 		pid                 int
@@ -389,6 +393,8 @@ type bindWatch struct {
 	hold int
 	// added are the round's pods the watch has seen created.
 	added map[string]bool
+	// timeline (BENCH_TIMELINE) prints pods created and bound every 2 s.
+	timeline bool
 }
 
 func newBindWatch(b *testing.B, client kubernetes.Interface) *bindWatch {
@@ -433,7 +439,7 @@ type roundResult struct {
 // round creates n pods at once and waits until all are bound: how many
 // were bound, pods per second from the first creation to the last binding,
 // and the median and p99 creation-to-binding latency in seconds. With
-// BENCH_TIMELINE set it prints pods created and bound every 2 s.
+// BENCH_TIMELINE=1 it prints pods created and bound every 2 s.
 func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk func(int) *v1.Pod) roundResult {
 	w.mu.Lock()
 	w.created, w.bound, w.added = map[string]time.Time{}, map[string]time.Time{}, map[string]bool{}
@@ -449,7 +455,7 @@ func (w *bindWatch) round(b *testing.B, client kubernetes.Interface, n int, mk f
 	var createdN atomic.Int64
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
-	if os.Getenv("BENCH_TIMELINE") != "" {
+	if w.timeline {
 		sampler.Go(func() {
 			t := time.NewTicker(2 * time.Second)
 			defer t.Stop()

@@ -28,7 +28,9 @@ type Config struct {
 	DefaultPodTopologySpread string
 	// NodeResourcesFit's arguments (see parseFitArgs): the scoring
 	// strategy, its resources and weights, RequestedToCapacityRatio's
-	// shape, and the extended resources the filter ignores.
+	// shape, and the extended resources the filter ignores. Each value
+	// alone is checked as its flag is set (fitFlag), the values together
+	// by Validate.
 	FitStrategy              string
 	FitResources             string
 	FitShape                 string
@@ -61,11 +63,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.PodMaxInUnschedulablePods, "pod-max-in-unschedulable-pods-duration", c.PodMaxInUnschedulablePods, "Retry an unschedulable pod after this long even when no cluster event woke it.")
 	fs.Int32Var(&c.MinCandidateNodesPercentage, "min-candidate-nodes-percentage", c.MinCandidateNodesPercentage, "Preemption dry-runs at least this percentage of the nodes where preemption may help (DefaultPreemptionArgs).")
 	fs.Int32Var(&c.MinCandidateNodesAbsolute, "min-candidate-nodes-absolute", c.MinCandidateNodesAbsolute, "Preemption dry-runs at least this many nodes (DefaultPreemptionArgs).")
-	fs.StringVar(&c.FitStrategy, "node-resources-fit-strategy", c.FitStrategy, "How NodeResourcesFit scores a node by the requests it would hold (NodeResourcesFitArgs scoringStrategy.type): LeastAllocated (spread), MostAllocated (pack), or RequestedToCapacityRatio (by --node-resources-fit-shape).")
-	fs.StringVar(&c.FitResources, "node-resources-fit-resources", c.FitResources, "The resources NodeResourcesFit scores and their weights (scoringStrategy.resources): <resource>=<weight>,... with weights 1-100; an extended resource counts only for pods that request it.")
-	fs.StringVar(&c.FitShape, "node-resources-fit-shape", c.FitShape, "RequestedToCapacityRatio's function (scoringStrategy.requestedToCapacityRatio.shape): <utilization>=<score>,... with utilization 0-100 increasing and score 0-10, e.g. 0=10,100=0 to spread or 0=0,100=10 to pack.")
-	fs.StringVar(&c.FitIgnoredResources, "node-resources-fit-ignored-resources", c.FitIgnoredResources, "Extended resources the NodeResourcesFit filter ignores (ignoredResources), comma-separated: their requests never keep a pod off a node.")
-	fs.StringVar(&c.FitIgnoredResourceGroups, "node-resources-fit-ignored-resource-groups", c.FitIgnoredResourceGroups, "Groups of extended resources the NodeResourcesFit filter ignores (ignoredResourceGroups), the part before the /, comma-separated (example.com ignores example.com/gpu).")
+	fs.Var(fitFlag{&c.FitStrategy, checked(parseFitStrategy)}, "node-resources-fit-strategy", "How NodeResourcesFit scores a node by the requests it would hold (NodeResourcesFitArgs scoringStrategy.type): LeastAllocated (spread), MostAllocated (pack), or RequestedToCapacityRatio (by --node-resources-fit-shape).")
+	fs.Var(fitFlag{&c.FitResources, checked(parseFitResources)}, "node-resources-fit-resources", "The resources NodeResourcesFit scores and their weights (scoringStrategy.resources): <resource>=<weight>,... with weights 1-100; an extended resource (or hugepages) counts only for pods that request it, ephemeral-storage for every pod.")
+	fs.Var(fitFlag{&c.FitShape, checked(parseFitShape)}, "node-resources-fit-shape", "RequestedToCapacityRatio's function (scoringStrategy.requestedToCapacityRatio.shape): <utilization>=<score>,... with utilization 0-100 increasing and score 0-10, e.g. 0=10,100=0 to spread or 0=0,100=10 to pack.")
+	fs.Var(fitFlag{&c.FitIgnoredResources, checked(parseFitIgnored)}, "node-resources-fit-ignored-resources", "Extended resources the NodeResourcesFit filter ignores (ignoredResources), comma-separated: their requests never keep a pod off a node.")
+	fs.Var(fitFlag{&c.FitIgnoredResourceGroups, checked(parseFitIgnoredGroups)}, "node-resources-fit-ignored-resource-groups", "Groups of extended resources the NodeResourcesFit filter ignores (ignoredResourceGroups), the part before the /, comma-separated (example.com ignores example.com/gpu).")
 	fs.StringVar(&c.DefaultPodTopologySpread, "default-pod-topology-spread", c.DefaultPodTopologySpread, "Topology spread constraints of pods that set none, selecting the pods of their Services, ReplicaSets, StatefulSets and ReplicationControllers (PodTopologySpreadArgs): system (kube-scheduler's: kubernetes.io/hostname:3 and topology.kubernetes.io/zone:5, ScheduleAnyway), none, or a list of <topologyKey>:<maxSkew>[:ScheduleAnyway|DoNotSchedule].")
 }
 

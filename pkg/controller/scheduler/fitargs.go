@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -61,71 +62,154 @@ var defaultFitArgs = &fitArgs{strategy: StrategyLeastAllocated,
 
 // parseFitArgs reads the flags' values, refusing what kube-scheduler's
 // validation refuses (and settings that would do nothing), naming the flag.
+// Each value alone is also checked as it is set (fitFlag), so that a bad
+// value in a --config file is refused with its file, line and key; what
+// only the values together decide (a shape and the strategy) is checked
+// here.
 func parseFitArgs(strategy, resources, shape, ignored, ignoredGroups string) (*fitArgs, error) {
-	a := &fitArgs{strategy: strings.TrimSpace(strategy), ignored: sets.New[string](), ignoredGroups: sets.New[string]()}
-	if a.strategy == "" {
-		a.strategy = StrategyLeastAllocated
+	a := &fitArgs{}
+	var err error
+	if a.strategy, err = parseFitStrategy(strategy); err != nil {
+		return nil, fmt.Errorf("--node-resources-fit-strategy: %w", err)
 	}
-	found := false
-	for _, s := range strategies {
-		found = found || s == a.strategy
+	if a.resources, err = parseFitResources(resources); err != nil {
+		return nil, fmt.Errorf("--node-resources-fit-resources: %w", err)
 	}
-	if !found {
-		return nil, fmt.Errorf("--node-resources-fit-strategy: %q is not one of %s", strategy, strings.Join(strategies, ", "))
+	if a.shape, err = parseFitShape(shape); err != nil {
+		return nil, fmt.Errorf("--node-resources-fit-shape: %w", err)
 	}
-	if strings.TrimSpace(resources) == "" {
-		a.resources = defaultFitArgs.resources
+	switch {
+	case a.strategy == StrategyRequestedToCapacityRatio && len(a.shape) == 0:
+		return nil, fmt.Errorf("--node-resources-fit-shape (nodeResourcesFitShape in the configuration file): %s needs a shape, points <utilization>=<score> (utilization 0-%d %%, score 0-%d), e.g. 0=10,100=0",
+			StrategyRequestedToCapacityRatio, maxUtilization, maxShapeScore)
+	case a.strategy != StrategyRequestedToCapacityRatio && len(a.shape) > 0:
+		return nil, fmt.Errorf("--node-resources-fit-shape (nodeResourcesFitShape in the configuration file) is used only by --node-resources-fit-strategy=%s, not %s: remove it or set the strategy",
+			StrategyRequestedToCapacityRatio, a.strategy)
 	}
-	for _, item := range splitList(resources) {
+	if a.ignored, err = parseFitIgnored(ignored); err != nil {
+		return nil, fmt.Errorf("--node-resources-fit-ignored-resources: %w", err)
+	}
+	if a.ignoredGroups, err = parseFitIgnoredGroups(ignoredGroups); err != nil {
+		return nil, fmt.Errorf("--node-resources-fit-ignored-resource-groups: %w", err)
+	}
+	return a, nil
+}
+
+// parseFitStrategy reads scoringStrategy.type; empty is LeastAllocated.
+func parseFitStrategy(s string) (string, error) {
+	name := strings.TrimSpace(s)
+	if name == "" {
+		return StrategyLeastAllocated, nil
+	}
+	if !slices.Contains(strategies, name) {
+		return "", fmt.Errorf("%q is not one of %s", s, strings.Join(strategies, ", "))
+	}
+	return name, nil
+}
+
+// parseFitResources reads scoringStrategy.resources as
+// <resource>=<weight>,...; empty is cpu and memory, weight 1 each.
+func parseFitResources(s string) ([]resourceWeight, error) {
+	items := splitList(s)
+	if len(items) == 0 {
+		return defaultFitArgs.resources, nil
+	}
+	var out []resourceWeight
+	for _, item := range items {
 		name, w, ok := strings.Cut(item, "=")
 		name = strings.TrimSpace(name)
 		weight, err := strconv.ParseInt(strings.TrimSpace(w), 10, 64)
 		if !ok || err != nil || weight < 1 || weight > maxResourceWeight {
-			return nil, fmt.Errorf("--node-resources-fit-resources: %q: want <resource>=<weight>, a weight from 1 to %d (e.g. cpu=1,memory=1)", item, maxResourceWeight)
+			return nil, fmt.Errorf("%q: want <resource>=<weight>, a weight from 1 to %d (e.g. cpu=1,memory=1)", item, maxResourceWeight)
 		}
 		if errs := validation.IsQualifiedName(name); len(errs) > 0 {
-			return nil, fmt.Errorf("--node-resources-fit-resources: %q is not a resource name: %s", name, strings.Join(errs, "; "))
+			return nil, fmt.Errorf("%q is not a resource name: %s", name, strings.Join(errs, "; "))
 		}
-		for _, r := range a.resources {
+		for _, r := range out {
 			if string(r.name) == name {
-				return nil, fmt.Errorf("--node-resources-fit-resources: %s is listed twice", name)
+				return nil, fmt.Errorf("%s is listed twice", name)
 			}
 		}
-		a.resources = append(a.resources, resourceWeight{v1.ResourceName(name), weight})
+		out = append(out, resourceWeight{v1.ResourceName(name), weight})
 	}
-	points := splitList(shape)
-	switch {
-	case a.strategy == StrategyRequestedToCapacityRatio && len(points) == 0:
-		return nil, fmt.Errorf("--node-resources-fit-shape: %s needs a shape, points <utilization>=<score> (utilization 0-%d %%, score 0-%d), e.g. 0=10,100=0",
-			StrategyRequestedToCapacityRatio, maxUtilization, maxShapeScore)
-	case a.strategy != StrategyRequestedToCapacityRatio && len(points) > 0:
-		return nil, fmt.Errorf("--node-resources-fit-shape is used only by --node-resources-fit-strategy=%s, not %s", StrategyRequestedToCapacityRatio, a.strategy)
-	}
-	for _, item := range points {
+	return out, nil
+}
+
+// parseFitShape reads scoringStrategy.requestedToCapacityRatio.shape as
+// <utilization>=<score>,...; empty is no shape.
+func parseFitShape(s string) ([]shapePoint, error) {
+	var out []shapePoint
+	for _, item := range splitList(s) {
 		u, sc, ok := strings.Cut(item, "=")
 		util, err1 := strconv.ParseInt(strings.TrimSpace(u), 10, 64)
 		score, err2 := strconv.ParseInt(strings.TrimSpace(sc), 10, 64)
 		if !ok || err1 != nil || err2 != nil || util < 0 || util > maxUtilization || score < 0 || score > maxShapeScore {
-			return nil, fmt.Errorf("--node-resources-fit-shape: %q: want <utilization>=<score>, utilization 0-%d %%, score 0-%d", item, maxUtilization, maxShapeScore)
+			return nil, fmt.Errorf("%q: want <utilization>=<score>, utilization 0-%d %%, score 0-%d", item, maxUtilization, maxShapeScore)
 		}
-		if n := len(a.shape); n > 0 && util <= a.shape[n-1].utilization {
-			return nil, fmt.Errorf("--node-resources-fit-shape: utilizations must increase: %d after %d", util, a.shape[n-1].utilization)
+		if n := len(out); n > 0 && util <= out[n-1].utilization {
+			return nil, fmt.Errorf("utilizations must increase: %d after %d", util, out[n-1].utilization)
 		}
-		a.shape = append(a.shape, shapePoint{util, score * maxNodeScore / maxShapeScore})
+		out = append(out, shapePoint{util, score * maxNodeScore / maxShapeScore})
 	}
-	for _, name := range splitList(ignored) {
+	return out, nil
+}
+
+// parseFitIgnored reads ignoredResources: extended resources only, the
+// only ones the filter can ignore.
+func parseFitIgnored(s string) (sets.Set[string], error) {
+	out := sets.New[string]()
+	for _, name := range splitList(s) {
 		if !isExtendedResource(v1.ResourceName(name)) {
-			return nil, fmt.Errorf("--node-resources-fit-ignored-resources: %q is not an extended resource (a qualified name outside kubernetes.io/, such as example.com/gpu); only those can be ignored", name)
+			return nil, fmt.Errorf("%q is not an extended resource (a qualified name outside kubernetes.io/, such as example.com/gpu); only those can be ignored", name)
 		}
-		a.ignored.Insert(name)
+		out.Insert(name)
 	}
-	for _, g := range splitList(ignoredGroups) {
+	return out, nil
+}
+
+// parseFitIgnoredGroups reads ignoredResourceGroups: the part before the /
+// of extended resources.
+func parseFitIgnoredGroups(s string) (sets.Set[string], error) {
+	out := sets.New[string]()
+	for _, g := range splitList(s) {
 		if strings.Contains(g, "/") || len(validation.IsDNS1123Subdomain(g)) > 0 {
-			return nil, fmt.Errorf("--node-resources-fit-ignored-resource-groups: %q is not a resource group (the part before the / of an extended resource, such as example.com)", g)
+			return nil, fmt.Errorf("%q is not a resource group (the part before the / of an extended resource, such as example.com)", g)
 		}
-		a.ignoredGroups.Insert(g)
+		out.Insert(g)
 	}
-	return a, nil
+	return out, nil
+}
+
+// fitFlag is a NodeResourcesFit flag whose value is checked as it is set,
+// on the command line or from the configuration file (whose reader then
+// names the file, the line and the key).
+type fitFlag struct {
+	p     *string
+	check func(string) error
+}
+
+func (f fitFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
+}
+
+func (f fitFlag) Set(s string) error {
+	if err := f.check(s); err != nil {
+		return err
+	}
+	*f.p = s
+	return nil
+}
+
+func (f fitFlag) Type() string { return "string" }
+
+func checked[T any](parse func(string) (T, error)) func(string) error {
+	return func(s string) error {
+		_, err := parse(s)
+		return err
+	}
 }
 
 func splitList(s string) []string {
@@ -138,18 +222,27 @@ func splitList(s string) []string {
 	return out
 }
 
-// isExtendedResource: a qualified name outside the kubernetes.io domain
-// and not requests.*, as the API's definition of extended resources.
+// isExtendedResource is the API's definition of an extended resource: a
+// name with a / that is not in the kubernetes.io/ namespace (anywhere in
+// the name, as the API's own test), not requests.*, and that stays a
+// qualified name as a quota's requests.<name>.
 func isExtendedResource(name v1.ResourceName) bool {
 	s := string(name)
-	if strings.HasPrefix(s, "requests.") || !strings.Contains(s, "/") {
+	if !strings.Contains(s, "/") || strings.Contains(s, v1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(s, v1.DefaultResourceRequestsPrefix) {
 		return false
 	}
-	domain, _, _ := strings.Cut(s, "/")
-	if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") {
-		return false
-	}
-	return len(validation.IsQualifiedName(s)) == 0
+	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+s)) == 0
+}
+
+// scoredOnlyWhenRequested: the resources NodeResourcesFit's score leaves
+// out for a pod that does not request them, kube-scheduler's scalar
+// resources (extended resources, hugepages, kubernetes.io/-prefixed and
+// attachable-volumes-*). ephemeral-storage is not one: the node's
+// requests count even for a pod without any.
+func scoredOnlyWhenRequested(name v1.ResourceName) bool {
+	s := string(name)
+	return isExtendedResource(name) || strings.HasPrefix(s, v1.ResourceHugePagesPrefix) ||
+		strings.Contains(s, v1.ResourceDefaultNamespacePrefix) || strings.HasPrefix(s, v1.ResourceAttachableVolumesPrefix)
 }
 
 // ignores says whether the filter leaves a requested resource out: an
@@ -165,8 +258,9 @@ func (a *fitArgs) ignores(name v1.ResourceName) bool {
 // score is the node's NodeResourcesFit score for a pod: each scored
 // resource's score by the strategy, weighted. cpu and memory count the
 // pod's and the node's requests with the defaults of containers that set
-// none; another resource counts only when the pod requests it; a resource
-// the node has none of is left out.
+// none; ephemeral-storage the requests alone, the pod's or not; an
+// extended resource (and hugepages) only when the pod requests it; a
+// resource the node has none of is left out.
 func (a *fitArgs) score(s *scorer, n *nodeInfo) int64 {
 	var sum, weights int64
 	for _, r := range a.resources {
@@ -178,7 +272,7 @@ func (a *fitArgs) score(s *scorer, n *nodeInfo) int64 {
 			requested, allocatable = n.nonZero.memory+s.nonZero.memory, n.allocatable.memory
 		default:
 			want := s.pod.request.scalar[r.name]
-			if want == 0 {
+			if want == 0 && scoredOnlyWhenRequested(r.name) {
 				continue
 			}
 			requested, allocatable = n.requested.scalar[r.name]+want, n.allocatable.scalar[r.name]

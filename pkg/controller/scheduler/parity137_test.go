@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"context"
+	"math/rand"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -302,5 +304,99 @@ func TestNominatedPodsTwoPassFilter(t *testing.T) {
 	room.nominate(newPodInfo(pod("big", 100, 800)), "node1")
 	if st := room.filterWithNominated(query(pod("p", 10, 300)), room.nodes["node1"]); st.ok() {
 		t.Error("the nominated pod's room was given away")
+	}
+}
+
+// namingAffinity is a required node affinity of one term per name list,
+// each naming nodes by matchFields metadata.name In, as the DaemonSet
+// controller writes it; extra requirements join the first term.
+func namingAffinity(p *v1.Pod, extra []v1.NodeSelectorRequirement, names ...[]string) *v1.Pod {
+	var terms []v1.NodeSelectorTerm
+	for _, ns := range names {
+		terms = append(terms, v1.NodeSelectorTerm{MatchFields: []v1.NodeSelectorRequirement{{Key: metav1.ObjectNameField, Operator: v1.NodeSelectorOpIn, Values: ns}}})
+	}
+	terms[0].MatchExpressions = extra
+	p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: terms}}}
+	return p
+}
+
+// A pod whose required node affinity names its nodes by matchFields
+// metadata.name (every DaemonSet pod) gets kube-scheduler 1.37's message:
+// the nodes left out before filtering (NodeAffinity's PreFilter result)
+// are counted as "node(s) didn't satisfy plugin(s) [NodeAffinity]", the
+// named nodes by the filters that reject them (NodeAffinity's own "didn't
+// match Pod's node affinity/selector" when the term's other requirements
+// fail there), terms naming no node in common are a PreFilter rejection
+// ("pod affinity terms conflict"); none of these can be helped by
+// preemption. The scheduling cycle (findNode) and explain agree.
+func TestNamedNodesMessages(t *testing.T) {
+	ns := []*v1.Node{node("n1", 1000, 10), node("n2", 1000, 10), node("n3", 1000, 10)}
+	ns[1].Labels["pool"] = "gpu"
+	poolGPU := []v1.NodeSelectorRequirement{{Key: "pool", Operator: v1.NodeSelectorOpIn, Values: []string{"gpu"}}}
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want string // "" : it fits on fits
+		fits string
+	}{
+		{"fits on the named node", namingAffinity(pod("ds", 0, 500), nil, []string{"n3"}), "", "n3"},
+		{"too big for the named node", namingAffinity(pod("ds", 0, 2000), nil, []string{"n1"}),
+			"0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeAffinity].", ""},
+		{"the named node lacks the term's label", namingAffinity(pod("ds", 0, 500), poolGPU, []string{"n1"}),
+			"0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) didn't satisfy plugin(s) [NodeAffinity].", ""},
+		{"two terms, one fits", namingAffinity(pod("ds", 0, 500), poolGPU, []string{"n1"}, []string{"n2"}), "", "n2"},
+		{"the named node is gone", namingAffinity(pod("ds", 0, 500), nil, []string{"n9"}),
+			"0/3 nodes are available: 3 node(s) didn't satisfy plugin(s) [NodeAffinity].", ""},
+		{"no name in common", func() *v1.Pod {
+			p := namingAffinity(pod("ds", 0, 500), nil, []string{"n1"})
+			term := &p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
+			term.MatchFields = append(term.MatchFields, v1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: v1.NodeSelectorOpIn, Values: []string{"n2"}})
+			return p
+		}(), "0/3 nodes are available: pod affinity terms conflict.", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := Snapshot{}
+			for _, n := range ns {
+				snap.Nodes = append(snap.Nodes, *n)
+			}
+			r, err := Explain(context.Background(), tc.pod, snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Explain adds preemption's dry run, as the PodScheduled
+			// message does: no node where it could help.
+			want := tc.want
+			if want != "" {
+				want += " preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+			}
+			if r.Message != want {
+				t.Errorf("explain: %q, want %q", r.Message, want)
+			}
+			for _, nf := range r.Nodes {
+				if nf.Fits != (nf.Node == tc.fits) || nf.PreemptionMayHelp {
+					t.Errorf("explain on %s: %+v", nf.Node, nf)
+				}
+			}
+			if query(tc.pod).prefilterNamed() != "" {
+				return // a PreFilter rejection: the cycle never reaches findNode
+			}
+			s := &Scheduler{cfg: DefaultConfig(), cache: world(ns), rand: rand.New(rand.NewSource(1))}
+			s.cache.mu.RLock()
+			got, statuses, n := s.findNode(context.Background(), query(tc.pod))
+			s.cache.mu.RUnlock()
+			if got != tc.fits {
+				t.Errorf("findNode chose %q, want %q", got, tc.fits)
+			}
+			if tc.want != "" {
+				if msg := fitError(n, statuses, ""); msg != tc.want {
+					t.Errorf("findNode: %q, want %q", msg, tc.want)
+				}
+				for name, st := range statuses {
+					if st.code != unresolvable {
+						t.Errorf("%s: %+v, want unresolvable", name, st)
+					}
+				}
+			}
+		})
 	}
 }
