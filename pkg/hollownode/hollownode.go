@@ -67,9 +67,21 @@ type Config struct {
 	Dir string
 	// Verbosity is the kubelets' -v.
 	Verbosity int
+	// Specs, when set, names each node and its zone (Nodes, NamePrefix
+	// and Zones are then not used): simulate gives hollow nodes the names
+	// and zones its fake nodes would have.
+	Specs []NodeSpec
+}
+
+// NodeSpec is one hollow node's name and zone.
+type NodeSpec struct {
+	Name, Zone string
 }
 
 func (c *Config) complete() {
+	if len(c.Specs) > 0 {
+		c.Nodes = len(c.Specs)
+	}
 	if c.NamePrefix == "" {
 		c.NamePrefix = DefaultNamePrefix
 	}
@@ -101,7 +113,29 @@ func (c *Config) Validate() error {
 	if c.MaxPods < 1 {
 		errs = append(errs, fmt.Errorf("max pods must be at least 1, got %d", c.MaxPods))
 	}
+	seen := map[string]bool{}
+	for i, sp := range c.Specs {
+		switch {
+		case sp.Name == "":
+			errs = append(errs, fmt.Errorf("node %d: no name", i))
+		case seen[sp.Name]:
+			errs = append(errs, fmt.Errorf("node %s is named twice", sp.Name))
+		}
+		seen[sp.Name] = true
+	}
 	return errors.Join(errs...)
+}
+
+// spec is node i's name and zone.
+func (c *Config) spec(i int) NodeSpec {
+	if len(c.Specs) > 0 {
+		return c.Specs[i]
+	}
+	sp := NodeSpec{Name: c.nodeName(i)}
+	if len(c.Zones) > 0 {
+		sp.Zone = c.Zones[i%len(c.Zones)]
+	}
+	return sp
 }
 
 func (c *Config) nodeName(i int) string {
@@ -132,6 +166,9 @@ type Fleet struct {
 	client kubernetes.Interface
 	nodes  map[string]*node
 	names  []string
+
+	mu      sync.Mutex
+	stopped bool // after Stop no kubelet starts again
 }
 
 // Start starts every node (its proxy, its kubeconfig, its kubelet) and
@@ -152,10 +189,8 @@ func Start(ctx context.Context, cfg Config, timeout time.Duration, progress func
 	}
 	f := &Fleet{cfg: cfg, client: client, nodes: map[string]*node{}}
 	for i := 0; i < cfg.Nodes; i++ {
-		n := &node{name: cfg.nodeName(i), dir: filepath.Join(cfg.Dir, cfg.nodeName(i))}
-		if len(cfg.Zones) > 0 {
-			n.zone = cfg.Zones[i%len(cfg.Zones)]
-		}
+		sp := cfg.spec(i)
+		n := &node{name: sp.Name, zone: sp.Zone, dir: filepath.Join(cfg.Dir, sp.Name)}
 		f.nodes[n.name] = n
 		f.names = append(f.names, n.name)
 		if err := f.prepare(n, target); err != nil {
@@ -380,6 +415,11 @@ func (f *Fleet) KubeletStart(names ...string) error {
 	if err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return errors.New("the hollow nodes are stopped: no kubelet starts again")
+	}
 	for _, n := range ns {
 		if err := n.start(); err != nil {
 			return err
@@ -497,6 +537,9 @@ func ready(n *v1.Node) bool {
 
 // Stop stops every kubelet and proxy.
 func (f *Fleet) Stop() {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, n := range f.nodes {
 		wg.Add(1)

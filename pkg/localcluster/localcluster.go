@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/hollownode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
@@ -40,6 +41,13 @@ type Config struct {
 	// FakeNodes describes the fake nodes (zones, counts, capacity, kubelet
 	// timing); nil starts none. A nil Client is set to the cluster's admin client.
 	FakeNodes *fakenode.Config
+	// HollowNodes, instead of FakeNodes, runs kubemark's hollow nodes
+	// (pkg/hollownode: the real kubelet code, one process per node) against
+	// the control plane, after the controllers as the fake nodes are. A
+	// nil Server is set to the control plane's admin configuration, an
+	// empty Binary to kubemark in the control plane's bin directory, an
+	// empty Dir to hollow-nodes in the control plane's directory.
+	HollowNodes *hollownode.Config
 	// RegisterTimeout bounds the fake nodes' registration;
 	// DefaultRegisterTimeout when zero.
 	RegisterTimeout time.Duration
@@ -77,6 +85,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("fake nodes: %w", err))
 		}
 	}
+	if c.FakeNodes != nil && c.HollowNodes != nil {
+		errs = append(errs, errors.New("fake nodes and hollow nodes together are not supported: give one of them"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -95,6 +106,7 @@ type Cluster struct {
 	client      kubernetes.Interface
 	controllers *task
 	nodes       *Nodes
+	hollow      *hollownode.Fleet
 	// failed gets the first unexpected exit of an in-process part.
 	failed   chan error
 	stopOnce sync.Once
@@ -154,6 +166,9 @@ func (c *Cluster) startControllers(ctx context.Context) {
 }
 
 func (c *Cluster) startNodes(ctx context.Context) error {
+	if c.cfg.HollowNodes != nil {
+		return c.startHollowNodes(ctx)
+	}
 	if c.cfg.FakeNodes == nil {
 		return nil
 	}
@@ -170,11 +185,38 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 	return nil
 }
 
+func (c *Cluster) startHollowNodes(ctx context.Context) error {
+	hcfg := *c.cfg.HollowNodes
+	if hcfg.Server == nil {
+		hcfg.Server = c.plane.RESTConfig()
+	}
+	if hcfg.Binary == "" {
+		binDir := c.cfg.ControlPlane.BinDir
+		if binDir == "" {
+			binDir = controlplane.FindBinDir()
+		}
+		hcfg.Binary = filepath.Join(binDir, hollownode.Binary)
+	}
+	if hcfg.Dir == "" {
+		hcfg.Dir = filepath.Join(c.plane.Dir(), "hollow-nodes")
+	}
+	fleet, err := hollownode.Start(ctx, hcfg, c.cfg.registerTimeout(), nil)
+	if err != nil {
+		return fmt.Errorf("hollow nodes: %w", err)
+	}
+	c.hollow = fleet
+	c.report(NodesRegistered)
+	return nil
+}
+
 // Stop stops the fake nodes, then the controllers, then the control plane
 // (which removes a temporary directory). It is safe to call more than once
 // and from several goroutines; every call returns once everything stopped.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
+		if c.hollow != nil {
+			c.hollow.Stop()
+		}
 		c.nodes.Stop()
 		c.controllers.stop()
 		if c.plane != nil {
@@ -205,6 +247,9 @@ func (c *Cluster) Dir() string { return c.plane.Dir() }
 
 // LogDir holds one log file per control-plane component.
 func (c *Cluster) LogDir() string { return filepath.Join(c.plane.Dir(), "logs") }
+
+// Hollow is the hollow node fleet, nil without hollow nodes.
+func (c *Cluster) Hollow() *hollownode.Fleet { return c.hollow }
 
 // Nodes is the fake node manager, nil without fake nodes.
 func (c *Cluster) Nodes() *fakenode.Manager {
