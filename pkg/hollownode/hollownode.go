@@ -172,7 +172,8 @@ type Fleet struct {
 }
 
 // Start starts every node (its proxy, its kubeconfig, its kubelet) and
-// waits until each has registered its Node and reports Ready, or until
+// waits until each has registered its Node, reports Ready and has its
+// Lease (the kubelet creates it some 10 s after registering), or until
 // timeout; progress, if not nil, is called as nodes become Ready.
 func Start(ctx context.Context, cfg Config, timeout time.Duration, progress func(ready, total int)) (*Fleet, error) {
 	cfg.complete()
@@ -481,7 +482,7 @@ func procUsage(pid int) (int64, time.Duration) {
 	return rss, cpu
 }
 
-// waitReady waits until the nodes exist and report Ready=True.
+// waitReady waits until the nodes exist, report Ready=True and have a Lease.
 func (f *Fleet) waitReady(ctx context.Context, names []string, timeout time.Duration, progress func(int, int)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -504,6 +505,9 @@ func (f *Fleet) waitReady(ctx context.Context, names []string, timeout time.Dura
 			}
 			obj, err := f.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err == nil && ready(obj) {
+				_, err = f.client.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{})
+			}
+			if err == nil && ready(obj) {
 				delete(pending, name)
 				if progress != nil {
 					progress(len(names)-len(pending), len(names))
@@ -520,7 +524,7 @@ func (f *Fleet) waitReady(ctx context.Context, names []string, timeout time.Dura
 				left = append(left, n)
 			}
 			sort.Strings(left)
-			return fmt.Errorf("hollow nodes not Ready within %v: %s (their logs are under %s)", timeout, strings.Join(left, ", "), f.cfg.Dir)
+			return fmt.Errorf("hollow nodes not Ready with a Lease within %v: %s (their logs are under %s)", timeout, strings.Join(left, ", "), f.cfg.Dir)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -43,7 +43,12 @@ type Config struct {
 	FakeNodes *fakenode.Config
 	// HollowNodes, instead of FakeNodes, runs kubemark's hollow nodes
 	// (pkg/hollownode: the real kubelet code, one process per node) against
-	// the control plane, after the controllers as the fake nodes are. A
+	// the control plane. Unlike fake nodes they start before the
+	// controllers, which start once every hollow node is Ready and renews
+	// its Lease: a real kubelet creates its Lease some 10 s after it
+	// registers, and a node lifecycle controller watching from before that
+	// sees every node silent for its grace period (all zones in full
+	// disruption) while the scenario is already being set up. A
 	// nil Server is set to the control plane's admin configuration, an
 	// empty Binary to kubemark in the control plane's bin directory, an
 	// empty Dir to hollow-nodes in the control plane's directory.
@@ -113,9 +118,10 @@ type Cluster struct {
 }
 
 // Start brings the cluster up: the control plane, then the controllers, then
-// the fake nodes, returning once every fake node is registered. The
-// in-process parts run until Stop or until ctx ends. On error everything
-// already started is stopped.
+// the fake nodes, returning once every fake node is registered (with hollow
+// nodes: the control plane, the hollow nodes, Ready and with their Leases,
+// then the controllers). The in-process parts run until Stop or until ctx
+// ends. On error everything already started is stopped.
 func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -128,6 +134,14 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}()
 	if err := c.startControlPlane(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.HollowNodes != nil {
+		// The kubelets heartbeat before the controllers judge them.
+		if err := c.startHollowNodes(ctx); err != nil {
+			return nil, err
+		}
+		c.startControllers(ctx)
+		return c, nil
 	}
 	c.startControllers(ctx)
 	if err := c.startNodes(ctx); err != nil {
@@ -166,9 +180,6 @@ func (c *Cluster) startControllers(ctx context.Context) {
 }
 
 func (c *Cluster) startNodes(ctx context.Context) error {
-	if c.cfg.HollowNodes != nil {
-		return c.startHollowNodes(ctx)
-	}
 	if c.cfg.FakeNodes == nil {
 		return nil
 	}

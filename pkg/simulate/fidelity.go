@@ -88,6 +88,9 @@ func formatDifference(m *Measure, a, b *float64) string {
 		return "-"
 	}
 	d := *b - *a
+	if m.Kind == kindDuration && formatSeconds(math.Abs(d)) == formatSeconds(0) {
+		return "0" // apart by less than the figures show
+	}
 	switch {
 	case m.Kind == kindDuration && d < 0:
 		return "−" + formatSeconds(-d)

@@ -15,7 +15,7 @@ func TestKindComparisonTable(t *testing.T) {
 	report := func(detect, evicted float64, eviction *float64) *Report {
 		rep := &Report{Scenario: "p", File: "p.yaml", TimeScale: 1, Duration: Duration{2 * time.Minute}, Trials: 1}
 		rep.Runs = append(rep.Runs, &RunResult{Mode: ModeNodeShepherd, Measures: map[string]*float64{
-			"timeToDetect": v(detect), "podsEvicted": v(evicted), "timeToFirstEviction": eviction}})
+			"timeToDetect": v(detect), "podsEvicted": v(evicted), "timeToFirstEviction": eviction, "podNotReadyAfterRecovery": v(detect / 1000)}})
 		return rep
 	}
 	var b bytes.Buffer
@@ -27,6 +27,7 @@ func TestKindComparisonTable(t *testing.T) {
 		`time to detect +21s +25s +\+3.5s`,
 		`time to first eviction +45s +never +-`,
 		`pods evicted \(taints\) +1 +1 +0\n`,
+		`longest NotReady after recovery +0s +0s +0\n`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("no line matching %q in:\n%s", want, out)
