@@ -203,3 +203,81 @@ func measureText(v *float64) string {
 	}
 	return fmt.Sprintf("%g", *v)
 }
+
+// hollowStepsScenario runs the timeline steps of hollow nodes that
+// TestSimulateHollowMatchesFake does not: a network blip shorter than the
+// grace period, a kubelet restart, a condition of another reporter set
+// for a while, a cordon for a while.
+const hollowStepsScenario = `apiVersion: nodeshepherd.io/v1alpha1
+kind: Scenario
+name: hollow-steps
+duration: 60s
+controllers:
+  nodeLifecycle: {nodeMonitorGracePeriod: 40s}
+cluster:
+  nodeKind: hollow
+  zones:
+  - {name: zone-a, nodes: 2}
+workloads:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web}
+  spec:
+    replicas: 2
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        containers: [{name: app, image: registry.k8s.io/pause:3.10}]
+timeline:
+- {at: 5s, action: network-blip, nodes: [fake-node-0000], for: 10s}
+- {at: 5s, action: set-condition, condition: KernelDeadlock=True, nodes: [fake-node-0001], for: 15s}
+- {at: 5s, action: cordon, nodes: [fake-node-0001], for: 15s}
+- {at: 25s, action: kubelet-restart, nodes: [fake-node-0001]}
+- {at: 30s, action: clear-condition, condition: KernelDeadlock, all: true}
+expect:
+- {metric: nodesCordoned, atLeast: 1, atMost: 1}
+- {metric: podsEvicted, atMost: 0}
+- {metric: podsNotReadyAtEnd, atMost: 0}
+`
+
+// TestSimulateHollowSteps (issue 47): a scenario of cluster.nodeKind:
+// hollow runs a network blip, a condition set through the API and cleared
+// after its for:, a cordon for a while and a kubelet restart on hollow
+// nodes: every step applies without error, the cordon is counted, nothing
+// is evicted and every pod is Ready at the end.
+func TestSimulateHollowSteps(t *testing.T) {
+	kubemark := filepath.Join(controlplane.FindBinDir(), hollownode.Binary)
+	if _, err := os.Stat(kubemark); err != nil {
+		t.Fatalf("hollow nodes need kubemark: %v ('make controlplane' builds bin/kubemark)", err)
+	}
+	path := filepath.Join(t.TempDir(), "hollow-steps.yaml")
+	if err := os.WriteFile(path, []byte(hollowStepsScenario), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := simulate.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	bin := framework.Binary(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "simulate", path, "-o", dir).CombinedOutput()
+	t.Logf("simulate (cluster.nodeKind: hollow):\n%s", summary(out))
+	if err != nil {
+		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)
+	}
+	rep := readReport(t, dir)
+	if len(rep.Runs) != 1 || rep.Runs[0].NodeKind != simulate.NodeKindHollow {
+		t.Fatalf("want one run on hollow nodes, got %d runs", len(rep.Runs))
+	}
+	r := rep.Runs[0]
+	if len(r.Marks) != 5 {
+		t.Errorf("%d timeline steps applied, want 5: %v", len(r.Marks), r.Marks)
+	}
+	for _, c := range r.Expectations {
+		if !c.Passed {
+			t.Errorf("expectation %s failed: got %s", c.Expectation, measureText(c.Value))
+		}
+	}
+}
