@@ -67,9 +67,21 @@ type Config struct {
 	Dir string
 	// Verbosity is the kubelets' -v.
 	Verbosity int
+	// Specs, when set, names each node and its zone (Nodes, NamePrefix
+	// and Zones are then not used): simulate gives hollow nodes the names
+	// and zones its fake nodes would have.
+	Specs []NodeSpec
+}
+
+// NodeSpec is one hollow node's name and zone.
+type NodeSpec struct {
+	Name, Zone string
 }
 
 func (c *Config) complete() {
+	if len(c.Specs) > 0 {
+		c.Nodes = len(c.Specs)
+	}
 	if c.NamePrefix == "" {
 		c.NamePrefix = DefaultNamePrefix
 	}
@@ -101,7 +113,29 @@ func (c *Config) Validate() error {
 	if c.MaxPods < 1 {
 		errs = append(errs, fmt.Errorf("max pods must be at least 1, got %d", c.MaxPods))
 	}
+	seen := map[string]bool{}
+	for i, sp := range c.Specs {
+		switch {
+		case sp.Name == "":
+			errs = append(errs, fmt.Errorf("node %d: no name", i))
+		case seen[sp.Name]:
+			errs = append(errs, fmt.Errorf("node %s is named twice", sp.Name))
+		}
+		seen[sp.Name] = true
+	}
 	return errors.Join(errs...)
+}
+
+// spec is node i's name and zone.
+func (c *Config) spec(i int) NodeSpec {
+	if len(c.Specs) > 0 {
+		return c.Specs[i]
+	}
+	sp := NodeSpec{Name: c.nodeName(i)}
+	if len(c.Zones) > 0 {
+		sp.Zone = c.Zones[i%len(c.Zones)]
+	}
+	return sp
 }
 
 func (c *Config) nodeName(i int) string {
@@ -132,10 +166,14 @@ type Fleet struct {
 	client kubernetes.Interface
 	nodes  map[string]*node
 	names  []string
+
+	mu      sync.Mutex
+	stopped bool // after Stop no kubelet starts again
 }
 
 // Start starts every node (its proxy, its kubeconfig, its kubelet) and
-// waits until each has registered its Node and reports Ready, or until
+// waits until each has registered its Node, reports Ready and has its
+// Lease (the kubelet creates it some 10 s after registering), or until
 // timeout; progress, if not nil, is called as nodes become Ready.
 func Start(ctx context.Context, cfg Config, timeout time.Duration, progress func(ready, total int)) (*Fleet, error) {
 	cfg.complete()
@@ -152,10 +190,8 @@ func Start(ctx context.Context, cfg Config, timeout time.Duration, progress func
 	}
 	f := &Fleet{cfg: cfg, client: client, nodes: map[string]*node{}}
 	for i := 0; i < cfg.Nodes; i++ {
-		n := &node{name: cfg.nodeName(i), dir: filepath.Join(cfg.Dir, cfg.nodeName(i))}
-		if len(cfg.Zones) > 0 {
-			n.zone = cfg.Zones[i%len(cfg.Zones)]
-		}
+		sp := cfg.spec(i)
+		n := &node{name: sp.Name, zone: sp.Zone, dir: filepath.Join(cfg.Dir, sp.Name)}
 		f.nodes[n.name] = n
 		f.names = append(f.names, n.name)
 		if err := f.prepare(n, target); err != nil {
@@ -380,6 +416,11 @@ func (f *Fleet) KubeletStart(names ...string) error {
 	if err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return errors.New("the hollow nodes are stopped: no kubelet starts again")
+	}
 	for _, n := range ns {
 		if err := n.start(); err != nil {
 			return err
@@ -441,7 +482,7 @@ func procUsage(pid int) (int64, time.Duration) {
 	return rss, cpu
 }
 
-// waitReady waits until the nodes exist and report Ready=True.
+// waitReady waits until the nodes exist, report Ready=True and have a Lease.
 func (f *Fleet) waitReady(ctx context.Context, names []string, timeout time.Duration, progress func(int, int)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -464,6 +505,9 @@ func (f *Fleet) waitReady(ctx context.Context, names []string, timeout time.Dura
 			}
 			obj, err := f.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err == nil && ready(obj) {
+				_, err = f.client.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{})
+			}
+			if err == nil && ready(obj) {
 				delete(pending, name)
 				if progress != nil {
 					progress(len(names)-len(pending), len(names))
@@ -480,7 +524,7 @@ func (f *Fleet) waitReady(ctx context.Context, names []string, timeout time.Dura
 				left = append(left, n)
 			}
 			sort.Strings(left)
-			return fmt.Errorf("hollow nodes not Ready within %v: %s (their logs are under %s)", timeout, strings.Join(left, ", "), f.cfg.Dir)
+			return fmt.Errorf("hollow nodes not Ready with a Lease within %v: %s (their logs are under %s)", timeout, strings.Join(left, ", "), f.cfg.Dir)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -497,6 +541,9 @@ func ready(n *v1.Node) bool {
 
 // Stop stops every kubelet and proxy.
 func (f *Fleet) Stop() {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, n := range f.nodes {
 		wg.Add(1)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/pkg/hollownode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
@@ -40,6 +41,18 @@ type Config struct {
 	// FakeNodes describes the fake nodes (zones, counts, capacity, kubelet
 	// timing); nil starts none. A nil Client is set to the cluster's admin client.
 	FakeNodes *fakenode.Config
+	// HollowNodes, instead of FakeNodes, runs kubemark's hollow nodes
+	// (pkg/hollownode: the real kubelet code, one process per node) against
+	// the control plane. Unlike fake nodes they start before the
+	// controllers, which start once every hollow node is Ready and renews
+	// its Lease: a real kubelet creates its Lease some 10 s after it
+	// registers, and a node lifecycle controller watching from before that
+	// sees every node silent for its grace period (all zones in full
+	// disruption) while the scenario is already being set up. A
+	// nil Server is set to the control plane's admin configuration, an
+	// empty Binary to kubemark in the control plane's bin directory, an
+	// empty Dir to hollow-nodes in the control plane's directory.
+	HollowNodes *hollownode.Config
 	// RegisterTimeout bounds the fake nodes' registration;
 	// DefaultRegisterTimeout when zero.
 	RegisterTimeout time.Duration
@@ -77,6 +90,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("fake nodes: %w", err))
 		}
 	}
+	if c.FakeNodes != nil && c.HollowNodes != nil {
+		errs = append(errs, errors.New("fake nodes and hollow nodes together are not supported: give one of them"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -95,15 +111,17 @@ type Cluster struct {
 	client      kubernetes.Interface
 	controllers *task
 	nodes       *Nodes
+	hollow      *hollownode.Fleet
 	// failed gets the first unexpected exit of an in-process part.
 	failed   chan error
 	stopOnce sync.Once
 }
 
 // Start brings the cluster up: the control plane, then the controllers, then
-// the fake nodes, returning once every fake node is registered. The
-// in-process parts run until Stop or until ctx ends. On error everything
-// already started is stopped.
+// the fake nodes, returning once every fake node is registered (with hollow
+// nodes: the control plane, the hollow nodes, Ready and with their Leases,
+// then the controllers). The in-process parts run until Stop or until ctx
+// ends. On error everything already started is stopped.
 func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -116,6 +134,14 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}()
 	if err := c.startControlPlane(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.HollowNodes != nil {
+		// The kubelets heartbeat before the controllers judge them.
+		if err := c.startHollowNodes(ctx); err != nil {
+			return nil, err
+		}
+		c.startControllers(ctx)
+		return c, nil
 	}
 	c.startControllers(ctx)
 	if err := c.startNodes(ctx); err != nil {
@@ -170,11 +196,38 @@ func (c *Cluster) startNodes(ctx context.Context) error {
 	return nil
 }
 
+func (c *Cluster) startHollowNodes(ctx context.Context) error {
+	hcfg := *c.cfg.HollowNodes
+	if hcfg.Server == nil {
+		hcfg.Server = c.plane.RESTConfig()
+	}
+	if hcfg.Binary == "" {
+		binDir := c.cfg.ControlPlane.BinDir
+		if binDir == "" {
+			binDir = controlplane.FindBinDir()
+		}
+		hcfg.Binary = filepath.Join(binDir, hollownode.Binary)
+	}
+	if hcfg.Dir == "" {
+		hcfg.Dir = filepath.Join(c.plane.Dir(), "hollow-nodes")
+	}
+	fleet, err := hollownode.Start(ctx, hcfg, c.cfg.registerTimeout(), nil)
+	if err != nil {
+		return fmt.Errorf("hollow nodes: %w", err)
+	}
+	c.hollow = fleet
+	c.report(NodesRegistered)
+	return nil
+}
+
 // Stop stops the fake nodes, then the controllers, then the control plane
 // (which removes a temporary directory). It is safe to call more than once
 // and from several goroutines; every call returns once everything stopped.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
+		if c.hollow != nil {
+			c.hollow.Stop()
+		}
 		c.nodes.Stop()
 		c.controllers.stop()
 		if c.plane != nil {
@@ -205,6 +258,9 @@ func (c *Cluster) Dir() string { return c.plane.Dir() }
 
 // LogDir holds one log file per control-plane component.
 func (c *Cluster) LogDir() string { return filepath.Join(c.plane.Dir(), "logs") }
+
+// Hollow is the hollow node fleet, nil without hollow nodes.
+func (c *Cluster) Hollow() *hollownode.Fleet { return c.hollow }
 
 // Nodes is the fake node manager, nil without fake nodes.
 func (c *Cluster) Nodes() *fakenode.Manager {

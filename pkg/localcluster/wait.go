@@ -134,12 +134,15 @@ func CountNodes(nodes []v1.Node, ready func(*v1.Node) bool) int {
 	return n
 }
 
-// WaitNodesReady waits until every fake node of the cluster is Ready without
+// WaitNodesReady waits until every fake or hollow node of the cluster is Ready without
 // the not-ready taint, or a part of the cluster stops.
 func (c *Cluster) WaitNodesReady(ctx context.Context, opts WaitOptions) error {
 	want := 0
 	if m := c.Nodes(); m != nil {
 		want = len(m.NodeNames())
+	}
+	if c.hollow != nil {
+		want += len(c.hollow.Names())
 	}
 	opts.Failed = c.failed
 	return WaitNodesReady(ctx, c.client, want, nil, opts)

@@ -60,6 +60,16 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 		FakeNodes:       &nodes,
 		RegisterTimeout: r.opts.SetupTimeout,
 	}
+	if r.opts.NodeKind == NodeKindHollow {
+		hollow, err := r.sc.hollowNodeConfig(r.opts.BinDir)
+		if err != nil {
+			return localcluster.Config{}, err
+		}
+		lc.FakeNodes, lc.HollowNodes = nil, hollow
+		res.Settings = append(res.Settings, Setting{Name: settingHollowKubelet,
+			Value: fmt.Sprintf("%v / %v / %v / %v", hollowLeaseDuration, hollowLeaseRenewInterval, hollowNodeStatusUpdateFrequency, hollowNodeStatusReportFrequency),
+			Note:  "hollow nodes (kubemark, the real kubelet): lease duration / renew interval / node status update / report frequency, fixed by kubemark, real time"})
+	}
 	// kube-controller-manager with every controller, and kube-scheduler: the
 	// upstream run, and a managed cluster that nodeshepherd runs next to.
 	upstream := func() {

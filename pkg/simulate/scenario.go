@@ -98,7 +98,10 @@ func (s *Scenario) CheckTimeScale(scale float64) error {
 // Cluster is the fake nodes: zones with node counts, or node groups (zones
 // are then the groups' zones), node capacity and the fake kubelet's timing.
 type Cluster struct {
-	Zones []Zone `yaml:"zones"`
+	// NodeKind is what runs the nodes: fake (pkg/fakenode, the default) or
+	// hollow (kubemark's hollow nodes, the real kubelet code: hollow.go).
+	NodeKind string `yaml:"nodeKind"`
+	Zones    []Zone `yaml:"zones"`
 	// NodeGroups are node pools, each in one zone with a shape, labels and
 	// taints of its own, as `nodeshepherd scenario snapshot` writes a live
 	// cluster's nodes; Node then holds what every group's nodes share.
@@ -411,6 +414,9 @@ func (s *Scenario) validate() error {
 		at(field(root, "maxTimeScale"), "maxTimeScale %g: give the largest --time-scale the expectations hold at, between 1 and %d (or leave it out for any)", s.MaxTimeScale, MaxTimeScale)
 	}
 	clusterNode := field(root, "cluster")
+	if k := s.Cluster.NodeKind; k != "" && !slices.Contains(NodeKinds, k) {
+		at(field(clusterNode, "nodeKind"), "cluster.nodeKind %q: the kinds are %s (fake, the default: pkg/fakenode; hollow: kubemark's hollow nodes, the real kubelet code)", k, strings.Join(NodeKinds, ", "))
+	}
 	zonesNode := field(clusterNode, "zones")
 	groupsNode := field(clusterNode, "nodeGroups")
 	switch {
@@ -510,6 +516,10 @@ func (s *Scenario) validate() error {
 				}
 			}
 		}
+	}
+	if s.Cluster.NodeKind == NodeKindHollow {
+		// After the workloads are read: their volume claims are checked.
+		errs = append(errs, s.checkHollow(root)...)
 	}
 	timelineNode := field(root, "timeline")
 	for i := range s.Timeline {

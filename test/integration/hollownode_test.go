@@ -20,7 +20,9 @@ import (
 // by make controlplane), register with their zones, run a pod, fall silent
 // when their proxy cuts them off (nodeshepherd's node lifecycle controller
 // marks the node Unknown and taints it, as for a partitioned fake node),
-// come back Ready when healed, and start again after a kubelet stop.
+// come back Ready when healed, keep a condition written through the API
+// (KernelDeadlock, as node-problem-detector writes it) through the
+// kubelet's own status posts, and start again after a kubelet stop.
 func TestHollowNodesRealKubelet(t *testing.T) {
 	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true})
 	client := framework.Client(t, cp)
@@ -65,6 +67,14 @@ func TestHollowNodesRealKubelet(t *testing.T) {
 		return false, fmt.Sprintf("%s %v", p.Status.Phase, p.Status.Conditions), nil
 	})
 
+	// A condition of another reporter, written as node-problem-detector
+	// writes it (a status patch through the API).
+	kernelDeadlock := v1.NodeConditionType("KernelDeadlock")
+	if err := fleet.SetCondition(ctx, v1.NodeCondition{Type: kernelDeadlock, Status: v1.ConditionTrue}, names[1]); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "KernelDeadlock=True on the hollow node", nodeCondition(client, names[1], kernelDeadlock, v1.ConditionTrue))
+
 	if err := fleet.Partition(names[1]); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +84,15 @@ func TestHollowNodesRealKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 2*time.Minute, "the healed hollow node Ready", nodeCondition(client, names[1], v1.NodeReady, v1.ConditionTrue))
+	// The kubelet posted its Ready after the heal and kept the foreign
+	// condition; cleared through the API, it is False.
+	if ok, got, err := nodeCondition(client, names[1], kernelDeadlock, v1.ConditionTrue)(ctx); err != nil || !ok {
+		t.Errorf("after the kubelet's own status post: %s (%v), want KernelDeadlock=True kept", got, err)
+	}
+	if err := fleet.SetCondition(ctx, v1.NodeCondition{Type: kernelDeadlock, Status: hollownode.HealthyStatus(kernelDeadlock)}, names[1]); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "KernelDeadlock=False after the clear", nodeCondition(client, names[1], kernelDeadlock, v1.ConditionFalse))
 
 	// A kubelet stopped and started: the real start-up path, the pod kept.
 	if err := fleet.KubeletStop(names[0]); err != nil {

@@ -70,3 +70,62 @@ func TestChaosFlagValidation(t *testing.T) {
 		})
 	}
 }
+
+// --nodes is checked before anything runs: the kinds, and what hollow
+// nodes cannot do yet (usage errors, exit 2, naming file:line).
+func TestNodesFlagValidation(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, node string) string {
+		p := filepath.Join(dir, name)
+		sc := "apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nname: " + strings.TrimSuffix(name, ".yaml") +
+			"\nduration: 2m\ncluster:\n  zones:\n  - {name: zone-a, nodes: 2}\n" + node +
+			"timeline:\n- {at: 10s, action: partition, for: 20s, nodes: [fake-node-0000]}\n"
+		if err := os.WriteFile(p, []byte(sc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	plain := write("plain.yaml", "")
+	sized := write("sized.yaml", "  node: {cpu: \"8\"}\n")
+	hollow := write("hollow.yaml", "  nodeKind: hollow\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string // in the error; none: valid
+	}{
+		{"hollow", []string{plain, "--validate", "--nodes", "hollow"}, nil},
+		{"both", []string{plain, "--validate", "--nodes", "fake,hollow"}, nil},
+		{"unknown kind", []string{plain, "--validate", "--nodes", "kwok"}, []string{`"kwok" is no node kind; give fake, hollow`}},
+		{"twice", []string{plain, "--validate", "--nodes", "fake,fake"}, []string{"fake is named twice"}},
+		{"hollow scaled", []string{plain, "--validate", "--nodes", "hollow", "--time-scale", "5"}, []string{"--time-scale 5: hollow nodes run at --time-scale 1 only"}},
+		{"fake scaled", []string{plain, "--validate", "--nodes", "fake", "--time-scale", "5"}, nil},
+		{"capacity on hollow", []string{sized, "--validate", "--nodes", "fake,hollow"}, []string{"sized.yaml:8: cluster.node.cpu on hollow nodes"}},
+		{"hollow scenario scaled", []string{hollow, "--validate", "--time-scale", "2"}, []string{"--time-scale 2: hollow nodes run at --time-scale 1 only"}},
+		{"hollow scenario on fake nodes scaled", []string{hollow, "--validate", "--nodes", "fake", "--time-scale", "2"}, nil},
+		{"hollow with chaos", []string{hollow, "--validate", "--chaos-seed", "7"}, []string{"--chaos-seed on hollow nodes is not implemented"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCommand()
+			var out bytes.Buffer
+			c.SetOut(&out)
+			c.SetErr(&out)
+			c.SetArgs(tc.args)
+			err := c.Execute()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("%v: %v", tc.args, err)
+				}
+				return
+			}
+			var ue *cli.UsageError
+			if err == nil || !errors.As(err, &ue) {
+				t.Fatalf("%v: %T %v, want a usage error (exit 2) saying %q", tc.args, err, err, tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v: error %q does not say %q", tc.args, err, w)
+				}
+			}
+		})
+	}
+}
