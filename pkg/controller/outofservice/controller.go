@@ -328,29 +328,27 @@ func (c *Controller) input(ctx context.Context, n *v1.Node, all []*v1.Node) inpu
 	// only while the provider or the fencing endpoint answers the machine
 	// off too, and a "running" answer vetoes it (issue 46: never the
 	// record alone).
-	rc, ok, why := c.remediationConfirmation(n)
-	if ok {
-		switch {
-		case in.provider == providerDead || in.fencing == providerDead:
-			in.confirmations = append(in.confirmations, rc)
-		case in.provider == providerRunning || in.fencing == providerRunning:
-			by := c.cfg.Cloud.Name
-			if in.provider != providerRunning {
-				by = c.cfg.Fencing.URL
-			}
-			in.fenceVetoed = fmt.Sprintf("Not counting the Fence of %s for node %s: %s answers that the machine runs; a Fence confirms a death only while the machine is answered off",
-				rc.detail, n.Name, by)
-		default:
-			why = fmt.Sprintf("Not counting the Fence of %s yet: no answer of the cloud provider or the fencing endpoint confirms the machine off", rc.detail)
-		}
-	}
-	c.noteIgnored(ctx, n, why)
+	// Who answers that the machine runs, if anyone: a veto of every
+	// confirmation (decideNode) and of a remediation Fence (below).
 	switch {
 	case in.provider == providerRunning:
 		in.machineRuns = "the cloud provider " + c.cfg.Cloud.Name
 	case in.fencing == providerRunning:
 		in.machineRuns = "the fencing endpoint " + c.cfg.Fencing.URL
 	}
+	rc, ok, why := c.remediationConfirmation(n)
+	if ok {
+		switch {
+		case in.provider == providerDead || in.fencing == providerDead:
+			in.confirmations = append(in.confirmations, rc)
+		case in.machineRuns != "":
+			in.fenceVetoed = fmt.Sprintf("Not counting the Fence of %s for node %s: %s answers that the machine runs; a Fence confirms a death only while the machine is answered off",
+				rc.detail, n.Name, in.machineRuns)
+		default:
+			why = fmt.Sprintf("Not counting the Fence of %s yet: no answer of the cloud provider or the fencing endpoint confirms the machine off", rc.detail)
+		}
+	}
+	c.noteIgnored(ctx, n, why)
 	// Zones and the budget, from every node as this controller sees it.
 	views := make([]*v1.Node, len(all))
 	var conds []*v1.NodeCondition
