@@ -107,6 +107,10 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		n.fullStatus = n.fullStatus || restarted
 	}
 	recovered := !wasHealthy && n.healthy()
+	if recovered && n.reachable != nil {
+		close(n.reachable)
+		n.reachable = nil
+	}
 	n.mu.Unlock()
 	if m.podQ == nil {
 		return // not running yet: the first sync covers everything

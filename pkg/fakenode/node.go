@@ -58,6 +58,9 @@ type node struct {
 	// volumesInUse is what was last posted in node.status.volumesInUse.
 	// A powered-off node posts nothing: its last report stays.
 	volumesInUse []v1.UniqueVolumeName
+	// reachable, when set, is closed once the kubelet reaches the API server
+	// again: a replacement machine waits on it to register its Node.
+	reachable chan struct{}
 }
 
 // bootID is the current boot's ID.

@@ -267,3 +267,64 @@ func TestCutOffOnceRegistered(t *testing.T) {
 		t.Errorf("a cut-off node renewed its Lease: %v, then %v", lease.Spec.RenewTime, again.Spec.RenewTime)
 	}
 }
+
+// A machine replaced while its node is partitioned starts, but registers its
+// Node only once it reaches the API server, as a kubelet would (chaos seeds
+// 120124, 120131: a replacement registered through an all-zones cut, a
+// Ready node the checker's truth counted silent).
+func TestReplacementRegistersOnceReachable(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	m, err := New(Config{Client: client, Nodes: 1, ReplaceDowntime: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.statusQ = workqueue.NewTypedDelayingQueue[string]()
+	defer m.statusQ.ShutDown()
+	n := m.nodes[m.names[0]]
+	if err := m.register(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	m.applyTo(n, Partition, nil)
+	oldBoot := n.bootID()
+	b, _ := json.Marshal(fakecloud.Request{ID: "r1", Action: fakecloud.ActionReplace})
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fakecloud.RequestsConfigMapName, Namespace: fakecloud.ConfigMapNamespace}, Data: map[string]string{n.name: string(b)}}
+	if _, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.onRepairs(ctx, cm)
+
+	// The new machine runs and waits to reach the API server.
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.machine == fakecloud.Running && n.reachable != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the replacement machine never started and waited: %v", err)
+	}
+	if n.bootID() == oldBoot {
+		t.Error("the replacement machine kept the old boot ID")
+	}
+	if _, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err == nil {
+		t.Fatal("a partitioned replacement machine registered its Node")
+	}
+
+	m.applyTo(n, Heal, nil)
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Get(ctx, fakecloud.RequestsConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		r, err := fakecloud.ParseRequest(got.Data[n.name])
+		return err == nil && r.Done != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the replacement was not marked done after the heal: %v", err)
+	}
+	m.repairs.running.Wait()
+	if _, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the healed replacement has no Node: %v", err)
+	}
+}

@@ -150,9 +150,29 @@ func (m *Manager) replace(ctx context.Context, n *node, r fakecloud.Request) {
 	if err := m.publishMachines(ctx); err != nil {
 		logger.Error(err, "Publishing machine states")
 	}
-	n.mu.Lock()
-	n.fullStatus = true
-	n.mu.Unlock()
+	logger.Info("Replacement machine started", "node", n.name, "bootID", n.bootID())
+	// A new machine registers its Node only once it reaches the API server:
+	// one whose node is partitioned (its zone cut off, say) stays unknown
+	// to the cluster until the partition heals, like any kubelet.
+	for waited := false; ; waited = true {
+		n.mu.Lock()
+		if n.healthy() {
+			n.fullStatus = true
+			n.mu.Unlock()
+			break
+		}
+		ch := make(chan struct{})
+		n.reachable = ch
+		n.mu.Unlock()
+		if !waited {
+			logger.Info("Replacement machine cannot reach the API server: registering its Node once it can", "node", n.name)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
 	if err := m.register(ctx, n); err != nil {
 		logger.Error(err, "Registering the new machine's Node", "node", n.name)
 	}

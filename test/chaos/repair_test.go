@@ -587,10 +587,14 @@ func (h *repairTruth) onLog(msg string, kv []any, err error) {
 				delete(h.requested, node)
 			}
 		}
-	case "Machine replaced":
+	case "Replacement machine started":
+		// The new machine runs from here; it registers its Node only once
+		// it reaches the API server (a partition of its node outlives the
+		// replacement: chaos seeds 120124, 120131 counted a replacement
+		// silent that had registered through an all-zones cut).
 		node := val("node")
 		if r, ok := h.requested[node]; ok && r.action == "replace" {
-			h.record(chaos.OpMachineStart, node, r.at.Add(replaceDowntime), now, "replace: a new machine registers the Node")
+			h.record(chaos.OpMachineStart, node, r.at.Add(replaceDowntime), now, "replace: a new machine starts")
 			delete(h.requested, node)
 		}
 	case "Rebooting":
