@@ -211,6 +211,10 @@ type Checker struct {
 	// leaderChanges the moments the controllers' leader changed.
 	starts        map[string][]countdownStart
 	leaderChanges []time.Time
+	// lives are the pods' stays on their nodes, by podID, and
+	// pendingDisrupt the machines controllers took down (disrupt.go).
+	lives          map[string]*podLife
+	pendingDisrupt []pendingDisrupt
 
 	violations []Violation
 	timeline   []Entry
@@ -236,7 +240,7 @@ func NewChecker(l Limits, truth *Truth) *Checker {
 	return &Checker{limits: l, truth: truth, nodes: map[string]*v1.Node{}, taints: map[string][]*taintSeen{},
 		pods: map[string]*podSeen{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, leases: map[string]time.Time{},
 		forced: map[string]bool{}, explained: map[string]string{}, leaders: map[string]string{},
-		seenPods: map[string]*v1.Pod{}, evictions: map[string]bool{}, renewals: map[string][]renewal{},
+		seenPods: map[string]*v1.Pod{}, lives: map[string]*podLife{}, evictions: map[string]bool{}, renewals: map[string][]renewal{},
 		readyFalse: map[string][]time.Time{}, countdowns: map[string]*countdown{}, starts: map[string][]countdownStart{}, deleted: map[string]time.Time{},
 		born: map[string]bool{}, created: time.Now()}
 }
@@ -706,6 +710,7 @@ func (c *Checker) ObservePod(at time.Time, p *v1.Pod, deleted bool) {
 		old = prev.pod
 	}
 	c.seenPods[podID(p.UID, p.Namespace, p.Name)] = p
+	c.observeLife(p, deleted)
 	if reason, stamp := disruption(p); reason == reasonTaintEvict && !c.evictions[podID(p.UID, p.Namespace, p.Name)] {
 		c.evictions[podID(p.UID, p.Namespace, p.Name)] = true
 		if !stamp.IsZero() {
@@ -1039,6 +1044,7 @@ func (c *Checker) Settle(at time.Time) {
 func (c *Checker) settle(at time.Time) {
 	c.settleEarly(at)
 	c.settleZone(at)
+	c.settleDisrupt(at)
 	var keepEvict []pendingEvict
 	for _, pe := range c.pendingEvict {
 		if at.Sub(pe.seen) <= c.limits.Slack {

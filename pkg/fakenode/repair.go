@@ -87,7 +87,9 @@ func (m *Manager) onRepairs(ctx context.Context, cm *v1.ConfigMap) {
 		if busy {
 			continue
 		}
-		logger.Info("Repair requested", "node", name, "action", r.Action, "request", r.ID)
+		// resourceVersion: the ConfigMap's, for whoever orders the request
+		// among the cluster's writes (the chaos checker's budgets rule).
+		logger.Info("Repair requested", "node", name, "action", r.Action, "request", r.ID, "resourceVersion", cm.ResourceVersion)
 		switch r.Action {
 		case fakecloud.ActionReboot:
 			if _, err := m.Apply(ctx, Fault{Action: MachineShutdown, Target: Target{Nodes: []string{name}}, Duration: m.cfg.RebootDowntime}); err != nil {

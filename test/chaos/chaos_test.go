@@ -345,6 +345,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	if err := chaos.Watch(ctx, client, checker); err != nil {
 		t.Fatal(err)
 	}
+	repairs.judgedBy(checker)
 	rc := repairCheckers{newRepairChecker(chaosPolicy, slack, true), newRepairChecker(fencePolicy, slack, true)}
 	if err := watchRepairs(ctx, client, rc...); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -513,6 +514,16 @@ type repairTruth struct {
 	requested map[string]repairCarried
 	carried   map[string]bool // request IDs carried out
 	problems  []string
+	// checker learns of every machine a request takes down (its pdb rule);
+	// set once the checker exists, before any controller runs.
+	checker *chaos.Checker
+}
+
+// judgedBy has c judge the pods each request's takedown disrupts.
+func (h *repairTruth) judgedBy(c *chaos.Checker) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checker = c
 }
 
 type repairCarried struct {
@@ -556,6 +567,12 @@ func (h *repairTruth) onLog(msg string, kv []any, err error) {
 		node := val("node")
 		r := repairCarried{id: val("request"), action: val("action"), at: now}
 		h.requested[node], h.carried[r.id] = r, true
+		if h.checker != nil && r.action != "" {
+			// Every action takes the machine down (reboot, replace,
+			// poweroff), whichever policy asked.
+			rv, _ := strconv.ParseUint(val("resourceVersion"), 10, 64)
+			h.checker.MachineTakenDown(now, node, rv, fmt.Sprintf("a %s (request %s)", r.action, r.id))
+		}
 		if r.action == "replace" {
 			// The replacement deletes the machine first thing in a goroutine
 			// started right after this line, and its pods a few calls later:
