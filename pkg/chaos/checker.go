@@ -62,7 +62,7 @@ const (
 // NotChecked lists what the checker does not check yet; runs print it so
 // that nobody reads a green run as more than it is.
 var NotChecked = []string{
-	"pdb: evictions through the Eviction API are trusted to the API server's budget arithmetic (not recomputed); only deletions that bypass it are checked",
+	"pdb: evictions through the Eviction API are trusted to the API server's budget arithmetic (not recomputed); only deletions that bypass it, and machines a repair request takes down, are checked",
 	"progress during faults: replacement of a dead node's pods is checked only after the last fault, not within a bound of each death",
 	"readiness-restore: a Ready=True whose writer managedFields do not name (not the kubelet's field manager) counts as a restore",
 	"taint-eviction cancellation: a pod whose taint went away before its toleration ended is not followed",
