@@ -65,7 +65,7 @@ const fenceRunning = "fence-running"
 var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave", "repair-blind", "repair-leave", "repair-crowded", "repair-refill", "repair-cutoff"}
 
 // personKinds are test/chaos/person_test.go's fault kinds (compared there too).
-var personKinds = []string{"confirm-then-powercycle", "fence-partition", "confirm-leaderless", "all-zones-lasting", "all-zones-failover", "confirm-cut-start", "toleration-shortened"}
+var personKinds = []string{"confirm-then-powercycle", "fence-partition", "confirm-leaderless", "all-zones-lasting", "all-zones-failover", "confirm-cut-start", "confirm-cloud-blind", "confirm-leaderless-blind", "toleration-shortened"}
 
 // knownInvariants are every name a violation can carry.
 func knownInvariants() []string {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -26,7 +27,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
+	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
 const (
@@ -83,6 +86,18 @@ const (
 	// seed 70030). Only a controller that takes the provider's "running" as
 	// a veto leaves it in service (running-machine).
 	kindConfirmCutStart chaos.Kind = "confirm-cut-start"
+	// kindConfirmCloudBlind and kindLeaderlessCloudBlind: drawn only when
+	// named (personNamedOnly): confirm-then-powercycle and
+	// confirm-leaderless with the cloud provider blind from the
+	// confirmation to the end (every read of the fake cloud's machine
+	// states through the replicas' proxy answers 500). A provider that
+	// answers "running" vetoes the person's confirmation of the live
+	// machine on its own (chaos seed 70030's fix), so those two kinds no
+	// longer reach the rule that binds a confirmation to the boot it was
+	// given for; without an answer, only that rule keeps the new boot in
+	// service (running-machine).
+	kindConfirmCloudBlind    chaos.Kind = "confirm-cloud-blind"
+	kindLeaderlessCloudBlind chaos.Kind = "confirm-leaderless-blind"
 	// kindTolerationShortened: a person shortens a running pod's NoExecute
 	// tolerationSeconds (the API allows lowering it) while its node is
 	// tainted, around a leader kill (issue 45 point 4: a toleration
@@ -110,6 +125,10 @@ const (
 	opTolPodCreate chaos.Op = "toleration-pod-create"
 	opTolShorten   chaos.Op = "toleration-shorten"
 	opTolPodDelete chaos.Op = "toleration-pod-delete"
+	// opCloudBlind and opCloudSeeing: the replicas' reads of the fake
+	// cloud's machine states fail (500), and no longer do.
+	opCloudBlind  chaos.Op = "cloud-blind"
+	opCloudSeeing chaos.Op = "cloud-seeing"
 
 	// tolLong and tolShort are toleration-shortened's tolerationSeconds
 	// before and after the change.
@@ -125,7 +144,7 @@ var personKinds = []chaos.Kind{kindConfirmPowerCycle, kindFencePartition, kindCo
 
 // personNamedOnly are a person's kinds drawn only when -kinds names them
 // (kept out of personKinds, so that every seed's schedule stays the same).
-var personNamedOnly = []chaos.Kind{kindAllZonesFailover, kindConfirmCutStart}
+var personNamedOnly = []chaos.Kind{kindAllZonesFailover, kindConfirmCutStart, kindConfirmCloudBlind, kindLeaderlessCloudBlind}
 
 // personMeanGap is the mean time between two of a person's faults.
 const personMeanGap = 20 * time.Second
@@ -169,7 +188,7 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 	// One drawn before then is spent.
 	var alone time.Duration
 	exclusive := func(k chaos.Kind) bool {
-		return k == kindConfirmLeaderless || k == kindAllZonesLasting || k == kindAllZonesFailover || k == kindTolerationShortened
+		return k == kindConfirmLeaderless || k == kindLeaderlessCloudBlind || k == kindAllZonesLasting || k == kindAllZonesFailover || k == kindTolerationShortened
 	}
 	for {
 		at = (at + time.Duration(r.ExpFloat64()*float64(gap))).Round(time.Millisecond)
@@ -184,7 +203,7 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			fs = append(fs, s)
 		}
 		switch k {
-		case kindConfirmPowerCycle:
+		case kindConfirmPowerCycle, kindConfirmCloudBlind:
 			n := []string{all[r.IntN(len(all))]}
 			confirm := draw(1500*time.Millisecond, 4*time.Second)
 			// Half the time the machine starts again before outofservice
@@ -206,6 +225,10 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+			if k == kindConfirmCloudBlind {
+				add(confirm, chaos.Step{Op: opCloudBlind})
+				add(end, chaos.Step{Op: opCloudSeeing})
+			}
 		case kindConfirmCutStart:
 			n := []string{all[r.IntN(len(all))]}
 			confirm := draw(1500*time.Millisecond, 4*time.Second)
@@ -218,7 +241,7 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut+100*time.Millisecond, chaos.Step{Op: chaos.OpMachineStart, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
-		case kindConfirmLeaderless:
+		case kindConfirmLeaderless, kindLeaderlessCloudBlind:
 			n := []string{all[r.IntN(len(all))]}
 			confirm := draw(1500*time.Millisecond, 4*time.Second)
 			on := confirm + draw(2*time.Second, 6*time.Second)
@@ -237,6 +260,10 @@ func personSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(cut, chaos.Step{Op: chaos.OpPartition, Nodes: n})
 			add(end, chaos.Step{Op: chaos.OpHeal, Nodes: n})
 			add(end, chaos.Step{Op: opUnconfirm, Nodes: n})
+			if k == kindLeaderlessCloudBlind {
+				add(confirm, chaos.Step{Op: opCloudBlind})
+				add(end, chaos.Step{Op: opCloudSeeing})
+			}
 		case kindAllZonesLasting, kindAllZonesFailover:
 			z := zones[r.IntN(len(zones))].Nodes
 			p := r.Perm(len(z))
@@ -364,6 +391,16 @@ func (c *cluster) applyPerson(ctx context.Context, s chaos.Step) (what string, o
 			pids = append(pids, fmt.Sprintf("slot %d pid %d", i, r.cmd.Process.Pid))
 		}
 		return fmt.Sprintf(" (SIGKILL %v)", pids), true
+	case opCloudBlind:
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: []string{http.MethodGet}, Resource: "configmaps",
+			Namespace: fakecloud.ConfigMapNamespace, Names: []string{fakecloud.ConfigMapName}, Kind: framework.FaultStatus, Status: 500})
+		return "", true
+	case opCloudSeeing:
+		if r := c.rules[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			return fmt.Sprintf(" (%d reads refused)", c.proxy.Injected(r.Name)), true
+		}
+		return "", true
 	case opTolPodCreate:
 		return c.tolerationPod(ctx, s, func(ctx context.Context, name string) error {
 			p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "chaos-toleration"}},
