@@ -22,6 +22,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 )
 
 // Reasons of kube-scheduler 1.37's DynamicResources plugin, word for word.
@@ -504,6 +506,13 @@ func (e *draEnv) assume(c *resourceapi.ResourceClaim) {
 	e.assumed[c.UID] = c
 }
 
+// forget drops what is assumed of a deleted claim.
+func (e *draEnv) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.assumed, uid)
+}
+
 // usesDRA is true for pods with resource claims.
 func usesDRA(p *queuedPod) bool { return len(p.info.pod.Spec.ResourceClaims) > 0 }
 
@@ -569,7 +578,12 @@ func (s *Scheduler) watchDRA(d Deps) error {
 		if _, err := w.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { s.queue.MoveAll(event+"Add", usesDRA) },
 			UpdateFunc: func(any, any) { s.queue.MoveAll(event+"Update", usesDRA) },
-			DeleteFunc: func(any) { s.queue.MoveAll(event+"Delete", usesDRA) },
+			DeleteFunc: func(obj any) {
+				if c, ok := kube.Untombstone(obj).(*resourceapi.ResourceClaim); ok {
+					s.dra.forget(c.UID)
+				}
+				s.queue.MoveAll(event+"Delete", usesDRA)
+			},
 		}); err != nil {
 			return err
 		}
