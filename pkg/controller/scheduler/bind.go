@@ -45,10 +45,11 @@ func (s *Scheduler) bind(ctx context.Context, p *queuedPod, node string) {
 		s.cache.forget(pod.UID) // no longer leading: leave it to the next leader
 		return
 	}
-	s.wg.Go(func() { s.doBind(context.WithoutCancel(ctx), p, node) })
+	s.wg.Go(func() { _ = s.doBind(context.WithoutCancel(ctx), p, node) })
 }
 
-func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
+// doBind binds the pod; the error is nil once it is bound.
+func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) error {
 	pod := p.info.pod
 	b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target: v1.ObjectReference{Kind: "Node", Name: node}}
@@ -74,15 +75,16 @@ func (s *Scheduler) doBind(ctx context.Context, p *queuedPod, node string) {
 		s.cache.forget(pod.UID)
 		s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
 		if apierrors.IsNotFound(err) {
-			return
+			return err
 		}
 		klog.FromContext(ctx).Error(err, "Binding failed; retrying with backoff", "pod", klog.KObj(pod), "node", node)
 		s.recorder.Eventf(pod, v1.EventTypeWarning, "FailedScheduling", "Binding rejected: %v", err)
 		s.queue.Readd(pod)
-		return
+		return err
 	}
 	s.metrics.e2eLatency.WithLabelValues(fmt.Sprint(min(p.attempts, 16))).Observe(s.clock.Since(p.created).Seconds())
 	s.recorder.Eventf(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node)
+	return nil
 }
 
 // fail parks the pod, then reports the failure as kube-scheduler does: a

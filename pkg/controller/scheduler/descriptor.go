@@ -29,8 +29,11 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"default filters and scores, binding, preemption with PodDisruptionBudgets;\n" +
 			"topology spread, inter-pod (anti-)affinity, volumes (PVC binding, volume zones,\n" +
 			"ReadWriteOncePod, CSI limits, storage capacity), node declared features, image\n" +
-			"locality and in-place resizes included. Pods using in-tree disks, DRA claims or\n" +
-			"scheduling groups are refused (left Pending, reason SchedulerError).",
+			"locality, in-place resizes and Dynamic Resource Allocation (resource claims\n" +
+			"allocated with the upstream structured allocator) included. Pods using in-tree\n" +
+			"disks, scheduling groups or DRA features it does not implement (prioritized\n" +
+			"lists, admin access, consumable capacity, extended resources backed by DRA) are\n" +
+			"refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
 		RBACRules:   rbacRules,
 		// A second scheduler next to kube-scheduler under its own --scheduler-name.
@@ -50,7 +53,9 @@ var Descriptor = descriptor.Descriptor[Config]{
 			StorageClasses: ctx.Informers.Storage().V1().StorageClasses(), CSINodes: ctx.Informers.Storage().V1().CSINodes(),
 			CSIDrivers: ctx.Informers.Storage().V1().CSIDrivers(), CSIStorageCapacities: ctx.Informers.Storage().V1().CSIStorageCapacities(),
 			VolumeAttachments: ctx.Informers.Storage().V1().VolumeAttachments(),
-			Recorder:          ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun,
+			ResourceClaims:    ctx.Informers.Resource().V1().ResourceClaims(), ResourceSlices: ctx.Informers.Resource().V1().ResourceSlices(),
+			DeviceClasses: ctx.Informers.Resource().V1().DeviceClasses(), DeviceTaintRules: ctx.Informers.Resource().V1().DeviceTaintRules(),
+			Recorder: ctx.Recorder(c.SchedulerName), Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun,
 			ProgressTimeout: ctx.ProgressTimeout})
 	},
 }

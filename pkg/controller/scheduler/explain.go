@@ -113,7 +113,7 @@ func Explain(ctx context.Context, pod *v1.Pod, snap Snapshot) (*FitReport, error
 	if snap.Volumes != nil {
 		volumes = snap.Volumes.env()
 	}
-	if refused := unsupported(pod, volumes != nil); refused != "" {
+	if refused := unsupported(pod, volumes != nil, false); refused != "" {
 		report.Refused = refused
 		return report, nil
 	}

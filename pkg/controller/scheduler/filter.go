@@ -68,6 +68,8 @@ type podQuery struct {
 	interPod *affinityState
 	// volumes is the volume plugins' state; nil without claims.
 	volumes *volumeState
+	// dra is DynamicResources' state; nil without resource claims.
+	dra *draState
 	// features are the node features the pod requires
 	// (NodeDeclaredFeatures); empty: none.
 	features ndf.FeatureSet
@@ -192,6 +194,9 @@ func filter(q *podQuery, n *nodeInfo) status {
 		return st
 	}
 	if st := q.interPod.filter(n); !st.ok() {
+		return st
+	}
+	if st := q.dra.filter(n); !st.ok() {
 		return st
 	}
 	return featuresFilter(q, n)

@@ -22,6 +22,7 @@ import (
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	policyinformers "k8s.io/client-go/informers/policy/v1"
+	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -29,6 +30,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -74,6 +76,16 @@ type Deps struct {
 	CSIDrivers             storageinformers.CSIDriverInformer
 	CSIStorageCapacities   storageinformers.CSIStorageCapacityInformer
 	VolumeAttachments      storageinformers.VolumeAttachmentInformer
+
+	// Resource objects for Dynamic Resource Allocation (kube-scheduler's
+	// DynamicResources). Without ResourceClaims, pods with resource claims
+	// are refused; with it, ResourceSlices and DeviceClasses are required
+	// too. DeviceTaintRules is optional: without it their taints are not
+	// seen.
+	ResourceClaims   resourceinformers.ResourceClaimInformer
+	ResourceSlices   resourceinformers.ResourceSliceInformer
+	DeviceClasses    resourceinformers.DeviceClassInformer
+	DeviceTaintRules resourceinformers.DeviceTaintRuleInformer
 }
 
 // Scheduler is the controller.
@@ -93,6 +105,8 @@ type Scheduler struct {
 	synced    []toolscache.InformerSynced
 	// volumes is nil when the storage informers were not given.
 	volumes *volumeEnv
+	// dra is nil when the resource informers were not given.
+	dra *draEnv
 
 	// rand and nextStart are used by the scheduling loop only.
 	rand      *rand.Rand
@@ -193,6 +207,9 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 	if err := s.watchStorage(d); err != nil {
 		return nil, err
 	}
+	if err := s.watchDRA(d); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -263,6 +280,11 @@ func (s *Scheduler) onPod(old, pod *v1.Pod) {
 	}
 	if old == nil || !s.queue.Update(old, pod) {
 		s.queue.Add(pod)
+	}
+	if old != nil && !resourceclaim.PodStatusEqual(old.Status.ResourceClaimStatuses, pod.Status.ResourceClaimStatuses) {
+		// The ResourceClaim controller named the claims it made from the
+		// pod's templates: the pod waited for them.
+		s.queue.MoveAll("PodGeneratedResourceClaim", func(p *queuedPod) bool { return p.info.pod.UID == pod.UID })
 	}
 }
 
@@ -340,9 +362,12 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		s.queue.Requeue(p, cycle, false)
 		return
 	}
-	refused := unsupported(pod, s.volumes != nil)
+	refused := unsupported(pod, s.volumes != nil, s.dra != nil)
 	if refused == "" {
 		refused = s.volumes.unsupportedVolumes(pod)
+	}
+	if refused == "" {
+		refused = s.dra.extendedResourceRefusal(p.info)
 	}
 	if refused != "" {
 		s.refuse(ctx, p, cycle, reasonSchedulerError, refused, start)
@@ -354,6 +379,21 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		return
 	}
 	q.fit = s.fit
+	// DynamicResources' PreFilter reads the resource listers only: it runs
+	// before the cache's lock is taken.
+	dra, draMsg, err := s.dra.prefilter(ctx, pod)
+	if refusal, ok := err.(*draRefusal); ok {
+		s.refuse(ctx, p, cycle, reasonSchedulerError, refusal.msg, start)
+		return
+	}
+	if err != nil {
+		logger.Error(err, "Reading the pod's resource claims failed; retrying with backoff", "pod", klog.KObj(pod))
+		s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
+		p.nominated = s.cache.nominatedNode(pod)
+		s.queue.Requeue(p, cycle, true)
+		return
+	}
+	q.dra = dra
 	s.cache.mu.RLock()
 	var node, preMsg string
 	var statuses map[string]status
@@ -361,6 +401,9 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 	if numNodes > 0 {
 		if preMsg = q.prefilterNamed(); preMsg == "" {
 			q.volumes, preMsg = s.volumes.prefilter(pod, s.cache)
+		}
+		if preMsg == "" {
+			preMsg = draMsg
 		}
 	}
 	if preMsg != "" {
@@ -402,13 +445,24 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 			s.queue.Requeue(p, cycle, true)
 			return
 		}
+		claims, err := q.dra.reserve(node)
+		if err != nil {
+			logger.V(2).Info("Reserving resource claims failed; retrying with backoff", "pod", klog.KObj(pod), "node", node, "err", err)
+			if vb != nil {
+				s.volumes.forgetAssumed(vb)
+			}
+			s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
+			p.nominated = s.cache.nominatedNode(pod)
+			s.queue.Requeue(p, cycle, true)
+			return
+		}
 		s.cache.assume(p.info, node)
 		s.queue.Done(pod.UID)
 		s.metrics.attempts.WithLabelValues("scheduled", s.cfg.SchedulerName).Inc()
 		s.metrics.attemptDuration.WithLabelValues("scheduled", s.cfg.SchedulerName).Observe(s.clock.Since(start).Seconds())
 		logger.V(2).Info("Scheduled", "pod", klog.KObj(pod), "node", node, "attempts", p.attempts)
-		if !vb.empty() {
-			s.bindWithVolumes(ctx, p, chosen, vb)
+		if !vb.empty() || len(claims) > 0 {
+			s.bindWithPrebind(ctx, p, chosen, vb, claims)
 			return
 		}
 		s.bind(ctx, p, node)
@@ -423,6 +477,9 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 	}
 	if out.msg != "" {
 		msg += " " + preemptionTag + out.msg
+	}
+	if dra != nil && dra.leftOut != "" && draRejected(statuses) {
+		msg += " " + dra.leftOut
 	}
 	for _, st := range statuses {
 		if st.code == unschedulable {

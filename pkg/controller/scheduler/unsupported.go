@@ -25,7 +25,7 @@ var unsupportedChecks = []func(*v1.Pod) []string{
 	inTreeDisks,
 	func(p *v1.Pod) []string {
 		if len(p.Spec.ResourceClaims) > 0 {
-			return []string{"spec.resourceClaims (DRA)"}
+			return []string{resourceClaimsDRA}
 		}
 		return nil
 	},
@@ -37,16 +37,26 @@ var unsupportedChecks = []func(*v1.Pod) []string{
 	},
 }
 
+// resourceClaimsDRA is what a pod with resource claims is refused for when
+// the scheduler runs without the resource informers.
+const resourceClaimsDRA = "spec.resourceClaims (DRA)"
+
 // unsupported returns the refusal message for a pod that uses features the
 // scheduler does not implement, or "". Without the storage informers
-// (claims false), claim volumes are refused too.
-func unsupported(pod *v1.Pod, claims bool) string {
+// (claims false), claim volumes are refused too; without the resource
+// informers (dra false), resource claims.
+func unsupported(pod *v1.Pod, claims, dra bool) string {
 	var found []string
 	if !claims {
 		found = claimVolumes(pod)
 	}
 	for _, check := range unsupportedChecks {
-		found = append(found, check(pod)...)
+		for _, f := range check(pod) {
+			if dra && f == resourceClaimsDRA {
+				continue // DynamicResources handles them
+			}
+			found = append(found, f)
+		}
 	}
 	return refusal(found)
 }

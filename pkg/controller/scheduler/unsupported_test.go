@@ -45,7 +45,7 @@ func TestUnsupportedMessage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pod("p", 0, 100)
 			tc.mod(p)
-			if got := unsupported(p, true); got != tc.want {
+			if got := unsupported(p, true, false); got != tc.want {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})
@@ -59,10 +59,10 @@ func TestUnsupportedClaimsWithoutStorageInformers(t *testing.T) {
 		{Name: "logs", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "logs-0"}}},
 		{Name: "scratch", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{}}}}
 	want := `nodeshepherd-scheduler does not support: persistentVolumeClaim volumes (pvc "data", "logs-0"), ephemeral volumes ("scratch"); use kube-scheduler for this pod`
-	if got := unsupported(p, false); got != want {
+	if got := unsupported(p, false, false); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
-	if got := unsupported(p, true); got != "" {
+	if got := unsupported(p, true, false); got != "" {
 		t.Errorf("with the storage informers: %q", got)
 	}
 }

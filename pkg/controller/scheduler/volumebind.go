@@ -20,45 +20,75 @@ import (
 // to be bound (kube-scheduler's VolumeBinding bindTimeoutSeconds default).
 const volumeBindTimeout = 600 * time.Second
 
-// bindWithVolumes is VolumeBinding's PreBind, then the pod's binding, in
-// the background: the volumes chosen get their claimRef, the claims to
-// provision the selected-node annotation, and once the PV controller (or a
-// provisioner) has bound every claim the pod is bound. On failure the pod
-// is forgotten and retried with backoff, as kube-scheduler does.
-func (s *Scheduler) bindWithVolumes(ctx context.Context, p *queuedPod, node *v1.Node, b *volumeBindings) {
+// bindWithPrebind runs the PreBind steps, then the pod's binding, in the
+// background. VolumeBinding's: the volumes chosen get their claimRef, the
+// claims to provision the selected-node annotation, and the steps wait
+// until the PV controller (or a provisioner) has bound every claim.
+// DynamicResources': the resource claims get their allocation and the pod
+// in reservedFor (prebindClaims). On failure the pod is forgotten and
+// retried with backoff, as kube-scheduler does; the resource claims
+// reserved for it are unreserved, also when its binding fails.
+func (s *Scheduler) bindWithPrebind(ctx context.Context, p *queuedPod, node *v1.Node, b *volumeBindings, claims []claimBinding) {
 	pod := p.info.pod
 	if s.dryRun.Enabled() {
-		for _, sb := range b.static {
-			s.dryRun.Report(ctx, pod, "bind-volume", fmt.Sprintf("would bind persistentvolume %s to claim %s/%s", sb.pv.Name, sb.pvc.Namespace, sb.pvc.Name))
+		if b != nil {
+			for _, sb := range b.static {
+				s.dryRun.Report(ctx, pod, "bind-volume", fmt.Sprintf("would bind persistentvolume %s to claim %s/%s", sb.pv.Name, sb.pvc.Namespace, sb.pvc.Name))
+			}
+			for _, c := range b.provision {
+				s.dryRun.Report(ctx, pod, "select-node", fmt.Sprintf("would annotate claim %s/%s with %s=%s", c.Namespace, c.Name, volumehelpers.AnnSelectedNode, node.Name))
+			}
 		}
-		for _, c := range b.provision {
-			s.dryRun.Report(ctx, pod, "select-node", fmt.Sprintf("would annotate claim %s/%s with %s=%s", c.Namespace, c.Name, volumehelpers.AnnSelectedNode, node.Name))
+		for _, c := range claims {
+			what := "reserve"
+			if c.allocation != nil {
+				what = "allocate and reserve"
+			}
+			s.dryRun.Report(ctx, pod, "reserve-resourceclaim", fmt.Sprintf("would %s resourceclaim %s/%s for pod %s/%s on node %s", what, c.claim.Namespace, c.claim.Name, pod.Namespace, pod.Name, node.Name))
 		}
-		s.volumes.forgetAssumed(b)
+		if b != nil {
+			s.volumes.forgetAssumed(b)
+		}
+		s.dra.forgetInFlight(claims)
 		s.bind(ctx, p, node.Name)
 		return
 	}
 	s.wg.Go(func() {
-		err := s.prebindVolumes(ctx, pod, node, b)
+		var err error
+		plugin := "VolumeBinding"
+		if !b.empty() {
+			err = s.prebindVolumes(ctx, pod, node, b)
+		}
+		var written []claimBinding
+		if err == nil && len(claims) > 0 {
+			plugin = "DynamicResources"
+			written, err = s.prebindClaims(ctx, pod, node.Name, claims)
+		} else {
+			s.dra.forgetInFlight(claims)
+		}
 		if ctx.Err() != nil || errors.Is(err, errPodGone) {
 			// No longer leading (the next leader takes the pod over), or
 			// the pod was deleted meanwhile.
+			s.unreserveClaims(context.WithoutCancel(ctx), pod, written)
 			s.cache.forget(pod.UID)
 			return
 		}
 		if err != nil {
+			s.unreserveClaims(ctx, pod, written)
 			s.cache.forget(pod.UID)
 			s.metrics.attempts.WithLabelValues("error", s.cfg.SchedulerName).Inc()
-			msg := truncate(fmt.Sprintf("running PreBind plugin %q: %v", "VolumeBinding", err))
-			klog.FromContext(ctx).Error(err, "Binding volumes failed; retrying with backoff", "pod", klog.KObj(pod), "node", node.Name)
+			msg := truncate(fmt.Sprintf("running PreBind plugin %q: %v", plugin, err))
+			klog.FromContext(ctx).Error(err, "PreBind failed; retrying with backoff", "pod", klog.KObj(pod), "node", node.Name, "plugin", plugin)
 			s.recorder.Event(pod, v1.EventTypeWarning, "FailedScheduling", msg)
 			if cond := podScheduledFalse(pod, reasonSchedulerError, msg, s.clock.Now()); cond != nil {
-				s.patchStatus(ctx, pod, map[string]any{"conditions": []any{cond}}, "report the volume binding failure")
+				s.patchStatus(ctx, pod, map[string]any{"conditions": []any{cond}}, "report the PreBind failure")
 			}
 			s.queue.Readd(pod)
 			return
 		}
-		s.doBind(context.WithoutCancel(ctx), p, node.Name)
+		if err := s.doBind(context.WithoutCancel(ctx), p, node.Name); err != nil {
+			s.unreserveClaims(context.WithoutCancel(ctx), pod, written)
+		}
 	})
 }
 
