@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -58,7 +59,16 @@ func TestSchedulerRefusesUnsupported(t *testing.T) {
 	waitClaimBound(t, c, "old", "legacy-pv")
 	legacy := ours(spec{name: "legacy", class: "p20", milliCPU: 100}, n)
 	legacy.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "old"}}}}
+	// A claim asking for what the DRA filter does not implement (a
+	// prioritized list) is refused; plain claims are scheduled (see
+	// scheduler_dra_test.go).
 	claim := "gpu-claim"
+	prio := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "any", DeviceClassName: "gpu"}}}}}}}
+	if _, err := c.client.ResourceV1().ResourceClaims("default").Create(ctx, prio, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	dra := ours(spec{name: "dra", class: "p20", milliCPU: 100}, n)
 	dra.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}}
 	gatedPod := ours(spec{name: "gated", class: "p10", milliCPU: 100}, n)
@@ -73,7 +83,7 @@ func TestSchedulerRefusesUnsupported(t *testing.T) {
 	refused := map[string]string{
 		"disk":   `nodeshepherd-scheduler does not support: inline gcePersistentDisk, awsElasticBlockStore, rbd, iscsi, azureDisk, cinder, vsphereVolume or portworxVolume volumes ("data"); use kube-scheduler for this pod`,
 		"legacy": `nodeshepherd-scheduler does not support: in-tree gcePersistentDisk persistentvolume "legacy-pv" (pvc "old"); use kube-scheduler for this pod`,
-		"dra":    `nodeshepherd-scheduler does not support: spec.resourceClaims (DRA); use kube-scheduler for this pod`,
+		"dra":    `nodeshepherd-scheduler does not support: prioritized list (firstAvailable) in request gpu of resourceclaim default/gpu-claim (DRAPrioritizedList); use kube-scheduler for this pod`,
 	}
 	for name, msg := range refused {
 		waitPodScheduledFalse(t, c, name, v1.PodReasonSchedulerError, msg)
