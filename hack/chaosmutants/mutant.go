@@ -124,6 +124,20 @@ var configKeys = map[string]func(string) error{
 		}
 		return nil
 	},
+	// repair-delay: how long the fake cloud takes to act on a repair
+	// request (0 by default), for repair-refill: the evicted pod's
+	// replacement, bound to the node meanwhile, runs before the machine
+	// goes, whatever the machine's load.
+	"repair-delay": func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return err
+		}
+		if d < 0 || d > 30*time.Second {
+			return fmt.Errorf("%v: want 0s to 30s", d)
+		}
+		return nil
+	},
 }
 
 // parseMutant reads and checks one mutant file.

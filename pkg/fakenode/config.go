@@ -107,6 +107,12 @@ type Config struct {
 	// before the new machine registers it (package cloudprovider/fake).
 	RebootDowntime  time.Duration
 	ReplaceDowntime time.Duration
+	// RepairDelay is how long the fake cloud takes to start carrying out a
+	// repair request once it sees it (0: at once). A real provider takes
+	// seconds between accepting a Reboot or Replace and the machine going
+	// down; during them the cluster goes on (the scheduler may bind pods to
+	// the node), which only a delay lets a rehearsal show.
+	RepairDelay time.Duration
 	// IgnorePowerOff: the fake cloud accepts power-off requests (a Fence)
 	// but the machines keep running, as behind a BMC that fails silently;
 	// the provider goes on answering that they run.
@@ -239,6 +245,9 @@ func (c *Config) ValidateSettings() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
 		}
+	}
+	if c.RepairDelay < 0 {
+		errs = append(errs, fmt.Errorf("repair delay must not be negative, got %v", c.RepairDelay))
 	}
 	if c.VolumeAttachDelay < 0 {
 		errs = append(errs, fmt.Errorf("volume attach delay must not be negative, got %v", c.VolumeAttachDelay))

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
@@ -326,5 +327,66 @@ func TestReplacementRegistersOnceReachable(t *testing.T) {
 	m.repairs.running.Wait()
 	if _, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the healed replacement has no Node: %v", err)
+	}
+}
+
+// With a RepairDelay, the fake cloud leaves the machine alone until the
+// delay has passed (a real provider takes seconds to act on a request);
+// then it carries the request out as without one.
+func TestRepairDelay(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	m, err := New(Config{Client: client, Nodes: 1, Clock: clk, RepairDelay: 3 * time.Second, RebootDowntime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.statusQ = workqueue.NewTypedDelayingQueue[string]()
+	defer m.statusQ.ShutDown()
+	n := m.nodes[m.names[0]]
+	if err := m.register(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(fakecloud.Request{ID: "r1", Action: fakecloud.ActionReboot})
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fakecloud.RequestsConfigMapName, Namespace: fakecloud.ConfigMapNamespace}, Data: map[string]string{n.name: string(b)}}
+	if _, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.onRepairs(ctx, cm)
+	m.onRepairs(ctx, cm) // seen again (a resync): still one repair
+	machine := func() string {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.machine
+	}
+	// The delay's timer is set; the machine runs until it fires.
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return clk.HasWaiters(), nil
+	}); err != nil {
+		t.Fatalf("no timer for the delay: %v", err)
+	}
+	clk.Step(2999 * time.Millisecond)
+	if got := machine(); got == fakecloud.Shutdown {
+		t.Fatal("machine off before the delay passed")
+	}
+	clk.Step(time.Millisecond)
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Get(ctx, fakecloud.RequestsConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		r, err := fakecloud.ParseRequest(got.Data[n.name])
+		return err == nil && r.Done != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the reboot was not carried out after the delay: %v", err)
+	}
+	m.repairs.running.Wait()
+	if got := machine(); got != fakecloud.Shutdown {
+		t.Errorf("machine %s after the delay, want it off for the reboot's downtime", got)
+	}
+	if _, err := New(Config{Client: client, Nodes: 1, RepairDelay: -time.Second}); err == nil {
+		t.Error("a negative repair delay was accepted")
 	}
 }

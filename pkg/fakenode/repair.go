@@ -87,25 +87,46 @@ func (m *Manager) onRepairs(ctx context.Context, cm *v1.ConfigMap) {
 		if busy {
 			continue
 		}
-		// resourceVersion: the ConfigMap's, for whoever orders the request
-		// among the cluster's writes (the chaos checker's budgets rule).
-		logger.Info("Repair requested", "node", name, "action", r.Action, "request", r.ID, "resourceVersion", cm.ResourceVersion)
-		switch r.Action {
-		case fakecloud.ActionReboot:
-			if _, err := m.Apply(ctx, Fault{Action: MachineShutdown, Target: Target{Nodes: []string{name}}, Duration: m.cfg.RebootDowntime}); err != nil {
-				logger.Error(err, "Rebooting", "node", name)
-			}
-			m.repairDone(ctx, name, r)
-		case fakecloud.ActionReplace:
-			m.repairs.running.Go(func() { m.replace(ctx, n, r) })
-		case fakecloud.ActionPowerOff:
-			if !m.cfg.IgnorePowerOff {
-				if _, err := m.Apply(ctx, Fault{Action: MachineShutdown, Target: Target{Nodes: []string{name}}}); err != nil {
-					logger.Error(err, "Powering off", "node", name)
+		rv := cm.ResourceVersion
+		if d := m.cfg.RepairDelay; d > 0 {
+			m.repairs.running.Go(func() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-m.cfg.Clock.After(d):
 				}
-			}
-			m.repairDone(ctx, name, r)
+				m.carryOut(ctx, n, r, rv)
+			})
+			continue
 		}
+		m.carryOut(ctx, n, r, rv)
+	}
+}
+
+// carryOut starts one repair request on node n's machine; rv is the
+// resourceVersion of the ConfigMap that carried the request.
+func (m *Manager) carryOut(ctx context.Context, n *node, r fakecloud.Request, rv string) {
+	logger := klog.FromContext(ctx)
+	name := n.name
+	// resourceVersion: the ConfigMap's, for whoever orders the request
+	// among the cluster's writes (the chaos checker's budgets rule). Said
+	// when the machine is about to change, after any RepairDelay.
+	logger.Info("Repair requested", "node", name, "action", r.Action, "request", r.ID, "resourceVersion", rv)
+	switch r.Action {
+	case fakecloud.ActionReboot:
+		if _, err := m.Apply(ctx, Fault{Action: MachineShutdown, Target: Target{Nodes: []string{name}}, Duration: m.cfg.RebootDowntime}); err != nil {
+			logger.Error(err, "Rebooting", "node", name)
+		}
+		m.repairDone(ctx, name, r)
+	case fakecloud.ActionReplace:
+		m.repairs.running.Go(func() { m.replace(ctx, n, r) })
+	case fakecloud.ActionPowerOff:
+		if !m.cfg.IgnorePowerOff {
+			if _, err := m.Apply(ctx, Fault{Action: MachineShutdown, Target: Target{Nodes: []string{name}}}); err != nil {
+				logger.Error(err, "Powering off", "node", name)
+			}
+		}
+		m.repairDone(ctx, name, r)
 	}
 }
 

@@ -61,6 +61,11 @@ var (
 	// full-range: a range the newcomers fill.
 	flagClusterCIDR    = flag.String("cluster-cidr", clusterCIDR, "node IPAM's cluster range (/26 blocks)")
 	flagStalePodStatus = flag.Bool("stale-pod-status", false, "fake kubelets never re-post a pod status changed by someone else while the node was away (the seed 002 incident's kubelet)")
+	// flagRepairDelay: a mutant's "Config: repair-delay=...": the fake
+	// cloud acts on a repair request that long after seeing it, so that
+	// pods the scheduler binds to the node meanwhile run before the
+	// machine goes (repair-refill).
+	flagRepairDelay = flag.Duration("repair-delay", 0, "how long the fake cloud takes to start carrying out a repair request (0: at once)")
 )
 
 // faultKinds is every kind -kinds takes: pkg/chaos's vocabulary, the
@@ -327,7 +332,8 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	repairs := newRepairTruth(truth, c.note)
 	c.nodeCfg = fakenode.Config{Client: client, Groups: nodeGroups(zoneNames, 4), LeaseDuration: 4 * time.Second,
 		LeaseRenewInterval: 500 * time.Millisecond, NodeStatusUpdateFrequency: 500 * time.Millisecond, PodStartDelay: 100 * time.Millisecond,
-		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime, EmulateStalePodStatus: *flagStalePodStatus}
+		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime, EmulateStalePodStatus: *flagStalePodStatus,
+		RepairDelay: *flagRepairDelay}
 	m := startFakeNodes(t, repairs, c.nodeCfg)
 	c.nodes, c.repairs, c.late = m, repairs, map[string]*fakenode.Manager{}
 	for _, z := range czones {

@@ -210,9 +210,12 @@ const (
 	// node outside the pool in another zone is cut off from 21s (its web
 	// pod not Ready: budget web has one disruption left). The node's web pod
 	// is evicted first, which spends it, and the scheduler can bind the
-	// replacement only to the same node: only a step that keeps new pods
-	// off and starts on a look that finds none left keeps budget web (pdb;
-	// chaos seed 40004).
+	// replacement only to the same node, where it runs and gives the
+	// disruption back; from 28s to 38s two more nodes outside the pool are
+	// cut off, so that budget web allows none by the time the machine goes
+	// (a fake cloud slower than the pods: Config repair-delay in the
+	// mutant). Only a step that keeps new pods off and starts on a look that
+	// finds none left keeps budget web (pdb; chaos seed 40004).
 	kindRepairRefill chaos.Kind = "repair-refill"
 
 	// kindRepairCutoff: drawn only when named: the policy's condition on a
@@ -379,14 +382,17 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 					}
 				}
 			}
-			cut := []string{far[r.IntN(len(far))]}
-			f.Nodes = append(f.Nodes, cut...)
+			perm := r.Perm(len(far))
+			cut, late := []string{far[perm[0]]}, []string{far[perm[1]], far[perm[2]]}
+			f.Nodes = append(append(f.Nodes, cut...), late...)
 			add(0, on)
 			add(18*time.Second, off)
 			add(8*time.Second, chaos.Step{Op: opCrowdOn, Nodes: others})
 			add(21*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
 			add(24*time.Second, on)
+			add(28*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: late})
 			add(34*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
+			add(38*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: late})
 			add(34*time.Second, chaos.Step{Op: opCrowdOff, Nodes: others})
 			add(f.Duration, off)
 			faults = append(faults, f)
