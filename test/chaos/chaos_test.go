@@ -621,6 +621,15 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		return setPoolLabel(ctx, c.client, s.Nodes[0], s.Op == opPoolJoin)
 	case opCrowdOn, opCrowdOff:
 		return setCrowdTaint(ctx, c.client, s.Nodes, s.Op == opCrowdOn)
+	case opHoldNodeWrites:
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: []string{http.MethodPatch, http.MethodPut},
+			Resource: "nodes", Subresource: "-", Names: s.Nodes, Kind: framework.FaultHold})
+	case opReleaseNodeWrites:
+		if r := c.rules[s.Fault]; r != nil {
+			n := c.proxy.Held(r.Name)
+			c.proxy.Release(r)
+			return fmt.Sprintf(" (%d writes released)", n)
+		}
 	case opConfirm:
 		// A careful person looks first: two faults of one node overlap
 		// (another one's machine start inside this one's shutdown), and a

@@ -203,7 +203,7 @@ const (
 	// kindRepairRefill: drawn only when named: the policy's condition on a
 	// pool node, lasting (it survives the reboot), until 18s in: past the
 	// Taint step into the Reboot; healthy for the hold, the repair ends at
-	// step 2; 24s in the condition is back, within the recurrence window,
+	// step 2; 26s in the condition is back, within the recurrence window,
 	// and the repair resumes at step 3 (Replace) on a node without the
 	// Taint step's taint yet. From 8s to 34s every other node carries a
 	// person's NoSchedule taint (opCrowdOn: the cluster is full), and a
@@ -211,11 +211,15 @@ const (
 	// pod not Ready: budget web has one disruption left). The node's web pod
 	// is evicted first, which spends it, and the scheduler can bind the
 	// replacement only to the same node, where it runs and gives the
-	// disruption back; from 28s to 38s two more nodes outside the pool are
-	// cut off, so that budget web allows none by the time the machine goes
-	// (a fake cloud slower than the pods: Config repair-delay in the
-	// mutant). Only a step that keeps new pods off and starts on a look that
-	// finds none left keeps budget web (pdb; chaos seed 40004).
+	// disruption back. From 26s to 33s the controllers' writes of the node
+	// (taints, records) are held, as in a loaded API server, so that the
+	// Taint step's taint, written just after the eviction, cannot beat the
+	// scheduler (chaos seed 40004 lost that race by 0.1 s); from 28s to
+	// 44s two more nodes outside the pool are cut off, so that budget web
+	// allows none by the time the machine goes (a fake cloud slower than
+	// the pods: Config repair-delay in the mutant). Only a step that keeps
+	// new pods off and starts on a look that finds none left keeps budget
+	// web (pdb).
 	kindRepairRefill chaos.Kind = "repair-refill"
 
 	// kindRepairCutoff: drawn only when named: the policy's condition on a
@@ -237,6 +241,12 @@ const (
 	// Nodes, and its removal.
 	opCrowdOn  chaos.Op = "crowd-taint"
 	opCrowdOff chaos.Op = "crowd-untaint"
+	// opHoldNodeWrites and opReleaseNodeWrites: the controllers' writes of
+	// the Nodes' spec or metadata (taints, annotations) are held in the
+	// API server's queue, then land (repair-refill: the writes that follow
+	// an eviction land late, so that its replacement can be bound first).
+	opHoldNodeWrites    chaos.Op = "hold-node-writes"
+	opReleaseNodeWrites chaos.Op = "release-node-writes"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
@@ -363,7 +373,7 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			continue
 		case kindRepairRefill:
 			node := pool[r.IntN(len(pool))]
-			f.Kind, f.Nodes, f.Duration = kindRepairRefill, []string{node}, 40*time.Second
+			f.Kind, f.Nodes, f.Duration = kindRepairRefill, []string{node}, 44*time.Second
 			if at < blindUntil || at+f.Duration > window {
 				continue
 			}
@@ -389,11 +399,13 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(18*time.Second, off)
 			add(8*time.Second, chaos.Step{Op: opCrowdOn, Nodes: others})
 			add(21*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
-			add(24*time.Second, on)
+			add(26*time.Second, chaos.Step{Op: opHoldNodeWrites, Nodes: []string{node}})
+			add(26*time.Second, on)
 			add(28*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: late})
+			add(33*time.Second, chaos.Step{Op: opReleaseNodeWrites, Nodes: []string{node}})
 			add(34*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
-			add(38*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: late})
 			add(34*time.Second, chaos.Step{Op: opCrowdOff, Nodes: others})
+			add(f.Duration, chaos.Step{Op: chaos.OpHeal, Nodes: late})
 			add(f.Duration, off)
 			faults = append(faults, f)
 			continue
