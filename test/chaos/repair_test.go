@@ -205,7 +205,7 @@ const (
 	// Taint step into the Reboot; healthy for the hold, the repair ends at
 	// step 2; 26s in the condition is back, within the recurrence window,
 	// and the repair resumes at step 3 (Replace) on a node without the
-	// Taint step's taint yet. From 8s to 34s every other node carries a
+	// Taint step's taint yet. From 8s to 42s every other node carries a
 	// person's NoSchedule taint (opCrowdOn: the cluster is full), and a
 	// node outside the pool in another zone is cut off from 21s (its web
 	// pod not Ready: budget web has one disruption left). The node's web pod
@@ -215,7 +215,7 @@ const (
 	// (taints, records) are held, as in a loaded API server, so that the
 	// Taint step's taint, written just after the eviction, cannot beat the
 	// scheduler (chaos seed 40004 lost that race by 0.1 s); from 28s to
-	// 44s two more nodes outside the pool are cut off, so that budget web
+	// 46s two more nodes outside the pool are cut off, so that budget web
 	// allows none by the time the machine goes (a fake cloud slower than
 	// the pods: Config repair-delay in the mutant). Only a step that keeps
 	// new pods off and starts on a look that finds none left keeps budget
@@ -373,7 +373,7 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			continue
 		case kindRepairRefill:
 			node := pool[r.IntN(len(pool))]
-			f.Kind, f.Nodes, f.Duration = kindRepairRefill, []string{node}, 44*time.Second
+			f.Kind, f.Nodes, f.Duration = kindRepairRefill, []string{node}, 46*time.Second
 			if at < blindUntil || at+f.Duration > window {
 				continue
 			}
@@ -404,7 +404,7 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(28*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: late})
 			add(33*time.Second, chaos.Step{Op: opReleaseNodeWrites, Nodes: []string{node}})
 			add(34*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
-			add(34*time.Second, chaos.Step{Op: opCrowdOff, Nodes: others})
+			add(42*time.Second, chaos.Step{Op: opCrowdOff, Nodes: others})
 			add(f.Duration, chaos.Step{Op: chaos.OpHeal, Nodes: late})
 			add(f.Duration, off)
 			faults = append(faults, f)
