@@ -41,7 +41,7 @@ var (
 	flagBudget   = flag.Duration("budget", 10*time.Minute, "wall time of seed runs per mutant at most")
 	flagBaseFile = flag.String("baseline-file", "bin/chaos-mutants-baseline.json", "baseline results, read by mutant runs and written by -baseline")
 	flagKeep     = flag.Bool("keep", false, "keep each mutant's scratch copy of the tree")
-	flagLogs     = flag.String("logs", "bin/chaos-mutants", "directory for each seed's test output (NAME/seed-N.log)")
+	flagLogs     = flag.String("logs", "bin/chaos-mutants", "directory for each seed's test output (NAME/seed-N.log), relative to the repository unless absolute")
 	flagSeeds    = flag.String("seeds", "", "seeds to run instead of each mutant's Seeds, comma-separated (e.g. the baseline of the seed that caught one)")
 )
 
@@ -285,7 +285,10 @@ var (
 
 // runSeed runs TestChaos on one seed until done or until the deadline.
 func (r *runner) runSeed(ctx context.Context, b *build, name string, seed int64, d time.Duration, kinds, config []string) seedRun {
-	logDir := filepath.Join(r.root, *flagLogs, name)
+	logDir := filepath.Join(*flagLogs, name)
+	if !filepath.IsAbs(logDir) {
+		logDir = filepath.Join(r.root, logDir) // relative to the repository, not the scratch copy
+	}
 	_ = os.MkdirAll(logDir, 0o755)
 	logPath := filepath.Join(logDir, fmt.Sprintf("seed-%d.log", seed))
 	sr := seedRun{log: logPath}

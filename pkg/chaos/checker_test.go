@@ -603,6 +603,16 @@ func TestCountdownStrippedWithoutRecovery(t *testing.T) {
 	c.ObserveNode(at(20), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
 	c.Settle(at(23))
 	wantViolations(t, c, InvCountdown, 0, "")
+
+	// The same, with a node registering 1 s after the strip, before the
+	// strip is judged (chaos seeds 160011, 160018: silent-newcomer beside
+	// all-zones-failover): the controller could not have had it, so it
+	// does not make a zone less than down.
+	c = history(t, 1.0, partition("n0"), 8.0, partition(all...), 14.0, Step{Op: OpRegister, Nodes: []string{"late-0-a-0000"}, Zone: "zone-a"})
+	c.ObserveNode(at(6), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
+	c.ObserveNode(at(13), withReady(node("n0"), v1.ConditionUnknown), false)
+	c.Settle(at(23))
+	wantViolations(t, c, InvCountdown, 0, "")
 }
 
 func TestCountdownRestartedOrBackdated(t *testing.T) {

@@ -297,8 +297,9 @@ func (c *Checker) judgeStrip(p pendingStrip) {
 		return
 	}
 	from := p.seen.Add(-2 * c.countMargin())
-	allDown := len(c.truth.Zones()) > 0
-	for _, z := range c.truth.Zones() {
+	zones := c.truth.ZonesAt(p.seen)
+	allDown := len(zones) > 0
+	for _, z := range zones {
 		for _, name := range z.Nodes {
 			allDown = allDown && c.truth.Ever(name, from, p.seen, Machine.NotReady)
 		}

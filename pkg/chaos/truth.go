@@ -112,6 +112,36 @@ func (t *Truth) Zones() []Zone {
 	return out
 }
 
+// ZonesAt returns every zone and the nodes it had at at: a newcomer joins
+// from its registration's start on. A judgment of a moment that runs later
+// (after the slack) must not count a node that registered meanwhile: the
+// controller could not have had it.
+func (t *Truth) ZonesAt(at time.Time) []Zone {
+	t.mu.Lock()
+	later := map[string]bool{}
+	for n, steps := range t.steps {
+		for _, a := range steps {
+			if a.Step.Op == OpRegister && a.Start.After(at) {
+				later[n] = true
+			}
+		}
+	}
+	t.mu.Unlock()
+	var out []Zone
+	for _, z := range t.Zones() {
+		kept := Zone{Name: z.Name}
+		for _, n := range z.Nodes {
+			if !later[n] {
+				kept.Nodes = append(kept.Nodes, n)
+			}
+		}
+		if len(kept.Nodes) > 0 {
+			out = append(out, kept)
+		}
+	}
+	return out
+}
+
 // apply is what a step does to a machine, as the fake nodes do it: the
 // flags are set and cleared, not counted (a heal ends every partition).
 func apply(m Machine, s Step) Machine {

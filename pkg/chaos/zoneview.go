@@ -260,7 +260,7 @@ func (c *Checker) viewHeld(from, to time.Time) string {
 // some moment of [from, to], so the controller may have left the all-zones
 // mode meanwhile, which starts every node's count afresh.
 func (c *Checker) everyNodeMaybeDown(from, to time.Time) bool {
-	zones := c.truth.Zones()
+	zones := c.truth.ZonesAt(to)
 	if len(zones) == 0 {
 		return false
 	}
