@@ -71,6 +71,7 @@ var NotChecked = []string{
 	"early-unknown/early-taint: a mark whose Lease renewals the checker saw late (its watch trailing by more than the grace period less the renewal interval) is not judged",
 	"countdown-restart: a strip followed by a recovery within the slack is not told from a removal after it; a re-add of the other failure kind with a new timeAdded counts as a swap",
 	"rate-limit: the fresh limiter of a zone state change (upstream swaps it) is not allowed for, a leader change's is",
+	"running-machine: a person's confirmation of a machine that starts again behind a partition while the provider cannot answer is never drawn (confirm-cut-start and the blind kinds do not overlap): nothing a controller sees tells it from a dead machine",
 	"zone-rules: a node counts as silent only once the checker saw its last renewal more than the controller's longest overdue time plus ViewLag before the pass, a monitor period and ViewLag before the decision (about 5.4 s with 0.5 s renewals); while a fault held the controllers' view of the Leases or their passes, or every node may have been down, only silences certain for grace + monitor period + slack count; a taint decided on a node's own expiry while its zone's other nodes were merely overdue is not caught",
 }
 

@@ -378,3 +378,37 @@ func testRepairChecker(t *testing.T) {
 		}
 	}
 }
+
+// A confirm-cut-start never overlaps a window in which the provider
+// cannot answer (chaos seed 160012): its machine, started again behind a
+// partition, is told from a dead one only by the provider.
+func TestConfirmCutStartOutsideBlindWindows(t *testing.T) {
+	zones := []chaos.Zone{{Name: "zone-a", Nodes: []string{"n0", "n1", "n2", "n3"}}, {Name: "zone-b", Nodes: []string{"n4", "n5", "n6", "n7"}}, {Name: "zone-c", Nodes: []string{"n8", "n9", "n10", "n11"}}}
+	kinds := []chaos.Kind{kindConfirmCutStart, kindConfirmCloudBlind, kindLeaderlessCloudBlind}
+	both := 0
+	for seed := int64(1); seed <= 300; seed++ {
+		faults, _ := personSchedule(seed, 60*time.Second, zones, 0, kinds)
+		var cuts, blinds []chaos.Fault
+		for _, f := range faults {
+			switch f.Kind {
+			case kindConfirmCutStart:
+				cuts = append(cuts, f)
+			case kindConfirmCloudBlind, kindLeaderlessCloudBlind:
+				blinds = append(blinds, f)
+			}
+		}
+		if len(cuts) > 0 && len(blinds) > 0 {
+			both++
+		}
+		for _, c := range cuts {
+			for _, b := range blinds {
+				if c.At < b.At+b.Duration && b.At < c.At+c.Duration {
+					t.Errorf("seed %d: %s overlaps %s", seed, c, b)
+				}
+			}
+		}
+	}
+	if both == 0 {
+		t.Error("no seed draws both kinds: the test shows nothing")
+	}
+}
