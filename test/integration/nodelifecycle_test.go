@@ -298,9 +298,13 @@ func TestEvictionRateLimitPerZone(t *testing.T) {
 	if gap < 0 {
 		gap = -gap
 	}
-	// timeAdded has whole seconds: 0.1 nodes/s means 10s ± 1s between taints.
-	if gap < 9*time.Second || gap > 12*time.Second {
-		t.Errorf("taints %v apart, want about 10s at --node-eviction-rate=0.1", gap)
+	// timeAdded has whole seconds: 0.1 nodes/s means at least 10s - 1s
+	// between taints. Only the limit is asserted: a busy machine may taint
+	// the second node later, never sooner; the wait's deadline above fails
+	// a rate far too slow.
+	t.Logf("taints %v apart", gap)
+	if gap < 9*time.Second {
+		t.Errorf("taints %v apart, want at least 10s at --node-eviction-rate=0.1", gap)
 	}
 }
 
