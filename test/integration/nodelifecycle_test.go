@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
@@ -55,22 +54,10 @@ func zonedNodes(client kubernetes.Interface, zones string, stale bool) fakenode.
 }
 
 // addTaint adds a taint to a node as kubectl taint would, as the client's
-// user: the node is read and written again on a conflict, since the fake
-// kubelet and the controllers write it meanwhile.
+// user (framework.UpdateNode).
 func addTaint(t *testing.T, client kubernetes.Interface, node string, taint v1.Taint) {
 	t.Helper()
-	ctx := framework.Context(t)
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Taints = append(n.Spec.Taints, taint)
-		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatalf("tainting node %s: %v", node, err)
-	}
+	framework.UpdateNode(t, client, node, func(n *v1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) })
 }
 
 func getNode(t *testing.T, client kubernetes.Interface, name string) *v1.Node {
