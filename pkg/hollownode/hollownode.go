@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/childproc"
 )
 
 // Binary is the hollow node's file name in the control plane's bin
@@ -319,7 +321,8 @@ func (n *node) start() error {
 	// The kubelet's root and the fake runtime's socket go under the node's
 	// own directory.
 	cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Join(n.dir, "tmp"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	childproc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("node %s: starting kubemark: %w", n.name, err)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,11 +30,11 @@ func BenchmarkFakeNodes(b *testing.B) {
 	cp := framework.StartControlPlane(b, controlplane.Config{})
 	client := framework.Client(b, cp)
 	bin := filepath.Join(b.TempDir(), "nodeshepherd")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput(); err != nil {
+	if out, err := framework.Command("go", "build", "-o", bin, "github.com/nodeshepherd/nodeshepherd/cmd/nodeshepherd").CombinedOutput(); err != nil {
 		b.Fatalf("building nodeshepherd: %s", out)
 	}
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes", strconv.Itoa(nodes),
+		cmd := framework.Command(bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes", strconv.Itoa(nodes),
 			"--name-prefix", fmt.Sprintf("bench-%d-", i), "--control-socket", filepath.Join(b.TempDir(), "fn.sock"))
 		logf, err := os.Create(filepath.Join(b.TempDir(), "fakenodes.log"))
 		if err != nil {

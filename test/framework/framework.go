@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -97,7 +96,7 @@ func keepLogs(t testing.TB, dir string) {
 	}
 	target := filepath.Join(dest, filepath.Base(t.Name()))
 	if err := os.MkdirAll(target, 0o755); err == nil {
-		_ = exec.Command("cp", "-r", filepath.Join(dir, "logs"), target).Run()
+		_ = Command("cp", "-r", filepath.Join(dir, "logs"), target).Run()
 	}
 }
 
@@ -242,13 +241,13 @@ func (b *build) binary(t testing.TB) string {
 			return
 		}
 		b.path = filepath.Join(dir, "nodeshepherd")
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		root, err := Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 		if err != nil {
 			b.err = fmt.Errorf("finding the module root: %v", err)
 			return
 		}
 		// `make build`, as the Dockerfile does: the tests run the shipped binary.
-		if out, err := exec.Command("make", "-s", "-C", strings.TrimSpace(string(root)), "build", "BIN="+dir, "GO_BUILD_TAGS="+b.tags).CombinedOutput(); err != nil {
+		if out, err := Command("make", "-s", "-C", strings.TrimSpace(string(root)), "build", "BIN="+dir, "GO_BUILD_TAGS="+b.tags).CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("building nodeshepherd: %v: %s", err, out)
 		}
 	})
@@ -263,8 +262,7 @@ func (b *build) binary(t testing.TB) string {
 // exit code, stdout and stderr.
 func RunBinary(t testing.TB, bin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	DieWithTest(cmd)
+	cmd := Command(bin, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -295,27 +293,15 @@ func StartFaultBinary(t testing.TB, fault string, args ...string) *exec.Cmd {
 	return startBinary(t, FaultBinary(t), []string{faulthook.Env + "=" + fault}, args)
 }
 
-// DieWithTest has the kernel kill cmd's process when the test process dies:
-// a test binary killed at its timeout runs no cleanup, and a `nodeshepherd
-// run` or fakenodes left behind would eat CPU in the next run. Call it
-// before cmd.Start on every long-running process a test starts.
-func DieWithTest(cmd *exec.Cmd) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-}
-
 func startBinary(t testing.TB, bin string, env, args []string) *exec.Cmd {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--secure-port") }) {
 		args = append(slices.Clone(args), "--secure-port=0")
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := Command(bin, args...)
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
-	DieWithTest(cmd)
 	logf, err := os.Create(filepath.Join(t.TempDir(), "nodeshepherd.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -68,7 +67,7 @@ func LeaderElectionNamespace(def string) string {
 // RepoRoot is the module's directory.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	out, err := Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 	if err != nil {
 		t.Fatalf("finding the module root: %v", err)
 	}
@@ -99,7 +98,7 @@ func WriteKubeconfig(t testing.TB, server string, caData []byte, token string) s
 func Kubectl(t testing.TB, cfg *rest.Config, args ...string) string {
 	t.Helper()
 	path := WriteKubeconfig(t, cfg.Host, cfg.CAData, cfg.BearerToken)
-	out, err := exec.Command("kubectl", append([]string{"--kubeconfig", path}, args...)...).CombinedOutput()
+	out, err := Command("kubectl", append([]string{"--kubeconfig", path}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -115,7 +114,7 @@ func TestFakeNodeImagesReported(t *testing.T) {
 		if err := os.Chmod(dir, 0o700); err != nil { // fakenodes refuses a control socket others can reach
 			t.Fatal(err)
 		}
-		cmd := exec.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes=2", "--zones=zone-c",
+		cmd := framework.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes=2", "--zones=zone-c",
 			"--name-prefix=cli-", "--csi-driver=", "--control-socket", filepath.Join(dir, "ctl.sock"),
 			"--images=registry.k8s.io/pause:3.10=750kB, docker.io/library/nginx:1.27=70MB,postgres:17=1.5GiB", "--node-status-max-images=-1")
 		log, err := os.Create(filepath.Join(dir, "fakenodes.log"))
@@ -123,7 +122,6 @@ func TestFakeNodeImagesReported(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd.Stdout, cmd.Stderr = log, log
-		framework.DieWithTest(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +161,7 @@ func TestFakeNodeImagesReported(t *testing.T) {
 			{"--images=Nginx=1MB", `image name "Nginx" is not an image reference`},
 			{"--node-status-max-images=0", "--node-status-max-images must be -1 (every image) or at least 1, got 0"},
 		} {
-			b, err := exec.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), c.flag).CombinedOutput()
+			b, err := framework.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), c.flag).CombinedOutput()
 			if exitCode(err) != 2 || !strings.Contains(string(b), c.want) {
 				t.Errorf("fakenodes %s: exit %d, want 2 and %q:\n%s", c.flag, exitCode(err), c.want, b)
 			}
@@ -206,7 +204,7 @@ func TestFakeNodeImagesSnapshot(t *testing.T) {
 
 	bin := framework.Binary(t)
 	out := filepath.Join(t.TempDir(), "imgs")
-	b, err := exec.CommandContext(ctx, bin, "scenario", "snapshot", "--kubeconfig", cp.KubeconfigPath(), "-o", out).CombinedOutput()
+	b, err := framework.CommandContext(ctx, bin, "scenario", "snapshot", "--kubeconfig", cp.KubeconfigPath(), "-o", out).CombinedOutput()
 	t.Logf("snapshot:\n%s", b)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)

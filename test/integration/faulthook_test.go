@@ -22,7 +22,7 @@ func TestReleaseBinaryHasNoFaultHook(t *testing.T) {
 		name, path string
 		want       bool
 	}{{"release", framework.Binary(t), false}, {"faulthook", framework.FaultBinary(t), true}} {
-		out, err := exec.Command("go", "tool", "nm", b.path).CombinedOutput()
+		out, err := framework.Command("go", "tool", "nm", b.path).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go tool nm %s: %v: %s", b.path, err, out)
 		}
@@ -31,7 +31,7 @@ func TestReleaseBinaryHasNoFaultHook(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(framework.Binary(t), "run", "--kubeconfig=/nonexistent")
+	cmd := framework.Command(framework.Binary(t), "run", "--kubeconfig=/nonexistent")
 	cmd.Env = append(os.Environ(), faulthook.Env+"=hang:drain")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,7 +25,7 @@ func TestHelmChartAcceptedByAPIServer(t *testing.T) {
 	cp := framework.StartControlPlane(t, controlplane.Config{})
 	kubectl := func(stdin []byte, args ...string) {
 		t.Helper()
-		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", cp.KubeconfigPath()}, args...)...)
+		cmd := framework.Command("kubectl", append([]string{"--kubeconfig", cp.KubeconfigPath()}, args...)...)
 		cmd.Stdin = bytes.NewReader(stdin)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)

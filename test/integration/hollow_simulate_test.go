@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -127,7 +126,7 @@ func TestSimulateHollowMatchesFake(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			start := time.Now()
-			out, err := exec.CommandContext(ctx, bin, "simulate", path, "-o", dir, "--nodes="+kind).CombinedOutput()
+			out, err := framework.CommandContext(ctx, bin, "simulate", path, "-o", dir, "--nodes="+kind).CombinedOutput()
 			t.Logf("simulate --nodes=%s (%v):\n%s", kind, time.Since(start).Round(time.Second), summary(out))
 			if err != nil {
 				t.Errorf("simulate --nodes=%s failed: %v (logs in %s)", kind, err, dir)
@@ -262,7 +261,7 @@ func TestSimulateHollowSteps(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "simulate", path, "-o", dir).CombinedOutput()
+	out, err := framework.CommandContext(ctx, bin, "simulate", path, "-o", dir).CombinedOutput()
 	t.Logf("simulate (cluster.nodeKind: hollow):\n%s", summary(out))
 	if err != nil {
 		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)

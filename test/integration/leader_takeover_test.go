@@ -283,10 +283,9 @@ func TestNewLeaderJudgesCorrelatedSilence(t *testing.T) {
 		}
 	}
 	if len(stretched) == len(silent) {
-		// Not one zone kept its schedule: judge them all as designed rather
-		// than nothing (the test as it was before it measured the spread).
-		t.Logf("every zone's schedule stretched past %v: all are judged anyway", spreadBound)
-		clear(stretched)
+		// Judging them would fail the machine, not the controller: a zone
+		// whose nodes fell silent seconds apart may rightly be tainted.
+		t.Skipf("every zone's schedule stretched past %v on this busy machine: no zone tests what the test is for", spreadBound)
 	}
 	if got := watch.seenOn(func(node string) bool { return !stretched[zoneOf[node]] }); len(got) > 0 {
 		t.Errorf("a zone was judged without its silent nodes: %d NoExecute taints or pod deletions:\n%s", len(got), strings.Join(got, "\n"))

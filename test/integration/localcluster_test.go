@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -100,7 +99,7 @@ func TestLocalCluster(t *testing.T) {
 		t.Errorf("a part reported as failed after Stop: %v", err)
 	default:
 	}
-	if left, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(left)) > 0 {
+	if left, _ := framework.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(left)) > 0 {
 		t.Errorf("processes left behind: %s", left)
 	}
 	if _, err := client.CoreV1().Nodes().List(framework.Context(t), metav1.ListOptions{}); err == nil {
@@ -114,10 +113,9 @@ func TestLocalCluster(t *testing.T) {
 func TestDemo(t *testing.T) {
 	tmp := t.TempDir() // the demo's control plane lives in a temporary directory
 	var out lockedBuffer
-	cmd := exec.Command(framework.Binary(t), "demo", "--nodes=3", "--zones=zone-a,zone-b", "--replicas=3", "--timeout=2m", "--keep-running")
+	cmd := framework.Command(framework.Binary(t), "demo", "--nodes=3", "--zones=zone-a,zone-b", "--replicas=3", "--timeout=2m", "--keep-running")
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = &out, &out
-	framework.DieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +157,7 @@ func TestDemo(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("demo did not stop within a minute of Ctrl-C:\n%s", out.String())
 	}
-	if left, _ := exec.Command("pgrep", "-f", tmp).Output(); len(bytes.TrimSpace(left)) > 0 {
+	if left, _ := framework.Command("pgrep", "-f", tmp).Output(); len(bytes.TrimSpace(left)) > 0 {
 		t.Errorf("processes left behind: %s", left)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/nodelifecycle"
@@ -55,22 +54,10 @@ func zonedNodes(client kubernetes.Interface, zones string, stale bool) fakenode.
 }
 
 // addTaint adds a taint to a node as kubectl taint would, as the client's
-// user: the node is read and written again on a conflict, since the fake
-// kubelet and the controllers write it meanwhile.
+// user (framework.UpdateNode).
 func addTaint(t *testing.T, client kubernetes.Interface, node string, taint v1.Taint) {
 	t.Helper()
-	ctx := framework.Context(t)
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Spec.Taints = append(n.Spec.Taints, taint)
-		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatalf("tainting node %s: %v", node, err)
-	}
+	framework.UpdateNode(t, client, node, func(n *v1.Node) { n.Spec.Taints = append(n.Spec.Taints, taint) })
 }
 
 func getNode(t *testing.T, client kubernetes.Interface, name string) *v1.Node {
@@ -298,9 +285,13 @@ func TestEvictionRateLimitPerZone(t *testing.T) {
 	if gap < 0 {
 		gap = -gap
 	}
-	// timeAdded has whole seconds: 0.1 nodes/s means 10s ± 1s between taints.
-	if gap < 9*time.Second || gap > 12*time.Second {
-		t.Errorf("taints %v apart, want about 10s at --node-eviction-rate=0.1", gap)
+	// timeAdded has whole seconds: 0.1 nodes/s means at least 10s - 1s
+	// between taints. Only the limit is asserted: a busy machine may taint
+	// the second node later, never sooner; the wait's deadline above fails
+	// a rate far too slow.
+	t.Logf("taints %v apart", gap)
+	if gap < 9*time.Second {
+		t.Errorf("taints %v apart, want at least 10s at --node-eviction-rate=0.1", gap)
 	}
 }
 

@@ -54,7 +54,7 @@ func TestReadinessRestoredAfterFailover(t *testing.T) {
 		mark := kube.PodCondition(p, nodelifecycle.MarkedCondition)
 		return !kube.PodReady(p) && mark != nil && mark.Status == v1.ConditionTrue, fmt.Sprintf("mark %+v", mark), nil
 	})
-	killed, standby := rs.killLeader(3 * failoverLease)
+	killed, standby := rs.killLeader(takeoverDeadline)
 	t.Logf("killed %s after the mark; %s leads", killed.name, standby.name)
 	partition(t, m, fakenode.Heal, fakenode.Target{Nodes: []string{node}})
 	framework.Eventually(t, time.Minute, "node Ready again", nodeCondition(client, node, v1.NodeReady, v1.ConditionTrue))

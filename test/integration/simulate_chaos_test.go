@@ -65,7 +65,7 @@ func TestSimulateChaosSeed(t *testing.T) {
 	if err := os.WriteFile(scenario, []byte(chaosScenario), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "simulate", scenario, "--chaos-seed", "3", "--chaos-faults", "reboot,leader-kill").CombinedOutput()
+	out, err := framework.Command(bin, "simulate", scenario, "--chaos-seed", "3", "--chaos-faults", "reboot,leader-kill").CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "simulate cannot apply leader-kill") {
 		t.Errorf("--chaos-faults leader-kill: %v, want exit 2 naming the kind: %s", err, out)
@@ -74,7 +74,7 @@ func TestSimulateChaosSeed(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err = exec.CommandContext(ctx, bin, "simulate", scenario, "--chaos-seed=3", "--time-scale=2", "-o", dir).CombinedOutput()
+	out, err = framework.CommandContext(ctx, bin, "simulate", scenario, "--chaos-seed=3", "--time-scale=2", "-o", dir).CombinedOutput()
 	t.Logf("simulate --chaos-seed 3:\n%s", out)
 	if err != nil {
 		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)

@@ -106,7 +106,7 @@ func TestExampleScenarios(t *testing.T) {
 				runArgs = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--compare=upstream" })
 				checkRecordedUpstream(t, f, args)
 			}
-			cmd := exec.CommandContext(ctx, bin, append([]string{"simulate", f, "-o", dir}, runArgs...)...)
+			cmd := framework.CommandContext(ctx, bin, append([]string{"simulate", f, "-o", dir}, runArgs...)...)
 			out, err := cmd.CombinedOutput()
 			t.Logf("simulate %s %v:\n%s", f, runArgs, summary(out))
 			if err != nil {
@@ -185,7 +185,7 @@ func checkHTMLInChromium(t *testing.T, page string, runs int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	url := "file://" + page
-	dom, err := exec.CommandContext(ctx, chromium, append(chromiumArgs, "--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", url)...).Output()
+	dom, err := framework.CommandContext(ctx, chromium, append(chromiumArgs, "--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", url)...).Output()
 	if err != nil {
 		t.Fatalf("chromium --dump-dom: %v", err)
 	}
@@ -218,7 +218,7 @@ func checkHTMLInChromium(t *testing.T, page string, runs int) {
 	}
 	f.Close()
 	shot := f.Name()
-	if out, err := exec.CommandContext(ctx, chromium, append(chromiumArgs, "--user-data-dir="+t.TempDir(), "--window-size=1000,2600",
+	if out, err := framework.CommandContext(ctx, chromium, append(chromiumArgs, "--user-data-dir="+t.TempDir(), "--window-size=1000,2600",
 		"--screenshot="+shot, url)...).CombinedOutput(); err != nil {
 		t.Fatalf("chromium --screenshot: %v: %s", err, out)
 	}
@@ -235,7 +235,7 @@ func checkHTMLInChromium(t *testing.T, page string, runs int) {
 func TestSimulateInterruptStopsCleanly(t *testing.T) {
 	dir := t.TempDir()
 	var out lockedBuffer
-	cmd := exec.Command(framework.Binary(t), "simulate", "../../examples/scenarios/node-failure.yaml", "--time-scale=10", "-o", dir)
+	cmd := framework.Command(framework.Binary(t), "simulate", "../../examples/scenarios/node-failure.yaml", "--time-scale=10", "-o", dir)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func TestSimulateInterruptStopsCleanly(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "report.html")); err != nil {
 		t.Error(err)
 	}
-	if left, _ := exec.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(left)) > 0 {
+	if left, _ := framework.Command("pgrep", "-f", dir).Output(); len(bytes.TrimSpace(left)) > 0 {
 		t.Errorf("processes left behind: %s", left)
 	}
 }
@@ -339,7 +339,7 @@ func TestSimulateTrials(t *testing.T) {
 	if err := os.WriteFile(scenario, []byte(trialsScenario), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "simulate", scenario, "--trials", "0").CombinedOutput()
+	out, err := framework.Command(bin, "simulate", scenario, "--trials", "0").CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "--trials must be at least 1, got 0") {
 		t.Errorf("--trials 0: %v, want exit 2 naming the flag: %s", err, out)
@@ -348,7 +348,7 @@ func TestSimulateTrials(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err = exec.CommandContext(ctx, bin, "simulate", scenario, "--trials=2", "--time-scale=10", "-o", dir).CombinedOutput()
+	out, err = framework.CommandContext(ctx, bin, "simulate", scenario, "--trials=2", "--time-scale=10", "-o", dir).CombinedOutput()
 	t.Logf("simulate --trials 2:\n%s", out)
 	if err != nil {
 		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)
@@ -437,7 +437,7 @@ func TestSimulateCompareUpstreamSettings(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "simulate", scenario, "--compare=upstream", "--time-scale=10", "-o", dir).CombinedOutput()
+	out, err := framework.CommandContext(ctx, bin, "simulate", scenario, "--compare=upstream", "--time-scale=10", "-o", dir).CombinedOutput()
 	t.Logf("simulate --compare upstream:\n%s", summary(out))
 	if err != nil {
 		t.Fatalf("simulate failed: %v (logs in %s)\n%s", err, dir, out)

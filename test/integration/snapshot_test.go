@@ -47,7 +47,7 @@ func TestScenarioSnapshot(t *testing.T) {
 	bin := framework.Binary(t)
 	out := filepath.Join(t.TempDir(), "my-cluster")
 	snapshot := func(args ...string) (string, error) {
-		b, err := exec.CommandContext(ctx, bin, append([]string{"scenario", "snapshot", "--kubeconfig", cp.KubeconfigPath()}, args...)...).CombinedOutput()
+		b, err := framework.CommandContext(ctx, bin, append([]string{"scenario", "snapshot", "--kubeconfig", cp.KubeconfigPath()}, args...)...).CombinedOutput()
 		return string(b), err
 	}
 	text, err := snapshot("-o", out, "--scale", "0.5")
@@ -113,7 +113,7 @@ func TestScenarioSnapshot(t *testing.T) {
 	if text, err := snapshot("-o", out, "--force", "--scale", "0.5"); err != nil {
 		t.Errorf("--force: %v\n%s", err, text)
 	}
-	if text, err := exec.CommandContext(ctx, bin, "scenario", "snapshot", "--kubeconfig", cp.KubeconfigPath(), "--server", "x").CombinedOutput(); exitCode(err) != 2 {
+	if text, err := framework.CommandContext(ctx, bin, "scenario", "snapshot", "--kubeconfig", cp.KubeconfigPath(), "--server", "x").CombinedOutput(); exitCode(err) != 2 {
 		t.Errorf("unknown flag: exit %d, want 2\n%s", exitCode(err), text)
 	}
 
@@ -132,7 +132,7 @@ func TestScenarioSnapshot(t *testing.T) {
 	if err := os.WriteFile(scenarioFile, []byte(short), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := exec.CommandContext(ctx, bin, "simulate", scenarioFile, "--time-scale", "10", "--compare", "upstream", "-o", filepath.Join(t.TempDir(), "report")).CombinedOutput()
+	b, err := framework.CommandContext(ctx, bin, "simulate", scenarioFile, "--time-scale", "10", "--compare", "upstream", "-o", filepath.Join(t.TempDir(), "report")).CombinedOutput()
 	t.Logf("simulate:\n%s", b)
 	if err != nil {
 		t.Fatalf("simulate of the snapshot: %v", err)
@@ -165,7 +165,7 @@ current-context: gone
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out")
-	b, err := exec.Command(bin, "scenario", "snapshot", "--kubeconfig", kubeconfig, "-o", out).CombinedOutput()
+	b, err := framework.Command(bin, "scenario", "snapshot", "--kubeconfig", kubeconfig, "-o", out).CombinedOutput()
 	if exitCode(err) != 1 || !strings.Contains(string(b), "reading the cluster at https://127.0.0.1:1") {
 		t.Errorf("unreachable cluster: exit %d, output:\n%s", exitCode(err), b)
 	}
@@ -173,7 +173,7 @@ current-context: gone
 		t.Errorf("a failed snapshot left %s behind", out)
 	}
 	for _, args := range [][]string{{"--scale", "2", "-o", out}, {}, {"-o", "/proc/nope/out"}} {
-		b, err := exec.Command(bin, append([]string{"scenario", "snapshot", "--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+		b, err := framework.Command(bin, append([]string{"scenario", "snapshot", "--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
 		if exitCode(err) != 2 {
 			t.Errorf("%v: exit %d, want 2:\n%s", args, exitCode(err), b)
 		}

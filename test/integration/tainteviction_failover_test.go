@@ -125,7 +125,7 @@ func failOver(t *testing.T, client kubernetes.Interface, rs *replicas, leader *r
 	t.Helper()
 	rs.kill(leader)
 	standby := rs.list[0]
-	framework.Eventually(t, 3*failoverLease+10*time.Second, "standby leads", func(context.Context) (bool, string, error) {
+	framework.Eventually(t, takeoverDeadline, "standby leads", func(context.Context) (bool, string, error) {
 		return standby.ns.Metric(t, "nodeshepherd_leader", nil) == 1, "", nil
 	})
 	lease, err := client.CoordinationV1().Leases("kube-system").Get(framework.Context(t), "nodeshepherd", metav1.GetOptions{})
@@ -301,11 +301,10 @@ func TestTaintEvictionFailoverTaintWithoutTimeAdded(t *testing.T) {
 	if d.marked.Before(due.Truncate(time.Second)) {
 		t.Errorf("deleted at %s, before the takeover + 20s = %s", d.marked.Format(time.RFC3339), due.Format(time.RFC3339Nano))
 	}
-	// Not late either, judged on the controller's own stamp (the test's
-	// view of the deletion may trail on a busy machine).
-	if d.marked.After(due.Add(10 * time.Second)) {
-		t.Errorf("marked at %s, more than 10s after the takeover + 20s", d.marked.Format(time.RFC3339))
-	}
+	// No bound on lateness: no defect to catch here deletes late (a restart
+	// from the takeover is the design), and how soon after due a busy
+	// machine deletes is a benchmark's question; the wait's deadline (40s
+	// past due) still fails a pod never deleted.
 	onceDeletedAndMarked(t, client, standby.ns, "untimed")
 }
 
@@ -427,11 +426,10 @@ func TestTaintEvictionStatefulSetPodReplacedBeforeDelete(t *testing.T) {
 		t.Errorf("the second web-0 deleted at %s, before its own deadline %s (its creation + 1s + %ds)",
 			d.marked.Format(time.RFC3339), own.Format(time.RFC3339), tolSeconds)
 	}
-	// Not late either, judged on the controller's own stamp (the test's
-	// view of the deletion may trail on a busy machine).
-	if d.marked.After(own.Add(10 * time.Second)) {
-		t.Errorf("the second web-0 marked at %s, more than 10s after its deadline", d.marked.Format(time.RFC3339))
-	}
+	// No bound on lateness: the defects in question count the new pod from
+	// too early (the taint, the first pod's deadline), caught above, and how
+	// soon after its deadline a busy machine deletes it is a benchmark's
+	// question; the wait's deadline still fails a pod never deleted.
 	var marks map[types.UID]int32
 	framework.Eventually(t, 10*time.Second, "the second web-0's event", func(context.Context) (bool, string, error) {
 		marks, _ = evictionMarks(t, client, "web-0")

@@ -27,8 +27,8 @@ import (
 // removed. When the countdown ends the informer still shows the taint; the
 // controller must read the node from the API server before marking the pod,
 // and leave it. Once the watch flows again, the deletion is cancelled. If
-// the stall took hold too late for the countdown on a busy machine, the case
-// is undone and set up again with a countdown three times as long.
+// the stall and the removal came too late for the countdown on a busy machine,
+// the case is undone and set up again with a countdown three times as long.
 func TestTaintEvictionStaleNodeViewEvictsNothing(t *testing.T) {
 	cp, client := teCluster(t)
 	m := framework.StartFakeNodes(t, fastNodes(client, 1, false))
@@ -39,12 +39,13 @@ func TestTaintEvictionStaleNodeViewEvictsNothing(t *testing.T) {
 	pending := func() float64 { return ns.Metric(t, "nodeshepherd_tainteviction_pods_pending_deletion", nil) }
 
 	const key = "nodeshepherd.io/stale-view"
-	// The stall must take hold before the countdown ends. On a busy machine
-	// it may not within 10 s: then everything is undone and the case is
-	// set up again with a countdown three times as long, rather than fail.
+	// The stall must take hold and the taint go before the countdown ends.
+	// On a busy machine they may not within 10 s: then everything is undone
+	// and the case is set up again with a countdown three times as long,
+	// rather than fail.
 	var pod *v1.Pod
 	var stall *framework.FaultRule
-	var due time.Time
+	var due, removed time.Time
 	for attempt, seconds := 0, int64(10); ; attempt, seconds = attempt+1, seconds*3 {
 		pod = createTEPod(t, client, fmt.Sprintf("stale-view-%d", attempt), node, nil, []string{holdFinalizer}, teToleration(key, ptr.To(seconds)))
 		added := setNoExecuteTaints(t, client, node, teTaint(key))[0].TimeAdded.Time
@@ -59,16 +60,21 @@ func TestTaintEvictionStaleNodeViewEvictsNothing(t *testing.T) {
 		framework.Eventually(t, 60*time.Second, "the controller's node watch held open without events", func(context.Context) (bool, string, error) {
 			return proxy.Injected(stall.Name) >= 1, proxy.String(), nil
 		})
-		if time.Now().Before(due.Add(-time.Second)) {
+		// The taint goes while the informer is held. Only a removal that
+		// landed before the countdown's end makes the case: after it, the
+		// controller rightly deletes the pod.
+		setNoExecuteTaints(t, client, node)
+		removed = time.Now()
+		if removed.Before(due) {
 			break
 		}
 		if seconds >= 270 {
-			t.Fatalf("the stall took hold %v after timeAdded, too late even for a %ds countdown", time.Since(added), seconds)
+			t.Fatalf("the stall took hold and the taint was removed %v after timeAdded, too late even for a %ds countdown", removed.Sub(added), seconds)
 		}
-		t.Logf("the stall took hold %v after timeAdded, too late for a %ds countdown on this machine: again with %ds", time.Since(added).Round(time.Millisecond), seconds, 3*seconds)
+		t.Logf("the stall took hold and the taint was removed %v after timeAdded, too late for a %ds countdown on this machine: again with %ds",
+			removed.Sub(added).Round(time.Millisecond), seconds, 3*seconds)
 		proxy.Stop(stall)
 		proxy.DropWatches()
-		setNoExecuteTaints(t, client, node)
 		// The pod goes too, so that the next attempt's taint has one pod to count down.
 		if _, err := client.CoreV1().Pods("default").Patch(ctx, pod.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
@@ -80,8 +86,6 @@ func TestTaintEvictionStaleNodeViewEvictsNothing(t *testing.T) {
 			return pending() == 0, fmt.Sprintf("%v pending", pending()), nil
 		})
 	}
-	setNoExecuteTaints(t, client, node)
-	removed := time.Now()
 
 	// The countdown ends on the stale view. The controller reads the node
 	// (a GET through the proxy) at least twice: its first attempt and a

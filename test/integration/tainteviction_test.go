@@ -159,7 +159,7 @@ func TestTaintEvictionLeaderKilledMidCountdown(t *testing.T) {
 	})
 	killed := rs.kill(leader)
 	standby := rs.list[0]
-	framework.Eventually(t, 3*failoverLease, "standby leads", func(context.Context) (bool, string, error) {
+	framework.Eventually(t, takeoverDeadline, "standby leads", func(context.Context) (bool, string, error) {
 		return standby.ns.Metric(t, "nodeshepherd_leader", nil) == 1, "", nil
 	})
 	tookOver := time.Now()
