@@ -201,7 +201,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		Base: b, cfg: cfg, rules: r, client: d.Client, nodes: d.Nodes.Lister(), pods: d.Pods.Informer().GetIndexer(),
 		synced:   []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		recorder: d.Recorder, clock: d.Clock, dryRun: b.DryRun,
-		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry),
 		running: map[string]*runningDrain{}, waiting: map[string]waitInfo{}, skipped: map[string]skipInfo{}, selected: map[string]selection{},

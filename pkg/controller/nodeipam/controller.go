@@ -100,7 +100,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	c := &Controller{
 		Base: b, cfg: parsed, client: d.Client, recorder: d.Recorder, alloc: alloc, dryRun: b.DryRun,
 		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
-		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"})),
 		waiting: map[string]bool{}, owned: map[string][]string{}, rejected: map[string]bool{}, unconfirmed: map[string]bool{},
 		metrics: newMetrics(d.Registry),

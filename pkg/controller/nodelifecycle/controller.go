@@ -181,7 +181,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		}
 	}
 	newQueue := func(name, what string) workqueue.TypedRateLimitingInterface[string] {
-		return controllerutil.Track(b, what, workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		return controllerutil.Track(b, what, workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: name, Clock: d.Clock}))
 	}
 	c.nodeQueue = newQueue("node_lifecycle_controller", "node")

@@ -159,7 +159,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	c := &Controller{
 		Base: b, cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock, dryRun: b.DryRun,
 		nodes: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
-		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
 		lost: map[string]lostWrite{}, ignored: map[string]string{}, unconfirmed: map[string]sighting{},

@@ -141,7 +141,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			Help: "Failed attempts to give a pod Ready=True back (conflicts with the kubelet and deleted pods excluded); each is retried with backoff."}),
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
-		queue: controllerutil.Track(b, "pod", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: controllerutil.Track(b, "pod", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "readiness_restore", Clock: d.Clock})),
 		queued: map[string]bool{},
 	}

@@ -232,9 +232,9 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
 		requested: map[string]string{}, storms: map[string]storm{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{}, holders: map[string]holdersRead{},
-		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation", Clock: d.Clock})),
-		statusQ: controllerutil.Track(b, "policy", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		statusQ: controllerutil.Track(b, "policy", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "remediation_status", Clock: d.Clock})),
 	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, 0)

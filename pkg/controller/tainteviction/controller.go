@@ -156,7 +156,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	}, retryBackoff)
 	c.metrics.registerPending(d.Registry, c.workers.Len)
 	for i := 0; i < workers; i++ {
-		c.shards = append(c.shards, controllerutil.Track(b, "item", workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+		c.shards = append(c.shards, controllerutil.Track(b, "item", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: fmt.Sprintf("noexec_taint_%d", i), Clock: d.Clock})))
 	}
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
