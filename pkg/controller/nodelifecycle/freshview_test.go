@@ -2,6 +2,7 @@ package nodelifecycle
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -254,5 +255,53 @@ func TestJudgedNodeKeepsItsTaintAcrossAllZonesMode(t *testing.T) {
 	other := cl.inZone("a")[1]
 	if tt := taintOf(other); tt == nil || !tt.TimeAdded.After(t0.Time) {
 		t.Errorf("%s: taint %v, want a new one after the mode", other, tt)
+	}
+}
+
+// TestUnconfirmedSuspectHoldsTaintsWhenEveryZoneMayBeDown: every node
+// falls silent; zone a's are confirmed by their fresh reads, zone b's reads
+// fail. Counted Ready until confirmed, b's nodes keep zone b out of
+// FullDisruption, so zone a alone looked fully disrupted and tainted at the
+// normal rate, while every zone was down: the all-zones mode taints
+// nothing (chaos seed 160036: a new leader whose Lease reads failed). With
+// the suspects counted as silent every zone would be down: no zone taints
+// until the reads settle them, and then the all-zones mode holds.
+func TestUnconfirmedSuspectHoldsTaintsWhenEveryZoneMayBeDown(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 2, "b": 2})
+	cl.run(10 * time.Second)
+	b := cl.inZone("b")
+	failing := true
+	for _, verb := range []string{"list", "get"} {
+		cl.client.PrependReactor(verb, "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if !failing {
+				return false, nil, nil
+			}
+			if g, ok := a.(k8stesting.GetAction); ok && !slices.Contains(b, g.GetName()) {
+				return false, nil, nil // zone a's point reads answer
+			}
+			return true, nil, errors.New("injected: the API server timed out")
+		})
+	}
+	cl.silence(cl.nodes, 0)
+	cl.run(2 * cfg.NodeMonitorGracePeriod)
+	for _, n := range cl.inZone("a") {
+		if cl.notReady()[n] == "" {
+			t.Fatalf("zone a's node %s not marked: the test shows nothing", n)
+		}
+	}
+	for _, n := range cl.nodes {
+		for _, taint := range []v1.Taint{UnreachableTaint, NotReadyTaint} {
+			if cl.everWritten(n, taint) {
+				t.Errorf("node %s got %s while zone b's silent nodes were unconfirmed and every zone may have been down", n, taint.Key)
+			}
+		}
+	}
+	failing = false
+	cl.run(3 * time.Second)
+	for _, z := range []string{"a", "b"} {
+		if got := cl.c.ZoneStates()[testZoneKey+z]; got != nodetopology.StateFullDisruption {
+			t.Errorf("zone %s is %s, want FullDisruption", z, got)
+		}
 	}
 }

@@ -50,6 +50,28 @@ func (r nodeResult) zoneCondition() *v1.NodeCondition {
 
 var overdueCondition = &v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown, Reason: "HeartbeatOverdue"}
 
+// allFullCountingSuspects says whether every zone would be in
+// FullDisruption with every unconfirmed suspect counted as silent (a
+// suspect whose health update failed too, though it is left out of its
+// zone's count otherwise).
+func allFullCountingSuspects(results []nodeResult, threshold float32) bool {
+	zones := map[string][]*v1.NodeCondition{}
+	for _, r := range results {
+		switch {
+		case r.suspect && r.zone != "" && (r.counted || r.current == nil):
+			zones[r.zone] = append(zones[r.zone], overdueCondition)
+		case r.counted:
+			zones[r.zone] = append(zones[r.zone], r.zoneCondition())
+		}
+	}
+	for _, conds := range zones {
+		if _, state := nodetopology.ComputeZoneState(conds, threshold); state != nodetopology.StateFullDisruption {
+			return false
+		}
+	}
+	return len(zones) > 0
+}
+
 // monitorNodeHealth is one health pass over every node.
 func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -142,6 +164,19 @@ func (c *Controller) monitorNodeHealth(ctx context.Context) error {
 	for _, r := range results {
 		if r.suspect {
 			unsettled[r.zone] = true
+		}
+	}
+	// Counted Ready until confirmed, the suspects may also keep every zone
+	// from FullDisruption, the all-zones mode that taints nothing: if
+	// counting them silent would make every zone fully disrupted, no zone
+	// taints until a fresh read settles them (chaos seed 160036: a new
+	// leader whose Lease reads failed saw one zone partially disrupted and
+	// tainted in the others while every node was down).
+	if len(unsettled) > 0 && allFullCountingSuspects(results, c.cfg.UnhealthyZoneThreshold) {
+		for _, r := range results {
+			if r.zone != "" {
+				unsettled[r.zone] = true
+			}
 		}
 	}
 	c.mu.Lock()
