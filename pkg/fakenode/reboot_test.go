@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
@@ -313,17 +314,7 @@ func TestReplacementRegistersOnceReachable(t *testing.T) {
 	}
 
 	m.applyTo(n, Heal, nil)
-	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Get(ctx, fakecloud.RequestsConfigMapName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		r, err := fakecloud.ParseRequest(got.Data[n.name])
-		return err == nil && r.Done != nil, nil
-	})
-	if err != nil {
-		t.Fatalf("the replacement was not marked done after the heal: %v", err)
-	}
+	waitRepairDone(ctx, t, client, n.name, "the replacement was not marked done after the heal")
 	m.repairs.running.Wait()
 	if _, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the healed replacement has no Node: %v", err)
@@ -371,22 +362,28 @@ func TestRepairDelay(t *testing.T) {
 		t.Fatal("machine off before the delay passed")
 	}
 	clk.Step(time.Millisecond)
-	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Get(ctx, fakecloud.RequestsConfigMapName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		r, err := fakecloud.ParseRequest(got.Data[n.name])
-		return err == nil && r.Done != nil, nil
-	})
-	if err != nil {
-		t.Fatalf("the reboot was not carried out after the delay: %v", err)
-	}
+	waitRepairDone(ctx, t, client, n.name, "the reboot was not carried out after the delay")
 	m.repairs.running.Wait()
 	if got := machine(); got != fakecloud.Shutdown {
 		t.Errorf("machine %s after the delay, want it off for the reboot's downtime", got)
 	}
 	if _, err := New(Config{Client: client, Nodes: 1, RepairDelay: -time.Second}); err == nil {
 		t.Error("a negative repair delay was accepted")
+	}
+}
+
+// waitRepairDone waits until the fake cloud has marked node's request done.
+func waitRepairDone(ctx context.Context, t *testing.T, client kubernetes.Interface, node, failure string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Get(ctx, fakecloud.RequestsConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		r, err := fakecloud.ParseRequest(got.Data[node])
+		return err == nil && r.Done != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", failure, err)
 	}
 }
