@@ -278,16 +278,7 @@ func TestReplacementRegistersOnceReachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := fake.NewClientset()
-	m, err := New(Config{Client: client, Nodes: 1, ReplaceDowntime: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.statusQ = workqueue.NewTypedDelayingQueue[string]()
-	defer m.statusQ.ShutDown()
-	n := m.nodes[m.names[0]]
-	if err := m.register(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	m, n := registeredNode(ctx, t, Config{Client: client, Nodes: 1, ReplaceDowntime: time.Millisecond})
 	m.applyTo(n, Partition, nil)
 	oldBoot := n.bootID()
 	b, _ := json.Marshal(fakecloud.Request{ID: "r1", Action: fakecloud.ActionReplace})
@@ -298,7 +289,7 @@ func TestReplacementRegistersOnceReachable(t *testing.T) {
 	m.onRepairs(ctx, cm)
 
 	// The new machine runs and waits to reach the API server.
-	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		return n.machine == fakecloud.Running && n.reachable != nil, nil
@@ -329,16 +320,7 @@ func TestRepairDelay(t *testing.T) {
 	defer cancel()
 	client := fake.NewClientset()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
-	m, err := New(Config{Client: client, Nodes: 1, Clock: clk, RepairDelay: 3 * time.Second, RebootDowntime: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.statusQ = workqueue.NewTypedDelayingQueue[string]()
-	defer m.statusQ.ShutDown()
-	n := m.nodes[m.names[0]]
-	if err := m.register(ctx, n); err != nil {
-		t.Fatal(err)
-	}
+	m, n := registeredNode(ctx, t, Config{Client: client, Nodes: 1, Clock: clk, RepairDelay: 3 * time.Second, RebootDowntime: time.Minute})
 	b, _ := json.Marshal(fakecloud.Request{ID: "r1", Action: fakecloud.ActionReboot})
 	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fakecloud.RequestsConfigMapName, Namespace: fakecloud.ConfigMapNamespace}, Data: map[string]string{n.name: string(b)}}
 	if _, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
@@ -386,4 +368,21 @@ func waitRepairDone(ctx context.Context, t *testing.T, client kubernetes.Interfa
 	if err != nil {
 		t.Fatalf("%s: %v", failure, err)
 	}
+}
+
+// registeredNode starts no loop: a manager of cfg's one node, registered,
+// with a status queue that the test stops.
+func registeredNode(ctx context.Context, t *testing.T, cfg Config) (*Manager, *node) {
+	t.Helper()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.statusQ = workqueue.NewTypedDelayingQueue[string]()
+	t.Cleanup(m.statusQ.ShutDown)
+	n := m.nodes[m.names[0]]
+	if err := m.register(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	return m, n
 }
