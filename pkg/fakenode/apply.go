@@ -205,15 +205,34 @@ func (m *Manager) States() []NodeState {
 // publishMachines writes the machines that are not running into the fake
 // cloud's ConfigMap (one key per node; a missing key means running), where
 // the fake cloud provider reads them. Only this process's keys are touched.
+// SetCloudError makes the fake cloud provider answer every question about
+// the named machines with an error (on), or their state again (off): a
+// provider blind to those machines only, the others still seen.
+func (m *Manager) SetCloudError(ctx context.Context, names []string, on bool) error {
+	for _, name := range names {
+		n := m.nodes[name]
+		if n == nil {
+			return fmt.Errorf("no fake node %q in this process", name)
+		}
+		n.mu.Lock()
+		n.cloudError = on
+		n.mu.Unlock()
+	}
+	return m.publishMachines(ctx)
+}
+
 func (m *Manager) publishMachines(ctx context.Context) error {
 	data := map[string]any{}
 	for _, name := range m.names {
 		n := m.nodes[name]
 		n.mu.Lock()
-		if n.machine != "" && n.machine != fakecloud.Running {
+		switch {
+		case n.cloudError:
+			data[name] = fakecloud.Error
+		case n.machine != "" && n.machine != fakecloud.Running:
 			data[name] = n.machine
-		} else if n.machine == fakecloud.Running {
-			data[name] = nil // a JSON merge patch deletes the key
+		default:
+			data[name] = nil // running: a JSON merge patch deletes the key
 		}
 		n.mu.Unlock()
 	}

@@ -35,6 +35,10 @@ type node struct {
 	kubeletStopped bool
 	// machine is the fake cloud's view: running, shutdown or deleted.
 	machine string
+	// cloudError: the fake cloud provider answers every question about
+	// this machine with an error (SetCloudError), whatever its state: a
+	// provider blind to one machine.
+	cloudError bool
 	// boot is status.nodeInfo.bootID: a random UUID per machine start, like
 	// /proc/sys/kernel/random/boot_id. A new process (the machine starts as
 	// far as the API server can tell) and each machine-start after a

@@ -386,3 +386,41 @@ func registeredNode(ctx context.Context, t *testing.T, cfg Config) (*Manager, *n
 	}
 	return m, n
 }
+
+// SetCloudError blinds the fake cloud provider to one machine only: its
+// questions fail, another machine's state is still answered; lifted, the
+// blinded machine's own state is answered again, including a change made
+// while blind.
+func TestSetCloudErrorBlindsOneMachine(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	m, err := New(Config{Client: client, Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blind, seen := m.nodes[m.names[0]], m.nodes[m.names[1]]
+	provider := fakecloud.New(client)
+	node := func(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	if err := m.SetCloudError(ctx, []string{blind.name}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Apply(ctx, Fault{Action: MachineShutdown, Target: Target{Nodes: []string{blind.name, seen.name}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provider.InstanceShutdown(ctx, node(blind.name)); err == nil {
+		t.Error("the blinded machine's state was answered")
+	}
+	if off, err := provider.InstanceShutdown(ctx, node(seen.name)); err != nil || !off {
+		t.Errorf("the other machine: shutdown %v, %v; want true", off, err)
+	}
+	if err := m.SetCloudError(ctx, []string{blind.name}, false); err != nil {
+		t.Fatal(err)
+	}
+	if off, err := provider.InstanceShutdown(ctx, node(blind.name)); err != nil || !off {
+		t.Errorf("the machine seen again: shutdown %v, %v; want true", off, err)
+	}
+	if err := m.SetCloudError(ctx, []string{"nobody"}, true); err == nil {
+		t.Error("an unknown machine was accepted")
+	}
+}
