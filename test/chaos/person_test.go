@@ -27,7 +27,6 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
-	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
 const (
