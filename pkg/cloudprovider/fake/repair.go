@@ -77,6 +77,17 @@ func (p *Provider) request(ctx context.Context, node *v1.Node, id, action string
 	if id == "" {
 		return fmt.Errorf("%s of node %s: no request ID", action, node.Name)
 	}
+	// The same request sent again (its answer lost) is accepted as it was,
+	// whatever it did to the machine since: a reboot it started has the
+	// machine off now, which must not read as a refusal of it.
+	cms := p.client.CoreV1().ConfigMaps(ConfigMapNamespace)
+	if cm, err := cms.Get(ctx, RequestsConfigMapName, metav1.GetOptions{}); err == nil {
+		if prev, err := ParseRequest(cm.Data[node.Name]); err == nil && prev.ID == id {
+			return nil
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s of node %s: reading the requests: %w", action, node.Name, err)
+	}
 	state, err := p.state(ctx, node)
 	if err != nil {
 		return err
@@ -89,7 +100,6 @@ func (p *Provider) request(ctx context.Context, node *v1.Node, id, action string
 	}
 	// Bound to the version read, so that fakenodes marking the same
 	// request done meanwhile is not undone by writing it again.
-	cms := p.client.CoreV1().ConfigMaps(ConfigMapNamespace)
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := cms.Get(ctx, RequestsConfigMapName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -48,6 +48,23 @@ func TestRepairRequestWrittenOnceAndRefusedForGoneMachines(t *testing.T) {
 	if r := read(); r.Done == nil || !r.Done.Equal(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)) {
 		t.Errorf("the request sent again was written again: %+v", r)
 	}
+	// Sent again once it has shut the machine down (the answer lost, and
+	// fakenodes quick): accepted as it was, not refused for the state it
+	// caused (TestFakeCloudRebootAndReplace's race on a busy machine).
+	off := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ConfigMapNamespace}, Data: map[string]string{"gone": Deleted, "off": Shutdown, "n": Shutdown}}
+	if _, err := client.CoreV1().ConfigMaps(ConfigMapNamespace).Update(ctx, off, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reboot(ctx, n, "u/b/reboot"); err != nil {
+		t.Errorf("the same reboot sent again while its machine is off: %v", err)
+	}
+	if err := p.Reboot(ctx, n, "u/b2/reboot"); !errors.As(err, new(*nscloud.RefusedError)) {
+		t.Errorf("a new reboot of a machine that is off: %v, want a refusal", err)
+	}
+	off.Data["n"] = Running
+	if _, err := client.CoreV1().ConfigMaps(ConfigMapNamespace).Update(ctx, off, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Replace(ctx, n, "u/b/replace"); err != nil || read().Action != ActionReplace {
 		t.Errorf("a new request: %v, %+v", err, read())
 	}
