@@ -14,12 +14,13 @@ import (
 
 const helperEnv = "CHILDPROC_TEST_PARENT"
 
-// TestHelperParent is the parent of TestChildDiesWithParent, run as its own
-// process: it starts a long sleep tied to it, says the sleep's pid, and
-// waits to be killed.
-func TestHelperParent(t *testing.T) {
+// TestMain runs the test binary as the parent of TestChildDiesWithParent
+// when helperEnv says so (a process of its own, not a test that skips):
+// it starts a long sleep tied to it, says the sleep's pid, and waits to be
+// killed.
+func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "1" {
-		t.Skip("the parent process of TestChildDiesWithParent")
+		os.Exit(m.Run())
 	}
 	cmd := exec.Command("sleep", "600")
 	DieWithParent(cmd)
@@ -43,7 +44,7 @@ func TestKeepsOtherAttributes(t *testing.T) {
 // TestChildDiesWithParent: the parent is SIGKILLed, running no cleanup; its
 // child goes with it.
 func TestChildDiesWithParent(t *testing.T) {
-	parent := exec.Command(os.Args[0], "-test.run=^TestHelperParent$", "-test.v")
+	parent := exec.Command(os.Args[0])
 	parent.Env = append(os.Environ(), helperEnv+"=1")
 	out, err := parent.StdoutPipe()
 	if err != nil {
