@@ -461,7 +461,7 @@ func (c *Checker) checkNewTaint(at time.Time, n *v1.Node, s *taintSeen) {
 		decided = s.taint.TimeAdded.Time
 	}
 	from := decided.Add(-c.countMargin())
-	states := c.zoneStatesBy(func(n string) bool { return c.truth.Always(n, from, at, Machine.NotReady) }, c.presentSince(from.Add(-c.limits.Slack)))
+	states := c.certainStates(func(n string) bool { return c.truth.Always(n, from, at, Machine.NotReady) }, from.Add(-c.limits.Slack))
 	zone := c.truth.Zone(n.Name)
 	if c.eitherWayForbidden(zone, from, at) {
 		c.violate(at, InvZoneRules, "node/"+n.Name, "%s:NoExecute added (timeAdded %s) while every zone but %s was certainly in FullDisruption and %s certainly in PartialDisruption or FullDisruption "+

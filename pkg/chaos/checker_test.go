@@ -849,6 +849,28 @@ func TestOverdueBound(t *testing.T) {
 // TestZoneRulesOwnViewReplacedNode: a Node deleted in the window (a
 // replacement) is left out of the view's count: zone-a of the controller
 // may have had 3 Nodes, 2 of them silent (Normal).
+// TestZoneRulesEveryZoneSilentButAReplacement: every node cut; n0 replaced
+// inside the window (its Node deleted, a new machine registered Ready).
+// The controller may have counted the new n0 Ready: zone-a not in
+// FullDisruption, so a taint is no proof of a broken all-zones rule (chaos
+// seed 170023: left out of the zone as deleted, it made every zone
+// "certainly silent").
+func TestZoneRulesEveryZoneSilentButAReplacement(t *testing.T) {
+	all := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"}
+	c := history(t, 1.0, partition(all...), 9.0, heal("n0"))
+	c.ObserveNode(at(6), node("n0"), true)
+	c.ObserveNode(at(9.2), node("n0"), false)
+	c.ObserveNode(at(12), node("n4", unreachable(11.2)), false)
+	c.Settle(at(12 + testLimits.Slack.Seconds() + 0.1))
+	wantViolations(t, c, InvZoneRules, 0, "")
+
+	// Deleted and not back: the others certainly silent, every zone down.
+	c = history(t, 1.0, partition(all...))
+	c.ObserveNode(at(6), node("n0"), true)
+	c.ObserveNode(at(12), node("n4", unreachable(11.2)), false)
+	wantViolations(t, c, InvZoneRules, 1, "every zone was certainly silent")
+}
+
 func TestZoneRulesOwnViewReplacedNode(t *testing.T) {
 	c := zoneViewCase(t)
 	c.ObserveNode(at(15), node("n0"), true)

@@ -83,11 +83,12 @@ func (c *Checker) judgeZoneView(p pendingZone) {
 		return false
 	}
 	// A Node the checker saw deleted in the window (a replacement) may
-	// have been missing from the controller's count: left out of the zone
-	// (fewer nodes, fewer of them silent), so that the view never counts a
-	// silent node the controller did not have.
+	// have been missing from the controller's count, or counted anew:
+	// a zone's state is judged only where both give the same
+	// (certainStates), so that the view never counts a silent node the
+	// controller did not have nor leaves out a Ready one it had.
 	present := c.presentSince(from)
-	states := c.zoneStatesBy(counted, present)
+	states := c.certainStates(counted, from)
 	zone := c.truth.Zone(p.node)
 	var inZone []string
 	for _, z := range c.truth.Zones() {
@@ -344,4 +345,38 @@ func (c *Checker) presentSince(from time.Time) func(string) bool {
 		d, ok := c.deleted[n]
 		return c.nodes[n] != nil && (!ok || d.Before(from))
 	}
+}
+
+// maybePresentSince says which nodes the controller may have had in its
+// count since from: presentSince's, and a Node deleted since then (a
+// replacement registered anew, Ready, may well have been counted).
+func (c *Checker) maybePresentSince(from time.Time) func(string) bool {
+	return func(n string) bool {
+		d, ok := c.deleted[n]
+		return c.nodes[n] != nil || (ok && !d.Before(from))
+	}
+}
+
+// certainStates is each zone's state as zoneStatesBy computes it, kept
+// only where the nodes the controller certainly had since from and those
+// it may have had give the same state; elsewhere "uncertain". A node
+// deleted and registered anew inside the window (a replacement, chaos
+// seed 170023) counted Ready keeps its zone out of FullDisruption; left
+// out, it would not.
+func (c *Checker) certainStates(counted func(string) bool, from time.Time) map[string]string {
+	a := c.zoneStatesBy(counted, c.presentSince(from))
+	b := c.zoneStatesBy(counted, c.maybePresentSince(from))
+	out := map[string]string{}
+	for z, s := range a {
+		out[z] = "uncertain"
+		if b[z] == s {
+			out[z] = s
+		}
+	}
+	for z := range b {
+		if _, ok := a[z]; !ok {
+			out[z] = "uncertain"
+		}
+	}
+	return out
 }
