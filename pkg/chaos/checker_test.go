@@ -128,6 +128,30 @@ func TestOutOfServiceTaintOnRunningMachine(t *testing.T) {
 	wantViolations(t, c, InvRunningForced, 0, "")
 }
 
+// TestOutOfServiceTaintOnUnseenRestart: a machine powered off, then
+// started again while its kubelet is cut off and the provider is blind to
+// it (chaos seed 180024): nothing a controller sees tells it from a dead
+// one, so a taint then is not judged; seen by the provider for a moment,
+// or by its kubelet, it is.
+func TestOutOfServiceTaintOnUnseenRestart(t *testing.T) {
+	oos := v1.Taint{Key: taintOutOfService, Value: "nodeshutdown", Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(17)}
+	off, on := Step{Op: OpMachineShutdown, Nodes: []string{"n5"}}, Step{Op: OpMachineStart, Nodes: []string{"n5"}}
+	blind, seeing := Step{Op: OpCloudBlind, Nodes: []string{"n5"}}, Step{Op: OpCloudSeeing, Nodes: []string{"n5"}}
+	c := history(t, 1.0, partition("n5"), 2.0, off, 4.0, blind, 6.0, on)
+	c.ObserveNode(at(18), node("n5", oos), false)
+	wantViolations(t, c, InvRunningForced, 0, "")
+
+	// The provider sees it again for a moment after the start.
+	c = history(t, 1.0, partition("n5"), 2.0, off, 4.0, blind, 6.0, on, 7.0, seeing, 8.0, blind)
+	c.ObserveNode(at(18), node("n5", oos), false)
+	wantViolations(t, c, InvRunningForced, 1, "ran all along")
+
+	// Its kubelet reaches the API server after the start (the new boot posted).
+	c = history(t, 2.0, off, 4.0, blind, 6.0, on, 8.0, partition("n5"))
+	c.ObserveNode(at(18), node("n5", oos), false)
+	wantViolations(t, c, InvRunningForced, 1, "ran all along")
+}
+
 func pod(name, nodeName string, tolSeconds *int64) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "web"}},
 		Spec:   v1.PodSpec{NodeName: nodeName},

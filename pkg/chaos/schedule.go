@@ -228,6 +228,11 @@ const (
 	OpQuorumErrorsEnd    Op = "quorum-errors-end"
 	OpStatusRefusedStart Op = "status-refused-start" // fault proxy: 500 to every write of the status of Nodes
 	OpStatusRefusedEnd   Op = "status-refused-end"
+	// OpCloudBlind and OpCloudSeeing: the fake cloud provider answers every
+	// question about the step's machines with an error, and no longer
+	// does (fakenode SetCloudError; a person's kinds in test/chaos).
+	OpCloudBlind  Op = "cloud-blind"
+	OpCloudSeeing Op = "cloud-seeing"
 	// OpRegister: Nodes (named by NewcomerNames) register in Zone, run by
 	// fresh kubelets; Silent: each is cut off right after its Node and its
 	// first Lease renewal are written.

@@ -24,7 +24,13 @@ type Machine struct {
 	Off            bool // machine shut down
 	ReadyFalse     bool // the kubelet reports Ready=False
 	Boot           int  // machine starts after a shutdown: the boot ID changes with it
+	CloudBlind     bool // the cloud provider answers nothing about the machine
 }
+
+// Unseen says nothing the controllers can see tells how the machine is:
+// its kubelet does not reach the API server and the provider answers
+// nothing about it.
+func (m Machine) Unseen() bool { return (m.Partitioned || m.KubeletStopped) && m.CloudBlind }
 
 // Silent says the node's kubelet does not reach the API server.
 func (m Machine) Silent() bool { return m.Partitioned || m.KubeletStopped || m.Off }
@@ -168,6 +174,10 @@ func apply(m Machine, s Step) Machine {
 			m.KubeletStopped = false
 		}
 		m.Off = false
+	case OpCloudBlind:
+		m.CloudBlind = true
+	case OpCloudSeeing:
+		m.CloudBlind = false
 	case OpCondition:
 		if strings.HasPrefix(s.Condition, "Ready=") {
 			m.ReadyFalse = s.Condition != "Ready=True"
@@ -208,6 +218,22 @@ func (t *Truth) Always(node string, from, to time.Time, pred func(Machine) bool)
 		}
 	}
 	return true
+}
+
+// BootStarted is when the machine's boot at moment at began at the
+// earliest: the start of the last machine start that could have taken
+// effect by then (zero when it has run since the beginning).
+func (t *Truth) BootStarted(node string, at time.Time) time.Time {
+	t.mu.Lock()
+	steps := t.steps[node]
+	t.mu.Unlock()
+	var started time.Time
+	for _, a := range steps {
+		if a.Step.Op == OpMachineStart && !a.Start.After(at) {
+			started = a.Start
+		}
+	}
+	return started
 }
 
 // Ever says pred possibly held for node at some moment of [from, to].

@@ -125,8 +125,8 @@ const (
 	// opCloudBlind and opCloudSeeing: the fake cloud provider answers every
 	// question about the step's machines with an error, and no longer does
 	// (fakenode SetCloudError): blind to those machines, not to the others.
-	opCloudBlind  chaos.Op = "cloud-blind"
-	opCloudSeeing chaos.Op = "cloud-seeing"
+	opCloudBlind  = chaos.OpCloudBlind
+	opCloudSeeing = chaos.OpCloudSeeing
 
 	// tolLong and tolShort are toleration-shortened's tolerationSeconds
 	// before and after the change.
