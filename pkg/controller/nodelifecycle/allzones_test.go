@@ -238,3 +238,38 @@ func TestAllZonesExitRestoreSurvivesLeaderChange(t *testing.T) {
 		t.Errorf("%s under the new leader: unreachable taint %v, want it back with timeAdded %v", dead, tt, time.Unix(t0, 0).UTC())
 	}
 }
+
+// TestAllZonesExitSkipsANodeHeardAgain: a node judged dead before every
+// zone went down renews its Lease again while its Node still reads Unknown
+// here (the kubelet's Ready=True not yet delivered: a stalled node watch).
+// When the mode ends, its old taint is not restored: the silence it was
+// judged on is over (chaos seed 170020: the restored taint evicted a pod of
+// the machine that had just started again).
+func TestAllZonesExitSkipsANodeHeardAgain(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 3})
+	cl.run(10 * time.Second)
+	a := cl.inZone("a")
+	dead := a[0]
+	cl.silence([]string{dead}, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	if cl.taintOf(dead, UnreachableTaint) == nil {
+		t.Fatalf("%s not tainted before the outage", dead)
+	}
+	cl.silence(cl.nodes, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
+	if cl.taintOf(dead, UnreachableTaint) != nil {
+		t.Fatalf("%s keeps its taint in the all-zones mode; upstream strips it", dead)
+	}
+	for _, n := range append(a[1:], cl.inZone("b")...) {
+		cl.report(n, v1.ConditionTrue)
+	}
+	delete(cl.silentAt, dead) // its Lease renews; its Node is not seen Ready yet
+	cl.run(cfg.NodeMonitorPeriod + 5*time.Second)
+	if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StateNormal {
+		t.Fatalf("zone a is %s after the mode, want Normal", got)
+	}
+	if tt := cl.taintOf(dead, UnreachableTaint); tt != nil {
+		t.Errorf("%s, heard again, got its old taint back %v", dead, tt)
+	}
+}

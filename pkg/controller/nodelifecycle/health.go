@@ -38,6 +38,9 @@ type nodeHealth struct {
 	// (or a restart) are counted as failing with their zone at once. It
 	// never shortens the grace period, which runs from first sight.
 	renewedBefore time.Time
+	// lastHeard is when this process last heard a heartbeat arrive (heard):
+	// unlike probe, never moved by a fresh grace period.
+	lastHeard time.Time
 	// pointRead is when the last quorum GET of this node's Lease alone was
 	// sent (freshview.go): like a fresh LIST, it covers every renewal made
 	// before it, for this node.
@@ -59,7 +62,7 @@ func (h *nodeHealth) heard(now time.Time) {
 	if h.probeHeard && now.After(h.probe) {
 		h.gaps[1], h.gaps[0] = h.gaps[0], now.Sub(h.probe)
 	}
-	h.probe, h.probeHeard, h.renewedBefore = now, true, time.Time{}
+	h.probe, h.probeHeard, h.renewedBefore, h.lastHeard = now, true, time.Time{}, now
 }
 
 // interval is how often the node usually heartbeats: the larger of the last

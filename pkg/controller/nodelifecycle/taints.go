@@ -288,6 +288,18 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 			case v1.ConditionFalse:
 				add, remove = NotReadyTaint, UnreachableTaint
 			case v1.ConditionUnknown:
+				if c.heardWithinGrace(node.Name) {
+					// The silence it was marked Unknown for is over (its
+					// Lease renewed); its Node may read Unknown here only
+					// because the kubelet's Ready=True is not delivered yet
+					// (a stalled node watch). Tainting it, or restoring a
+					// taint judged before every zone went down, would evict
+					// from a live node (chaos seed 170020). A new silence is
+					// judged afresh by the health pass.
+					logger.V(2).Info("Node was heard within its grace period: not tainting it on its Unknown mark", "node", v.value)
+					c.forgetRestoring(node.Name)
+					return true, 0
+				}
 			default:
 				logger.V(2).Info("Node is ready now. Ignoring taint request", "node", v.value)
 				return true, 0
@@ -306,6 +318,16 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 			return true, 0
 		})
 	}
+}
+
+// heardWithinGrace says whether this process heard the node's heartbeat
+// (a Lease renewal or a new Ready heartbeat arriving) less than the grace
+// period ago.
+func (c *Controller) heardWithinGrace(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := c.health[name]
+	return rec != nil && !rec.lastHeard.IsZero() && c.clock.Since(rec.lastHeard) < c.cfg.NodeMonitorGracePeriod
 }
 
 // processNode keeps a node's NoSchedule taints in line with its conditions
