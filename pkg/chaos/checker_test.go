@@ -654,6 +654,18 @@ func TestCountdownRestartedOrBackdated(t *testing.T) {
 	c.ObserveNode(at(9), withReady(node("n0", unreachable(8.5)), v1.ConditionUnknown), false)
 	wantViolations(t, c, InvCountdown, 0, "")
 
+	// Swapped and swapped back (Unknown, False, Unknown again; chaos seed
+	// 180011), each with a new timeAdded as upstream's: no restart.
+	c = history(t, 1.0, partition("n0"))
+	notReady7 := v1.Taint{Key: taintNotReady, Effect: v1.TaintEffectNoExecute, TimeAdded: mtime(7.5)}
+	c.ObserveNode(at(6), withReady(node("n0", unreachable(5.5)), v1.ConditionUnknown), false)
+	c.ObserveNode(at(8), withReady(node("n0", notReady7), v1.ConditionFalse), false)
+	c.ObserveNode(at(12), withReady(node("n0", unreachable(11.5)), v1.ConditionUnknown), false)
+	wantViolations(t, c, InvCountdown, 0, "")
+	// Back to the same key without the swap between: a restart still.
+	c.ObserveNode(at(14), withReady(node("n0", unreachable(13.5)), v1.ConditionUnknown), false)
+	wantViolations(t, c, InvCountdown, 1, "the countdown restarted")
+
 	// Ready=False, tainted; Ready=True for a moment (the taint still on),
 	// Ready=False again; the strip the recovery called for lands after
 	// that, and the taint comes back with a new time: a recovery and a

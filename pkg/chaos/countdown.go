@@ -49,6 +49,10 @@ type countdown struct {
 	// saw (its write landing after the node failed again): the episode
 	// ended there, and a taint after it starts a new countdown.
 	readySeen, strippedAt time.Time
+	// lastKey is the key of the last taint of the episode seen added: a
+	// key added after the other one is a swap (upstream swaps not-ready
+	// and unreachable with a new timeAdded each way), not a restart.
+	lastKey string
 }
 
 // countdownStart is a new episode seen in a zone, for rate-limit.
@@ -227,6 +231,12 @@ func (c *Checker) checkCountdownTaint(at time.Time, n *v1.Node, s *taintSeen) {
 	}
 	cd.stripped = false
 	obj := "node/" + n.Name
+	if cd.lastKey != "" && cd.lastKey != s.taint.Key && !added.IsZero() {
+		// Swapped back (Ready Unknown, then False, then Unknown again:
+		// chaos seed 180011): the kind's countdown starts anew, as upstream's.
+		cd.added[s.taint.Key] = added
+	}
+	cd.lastKey = s.taint.Key
 	if first, ok := cd.added[s.taint.Key]; ok && !added.IsZero() && added.After(first.Add(time.Second)) {
 		c.violate(at, InvCountdown, obj, "%s:NoExecute again with timeAdded %s, later than the %s it carried first in this countdown (seen since %s, no recovery seen): the countdown restarted",
 			s.taint.Key, added.Format("15:04:05"), first.Format("15:04:05"), cd.first.Format("15:04:05.000"))
