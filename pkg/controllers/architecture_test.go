@@ -86,6 +86,7 @@ func TestControllersUseInjectedClockAndRunContext(t *testing.T) {
 		{"pkg/controllerutil", wallClockOrRootContext},
 		{"pkg/nodetopology", wallClockOrRootContext},
 		{"pkg/kube", wallClockOrRootContext},
+		{"pkg/owner", wallClockOrRootContext},
 		{"pkg/simulate", rootContext},
 	} {
 		err := filepath.WalkDir(filepath.Join(root, rule.dir), func(path string, d os.DirEntry, err error) error {

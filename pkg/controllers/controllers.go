@@ -5,10 +5,12 @@
 package controllers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/tainteviction"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
+	"github.com/nodeshepherd/nodeshepherd/pkg/owner/janitor"
 )
 
 // Config holds the shared settings and every controller's own, one field
@@ -204,11 +207,88 @@ func Constructors(cfg Config) map[string]manager.Constructor {
 	out := map[string]manager.Constructor{}
 	for _, e := range registry {
 		info := e.info()
-		build := func(ctx manager.Context) (manager.Controller, error) { return e.build(&cfg, ctx) }
+		build := func(ctx manager.Context) (manager.Controller, error) {
+			c, err := e.build(&cfg, ctx)
+			if err != nil || JanitorCarrier(ctx.Controllers) != info.Name {
+				return c, err
+			}
+			return withJanitor(c, ctx)
+		}
 		out[info.Name] = companion.Guard(companion.Guarded{Name: info.Name, Replaces: info.Replaces, Claims: Conflicts(&cfg, info.Name),
 			Allowed: cfg.Companion.Allowed(info.Name)}, build)
 	}
 	return out
+}
+
+// janitorCarriers are the controllers that may run the janitor
+// (pkg/owner/janitor), which lifts the expired owner records of the
+// controllers a process does not run: those that write Nodes and whose
+// roles grant get and patch on them (TestJanitorCarriersMayPatchNodes), so
+// that the drain's and the remediation's leftovers are lifted wherever
+// nodeshepherd still runs one of them.
+var janitorCarriers = []string{nodelifecycle.Name, drain.Name, remediation.Name}
+
+// JanitorCarrier is the controller of the process that runs the janitor:
+// the first carrier among those it runs, in start order ("" for none).
+func JanitorCarrier(running []string) string {
+	for _, name := range Names {
+		if slices.Contains(running, name) && slices.Contains(janitorCarriers, name) {
+			return name
+		}
+	}
+	return ""
+}
+
+// withJanitor runs the janitor alongside c, as one controller for the
+// manager: either stopping before ctx ends stops both, and the health
+// check asks both.
+func withJanitor(c manager.Controller, ctx manager.Context) (manager.Controller, error) {
+	j, err := janitor.New(janitor.Deps{Client: ctx.Client, Nodes: ctx.Informers.Core().V1().Nodes(), Recorder: ctx.Recorder(janitor.EventSource),
+		Registry: ctx.Registry, Clock: ctx.Clock, DryRun: ctx.DryRun, ProgressTimeout: ctx.ProgressTimeout, Live: ctx.Controllers})
+	if err != nil {
+		return nil, fmt.Errorf("the owner-record janitor: %w", err)
+	}
+	return carrying{Controller: c, janitor: j}, nil
+}
+
+// carrying is a controller with the janitor running alongside.
+type carrying struct {
+	manager.Controller
+	janitor *janitor.Janitor
+}
+
+func (c carrying) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jerr := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() {
+			if r := recover(); r != nil { // named, as the manager names a controller's panic
+				err = fmt.Errorf("%s panicked: %v", janitor.Name, r)
+			}
+			if err == nil && ctx.Err() == nil {
+				err = fmt.Errorf("%s stopped on its own", janitor.Name)
+			}
+			jerr <- err
+			cancel() // a janitor that stopped early stops its carrier, and the manager fails
+		}()
+		err = c.janitor.Run(ctx)
+	}()
+	err := c.Controller.Run(ctx)
+	cancel()
+	return errors.Join(err, <-jerr)
+}
+
+func (c carrying) Healthy(now time.Time) error {
+	var errs []error
+	if h, ok := c.Controller.(manager.HealthChecker); ok {
+		errs = append(errs, h.Healthy(now))
+	}
+	if err := c.janitor.Healthy(now); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", janitor.Name, err))
+	}
+	return errors.Join(errs...)
 }
 
 // Conflicts returns what the named controller shares with another writer

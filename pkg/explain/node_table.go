@@ -105,6 +105,9 @@ func (e *NodeExplanation) WriteTable(w io.Writer) error {
 		switch r := d.CordonOwner; {
 		case r != nil:
 			owner = fmt.Sprintf("nodeshepherd's %s controller since %s (%s), until %s", r.Controller, at(r.Since), r.Why, r.Until)
+			if r.Expires != nil {
+				owner += ", expires " + at(*r.Expires)
+			}
 		case d.CordonedByDrain: // cordoned before owner records
 			owner = "nodeshepherd's drain controller"
 			if d.CordonedAt != nil {

@@ -9,6 +9,14 @@
 // Every writer changes the record in the same write as the taint or cordon
 // it describes, with the Node's resourceVersion as a precondition, so two
 // controllers writing their records at once never lose one.
+//
+// A record may expire (Expires): its owner renews it while it runs
+// (RenewDue), so only the record of a controller that no longer runs (taken
+// out of --controllers, its process gone) reaches its expiry; then another
+// nodeshepherd process lifts it with what it owns (package janitor). The
+// drain's cordon and the remediation's taints expire; taints that state a
+// fact about the node (nodelifecycle's, cloudnodelifecycle's) or that only
+// a judgement of the machine may lift (outofservice's) have no expiry.
 package owner
 
 import (
@@ -38,6 +46,48 @@ type Record struct {
 	Until string `json:"until"`
 	// Expires is when it ends at the latest, where an expiry applies.
 	Expires *time.Time `json:"expires,omitempty"`
+}
+
+// Lease is how long a record with an expiry lasts unless its owner renews
+// it. An hour: far above any pause of a live owner (a leader change, an API
+// server outage of minutes), which renews with half of it still left, and
+// short enough that a controller taken out of --controllers leaves no
+// cordon behind for a day.
+const Lease = time.Hour
+
+// ExpiresAt is the expiry of a record written or renewed at now: now plus
+// Lease, rounded up to the second (people read the annotation at that
+// precision, and no lease may be shorter than Lease).
+func ExpiresAt(now time.Time) time.Time {
+	t := now.Add(Lease).UTC().Round(0) // no monotonic reading: it is written out
+	if s := t.Truncate(time.Second); !s.Equal(t) {
+		return s.Add(time.Second)
+	}
+	return t
+}
+
+// Expired says whether the record's expiry has passed at now; a record
+// without one never expires.
+func (r Record) Expired(now time.Time) bool { return r.Expires != nil && !now.Before(*r.Expires) }
+
+// RenewAt is when the owner renews the record: once less than half of Lease
+// is left. A record without an expiry (written before expiries existed) is
+// due at once (zero), so that it expires too should its owner stop.
+func (r Record) RenewAt() time.Time {
+	if r.Expires == nil {
+		return time.Time{}
+	}
+	return r.Expires.Add(-Lease / 2)
+}
+
+// RenewDue says whether the owner renews the record at now (RenewAt).
+func (r Record) RenewDue(now time.Time) bool { return r.Expires == nil || !now.Before(r.RenewAt()) }
+
+// Renewed is the record with its expiry moved to ExpiresAt(now).
+func (r Record) Renewed(now time.Time) Record {
+	t := ExpiresAt(now)
+	r.Expires = &t
+	return r
 }
 
 // TaintKey is the record key of a taint: key:effect, as kubectl taint
@@ -94,6 +144,25 @@ func Remove(n *v1.Node, key string) {
 	}
 	delete(recs, key)
 	write(n, recs)
+}
+
+// Lift takes off n what the record of key owns, the cordon or the taint
+// key:effect, together with the record (n is changed). Only the owner of
+// the record, or whoever lifts it once it expired, calls it: a cordon or
+// taint without a record is someone else's.
+func Lift(n *v1.Node, key string) {
+	if key == Cordon {
+		n.Spec.Unschedulable = false
+	} else {
+		kept := n.Spec.Taints[:0:0]
+		for _, t := range n.Spec.Taints {
+			if TaintKey(t) != key {
+				kept = append(kept, t)
+			}
+		}
+		n.Spec.Taints = kept
+	}
+	Remove(n, key)
 }
 
 func write(n *v1.Node, recs map[string]Record) {

@@ -38,6 +38,12 @@ type stateRecord struct {
 	// started at a Drain step below its target; it climbs to this step as
 	// soon as the drain is done.
 	ResumeAt int `json:"resumeAt,omitempty"`
+	// Expires: the remediation controller renews it while it runs, as it
+	// does its taints' owner records (owner.Lease); once it passes, the
+	// record is an orphan's, and a nodeshepherd process removes it
+	// (pkg/owner/janitor), so the drain stops holding a cordon for a
+	// repair nobody runs. None: it never expires.
+	Expires *time.Time `json:"expires,omitempty"`
 }
 
 // ReadState returns the node's place on the ladder of policy, NotInRepair
@@ -101,6 +107,38 @@ func EncodeState(policy string, action Action, st State) string {
 	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, Key: key, StepSince: st.StepSince, RepairSince: st.RepairSince,
 		BootID: st.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID, ResumeAt: max(st.ResumeAt, 0)})
 	return string(b)
+}
+
+// RecordExpiry returns the expiry of the node's repair record, whatever
+// its policy: present is false when there is no record, expires nil when it
+// has no expiry; a malformed record is an error (it is left alone).
+func RecordExpiry(n *v1.Node) (expires *time.Time, present bool, err error) {
+	s, ok := n.Annotations[AnnotationState]
+	if !ok {
+		return nil, false, nil
+	}
+	r, err := parseState(s)
+	if err != nil {
+		return nil, true, fmt.Errorf("node %s: annotation %s: %w", n.Name, AnnotationState, err)
+	}
+	return r.Expires, true, nil
+}
+
+// SetRecordExpiry writes expires into the node's repair record (n is
+// changed); false when there is none, or it is malformed.
+func SetRecordExpiry(n *v1.Node, expires time.Time) bool {
+	s, ok := n.Annotations[AnnotationState]
+	if !ok {
+		return false
+	}
+	r, err := parseState(s)
+	if err != nil {
+		return false
+	}
+	r.Expires = &expires
+	b, _ := json.Marshal(r)
+	n.Annotations[AnnotationState] = string(b)
+	return true
 }
 
 // Request is what a node's repair asks of the other controllers: the drain

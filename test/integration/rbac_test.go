@@ -25,16 +25,17 @@ var serviceAccountScenarios = map[string][]string{
 	"TestReadinessRestored":                        {"nodelifecycle"},                  // pod readiness restored
 	"TestTwoReplicasOneLeader":                     {leaderElection},                   // a Lease in nodeshepherd-system
 	"TestNodeIPAMReuseExhaustionAndRestart":        {"nodeipam"},
-	"TestMachineDeletedNodeRemovedAndPodsReplaced": {"cloudnodelifecycle"}, // node deletion
-	"TestMachineShutdownTaint":                     {"cloudnodelifecycle"}, // shutdown taint
-	"TestDrainCordonDrainUncordon":                 {"drain"},              // cordon, condition, Eviction API, uncordon
-	"TestDrainBlockedByPDBExplainedThenForced":     {"drain"},              // PDB reads, blocked-since annotation, force-after pod deletion
-	"TestDrainMovesBeforeEvicting":                 {"drain"},              // Deployment surge and scale-back, pod-deletion-cost, Namespace and HPA reads
-	"TestDrainDoesNotSurgeReadWriteOnceClaim":      {"drain"},              // PersistentVolumeClaim reads (move-before-evict)
-	"TestSchedulerPreemption":                      {"scheduler"},          // binding, status, preemption, PDBs
-	"TestOutOfServiceAnnotationForceDeletesPods":   {"outofservice"},       // taint and annotations added, then removed
-	"TestCompanionReadinessRestore":                {"readinessrestore"},   // pods/status next to kube-controller-manager
-	"TestRemediationRebootThenReplace":             {"remediation"},        // policies and their status, taints and records, provider requests
+	"TestMachineDeletedNodeRemovedAndPodsReplaced": {"cloudnodelifecycle"},     // node deletion
+	"TestMachineShutdownTaint":                     {"cloudnodelifecycle"},     // shutdown taint
+	"TestDrainCordonDrainUncordon":                 {"drain"},                  // cordon, condition, Eviction API, uncordon
+	"TestDrainBlockedByPDBExplainedThenForced":     {"drain"},                  // PDB reads, blocked-since annotation, force-after pod deletion
+	"TestDrainMovesBeforeEvicting":                 {"drain"},                  // Deployment surge and scale-back, pod-deletion-cost, Namespace and HPA reads
+	"TestDrainDoesNotSurgeReadWriteOnceClaim":      {"drain"},                  // PersistentVolumeClaim reads (move-before-evict)
+	"TestSchedulerPreemption":                      {"scheduler"},              // binding, status, preemption, PDBs
+	"TestOutOfServiceAnnotationForceDeletesPods":   {"outofservice"},           // taint and annotations added, then removed
+	"TestCompanionReadinessRestore":                {"readinessrestore"},       // pods/status next to kube-controller-manager
+	"TestRemediationRebootThenReplace":             {"remediation"},            // policies and their status, taints and records, provider requests
+	"TestOrphanedOwnerRecordsExpire":               {"nodelifecycle", "drain"}, // the janitor's reads and lifts with nodelifecycle's role only; the drain's renewal
 }
 
 const leaderElection = "leader election"

@@ -382,6 +382,9 @@ func (c *Controller) setShutdownTaint(ctx context.Context, n *v1.Node, on bool) 
 	defer cancel()
 	written, err := controllerutil.PatchTaints(wctx, c.client, n.Name, func() (*v1.Node, error) { return n, nil },
 		func(*v1.Node) ([]v1.Taint, []v1.Taint) { return add, remove }, c.clock.Now(),
+		// No expiry (owner.Lease): the taint states what the provider
+		// reports, and the provider's cloud-controller-manager keeps the
+		// same taint when this controller does not run.
 		func(*v1.Node, v1.Taint) owner.Record {
 			return owner.Record{Controller: Name, Why: "the cloud provider reports the machine shut down",
 				Until: "the provider reports the machine running (or the Node is deleted with its machine)"}

@@ -443,6 +443,18 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.setWaiting(name, nil)
 		return c.release(ctx, n, false, "")
 	}
+	if recordLifted(n, st) {
+		// The cordon is someone else's now: the drain's went with its
+		// expired record, then the node was cordoned again. Never lifted
+		// here; the node is forgotten, as when someone uncordons it.
+		why := "the drain's cordon went with its expired owner record, and someone else cordoned the node since"
+		c.abort(name, errors.New(why))
+		c.setWaiting(name, nil)
+		return c.release(ctx, n, false, why)
+	}
+	if n, err = c.renew(ctx, n, now); n == nil {
+		return err
+	}
 
 	// Who still wants the cordon: the rules (ruleKeep; or ruleDue, when
 	// their condition cleared less than --uncordon-after ago), the request.
@@ -1092,10 +1104,43 @@ func (c *Controller) reassign(ctx context.Context, n *v1.Node, h holders, why st
 	return nil
 }
 
+// renew keeps the cordon's owner record from expiring while the controller
+// runs: with less than half of owner.Lease left it is renewed, in a write
+// bound to the node's resourceVersion, and the node is looked at again when
+// the next renewal is due. It returns the node to go on with (nil: stop
+// this sync, with err). A dry run writes nothing, so it renews nothing.
+func (c *Controller) renew(ctx context.Context, n *v1.Node, now time.Time) (*v1.Node, error) {
+	rec, ours, _ := cordonRecord(n)
+	if !ours || c.dryRun.Enabled() {
+		return n, nil
+	}
+	if rec.RenewDue(now) {
+		out, err := c.write(ctx, n, false, "renew-cordon-record", "renew the expiry of the cordon's owner record",
+			func(cur *v1.Node) bool {
+				_, owned := cur.Annotations[AnnotationConditions]
+				_, ours, _ := cordonRecord(cur)
+				return owned && ours && cur.Spec.Unschedulable
+			},
+			func(m *v1.Node) { renewRecord(m, c.clock.Now()) })
+		switch {
+		case errors.Is(err, errSkip):
+			c.queue.Add(n.Name) // changed meanwhile: decided anew
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+		n = out
+		rec, _, _ = cordonRecord(n)
+	}
+	c.queue.AddAfter(n.Name, rec.RenewAt().Sub(now))
+	return n, nil
+}
+
 // release gives the node up: uncordon it (no rule matches any more), or
 // only drop ownership (someone uncordoned it). DrainScheduled goes too, so a
 // later cordon starts afresh.
-// why says why the cordon is lifted.
+// why says why the cordon is lifted (without uncordon: why the node is
+// forgotten, "" when someone uncordoned it).
 func (c *Controller) release(ctx context.Context, n *v1.Node, uncordon bool, why string) error {
 	owned := func(cur *v1.Node) bool { _, ok := cur.Annotations[AnnotationConditions]; return ok }
 	action, msg := "release", "forget the node (it was uncordoned by someone else)"
@@ -1124,6 +1169,8 @@ func (c *Controller) release(ctx context.Context, n *v1.Node, uncordon bool, why
 		c.metrics.uncordoned.WithLabelValues(resultSucceeded).Inc()
 		c.event(n, EventUncordonSucceeded, "Uncordoned node")
 		klog.FromContext(ctx).Info("Uncordoned node", "node", n.Name)
+	} else if why != "" {
+		klog.FromContext(ctx).Info("Node no longer handled", "node", n.Name, "why", why)
 	} else {
 		klog.FromContext(ctx).Info("Node uncordoned by someone else; no longer handled", "node", n.Name)
 	}

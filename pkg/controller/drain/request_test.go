@@ -34,6 +34,7 @@ func requested(drain bool) func(*v1.Node) {
 // its drain completed.
 func heldForRequest(n *v1.Node) {
 	cordon(n, holders{request: gpuRequest}, handlerNow.Add(-time.Hour), "until the remediation's repair ends")
+	renewed(n)
 	completed(n)
 }
 
@@ -41,7 +42,13 @@ func heldForRequest(n *v1.Node) {
 // KernelDeadlock rule.
 func heldForRule(n *v1.Node) {
 	cordon(n, holders{conditions: "KernelDeadlock=True,0s"}, handlerNow.Add(-time.Hour), "")
+	renewed(n)
 }
+
+// renewed: the cordon's owner record was renewed a minute ago, as the
+// controller renews it while it runs (TestHandlerRenewsCordonRecord), so
+// no renewal is due in the test.
+func renewed(n *v1.Node) { renewRecord(n, handlerNow.Add(-time.Minute)) }
 
 func completed(n *v1.Node) {
 	setDrainCondition(n, v1.ConditionFalse, finishedMessage(handlerNow.Add(-time.Hour), true, handlerNow.Add(-50*time.Minute), ""), handlerNow.Add(-50*time.Minute))
@@ -289,6 +296,7 @@ func TestRequestMalformedChangesNothing(t *testing.T) {
 		{"cordoned for a request, not yet drained", drainNode("n", false, malformed, func(n *v1.Node) {
 			n.Spec.Unschedulable = true
 			cordon(n, holders{request: gpuRequest}, handlerNow.Add(-time.Hour), "")
+			renewed(n)
 		})},
 		{"cordoned for a rule that let go", drainNode("n", false, malformed, heldForRule, completed)},
 	} {

@@ -226,7 +226,9 @@ func cordon(n *v1.Node, h holders, now time.Time, until string) {
 
 // setHolders records what the cordon is held for, in the ownership
 // annotations and the owner record; a record already there keeps its since
-// (when the cordon was taken), else since is now.
+// (when the cordon was taken), else since is now. The record expires an
+// owner.Lease from now: renewRecord keeps it from expiring while the
+// controller runs.
 func setHolders(n *v1.Node, h holders, now time.Time, until string) {
 	setAnnotation(n, AnnotationConditions, h.conditions)
 	if h.request != "" {
@@ -238,7 +240,39 @@ func setHolders(n *v1.Node, h holders, now time.Time, until string) {
 	if rec, ok := owner.Of(n, owner.Cordon); ok && rec.Controller == Name && !rec.Since.IsZero() {
 		since = rec.Since
 	}
-	owner.Set(n, owner.Cordon, owner.Record{Controller: Name, Why: h.why(), Since: since, Until: until})
+	owner.Set(n, owner.Cordon, owner.Record{Controller: Name, Why: h.why(), Since: since, Until: until}.Renewed(now))
+}
+
+// cordonRecord is the drain controller's owner record of the node's cordon;
+// known is false when the owners annotation cannot be read (then nothing is
+// judged on it).
+func cordonRecord(n *v1.Node) (rec owner.Record, ours, known bool) {
+	recs, err := owner.Read(n)
+	if err != nil {
+		return owner.Record{}, false, false
+	}
+	rec, ok := recs[owner.Cordon]
+	return rec, ok && rec.Controller == Name, true
+}
+
+// recordLifted says whether the node's cordon, which the drain's annotations
+// call its own, has lost the drain's owner record: every cordon the drain
+// took since it records nodeshepherd.io/drain-cordoned-at carries one, so
+// the record was lifted (it expired while no drain controller ran,
+// pkg/owner/janitor) and the node cordoned again since, by someone else.
+// A cordon from before owner records (no drain-cordoned-at) is still the
+// drain's.
+func recordLifted(n *v1.Node, st nodeState) bool {
+	_, ours, known := cordonRecord(n)
+	return known && !ours && !st.cordonedAt.IsZero()
+}
+
+// renewRecord moves the expiry of the drain's owner record of the cordon
+// to an owner.Lease from now.
+func renewRecord(n *v1.Node, now time.Time) {
+	if rec, ours, _ := cordonRecord(n); ours {
+		owner.Set(n, owner.Cordon, rec.Renewed(now))
+	}
 }
 
 // release forgets the node; with uncordon it also becomes schedulable.

@@ -135,7 +135,10 @@ func (c *Controller) swapTaints(ctx context.Context, name string, add, remove v1
 }
 
 // taintOwner is the owner record of a taint this controller adds: the
-// condition it mirrors, since when, and what lifts it (package owner).
+// condition it mirrors, since when, and what lifts it (package owner). No
+// expiry (owner.Lease): the taint states the node's condition, which stays
+// true without this controller, and kube-controller-manager's node
+// lifecycle controller, taking over, keeps the same taints.
 func taintOwner(n *v1.Node, t v1.Taint) owner.Record {
 	rec := owner.Record{Controller: Name}
 	if t.Key == v1.TaintNodeUnschedulable {

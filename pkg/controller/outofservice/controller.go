@@ -573,6 +573,11 @@ func change(n *v1.Node, v verdict, in input, now time.Time) {
 		n.Spec.Taints, _ = controllerutil.ChangeTaints(n.Spec.Taints, []v1.Taint{Taint}, nil, now)
 		n.Annotations[AnnotationBootID] = in.bootID
 		n.Annotations[AnnotationConfirmedBy] = describe(in.confirmations)
+		// No expiry (owner.Lease): the taint stands for a machine confirmed
+		// dead, and only a judgement of the machine (this controller's, or
+		// a person's) may take it off; a timer cannot tell that the machine
+		// is still off, and lifting it would let the node's old pods and
+		// volumes be taken as live.
 		owner.Set(n, owner.TaintKey(Taint), owner.Record{Controller: Name, Since: now,
 			Why:   "machine confirmed dead: " + describe(in.confirmations),
 			Until: fmt.Sprintf("the node is Ready again after a reboot (a boot ID other than %q), or Ready and no longer confirmed dead", in.bootID)})

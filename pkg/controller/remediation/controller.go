@@ -380,6 +380,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err := c.recheck(ctx, n); err != nil {
 		return err
 	}
+	if err := c.renew(ctx, n); err != nil {
+		return err
+	}
 	req, inRepair, err := rem.RequestOf(n)
 	if err != nil {
 		c.eventOnce(n, EventBlocked, "Repair record unreadable, not acting on the node: "+err.Error())

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -63,7 +65,7 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 				if _, ok := owner.Of(m, owner.TaintKey(t)); !ok {
 					owner.Set(m, owner.TaintKey(t), owner.Record{Controller: Name, Since: now.Truncate(1e9),
 						Why:   fmt.Sprintf("remediation policy %s, step %d: %s", p.name, i+1, why),
-						Until: fmt.Sprintf("the node is healthy for %v (policy %s)", p.spec.HealthyHold.Duration, p.name)})
+						Until: fmt.Sprintf("the node is healthy for %v (policy %s)", p.spec.HealthyHold.Duration, p.name)}.Renewed(now))
 				}
 			}
 		}
@@ -89,6 +91,9 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 				action = p.spec.Steps[next.Step].Action
 			}
 			m.Annotations[rem.AnnotationState] = rem.EncodeState(p.name, action, *next)
+			// Each write of a repair renews its records: the repair
+			// record, and the owner records of the taints it keeps.
+			renewRecords(m, now, func(owner.Record) bool { return true })
 		} else {
 			delete(m.Annotations, rem.AnnotationState)
 		}
@@ -128,6 +133,105 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 	})
 }
 
+// renewRecords moves to an owner.Lease from now the expiry of this
+// controller's records on n that due says to renew: the owner records of
+// its taints, and the repair record (n is changed). It reports whether it
+// changed any.
+func renewRecords(n *v1.Node, now time.Time, due func(owner.Record) bool) bool {
+	changed := false
+	recs, err := owner.Read(n)
+	if err == nil {
+		for _, key := range owner.Keys(recs) {
+			if r := recs[key]; r.Controller == Name && due(r) {
+				owner.Set(n, key, r.Renewed(now))
+				changed = true
+			}
+		}
+	}
+	if exp, ok, err := rem.RecordExpiry(n); ok && err == nil && due(owner.Record{Expires: exp}) {
+		changed = rem.SetRecordExpiry(n, owner.ExpiresAt(now)) || changed
+	}
+	return changed
+}
+
+// renewAt is when this controller's records on n are next due for renewal
+// (owner.Record.RenewAt: zero for one due now); found is false when none of
+// its records is on n.
+func renewAt(n *v1.Node) (at time.Time, found bool) {
+	consider := func(r owner.Record) {
+		if t := r.RenewAt(); !found || t.Before(at) {
+			at = t
+		}
+		found = true
+	}
+	if recs, err := owner.Read(n); err == nil {
+		for _, r := range recs {
+			if r.Controller == Name {
+				consider(r)
+			}
+		}
+	}
+	if exp, ok, err := rem.RecordExpiry(n); ok && err == nil {
+		consider(owner.Record{Expires: exp})
+	}
+	return at, found
+}
+
+// renew keeps this controller's records on the node from expiring while it
+// runs (pkg/owner/janitor lifts an orphan's): those with less than half of
+// owner.Lease left are renewed in one patch bound to the node's
+// resourceVersion (a conflict reads the node again and judges afresh);
+// otherwise the node is looked at again when the next renewal is due. A dry run
+// writes nothing, so it renews nothing.
+func (c *Controller) renew(ctx context.Context, n *v1.Node) error {
+	if c.DryRun.Enabled() {
+		return nil
+	}
+	at, found := renewAt(n)
+	if !found {
+		return nil
+	}
+	if now := c.clock.Now(); now.Before(at) {
+		c.queue.AddAfter(n.Name, at.Sub(now))
+		return nil
+	}
+	cur := n
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		defer cancel()
+		if cur == nil {
+			fresh, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur = fresh
+		}
+		read := cur
+		cur = nil // a retry reads afresh
+		m := read.DeepCopy()
+		now := c.clock.Now()
+		if !renewRecords(m, now, func(r owner.Record) bool { return r.RenewDue(now) }) {
+			return nil
+		}
+		ann := map[string]any{}
+		for _, k := range []string{owner.Annotation, rem.AnnotationState} {
+			if v, ok := m.Annotations[k]; ok {
+				ann[k] = v
+			}
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": read.ResourceVersion, "annotations": ann}})
+		_, err := c.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("renewing the expiry of the records of node %s: %w", n.Name, err)
+	}
+	return nil // the node changed: its next look schedules the next renewal
+}
+
 // ownsKeepOff: the node carries rem.KeepOffTaint, put on by this controller.
 func ownsKeepOff(n *v1.Node) bool {
 	if kube.FindTaint(n, rem.KeepOffTaint) == nil {
@@ -157,7 +261,7 @@ func (c *Controller) keepOff(ctx context.Context, n *v1.Node, p *policy, step in
 		m.Spec.Taints, _ = controllerutil.ChangeTaints(m.Spec.Taints, []v1.Taint{rem.KeepOffTaint}, nil, now)
 		owner.Set(m, owner.TaintKey(rem.KeepOffTaint), owner.Record{Controller: Name, Since: now.Truncate(1e9),
 			Why:   fmt.Sprintf("remediation policy %s: step %d (%s) disrupts pods; new pods are kept off while those a PodDisruptionBudget protects are evicted", p.name, step+1, p.spec.Steps[step].Action),
-			Until: "the repair ends"})
+			Until: "the repair ends"}.Renewed(now))
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": cur.ResourceVersion, "annotations": map[string]any{owner.Annotation: m.Annotations[owner.Annotation]}},
 			"spec": map[string]any{"taints": m.Spec.Taints}})
 		if c.DryRun.Enabled() {
