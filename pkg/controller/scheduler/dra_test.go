@@ -130,7 +130,9 @@ func TestDRAFilterAllocatesOnTheNodeWithFreeDevices(t *testing.T) {
 		gpuClaim("taken", 1, allocatedTo("node1", "gpu-0")))
 	// One GPU: node1 has two, node2 none.
 	st, got := draStatuses(t, e, pod("p", 0, 100, withResourceClaims("one")), n1, n2)
-	if !got["node1"].ok() || got["node2"].ok() || got["node2"].reasons[0] != reasonCannotAllocate || got["node2"].code != unschedulable {
+	// kube-scheduler's DynamicResources rejects unresolvably; preemption
+	// knows the rejection is for devices.
+	if !got["node1"].ok() || got["node2"].ok() || got["node2"].reasons[0] != reasonCannotAllocate || got["node2"].code != unresolvable || !got["node2"].devices {
 		t.Fatalf("one GPU: %+v", got)
 	}
 	bs, err := st.reserve("node1")
@@ -219,6 +221,15 @@ func TestDRAPrefilterWaits(t *testing.T) {
 			if err != nil || msg != tc.want {
 				t.Errorf("got %q, %v; want %q", msg, err, tc.want)
 			}
+			// Claims not there yet keep the pod from being tried at all
+			// (PreEnqueue); a missing class is PreFilter's.
+			gate := tc.want
+			if tc.name == "class missing" {
+				gate = ""
+			}
+			if got := e.preEnqueue(tc.pod); got != gate {
+				t.Errorf("preEnqueue %q, want %q", got, gate)
+			}
 		})
 	}
 	// The controller decided that the claim is not needed.
@@ -236,6 +247,29 @@ func TestDRAPrefilterWaits(t *testing.T) {
 	_, msg, _ := e.prefilter(context.Background(), pod("b", 0, 100, withResourceClaims("one")))
 	if msg != "resource claim default/one is in the process of being allocated" {
 		t.Errorf("in flight: %q", msg)
+	}
+}
+
+// A pod whose claim the ResourceClaim controller has not made yet is not
+// tried: no event, no condition, no attempt counted, as kube-scheduler's
+// PreEnqueue.
+func TestDRAGatedPodWritesNothing(t *testing.T) {
+	s, client := draScheduler(t)
+	p := pod("p", 0, 100, func(p *v1.Pod) {
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu-template")}}
+	})
+	s.queue.Add(p)
+	qp, cycle := pop(t, s.queue)
+	s.scheduleOne(context.Background(), qp, cycle)
+	s.wg.Wait()
+	if acts := client.Actions(); len(acts) != 0 {
+		t.Errorf("API calls for a gated pod: %v", acts)
+	}
+	if n := len(s.recorder.(*record.FakeRecorder).Events); n != 0 {
+		t.Errorf("%d events for a gated pod", n)
+	}
+	if l := s.queue.Lens(); l[inGated] != 1 || qp.attempts != 0 {
+		t.Errorf("queues %v, attempts %d; want parked, no attempt", l, qp.attempts)
 	}
 }
 
