@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -249,6 +250,27 @@ func runParity137(t *testing.T, upstream bool) parityOutcome {
 	out["gpu-high"] = framework.WaitPodOutcome(t, client, parityNamespace, "gpu-high", 2*time.Minute)
 	out["gpu-low-after"] = podState(t, client, "gpu-low")
 	out["gpu-mid-after"] = podState(t, client, "gpu-mid")
+
+	// Admin access (in a namespace labelled for it): both GPUs are held,
+	// and a claim with adminAccess gets one of them anyway.
+	ns := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, resourceapi.DRAAdminNamespaceLabelKey)
+	if _, err := client.CoreV1().Namespaces().Patch(framework.Context(t), parityNamespace, types.MergePatchType, []byte(ns), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adminClaim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "gpu-admin", Namespace: parityNamespace},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AdminAccess: ptr.To(true)}}}}}}
+	if _, err := client.ResourceV1().ResourceClaims(parityNamespace).Create(framework.Context(t), adminClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	admin := parityPod("gpu-admin", "gpu", 100)
+	admin.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("gpu-admin")}}
+	decide(admin)
+	if c, err := client.ResourceV1().ResourceClaims(parityNamespace).Get(framework.Context(t), "gpu-admin", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if a := c.Status.Allocation; a == nil || len(a.Devices.Results) != 1 || !ptr.Deref(a.Devices.Results[0].AdminAccess, false) {
+		t.Errorf("claim gpu-admin: allocation %+v, want one device with adminAccess", a)
+	}
 	return out
 }
 
@@ -283,7 +305,7 @@ func podState(t *testing.T, client kubernetes.Interface, name string) framework.
 // TestSchedulerParity137: kube-scheduler 1.37's ImageLocality score,
 // NodeDeclaredFeatures filter, in-place-resize accounting, the message
 // for the nodes a DaemonSet pod's matchFields leaves out, and DRA claims
-// on a node's two fake GPUs, run through kube-scheduler and through
+// on a node's two fake GPUs (admin access included), run through kube-scheduler and through
 // nodeshepherd's scheduler on plain nodes of the real API server: both
 // make the same decisions and messages, except that nodeshepherd preempts
 // a lower-priority GPU holder for a pod that needs its device, which
@@ -310,6 +332,7 @@ func TestSchedulerParity137(t *testing.T) {
 	gpu1 := framework.PodDecision{Node: "gpu-1"}
 	want["gpu-low"], want["gpu-mid"], want["gpu-mid-after"] = gpu1, gpu1, gpu1
 	want["gpu-same"] = framework.PodDecision{Reason: v1.PodReasonUnschedulable, Message: noGPU}
+	want["gpu-admin"] = gpu1
 	// Where they differ: kube-scheduler 1.37 does not preempt for devices
 	// (DRA preemption, KEP-5690, is not in 1.37): the priority-1000 pod
 	// stays pending with the same message. nodeshepherd preempts the

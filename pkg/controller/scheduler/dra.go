@@ -38,12 +38,15 @@ const (
 // Device taints are the allocator's own business (a device with a NoSchedule
 // or NoExecute taint that no toleration of the request tolerates is not
 // allocated), with the taints of DeviceTaintRules added to the devices they
-// select, as kube-scheduler does. The features kube-scheduler 1.37 also has
-// on (prioritized lists, admin access, partitionable devices, consumable
-// capacity, binding conditions, extended resources backed by DRA) are
-// refused (claims) or left out (devices), each named in the pod's message:
-// see claimRefusals and leftOut.
-var draFeatures = structured.Features{DeviceTaints: true}
+// select, as kube-scheduler does. Admin access too: a request with
+// adminAccess may get a device other claims hold, and its result, marked
+// adminAccess, takes nothing from them (takenDevices); the API server
+// admits such claims only in namespaces labelled for it. The features
+// kube-scheduler 1.37 also has on (prioritized lists, partitionable
+// devices, consumable capacity, binding conditions, extended resources
+// backed by DRA) are refused (claims) or left out (devices), each named in
+// the pod's message: see claimRefusals and leftOut.
+var draFeatures = structured.Features{DeviceTaints: true, AdminAccess: true}
 
 // draEnv is what DRA scheduling reads: the resource listers, and the
 // allocations decided by scheduling cycles that the informer has not shown
@@ -329,8 +332,6 @@ func claimRefusals(claims []*resourceapi.ResourceClaim) []string {
 				found = append(found, fmt.Sprintf("prioritized list (firstAvailable) in request %s of resourceclaim %s (DRAPrioritizedList)", r.Name, klog.KObj(c)))
 			case r.Exactly == nil:
 				found = append(found, fmt.Sprintf("request %s of resourceclaim %s of an unknown type", r.Name, klog.KObj(c)))
-			case ptr.Deref(r.Exactly.AdminAccess, false):
-				found = append(found, fmt.Sprintf("admin access in request %s of resourceclaim %s (DRAAdminAccess)", r.Name, klog.KObj(c)))
 			case r.Exactly.Capacity != nil:
 				found = append(found, fmt.Sprintf("capacity requests in request %s of resourceclaim %s (DRAConsumableCapacity)", r.Name, klog.KObj(c)))
 			case len(r.Exactly.DerivedAttributes) > 0:
@@ -368,7 +369,12 @@ func (e *draEnv) usableSlices() ([]*resourceapi.ResourceSlice, string, error) {
 	out := make([]*resourceapi.ResourceSlice, 0, len(all))
 	for _, s := range all {
 		if ptr.Deref(s.Spec.PerDeviceNodeSelection, false) || len(s.Spec.SharedCounters) > 0 {
-			counts["partitionable devices (DRAPartitionableDevices)"] += max(1, len(s.Spec.Devices))
+			// The allocator skips these: a pool's shared counters (such a
+			// slice has no devices) or devices each with a node selection
+			// of its own.
+			if n := len(s.Spec.Devices); n > 0 {
+				counts["partitionable devices (DRAPartitionableDevices)"] += n
+			}
 			out = append(out, s)
 			continue
 		}
