@@ -327,10 +327,11 @@ func (q *schedulingQueue) Gate(p *queuedPod, cycle int64) {
 		return
 	}
 	p.attempts--
+	changed := p.pendingSpec // its spec or labels changed meanwhile: look again
 	if p.pending != nil {
 		p.info, p.pending, p.pendingSpec = p.pending, nil, false
 	}
-	if q.moveCycle >= cycle {
+	if changed || q.moveCycle >= cycle {
 		p.timestamp = q.clock.Now()
 		q.toActive(p)
 		return

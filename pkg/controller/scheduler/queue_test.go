@@ -183,4 +183,13 @@ func TestQueueGate(t *testing.T) {
 	if p.where != inActive {
 		t.Errorf("gated pod woken during its check is %s, want active", p.where)
 	}
+	// Its spec changed during the check: it is looked at again.
+	p, cycle = pop(t, q)
+	changed := p.info.pod.DeepCopy()
+	changed.Labels = map[string]string{"new": "label"}
+	q.Update(p.info.pod, changed)
+	q.Gate(p, cycle)
+	if p.where != inActive || p.info.pod.Labels["new"] != "label" {
+		t.Errorf("gated pod changed during its check is %s with labels %v, want active with the change", p.where, p.info.pod.Labels)
+	}
 }
