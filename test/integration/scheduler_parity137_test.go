@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,7 +25,8 @@ import (
 
 // The parity workload's node groups (label parity=<group>): image holds
 // three nodes, one with the big image; features two, one declaring the
-// restart-all feature; resize one node of 1 CPU.
+// restart-all feature; resize one node of 1 CPU; gpu one node with two
+// fake GPUs (a ResourceSlice).
 const (
 	parityNamespace  = "default"
 	parityImage      = "registry.example/big:1"
@@ -46,6 +50,7 @@ func parityNodes() []parityNode {
 		{name: "feat-1", group: "features"},
 		{name: "feat-2", group: "features", features: []string{parityFeature}},
 		{name: "rsz-1", group: "resize"},
+		{name: "gpu-1", group: "gpu"},
 	}
 }
 
@@ -133,11 +138,20 @@ func waitBound(t *testing.T, client kubernetes.Interface, name string) string {
 // through nodeshepherd's scheduler, each on a control plane of its own,
 // and checks every decision of each against want.
 func bothSchedulersDecide(t *testing.T, want parityOutcome, run func(t *testing.T, upstream bool) parityOutcome) {
+	bothSchedulersDecideApart(t, want, nil, run)
+}
+
+// bothSchedulersDecideApart is bothSchedulersDecide where the schedulers
+// are known to differ: apart[upstream] holds the steps where that
+// scheduler's decision is its own.
+func bothSchedulersDecideApart(t *testing.T, want parityOutcome, apart map[bool]parityOutcome, run func(t *testing.T, upstream bool) parityOutcome) {
 	for _, upstream := range []bool{true, false} {
 		who := map[bool]string{true: "kube-scheduler", false: "nodeshepherd"}[upstream]
 		t.Run(who, func(t *testing.T) {
 			got := run(t, upstream)
-			for step, w := range want {
+			all := maps.Clone(want)
+			maps.Copy(all, apart[upstream])
+			for step, w := range all {
 				if got[step] != w {
 					t.Errorf("%s: %s decided %+v, want %+v", step, who, got[step], w)
 				}
@@ -213,28 +227,120 @@ func runParity137(t *testing.T, upstream bool) parityOutcome {
 	daemon.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
 		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"rsz-1"}}}}}}}}
 	decide(daemon)
+
+	// DRA preemption: gpu-1's two GPUs are held, through claims from a
+	// template, by pods of priority 10 and 20; a pod of priority 1000 asks
+	// for one GPU. Then: is the priority-10 pod still there?
+	createPriorityClasses(t, client)
+	createFakeGPUs(t, client, "gpu-1")
+	for name, class := range map[string]string{"gpu-low": "p10", "gpu-mid": "p20"} {
+		p := withGPUClaim(parityPod(name, "gpu", 100))
+		p.Spec.PriorityClassName = class
+		decide(p)
+	}
+	// A pod of priority 10 finds no GPU and no victim of lower priority.
+	// It goes before the next step, whose freed GPU it could take.
+	same := withGPUClaim(parityPod("gpu-same", "gpu", 100))
+	same.Spec.PriorityClassName = "p10"
+	decide(same)
+	deletePodAndWait(t, client, "gpu-same")
+	high := withGPUClaim(parityPod("gpu-high", "gpu", 100))
+	high.Spec.PriorityClassName = "p1000"
+	pc.create(t, high)
+	out["gpu-high"] = framework.WaitPodOutcome(t, client, parityNamespace, "gpu-high", 2*time.Minute)
+	out["gpu-low-after"] = podState(t, client, "gpu-low")
+	out["gpu-mid-after"] = podState(t, client, "gpu-mid")
+
+	// Admin access (in a namespace labelled for it): both GPUs are held,
+	// and a claim with adminAccess gets one of them anyway.
+	ns := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, resourceapi.DRAAdminNamespaceLabelKey)
+	if _, err := client.CoreV1().Namespaces().Patch(framework.Context(t), parityNamespace, types.MergePatchType, []byte(ns), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adminClaim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "gpu-admin", Namespace: parityNamespace},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AdminAccess: ptr.To(true)}}}}}}
+	if _, err := client.ResourceV1().ResourceClaims(parityNamespace).Create(framework.Context(t), adminClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	admin := parityPod("gpu-admin", "gpu", 100)
+	admin.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("gpu-admin")}}
+	decide(admin)
+	if c, err := client.ResourceV1().ResourceClaims(parityNamespace).Get(framework.Context(t), "gpu-admin", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if a := c.Status.Allocation; a == nil || len(a.Devices.Results) != 1 || !ptr.Deref(a.Devices.Results[0].AdminAccess, false) {
+		t.Errorf("claim gpu-admin: allocation %+v, want one device with adminAccess", a)
+	}
 	return out
 }
 
+func deletePodAndWait(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	if err := client.CoreV1().Pods(parityNamespace).Delete(framework.Context(t), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, name+" deleted", func(ctx context.Context) (bool, string, error) {
+		_, err := client.CoreV1().Pods(parityNamespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, fmt.Sprint(err), nil
+	})
+}
+
+// podState is a pod's node, or reason "Deleted" for a pod gone or being
+// deleted.
+func podState(t *testing.T, client kubernetes.Interface, name string) framework.PodDecision {
+	t.Helper()
+	p, err := client.CoreV1().Pods(parityNamespace).Get(framework.Context(t), name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil:
+		return framework.PodDecision{Reason: "Deleted"}
+	case err != nil:
+		t.Fatal(err)
+	}
+	return framework.PodDecision{Node: p.Spec.NodeName}
+}
+
 // TestSchedulerParity137: kube-scheduler 1.37's ImageLocality score,
-// NodeDeclaredFeatures filter, in-place-resize accounting and the message
-// for the nodes a DaemonSet pod's matchFields leaves out, run through
-// kube-scheduler and through nodeshepherd's scheduler on plain nodes of
-// the real API server: both make the same decisions and messages.
+// NodeDeclaredFeatures filter, in-place-resize accounting, the message
+// for the nodes a DaemonSet pod's matchFields leaves out, and DRA claims
+// on a node's two fake GPUs (admin access included), run through kube-scheduler and through
+// nodeshepherd's scheduler on plain nodes of the real API server: both
+// make the same decisions and messages, except that nodeshepherd preempts
+// a lower-priority GPU holder for a pod that needs its device, which
+// kube-scheduler 1.37 does not do.
 func TestSchedulerParity137(t *testing.T) {
-	const others = "5 node(s) didn't match Pod's node affinity/selector."
+	const others = "6 node(s) didn't match Pod's node affinity/selector."
 	want := parityOutcome{
 		"image":   {Node: "img-2"},
 		"feature": {Node: "feat-2"},
-		"feature-pinned": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 node(s) didn't match Pod's required features, " + others +
-			" preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."},
+		"feature-pinned": {Reason: v1.PodReasonUnschedulable, Message: "0/7 nodes are available: 1 node(s) didn't match Pod's required features, " + others +
+			" preemption: 0/7 nodes are available: 7 Preemption is not helpful for scheduling."},
 		"feature-pinned-after": {Node: "feat-1"},
-		"needs-room": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 Insufficient cpu, " + others +
-			" preemption: 0/6 nodes are available: 1 No preemption victims found for incoming pod, 5 Preemption is not helpful for scheduling."},
+		"needs-room": {Reason: v1.PodReasonUnschedulable, Message: "0/7 nodes are available: 1 Insufficient cpu, " + others +
+			" preemption: 0/7 nodes are available: 1 No preemption victims found for incoming pod, 6 Preemption is not helpful for scheduling."},
 		"needs-room-after": {Node: "rsz-1"},
 		// 2 CPUs on a node of 1: too big for any preemption to help.
-		"daemon-too-big": {Reason: v1.PodReasonUnschedulable, Message: "0/6 nodes are available: 1 Insufficient cpu, 5 node(s) didn't satisfy plugin(s) [NodeAffinity]." +
-			" preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."},
+		"daemon-too-big": {Reason: v1.PodReasonUnschedulable, Message: "0/7 nodes are available: 1 Insufficient cpu, 6 node(s) didn't satisfy plugin(s) [NodeAffinity]." +
+			" preemption: 0/7 nodes are available: 7 Preemption is not helpful for scheduling."},
 	}
-	bothSchedulersDecide(t, want, runParity137)
+	// DRA: both GPU holders are placed; a pod of priority 10, which no
+	// holder is below, is told by both that no preemption helps
+	// (kube-scheduler's DynamicResources rejects a node unresolvably).
+	noGPU := "0/7 nodes are available: 1 cannot allocate all claims, " + others + " preemption: 0/7 nodes are available: 7 Preemption is not helpful for scheduling."
+	gpu1 := framework.PodDecision{Node: "gpu-1"}
+	want["gpu-low"], want["gpu-mid"], want["gpu-mid-after"] = gpu1, gpu1, gpu1
+	want["gpu-same"] = framework.PodDecision{Reason: v1.PodReasonUnschedulable, Message: noGPU}
+	want["gpu-admin"] = gpu1
+	// Where they differ: kube-scheduler 1.37 does not preempt for devices
+	// (DRA preemption, KEP-5690, is not in 1.37): the priority-1000 pod
+	// stays pending with the same message. nodeshepherd preempts the
+	// priority-10 holder, whose claim the ResourceClaim controller
+	// deallocates, and binds the pod to that GPU.
+	apart := map[bool]parityOutcome{
+		true:  {"gpu-high": {Reason: v1.PodReasonUnschedulable, Message: noGPU}, "gpu-low-after": gpu1},
+		false: {"gpu-high": gpu1, "gpu-low-after": {Reason: "Deleted"}},
+	}
+	bothSchedulersDecideApart(t, want, apart, runParity137)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -160,15 +161,20 @@ func (s *Scheduler) patchStatus(ctx context.Context, pod *v1.Pod, status map[str
 // inflightPreemption is a preemptor whose victims are being deleted.
 type inflightPreemption struct {
 	victims []types.UID
+	// claims are the victims' claims that their going frees; the
+	// preemptor waits for the ResourceClaim controller to deallocate them.
+	claims  []*resourceapi.ResourceClaim
 	running bool // the API calls are not done
 	held    bool // the preemptor was held back meanwhile: wake it at the end
 }
 
 // holdWhilePreempting keeps a preemptor back while its preemption is under
-// way (kube-scheduler's PreEnqueue gate): while the deletions run, and until
-// the cache sees every victim terminating or gone. Retrying earlier would see
-// the victims as healthy pods and preempt again, elsewhere. A pod held after
-// the calls finished is woken by its victims' deletion events.
+// way (kube-scheduler's PreEnqueue gate): while the deletions run, until
+// the cache sees every victim terminating or gone, and until the claims
+// only the victims reserved are deallocated. Retrying earlier would see
+// the victims, or their devices, as taken and preempt again. A pod held
+// after the calls finished is woken by its victims' deletion events and by
+// the claims' changes.
 func (s *Scheduler) holdWhilePreempting(pod *v1.Pod) bool {
 	s.preemptMu.Lock()
 	defer s.preemptMu.Unlock()
@@ -180,7 +186,7 @@ func (s *Scheduler) holdWhilePreempting(pod *v1.Pod) bool {
 		pr.held = true
 		return true
 	}
-	if s.cache.anyLive(pr.victims) {
+	if s.cache.anyLive(pr.victims) || s.dra.stillHeld(pr.claims, pr.victims) {
 		return true
 	}
 	delete(s.preempting, pod.UID)
@@ -216,7 +222,8 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 		for i, v := range c.victims {
 			names[i] = v.pod.Name
 		}
-		logger.V(2).Info("Preempting", "preemptor", klog.KObj(pod), "node", c.node, "victims", names, "pdbViolations", c.pdbViolations)
+		logger.V(2).Info("Preempting", "preemptor", klog.KObj(pod), "node", c.node, "victims", names, "pdbViolations", c.pdbViolations,
+			"freedClaims", klog.KObjSlice(c.freedClaims))
 	}
 	if s.dryRun.Enabled() {
 		for _, v := range c.victims {
@@ -224,7 +231,7 @@ func (s *Scheduler) preempt(ctx context.Context, preemptor *podInfo, c *candidat
 		}
 		return
 	}
-	pr := &inflightPreemption{running: true}
+	pr := &inflightPreemption{running: true, claims: c.freedClaims}
 	for _, v := range c.victims {
 		pr.victims = append(pr.victims, v.pod.UID)
 	}

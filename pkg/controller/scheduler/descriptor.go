@@ -32,7 +32,7 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"locality, in-place resizes and Dynamic Resource Allocation (resource claims\n" +
 			"allocated with the upstream structured allocator) included. Pods using in-tree\n" +
 			"disks, scheduling groups or DRA features it does not implement (prioritized\n" +
-			"lists, admin access, consumable capacity, extended resources backed by DRA) are\n" +
+			"lists, consumable capacity, extended resources backed by DRA) are\n" +
 			"refused (left Pending, reason SchedulerError).",
 		ClusterRole: "nodeshepherd:scheduler",
 		RBACRules:   rbacRules,

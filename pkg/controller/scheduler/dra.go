@@ -38,12 +38,15 @@ const (
 // Device taints are the allocator's own business (a device with a NoSchedule
 // or NoExecute taint that no toleration of the request tolerates is not
 // allocated), with the taints of DeviceTaintRules added to the devices they
-// select, as kube-scheduler does. The features kube-scheduler 1.37 also has
-// on (prioritized lists, admin access, partitionable devices, consumable
-// capacity, binding conditions, extended resources backed by DRA) are
-// refused (claims) or left out (devices), each named in the pod's message:
-// see claimRefusals and leftOut.
-var draFeatures = structured.Features{DeviceTaints: true}
+// select, as kube-scheduler does. Admin access too: a request with
+// adminAccess may get a device other claims hold, and its result, marked
+// adminAccess, takes nothing from them (takenDevices); the API server
+// admits such claims only in namespaces labelled for it. The features
+// kube-scheduler 1.37 also has on (prioritized lists, partitionable
+// devices, consumable capacity, binding conditions, extended resources
+// backed by DRA) are refused (claims) or left out (devices), each named in
+// the pod's message: see claimRefusals and leftOut.
+var draFeatures = structured.Features{DeviceTaints: true, AdminAccess: true}
 
 // draEnv is what DRA scheduling reads: the resource listers, and the
 // allocations decided by scheduling cycles that the informer has not shown
@@ -101,32 +104,47 @@ func (e *draEnv) assumedLocked(c *resourceapi.ResourceClaim) *resourceapi.Resour
 
 // allocatedDevices are the devices of every allocated claim (as assumed)
 // and of the allocations in flight, except those allocated with admin
-// access, which do not take the device.
-func (e *draEnv) allocatedDevices() (sets.Set[structured.DeviceID], error) {
+// access, which do not take the device; and those claims, for preemption
+// to tell which of them its victims hold.
+func (e *draEnv) allocatedDevices() (sets.Set[structured.DeviceID], []*resourceapi.ResourceClaim, error) {
 	all, err := e.claims.List(labels.Everything())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := sets.New[structured.DeviceID]()
+	var claims []*resourceapi.ResourceClaim
 	add := func(c *resourceapi.ResourceClaim) {
 		if c.Status.Allocation == nil {
 			return
 		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if !ptr.Deref(r.AdminAccess, false) {
-				out.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
-			}
+		claims = append(claims, c)
+		for _, id := range takenDevices(c) {
+			out.Insert(id)
 		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, c := range all {
-		add(e.assumedLocked(c))
+		if _, ok := e.inFlight[c.UID]; !ok {
+			add(e.assumedLocked(c))
+		}
 	}
 	for _, c := range e.inFlight {
 		add(c)
 	}
-	return out, nil
+	return out, claims, nil
+}
+
+// takenDevices are the devices an allocated claim takes: those of its
+// results without admin access.
+func takenDevices(c *resourceapi.ResourceClaim) []structured.DeviceID {
+	var out []structured.DeviceID
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if !ptr.Deref(r.AdminAccess, false) {
+			out = append(out, structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+		}
+	}
+	return out
 }
 
 // draState is DRA's view of one pod for one cycle (the plugin's PreFilter),
@@ -147,6 +165,16 @@ type draState struct {
 	// when there are none.
 	toAllocate []*resourceapi.ResourceClaim
 	allocator  structured.Allocator
+	// allocated, allocatedClaims and slices are what the allocator was
+	// given, for preemption's dry run to give another one the devices
+	// its victims free.
+	allocated       sets.Set[structured.DeviceID]
+	allocatedClaims []*resourceapi.ResourceClaim
+	slices          []*resourceapi.ResourceSlice
+	// victims is set only on preemption's copy of the state
+	// (forPreemption): the filter then allocates as if the pods missing
+	// from the node had gone, with the claims only they reserve.
+	victims *draVictims
 	// leftOut names the devices the allocator was not given, for the
 	// message of a pod that fits nowhere ("" for none).
 	leftOut string
@@ -170,32 +198,10 @@ func (e *draEnv) prefilter(ctx context.Context, pod *v1.Pod) (*draState, string,
 		return nil, "", nil
 	}
 	st := &draState{env: e, ctx: ctx, pod: pod}
-	for i := range pod.Spec.ResourceClaims {
-		pc := pod.Spec.ResourceClaims[i]
-		name, mustCheckOwner, err := resourceclaim.Name(pod, &pc)
-		if err != nil {
-			return nil, err.Error(), nil
-		}
-		if name == nil {
-			continue
-		}
-		claim, err := e.claim(pod.Namespace, *name)
-		if err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, err.Error(), nil
-			}
-			return nil, "", err
-		}
-		if claim.DeletionTimestamp != nil {
-			return nil, fmt.Sprintf("resourceclaim %q is being deleted", claim.Name), nil
-		}
-		if mustCheckOwner {
-			if err := resourceclaim.IsForPod(pod, claim, false); err != nil {
-				return nil, err.Error(), nil
-			}
-		}
-		st.claims = append(st.claims, claim)
-		st.podClaims = append(st.podClaims, pc)
+	var msg string
+	var err error
+	if st.claims, st.podClaims, msg, err = e.podClaims(pod); msg != "" || err != nil {
+		return nil, msg, err
 	}
 	if len(st.claims) == 0 {
 		return nil, "", nil
@@ -240,7 +246,7 @@ func (e *draEnv) prefilter(ctx context.Context, pod *v1.Pod) (*draState, string,
 	if len(st.toAllocate) == 0 {
 		return st, "", nil
 	}
-	allocated, err := e.allocatedDevices()
+	allocated, allocatedClaims, err := e.allocatedDevices()
 	if err != nil {
 		return nil, "", err
 	}
@@ -249,6 +255,7 @@ func (e *draEnv) prefilter(ctx context.Context, pod *v1.Pod) (*draState, string,
 		return nil, "", err
 	}
 	st.leftOut = leftOut
+	st.allocated, st.allocatedClaims, st.slices = allocated, allocatedClaims, slices
 	a, err := structured.NewAllocator(ctx, draFeatures, structured.AllocatedState{AllocatedDevices: allocated},
 		classLister{e.classes}, slices, e.celCache)
 	if err != nil {
@@ -257,6 +264,56 @@ func (e *draEnv) prefilter(ctx context.Context, pod *v1.Pod) (*draState, string,
 	st.allocator = a
 	st.results = map[string][]resourceapi.AllocationResult{}
 	return st, "", nil
+}
+
+// podClaims are the pod's claims in spec order, with the pod's entry for
+// each (those the pod does not need, a template's claim the controller
+// chose not to create, left out); or the message of a claim that is not
+// there yet, being deleted, or not the pod's; or an error reading them.
+func (e *draEnv) podClaims(pod *v1.Pod) ([]*resourceapi.ResourceClaim, []v1.PodResourceClaim, string, error) {
+	var claims []*resourceapi.ResourceClaim
+	var pcs []v1.PodResourceClaim
+	for i := range pod.Spec.ResourceClaims {
+		pc := pod.Spec.ResourceClaims[i]
+		name, mustCheckOwner, err := resourceclaim.Name(pod, &pc)
+		if err != nil {
+			return nil, nil, err.Error(), nil
+		}
+		if name == nil {
+			continue
+		}
+		claim, err := e.claim(pod.Namespace, *name)
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, nil, err.Error(), nil
+			}
+			return nil, nil, "", err
+		}
+		if claim.DeletionTimestamp != nil {
+			return nil, nil, fmt.Sprintf("resourceclaim %q is being deleted", claim.Name), nil
+		}
+		if mustCheckOwner {
+			if err := resourceclaim.IsForPod(pod, claim, false); err != nil {
+				return nil, nil, err.Error(), nil
+			}
+		}
+		claims = append(claims, claim)
+		pcs = append(pcs, pc)
+	}
+	return claims, pcs, "", nil
+}
+
+// preEnqueue is DynamicResources' PreEnqueue: why the pod's claims are not
+// all there yet ("" when they are). kube-scheduler does not try such a pod
+// (no event, no condition) until a claim is added or the controller names
+// the pod's claims in its status.
+func (e *draEnv) preEnqueue(pod *v1.Pod) string {
+	if e == nil || len(pod.Spec.ResourceClaims) == 0 {
+		return ""
+	}
+	// A failure to read is left to the cycle, which retries it with backoff.
+	_, _, msg, _ := e.podClaims(pod)
+	return msg
 }
 
 // claimRefusals names what the claims use that the scheduler does not
@@ -275,8 +332,6 @@ func claimRefusals(claims []*resourceapi.ResourceClaim) []string {
 				found = append(found, fmt.Sprintf("prioritized list (firstAvailable) in request %s of resourceclaim %s (DRAPrioritizedList)", r.Name, klog.KObj(c)))
 			case r.Exactly == nil:
 				found = append(found, fmt.Sprintf("request %s of resourceclaim %s of an unknown type", r.Name, klog.KObj(c)))
-			case ptr.Deref(r.Exactly.AdminAccess, false):
-				found = append(found, fmt.Sprintf("admin access in request %s of resourceclaim %s (DRAAdminAccess)", r.Name, klog.KObj(c)))
 			case r.Exactly.Capacity != nil:
 				found = append(found, fmt.Sprintf("capacity requests in request %s of resourceclaim %s (DRAConsumableCapacity)", r.Name, klog.KObj(c)))
 			case len(r.Exactly.DerivedAttributes) > 0:
@@ -314,7 +369,12 @@ func (e *draEnv) usableSlices() ([]*resourceapi.ResourceSlice, string, error) {
 	out := make([]*resourceapi.ResourceSlice, 0, len(all))
 	for _, s := range all {
 		if ptr.Deref(s.Spec.PerDeviceNodeSelection, false) || len(s.Spec.SharedCounters) > 0 {
-			counts["partitionable devices (DRAPartitionableDevices)"] += max(1, len(s.Spec.Devices))
+			// The allocator skips these: a pool's shared counters (such a
+			// slice has no devices) or devices each with a node selection
+			// of its own.
+			if n := len(s.Spec.Devices); n > 0 {
+				counts["partitionable devices (DRAPartitionableDevices)"] += n
+			}
 			out = append(out, s)
 			continue
 		}
@@ -399,34 +459,50 @@ func describeLeftOut(counts map[string]int) string {
 
 // filter is DynamicResources' Filter: the allocated claims' node
 // selectors, then whether the unallocated claims can all be allocated on
-// the node (the allocation found is kept for reserve).
+// the node (the allocation found is kept for reserve, except in
+// preemption's dry run, whose allocations assume victims gone).
 func (st *draState) filter(n *nodeInfo) status {
 	if st == nil {
 		return status{}
 	}
 	if st.allocator != nil {
-		res, err := st.allocator.Allocate(st.ctx, n.node, st.toAllocate)
+		a := st.allocator
+		if st.victims != nil {
+			var err error
+			if a, err = st.victims.allocatorFor(st, n); err != nil {
+				return reject(unresolvable, err.Error())
+			}
+		}
+		res, err := a.Allocate(st.ctx, n.node, st.toAllocate)
 		if err != nil {
 			if errors.Is(err, structured.ErrFailedAllocationOnNode) {
-				return reject(unschedulable, err.Error())
+				return lacksDevices(err.Error())
 			}
 			// Something wrong with a claim or class (a CEL expression that
 			// fails): it holds on every node.
 			return reject(unresolvable, err.Error())
 		}
 		if len(res) != len(st.toAllocate) {
-			return reject(unschedulable, reasonCannotAllocate)
+			return lacksDevices(reasonCannotAllocate)
 		}
-		st.mu.Lock()
-		st.results[n.name()] = res
-		st.mu.Unlock()
+		if st.victims == nil {
+			st.mu.Lock()
+			st.results[n.name()] = res
+			st.mu.Unlock()
+		}
 	}
 	for _, sel := range st.onNodes {
 		if sel != nil && !sel.Match(n.node) {
-			return reject(unschedulable, reasonClaimNotOnNode)
+			return reject(unresolvable, reasonClaimNotOnNode)
 		}
 	}
 	return status{}
+}
+
+// lacksDevices is the filter's rejection of a node whose devices cannot
+// satisfy the claims (see status.devices).
+func lacksDevices(reason string) status {
+	return status{code: unresolvable, reasons: []string{reason}, devices: true}
 }
 
 // draRejected is true when some node could not allocate the claims.

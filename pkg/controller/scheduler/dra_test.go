@@ -130,7 +130,9 @@ func TestDRAFilterAllocatesOnTheNodeWithFreeDevices(t *testing.T) {
 		gpuClaim("taken", 1, allocatedTo("node1", "gpu-0")))
 	// One GPU: node1 has two, node2 none.
 	st, got := draStatuses(t, e, pod("p", 0, 100, withResourceClaims("one")), n1, n2)
-	if !got["node1"].ok() || got["node2"].ok() || got["node2"].reasons[0] != reasonCannotAllocate || got["node2"].code != unschedulable {
+	// kube-scheduler's DynamicResources rejects unresolvably; preemption
+	// knows the rejection is for devices.
+	if !got["node1"].ok() || got["node2"].ok() || got["node2"].reasons[0] != reasonCannotAllocate || got["node2"].code != unresolvable || !got["node2"].devices {
 		t.Fatalf("one GPU: %+v", got)
 	}
 	bs, err := st.reserve("node1")
@@ -219,6 +221,15 @@ func TestDRAPrefilterWaits(t *testing.T) {
 			if err != nil || msg != tc.want {
 				t.Errorf("got %q, %v; want %q", msg, err, tc.want)
 			}
+			// Claims not there yet keep the pod from being tried at all
+			// (PreEnqueue); a missing class is PreFilter's.
+			gate := tc.want
+			if tc.name == "class missing" {
+				gate = ""
+			}
+			if got := e.preEnqueue(tc.pod); got != gate {
+				t.Errorf("preEnqueue %q, want %q", got, gate)
+			}
 		})
 	}
 	// The controller decided that the claim is not needed.
@@ -239,12 +250,34 @@ func TestDRAPrefilterWaits(t *testing.T) {
 	}
 }
 
+// A pod whose claim the ResourceClaim controller has not made yet is not
+// tried: no event, no condition, no attempt counted, as kube-scheduler's
+// PreEnqueue.
+func TestDRAGatedPodWritesNothing(t *testing.T) {
+	s, client := draScheduler(t)
+	p := pod("p", 0, 100, func(p *v1.Pod) {
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu-template")}}
+	})
+	s.queue.Add(p)
+	qp, cycle := pop(t, s.queue)
+	s.scheduleOne(context.Background(), qp, cycle)
+	s.wg.Wait()
+	if acts := client.Actions(); len(acts) != 0 {
+		t.Errorf("API calls for a gated pod: %v", acts)
+	}
+	if n := len(s.recorder.(*record.FakeRecorder).Events); n != 0 {
+		t.Errorf("%d events for a gated pod", n)
+	}
+	if l := s.queue.Lens(); l[inGated] != 1 || qp.attempts != 0 {
+		t.Errorf("queues %v, attempts %d; want parked, no attempt", l, qp.attempts)
+	}
+}
+
 func TestDRARefusesWhatItDoesNotImplement(t *testing.T) {
 	e := draWorld(t, gpuSlice("node1", 2), gpuClass("gpu", gpuExpr),
 		gpuClaim("prio", 1, func(c *resourceapi.ResourceClaim) {
 			c.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "a", DeviceClassName: "gpu"}}}
 		}),
-		gpuClaim("admin", 1, func(c *resourceapi.ResourceClaim) { c.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true) }),
 		gpuClaim("capacity", 1, func(c *resourceapi.ResourceClaim) {
 			c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{}
 		}),
@@ -256,7 +289,6 @@ func TestDRARefusesWhatItDoesNotImplement(t *testing.T) {
 		}))
 	for claim, want := range map[string]string{
 		"prio":     "prioritized list (firstAvailable) in request gpu of resourceclaim default/prio (DRAPrioritizedList)",
-		"admin":    "admin access in request gpu of resourceclaim default/admin (DRAAdminAccess)",
 		"capacity": "capacity requests in request gpu of resourceclaim default/capacity (DRAConsumableCapacity)",
 		"distinct": "distinctAttribute constraint #0 of resourceclaim default/distinct (DRAConsumableCapacity)",
 	} {
@@ -276,6 +308,43 @@ func TestDRARefusesWhatItDoesNotImplement(t *testing.T) {
 	}
 	if got := unsupported(pod("p", 0, 100, withResourceClaims("x")), true, true); got != "" {
 		t.Errorf("with DRA: %q", got)
+	}
+}
+
+// Admin access (DRAAdminAccess) is allocated: a device other claims hold
+// can be given, and the admin result takes it from nobody.
+func TestDRAAdminAccess(t *testing.T) {
+	n1 := node("node1", 1000, 10)
+	admin := func(on bool) func(*resourceapi.ResourceClaim) {
+		return func(c *resourceapi.ResourceClaim) { c.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(on) }
+	}
+	e := draWorld(t, gpuSlice("node1", 1), gpuClass("gpu", gpuExpr), gpuClaim("taken", 1, allocatedTo("node1", "gpu-0")),
+		gpuClaim("admin", 1, admin(true)), gpuClaim("plain", 1), gpuClaim("not-admin", 1, admin(false)))
+	st, got := draStatuses(t, e, pod("p", 0, 100, withResourceClaims("admin")), n1)
+	if !got["node1"].ok() {
+		t.Fatalf("admin access to a device in use: %+v", got)
+	}
+	bs, err := st.reserve("node1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := bs[0].allocation.Devices.Results[0]; r.Device != "gpu-0" || !ptr.Deref(r.AdminAccess, false) {
+		t.Errorf("admin result %+v, want gpu-0 with adminAccess", r)
+	}
+	// The plain claim still finds gpu-0 taken by "taken" (and a request
+	// that says adminAccess: false is a plain one); the admin allocation
+	// in flight does not count.
+	for _, claim := range []string{"plain", "not-admin"} {
+		if _, got := draStatuses(t, e, pod("q", 0, 100, withResourceClaims(claim)), n1); got["node1"].ok() || got["node1"].reasons[0] != reasonCannotAllocate {
+			t.Errorf("%s with the device held: %+v", claim, got)
+		}
+	}
+	e = draWorld(t, gpuSlice("node1", 1), gpuClass("gpu", gpuExpr), gpuClaim("plain", 1),
+		gpuClaim("watching", 1, admin(true), allocatedTo("node1", "gpu-0"), func(c *resourceapi.ResourceClaim) {
+			c.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+		}))
+	if _, got := draStatuses(t, e, pod("q", 0, 100, withResourceClaims("plain")), n1); !got["node1"].ok() {
+		t.Errorf("a device held only with admin access is free: %+v", got)
 	}
 }
 
@@ -319,6 +388,31 @@ func TestDRADeviceTaintsAndLeftOutDevices(t *testing.T) {
 		t.Errorf("left-out devices were allocated: %+v", got)
 	}
 	want := "nodeshepherd-scheduler does not allocate 1 devices with binding conditions (DRADeviceBindingConditions), 1 shared devices (allowMultipleAllocations, DRAConsumableCapacity); use kube-scheduler for pods that need them."
+	if st.leftOut != want {
+		t.Errorf("leftOut %q, want %q", st.leftOut, want)
+	}
+}
+
+// Partitionable devices (DRAPartitionableDevices: devices that consume a
+// pool's shared counters, slices with per-device node selection) are not
+// allocated, and the pod that finds no device is told so.
+func TestDRAPartitionableDevicesLeftOut(t *testing.T) {
+	n1 := node("node1", 1000, 10)
+	counters := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node1-counters"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: gpuDriver, NodeName: ptr.To("node1"), Pool: resourceapi.ResourcePool{Name: "node1", ResourceSliceCount: 2},
+		SharedCounters: []resourceapi.CounterSet{{Name: "mem", Counters: map[string]resourceapi.Counter{"gb": {Value: resource.MustParse("80")}}}}}}
+	partitions := gpuSlice("node1", 2, func(d *resourceapi.Device) {
+		d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: "mem", Counters: map[string]resourceapi.Counter{"gb": {Value: resource.MustParse("40")}}}}
+	})
+	partitions.Spec.Pool.ResourceSliceCount = 2
+	perDevice := gpuSlice("node1", 1, func(d *resourceapi.Device) { d.NodeName = ptr.To("node1") })
+	perDevice.Name, perDevice.Spec.Pool.Name, perDevice.Spec.NodeName, perDevice.Spec.PerDeviceNodeSelection = "node1-other", "other", nil, ptr.To(true)
+	e := draWorld(t, counters, partitions, perDevice, gpuClass("gpu", gpuExpr), gpuClaim("one", 1))
+	st, got := draStatuses(t, e, pod("p", 0, 100, withResourceClaims("one")), n1)
+	if got["node1"].ok() || !draRejected(got) {
+		t.Fatalf("partitionable devices were allocated: %+v", got)
+	}
+	want := "nodeshepherd-scheduler does not allocate 3 partitionable devices (DRAPartitionableDevices); use kube-scheduler for pods that need them."
 	if st.leftOut != want {
 		t.Errorf("leftOut %q, want %q", st.leftOut, want)
 	}

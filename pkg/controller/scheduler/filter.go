@@ -49,6 +49,12 @@ const (
 type status struct {
 	code    code
 	reasons []string
+	// devices marks DynamicResources' rejection of a node for want of
+	// devices. Its code is unresolvable, as kube-scheduler 1.37 has it
+	// (that plugin does not preempt for devices); nodeshepherd's
+	// preemption still tries victims whose claims free devices there, and
+	// reports a node where none do as kube-scheduler does (not helpful).
+	devices bool
 }
 
 func (s status) ok() bool { return s.code == success }

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
@@ -39,6 +40,10 @@ type candidate struct {
 	// victims in importance order: victims[0] has the highest priority.
 	victims       []*podInfo
 	pdbViolations int
+	// freedClaims are the allocated claims reserved only by the victims
+	// (set on the chosen candidate): the preemptor waits for their
+	// deallocation.
+	freedClaims []*resourceapi.ResourceClaim
 }
 
 // preemptOutcome is what preemption decided. nominate is nil when the
@@ -87,7 +92,7 @@ func (p *preemptor) eligible(pi *podInfo, statuses map[string]status) (bool, str
 	if nom == "" {
 		return true, ""
 	}
-	if s, ok := statuses[nom]; ok && s.code == unresolvable {
+	if s, ok := statuses[nom]; ok && s.code == unresolvable && !s.devices {
 		return true, "" // the nomination is stale
 	}
 	if n := p.c.nodes[nom]; n != nil {
@@ -116,9 +121,16 @@ func (p *preemptor) preempt(ctx context.Context, q *podQuery, statuses map[strin
 	if ok, msg := p.eligible(q.podInfo, statuses); !ok {
 		return preemptOutcome{msg: msg}
 	}
+	if dra := q.dra.forPreemption(p.c.nodes); dra != nil {
+		// Victims free the devices of the claims only they reserve:
+		// DynamicResources' filter in the dry run allocates without them.
+		pq := *q
+		pq.dra = dra
+		q = &pq
+	}
 	var potential []string
 	for name, s := range statuses {
-		if s.code == unschedulable {
+		if s.code == unschedulable || (s.devices && q.dra.mayFree(p.c.nodes[name], q.priority)) {
 			potential = append(potential, name)
 		}
 	}
@@ -129,7 +141,7 @@ func (p *preemptor) preempt(ctx context.Context, q *podQuery, statuses map[strin
 	// source of spread (and tests can fix it).
 	slices.Sort(potential)
 	offset := p.rand.Intn(len(potential))
-	cands, dry := p.dryRun(ctx, q, potential, offset, p.numCandidates(len(potential)))
+	cands, dry := p.dryRun(ctx, q, statuses, potential, offset, p.numCandidates(len(potential)))
 	if len(cands) == 0 {
 		return preemptOutcome{nominate: ptr.To(""), msg: fitError(numNodes, dry, reasonNotHelpful)}
 	}
@@ -137,14 +149,17 @@ func (p *preemptor) preempt(ctx context.Context, q *podQuery, statuses map[strin
 	if best == nil {
 		return preemptOutcome{msg: msgNoCandidate}
 	}
+	best.freedClaims = q.dra.freedClaims(best.victims)
 	return preemptOutcome{nominate: ptr.To(best.node), chosen: best}
 }
 
 // dryRun selects victims on potential nodes in parallel from offset,
 // stopping once numCandidates are found and at least one violates no PDB.
 // It returns the candidates (non-violating first) and the statuses of nodes
-// that are not candidates.
-func (p *preemptor) dryRun(ctx context.Context, q *podQuery, potential []string, offset, numCandidates int) ([]*candidate, map[string]status) {
+// that are not candidates; a node the cycle rejected for want of devices
+// where no victims help is left out of those (kube-scheduler, which never
+// tries such a node, counts it as not helpful).
+func (p *preemptor) dryRun(ctx context.Context, q *podQuery, cycle map[string]status, potential []string, offset, numCandidates int) ([]*candidate, map[string]status) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -163,6 +178,8 @@ func (p *preemptor) dryRun(ctx context.Context, q *podQuery, potential []string,
 			victims, violations, st := p.selectVictims(q, p.c.nodes[name].clone())
 			mu.Lock()
 			switch {
+			case cycle[name].devices && (!st.ok() || len(victims) == 0):
+				// No victims free enough devices: not helpful, as above.
 			case !st.ok():
 				statuses[name] = st
 			case len(victims) == 0:

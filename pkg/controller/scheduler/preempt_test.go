@@ -215,6 +215,16 @@ func TestEligibility(t *testing.T) {
 			t.Errorf("eligible=%v %q; want to wait for the victim", ok, msg)
 		}
 	})
+	t.Run("a node rejected for devices is not a stale nomination", func(t *testing.T) {
+		// Its victim still terminating, the devices it frees are still
+		// taken: trying elsewhere now would preempt twice.
+		c := world(nodes(1, 1000, 10), pod("v", 1, 1000, onNode("node1"), terminatingVictim))
+		p := pod("p", 10, 500)
+		c.nominate(newPodInfo(p), "node1")
+		if ok, msg := newTestPreemptor(c).eligible(newPodInfo(p), map[string]status{"node1": lacksDevices(reasonCannotAllocate)}); ok || msg != msgTerminating {
+			t.Errorf("eligible=%v %q; want to wait for the victim", ok, msg)
+		}
+	})
 	t.Run("not eligible keeps the nomination", func(t *testing.T) {
 		c := world(nodes(1, 1000, 10), pod("v", 1, 1000, onNode("node1")))
 		out := run(t, newTestPreemptor(c), pod("p", 10, 500, never()))
@@ -249,7 +259,7 @@ func TestCandidateSampling(t *testing.T) {
 		pr := newTestPreemptor(mk(nil))
 		pr.cfg = preemptionConfig{MinCandidateNodesPercentage: 40, MinCandidateNodesAbsolute: 1, Parallelism: 1}
 		q := query(pod("p", 10, 1000))
-		cands, _ := pr.dryRun(context.Background(), q, []string{"node1", "node2", "node3", "node4", "node5"}, 4, 2)
+		cands, _ := pr.dryRun(context.Background(), q, nil, []string{"node1", "node2", "node3", "node4", "node5"}, 4, 2)
 		got := []string{}
 		for _, c := range cands {
 			got = append(got, c.node)
@@ -262,7 +272,7 @@ func TestCandidateSampling(t *testing.T) {
 		pr := newTestPreemptor(mk(map[int]bool{1: true, 2: true, 4: true}), pdb("x", 0, "x"))
 		pr.cfg = preemptionConfig{MinCandidateNodesPercentage: 40, MinCandidateNodesAbsolute: 1, Parallelism: 1}
 		q := query(pod("p", 10, 1000))
-		cands, _ := pr.dryRun(context.Background(), q, []string{"node1", "node2", "node3", "node4", "node5"}, 0, 2)
+		cands, _ := pr.dryRun(context.Background(), q, nil, []string{"node1", "node2", "node3", "node4", "node5"}, 0, 2)
 		got := []string{}
 		for _, c := range cands {
 			got = append(got, c.node)

@@ -47,6 +47,9 @@ type queuedPod struct {
 	// featuresBound: some node lacked a feature the pod requires
 	// (NodeDeclaredFeatures), so a node's declaredFeatures change may help.
 	featuresBound bool
+	// claimsGated: parked by Gate (its resource claims are not there yet);
+	// counted as gated, as kube-scheduler counts pods its PreEnqueue holds.
+	claimsGated bool
 	// pending is an update received while the pod was in flight, applied by
 	// Requeue; pendingSpec says its spec or labels changed.
 	pending     *podInfo
@@ -273,6 +276,7 @@ func (q *schedulingQueue) Pop(ctx context.Context) (*queuedPod, int64, bool) {
 	}
 	p := heap.Pop(q.active).(*queuedPod)
 	p.where = inFlight
+	p.claimsGated = false
 	p.attempts++
 	p.lastAttempt = q.clock.Now()
 	q.cycle++
@@ -308,6 +312,32 @@ func (q *schedulingQueue) Requeue(p *queuedPod, cycle int64, isError bool) {
 		return
 	}
 	p.where = inUnschedulable
+	p.parkedAt = q.clock.Now()
+	q.parked[p.info.pod.UID] = p
+}
+
+// Gate parks a pod that a PreEnqueue check keeps out (its resource
+// claims are not there yet). As kube-scheduler does not try a gated pod,
+// the attempt does not count: the event that lets it in moves it to the
+// active queue without backoff, and an event during the check already has.
+func (q *schedulingQueue) Gate(p *queuedPod, cycle int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cur, ok := q.pods[p.info.pod.UID]; !ok || cur != p || p.where != inFlight {
+		return
+	}
+	p.attempts--
+	changed := p.pendingSpec // its spec or labels changed meanwhile: look again
+	if p.pending != nil {
+		p.info, p.pending, p.pendingSpec = p.pending, nil, false
+	}
+	if changed || q.moveCycle >= cycle {
+		p.timestamp = q.clock.Now()
+		q.toActive(p)
+		return
+	}
+	p.where = inUnschedulable
+	p.claimsGated = true
 	p.parkedAt = q.clock.Now()
 	q.parked[p.info.pod.UID] = p
 }
@@ -414,6 +444,12 @@ func (q *schedulingQueue) Lens() map[string]int {
 	out := map[string]int{inActive: q.active.Len(), inBackoff: q.backoff.Len(), inUnschedulable: len(q.parked), inGated: 0}
 	for _, p := range q.pods {
 		if p.where == inGated {
+			out[inGated]++
+		}
+	}
+	for _, p := range q.parked {
+		if p.claimsGated {
+			out[inUnschedulable]--
 			out[inGated]++
 		}
 	}

@@ -161,3 +161,35 @@ func TestQueueGatedAndDeleted(t *testing.T) {
 		t.Fatalf("a pod deleted during its attempt came back: %v", l)
 	}
 }
+
+// A pod gated by PreEnqueue (its resource claims are not there yet) is
+// parked without its attempt counting: the event that lets it in moves it
+// to the active queue at once, and one during the check already has.
+func TestQueueGate(t *testing.T) {
+	q, _ := newTestQueue()
+	q.Add(pod("a", 1, 0))
+	p, cycle := pop(t, q)
+	q.Gate(p, cycle)
+	if l := q.Lens(); l[inGated] != 1 || l[inUnschedulable] != 0 || p.attempts != 0 {
+		t.Fatalf("gated pod: queues %v, attempts %d", l, p.attempts)
+	}
+	q.MoveAll("ResourceClaimAdd", nil)
+	if p.where != inActive {
+		t.Fatalf("woken gated pod is %s, want active (no backoff)", p.where)
+	}
+	p, cycle = pop(t, q)
+	q.MoveAll("PodGeneratedResourceClaim", nil) // while it is checked
+	q.Gate(p, cycle)
+	if p.where != inActive {
+		t.Errorf("gated pod woken during its check is %s, want active", p.where)
+	}
+	// Its spec changed during the check: it is looked at again.
+	p, cycle = pop(t, q)
+	changed := p.info.pod.DeepCopy()
+	changed.Labels = map[string]string{"new": "label"}
+	q.Update(p.info.pod, changed)
+	q.Gate(p, cycle)
+	if p.where != inActive || p.info.pod.Labels["new"] != "label" {
+		t.Errorf("gated pod changed during its check is %s with labels %v, want active with the change", p.where, p.info.pod.Labels)
+	}
+}

@@ -373,6 +373,14 @@ func (s *Scheduler) scheduleOne(ctx context.Context, p *queuedPod, cycle int64) 
 		s.refuse(ctx, p, cycle, reasonSchedulerError, refused, start)
 		return
 	}
+	if msg := s.dra.preEnqueue(pod); msg != "" {
+		// DynamicResources' PreEnqueue: kube-scheduler does not try the
+		// pod, nor write anything, until its claims are there.
+		logger.V(3).Info("Waiting for the pod's resource claims", "pod", klog.KObj(pod), "reason", msg)
+		p.nominated = s.cache.nominatedNode(pod)
+		s.queue.Gate(p, cycle)
+		return
+	}
 	q, err := newPodQuery(p.info)
 	if err != nil {
 		s.refuse(ctx, p, cycle, v1.PodReasonUnschedulable, "pod "+pod.Namespace+"/"+pod.Name+" cannot be scheduled: "+err.Error(), start)
