@@ -24,6 +24,31 @@ func (cl *cluster) taintOf(name string, want v1.Taint) *v1.Taint {
 	return kube.FindTaint(n, want)
 }
 
+// judgedThenAllSilent: dead falls silent and is tainted, then every node
+// falls silent and the all-zones mode strips the taint (every zone
+// FullDisruption). It returns the taint's timeAdded.
+func (cl *cluster) judgedThenAllSilent(cfg Config, dead string) metav1.Time {
+	cl.t.Helper()
+	cl.run(10 * time.Second)
+	cl.silence([]string{dead}, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	first := cl.taintOf(dead, UnreachableTaint)
+	if first == nil || first.TimeAdded == nil {
+		cl.t.Fatalf("%s not tainted before the outage", dead)
+	}
+	cl.silence(cl.nodes, 0)
+	cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
+	for z := range cl.c.ZoneStates() {
+		if got := cl.c.ZoneStates()[z]; got != nodetopology.StateFullDisruption {
+			cl.t.Fatalf("zone %s is %s, want FullDisruption", z, got)
+		}
+	}
+	if cl.taintOf(dead, UnreachableTaint) != nil {
+		cl.t.Fatalf("%s keeps its taint in the all-zones mode; upstream strips it", dead)
+	}
+	return *first.TimeAdded
+}
+
 // TestLeavingAllZonesModeHonoursZoneRate: a node of zone a (4 nodes) dies
 // and is tainted; then every node falls silent (the all-zones mode strips
 // the taint); then one node of zone a and every node of zone b come back in
@@ -36,27 +61,9 @@ func (cl *cluster) taintOf(name string, want v1.Taint) *v1.Taint {
 func TestLeavingAllZonesModeHonoursZoneRate(t *testing.T) {
 	cfg := correlatedConfig()
 	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 3})
-	cl.run(10 * time.Second)
 	a := cl.inZone("a")
 	dead := a[0]
-	cl.silence([]string{dead}, 0)
-	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
-	first := cl.taintOf(dead, UnreachableTaint)
-	if first == nil || first.TimeAdded == nil {
-		t.Fatalf("%s not tainted before the outage", dead)
-	}
-	t0 := *first.TimeAdded
-
-	cl.silence(cl.nodes, 0)
-	cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
-	for _, z := range []string{"a", "b"} {
-		if got := cl.c.ZoneStates()[testZoneKey+z]; got != nodetopology.StateFullDisruption {
-			t.Fatalf("zone %s is %s, want FullDisruption", z, got)
-		}
-	}
-	if cl.taintOf(dead, UnreachableTaint) != nil {
-		t.Fatalf("%s keeps its taint in the all-zones mode; upstream strips it", dead)
-	}
+	t0 := cl.judgedThenAllSilent(cfg, dead)
 
 	cl.report(a[3], v1.ConditionTrue)
 	for _, n := range cl.inZone("b") {
@@ -248,19 +255,9 @@ func TestAllZonesExitRestoreSurvivesLeaderChange(t *testing.T) {
 func TestAllZonesExitSkipsANodeHeardAgain(t *testing.T) {
 	cfg := correlatedConfig()
 	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 3})
-	cl.run(10 * time.Second)
 	a := cl.inZone("a")
 	dead := a[0]
-	cl.silence([]string{dead}, 0)
-	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
-	if cl.taintOf(dead, UnreachableTaint) == nil {
-		t.Fatalf("%s not tainted before the outage", dead)
-	}
-	cl.silence(cl.nodes, 0)
-	cl.run(cfg.NodeMonitorGracePeriod + 10*time.Second)
-	if cl.taintOf(dead, UnreachableTaint) != nil {
-		t.Fatalf("%s keeps its taint in the all-zones mode; upstream strips it", dead)
-	}
+	cl.judgedThenAllSilent(cfg, dead)
 	for _, n := range append(a[1:], cl.inZone("b")...) {
 		cl.report(n, v1.ConditionTrue)
 	}
