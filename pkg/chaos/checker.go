@@ -560,7 +560,9 @@ func (c *Checker) checkOutOfServiceTaint(at time.Time, node string, s *taintSeen
 		// the provider blind to it from its start on) is told from a
 		// dead one by nothing a controller can see (chaos seed 180024:
 		// another fault's partition hid the new boot): not judged.
-		if b := c.truth.BootStarted(node, at); !b.IsZero() && c.truth.Always(node, b, at, Machine.Unseen) {
+		// Unseen until the taint was seen: the heal that lets the
+		// controller see the new boot comes after (chaos seed 190009).
+		if b := c.truth.BootStarted(node, s.from); !b.IsZero() && c.truth.Always(node, b, s.from, Machine.Unseen) {
 			return
 		}
 		s.flagged = true

@@ -140,6 +140,12 @@ func TestOutOfServiceTaintOnUnseenRestart(t *testing.T) {
 	c := history(t, 1.0, partition("n5"), 2.0, off, 4.0, blind, 6.0, on)
 	c.ObserveNode(at(18), node("n5", oos), false)
 	wantViolations(t, c, InvRunningForced, 0, "")
+	// Still on when it is healed and seen again (chaos seed 190009): judged
+	// by when the taint came, not by the check after the heal.
+	c = history(t, 1.0, partition("n5"), 2.0, off, 4.0, blind, 6.0, on, 19.0, heal("n5"), 19.0, seeing)
+	c.ObserveNode(at(18), node("n5", oos), false)
+	c.ObserveNode(at(19.5), node("n5", oos), false)
+	wantViolations(t, c, InvRunningForced, 0, "")
 
 	// The provider sees it again for a moment after the start.
 	c = history(t, 1.0, partition("n5"), 2.0, off, 4.0, blind, 6.0, on, 7.0, seeing, 8.0, blind)
