@@ -157,3 +157,19 @@ func TestDryRunConfirmsTheTaint(t *testing.T) {
 		t.Errorf("%d Cancelling events for a dry run's reported deletion, want 0", n)
 	}
 }
+
+// A leader killed between marking a pod and deleting it: the pod carries
+// this controller's DisruptionTarget condition but no deletion. The next
+// leader deletes it without a second "Marking for deletion" event (the
+// first was sent before the mark). TestLeaderKilledMidEvictionsAndDrains
+// once saw two.
+func TestPodMarkedByAnEarlierLeaderIsNotAnnouncedAgain(t *testing.T) {
+	p := testPod("p", "n1", "u1", base.Add(-time.Hour), tolFor("a", ptr.To[int64](10)))
+	p.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+		Reason: ReasonDeletionByTaint, Message: MessageDeletionByTaint, LastTransitionTime: metav1.NewTime(base.Add(-time.Second))}}
+	h := start(t, testNode("n1", noExec("a", at(-20*time.Second))), p)
+	h.until("deleted", func() bool { return h.podGone("p") })
+	if n := h.eventsLike("Marking for deletion"); n != 0 {
+		t.Errorf("%d Marking events, want none: the earlier leader announced it", n)
+	}
+}

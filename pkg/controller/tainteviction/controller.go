@@ -680,7 +680,8 @@ func (c *Controller) reportDryRun(ctx context.Context, nn types.NamespacedName, 
 // only on the pod with the given UID: the status patch carries the
 // resourceVersion of the pod read and checked, the delete a UID precondition.
 // Before the patch the node's taints are confirmed from the API server
-// (confirm) and the eviction announced.
+// (confirm) and the eviction announced, unless the pod already carries this
+// controller's mark.
 func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid types.UID, announce func()) error {
 	// A request that never answers must not hold the pod's deletion: after
 	// WriteTimeout the attempt fails and is retried.
@@ -701,8 +702,14 @@ func (c *Controller) deletePod(ctx context.Context, nn types.NamespacedName, uid
 		if err := c.confirm(ctx, pod); err != nil {
 			return err
 		}
-		announce()
-		if cond := kube.PodCondition(pod, v1.DisruptionTarget); cond == nil || cond.Status != v1.ConditionTrue {
+		cond := kube.PodCondition(pod, v1.DisruptionTarget)
+		// A pod marked by an earlier attempt (this process's, or a leader's
+		// that died before its delete) was announced before it was marked:
+		// one event per eviction, so only the delete is left to do.
+		if cond == nil || cond.Status != v1.ConditionTrue || cond.Reason != ReasonDeletionByTaint {
+			announce()
+		}
+		if cond == nil || cond.Status != v1.ConditionTrue {
 			patch, _ := json.Marshal(map[string]any{
 				"metadata": map[string]any{"resourceVersion": pod.ResourceVersion},
 				"status": map[string]any{"conditions": []v1.PodCondition{{
