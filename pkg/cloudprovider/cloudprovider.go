@@ -31,10 +31,32 @@ func (Base) HasClusterID() bool                               { return false }
 // provider must treat it as the one request (reboot once, not twice). A
 // nil error means the provider accepted the request; whether it worked
 // shows on the Node (a new boot ID, a new Node), not in the answer.
+//
+// premise is what the request relies on about the machine (Premise): a
+// provider must refuse (RefusedError) a request whose premise no longer
+// holds when it would act on it.
 type Repairer interface {
-	Reboot(ctx context.Context, node *v1.Node, requestID string) error
-	Replace(ctx context.Context, node *v1.Node, requestID string) error
+	Reboot(ctx context.Context, node *v1.Node, requestID string, premise Premise) error
+	Replace(ctx context.Context, node *v1.Node, requestID string, premise Premise) error
 }
+
+// Premise is the state of a machine a repair request was decided on.
+type Premise string
+
+const (
+	// NoPremise: the request relies on nothing about the machine's power
+	// (the pods a PodDisruptionBudget protects were evicted through the
+	// Eviction API first).
+	NoPremise Premise = ""
+	// PremiseMachineOff: the request was decided on the provider's answer
+	// that the machine is off (shut down or gone), so the node's not-Ready
+	// pods that a budget protects were left to the taint manager rather
+	// than evicted. A machine that runs again (a person started it, behind
+	// a partition that still hides its kubelet) may run those pods again;
+	// acting on it would disrupt them outside their budgets (chaos seed
+	// 170030), so a provider refuses the request when the machine runs.
+	PremiseMachineOff Premise = "machineOff"
+)
 
 // RepairerOf returns the provider's Repairer, if it has one.
 func RepairerOf(p cloudprovider.Interface) (Repairer, bool) {
@@ -50,9 +72,10 @@ func RepairerOf(p cloudprovider.Interface) (Repairer, bool) {
 // takes the machine for off only when the provider's InstancesV2 answers so
 // (InstanceShutdown true or InstanceExists false) for the boot the request
 // was for. A machine powered off this way stays off until a person (or
-// another request) starts it again.
+// another request) starts it again. With PremiseMachineOff, a machine that
+// runs is refused, not powered off: its protected pods were never evicted.
 type Fencer interface {
-	PowerOff(ctx context.Context, node *v1.Node, requestID string) error
+	PowerOff(ctx context.Context, node *v1.Node, requestID string, premise Premise) error
 }
 
 // FencerOf returns the provider's Fencer and its InstancesV2 (the answer

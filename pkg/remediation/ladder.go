@@ -117,6 +117,12 @@ type State struct {
 	// started at a Drain step below it, and climbs there once the drain is
 	// done, without waiting for the Drain step's timeout.
 	ResumeAt int
+	// MachineOff: the step started on the provider's answer that the
+	// machine is off, so the node's not-Ready pods that a budget protects
+	// were left to the taint manager, not evicted; the step's requests
+	// carry that premise (nscloud.PremiseMachineOff) and are refused by a
+	// provider whose machine runs again.
+	MachineOff bool
 }
 
 // NotInRepair is the State of a node not in repair.

@@ -38,6 +38,9 @@ type stateRecord struct {
 	// started at a Drain step below its target; it climbs to this step as
 	// soon as the drain is done.
 	ResumeAt int `json:"resumeAt,omitempty"`
+	// MachineOff: the step started on the provider's answer that the
+	// machine is off (State.MachineOff); its requests say so.
+	MachineOff bool `json:"machineOff,omitempty"`
 	// Expires: the remediation controller renews it while it runs, as it
 	// does its taints' owner records (owner.Lease); once it passes, the
 	// record is an orphan's, and a nodeshepherd process removes it
@@ -78,7 +81,7 @@ func ReadRecord(n *v1.Node, policy string) (State, error) {
 		key = fmt.Sprintf("%d/%s", r.Step+1, r.Action)
 	}
 	return State{Step: r.Step, Action: r.Action, Key: key, StepSince: r.StepSince, RepairSince: r.RepairSince, BootID: r.BootID,
-		Drain: r.Drain, FenceBootID: r.FenceBootID, ResumeAt: r.ResumeAt}, nil
+		Drain: r.Drain, FenceBootID: r.FenceBootID, ResumeAt: r.ResumeAt, MachineOff: r.MachineOff}, nil
 }
 
 func parseState(s string) (stateRecord, error) {
@@ -105,7 +108,7 @@ func EncodeState(policy string, action Action, st State) string {
 		key = fmt.Sprintf("%d/%s", st.Step+1, action)
 	}
 	b, _ := json.Marshal(stateRecord{Policy: policy, Step: st.Step, Action: action, Key: key, StepSince: st.StepSince, RepairSince: st.RepairSince,
-		BootID: st.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID, ResumeAt: max(st.ResumeAt, 0)})
+		BootID: st.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID, ResumeAt: max(st.ResumeAt, 0), MachineOff: st.MachineOff})
 	return string(b)
 }
 

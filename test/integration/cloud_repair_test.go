@@ -37,7 +37,7 @@ func TestFakeCloudRebootAndReplace(t *testing.T) {
 	before := getNode(t, client, names[0])
 	id := nscloud.RequestID(before, "reboot")
 	for range 2 { // the second: the same request, its answer lost
-		if err := p.Reboot(ctx, before, id); err != nil {
+		if err := p.Reboot(ctx, before, id, nscloud.NoPremise); err != nil {
 			t.Fatalf("reboot: %v", err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestFakeCloudRebootAndReplace(t *testing.T) {
 		return ready && boot != before.Status.NodeInfo.BootID && n.UID == before.UID, fmt.Sprintf("boot %s, ready %v", boot, ready), nil
 	})
 	// Sent again after it was carried out: still done, not carried out again.
-	if err := p.Reboot(ctx, before, id); err != nil {
+	if err := p.Reboot(ctx, before, id, nscloud.NoPremise); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 5*time.Second, "the old request left done", done(names[0], id))
@@ -82,7 +82,7 @@ func TestFakeCloudRebootAndReplace(t *testing.T) {
 		p, err := client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == v1.PodRunning, "", err
 	})
-	if err := p.Replace(ctx, old, nscloud.RequestID(old, "replace")); err != nil {
+	if err := p.Replace(ctx, old, nscloud.RequestID(old, "replace"), nscloud.NoPremise); err != nil {
 		t.Fatalf("replace: %v", err)
 	}
 	framework.Eventually(t, 90*time.Second, names[1]+" registered anew by a new machine", func(ctx context.Context) (bool, string, error) {

@@ -55,25 +55,26 @@ var _ nscloud.Repairer = (*Provider)(nil)
 var _ nscloud.Fencer = (*Provider)(nil)
 
 // Reboot asks fakenodes to reboot the node's machine.
-func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string) error {
-	return p.request(ctx, node, requestID, ActionReboot)
+func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string, premise nscloud.Premise) error {
+	return p.request(ctx, node, requestID, ActionReboot, premise)
 }
 
 // Replace asks fakenodes to replace the node's machine.
-func (p *Provider) Replace(ctx context.Context, node *v1.Node, requestID string) error {
-	return p.request(ctx, node, requestID, ActionReplace)
+func (p *Provider) Replace(ctx context.Context, node *v1.Node, requestID string, premise nscloud.Premise) error {
+	return p.request(ctx, node, requestID, ActionReplace, premise)
 }
 
 // PowerOff asks fakenodes to power the node's machine off for good. A
 // machine already shut down or deleted is off: accepted, nothing to do.
-func (p *Provider) PowerOff(ctx context.Context, node *v1.Node, requestID string) error {
-	return p.request(ctx, node, requestID, ActionPowerOff)
+func (p *Provider) PowerOff(ctx context.Context, node *v1.Node, requestID string, premise nscloud.Premise) error {
+	return p.request(ctx, node, requestID, ActionPowerOff, premise)
 }
 
 // request writes the node's request, unless it is already there (the same
 // ID: the same request, sent again after a lost answer). A deleted or shut
-// down machine refuses.
-func (p *Provider) request(ctx context.Context, node *v1.Node, id, action string) error {
+// down machine refuses a reboot or a replace; a running one refuses a
+// request whose premise is that it is off (nscloud.PremiseMachineOff).
+func (p *Provider) request(ctx context.Context, node *v1.Node, id, action string, premise nscloud.Premise) error {
 	if id == "" {
 		return fmt.Errorf("%s of node %s: no request ID", action, node.Name)
 	}
@@ -93,6 +94,13 @@ func (p *Provider) request(ctx context.Context, node *v1.Node, id, action string
 		return err
 	}
 	switch {
+	case premise == nscloud.PremiseMachineOff && state == Running:
+		// With this premise nothing is ever written (an off machine's
+		// reboot or replace is refused below, its power-off is done
+		// already), so fakenodes never acts on a machine started after
+		// this check.
+		return &nscloud.RefusedError{Step: action, Node: node.Name,
+			Message: "the machine runs, and the request was decided on its being off"}
 	case state != Running && action == ActionPowerOff:
 		return nil // off already: what was asked
 	case state != Running:

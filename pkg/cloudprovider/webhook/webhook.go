@@ -68,6 +68,10 @@ type Request struct {
 	// RequestID identifies a repair request (Reboot, Replace, PowerOff): the same ID
 	// again is the same request, sent again after its answer was lost.
 	RequestID string `json:"requestID,omitempty"`
+	// Premise is what a repair request was decided on about the machine
+	// ("machineOff": that it is off); the webhook refuses the request
+	// ("accepted": false) when it no longer holds. Empty: nothing.
+	Premise string `json:"premise,omitempty"`
 }
 
 // RequestNode identifies the machine: by providerID when set, else by name.
@@ -171,12 +175,12 @@ func (p *Provider) InstancesV2() (cloudprovider.InstancesV2, bool)              
 
 // ask posts one question and decodes the answer strictly.
 func (p *Provider) ask(ctx context.Context, question string, node *v1.Node) (*Response, error) {
-	return p.send(ctx, question, node, "")
+	return p.send(ctx, question, node, "", nscloud.NoPremise)
 }
 
 // send posts one question or request and decodes the answer strictly.
-func (p *Provider) send(ctx context.Context, question string, node *v1.Node, requestID string) (*Response, error) {
-	body, _ := json.Marshal(Request{APIVersion: APIVersion, Kind: "InstanceQuestion", Question: question, RequestID: requestID,
+func (p *Provider) send(ctx context.Context, question string, node *v1.Node, requestID string, premise nscloud.Premise) (*Response, error) {
+	body, _ := json.Marshal(Request{APIVersion: APIVersion, Kind: "InstanceQuestion", Question: question, RequestID: requestID, Premise: string(premise),
 		Node: RequestNode{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels, BootID: node.Status.NodeInfo.BootID}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(body))
 	if err != nil {
@@ -271,28 +275,28 @@ var _ nscloud.Repairer = (*Provider)(nil)
 var _ nscloud.Fencer = (*Provider)(nil)
 
 // Reboot asks the webhook to reboot the node's machine (QuestionReboot).
-func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string) error {
-	return p.repair(ctx, QuestionReboot, node, requestID)
+func (p *Provider) Reboot(ctx context.Context, node *v1.Node, requestID string, premise nscloud.Premise) error {
+	return p.repair(ctx, QuestionReboot, node, requestID, premise)
 }
 
 // Replace asks the webhook to replace the node's machine (QuestionReplace).
-func (p *Provider) Replace(ctx context.Context, node *v1.Node, requestID string) error {
-	return p.repair(ctx, QuestionReplace, node, requestID)
+func (p *Provider) Replace(ctx context.Context, node *v1.Node, requestID string, premise nscloud.Premise) error {
+	return p.repair(ctx, QuestionReplace, node, requestID, premise)
 }
 
 // PowerOff asks the webhook to power the node's machine off and keep it
 // off (QuestionPowerOff).
-func (p *Provider) PowerOff(ctx context.Context, node *v1.Node, requestID string) error {
-	return p.repair(ctx, QuestionPowerOff, node, requestID)
+func (p *Provider) PowerOff(ctx context.Context, node *v1.Node, requestID string, premise nscloud.Premise) error {
+	return p.repair(ctx, QuestionPowerOff, node, requestID, premise)
 }
 
 // repair sends a repair request: accepted is nil; "accepted": false is a
 // RefusedError; anything else (no answer, no "accepted") is an error.
-func (p *Provider) repair(ctx context.Context, question string, node *v1.Node, requestID string) error {
+func (p *Provider) repair(ctx context.Context, question string, node *v1.Node, requestID string, premise nscloud.Premise) error {
 	if requestID == "" {
 		return fmt.Errorf("webhook %s for node %s: no request ID", question, node.Name)
 	}
-	r, err := p.send(ctx, question, node, requestID)
+	r, err := p.send(ctx, question, node, requestID, premise)
 	if err != nil {
 		return err
 	}

@@ -120,24 +120,32 @@ func TestRepairRequests(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u-1"}, Status: v1.NodeStatus{NodeInfo: v1.NodeSystemInfo{BootID: "boot-1"}}}
 	ctx := context.Background()
 	id := nscloud.RequestID(node, "reboot")
-	if err := p.Reboot(ctx, node, id); err != nil {
+	if err := p.Reboot(ctx, node, id, nscloud.NoPremise); err != nil {
 		t.Fatalf("accepted reboot: %v", err)
 	}
-	if r := got[0]; r.Question != QuestionReboot || r.RequestID != "u-1/boot-1/reboot" || r.Node.BootID != "boot-1" {
+	if r := got[0]; r.Question != QuestionReboot || r.RequestID != "u-1/boot-1/reboot" || r.Node.BootID != "boot-1" || r.Premise != "" {
 		t.Errorf("request %+v", r)
+	}
+	// A request decided on the machine being off says so, for the webhook
+	// to refuse it if the machine runs again.
+	if err := p.Replace(ctx, node, nscloud.RequestID(node, "replace"), nscloud.PremiseMachineOff); err != nil {
+		t.Fatalf("accepted replace: %v", err)
+	}
+	if r := got[1]; r.Question != QuestionReplace || r.Premise != "machineOff" {
+		t.Errorf("request with a premise %+v", r)
 	}
 	answer = `{"accepted":false,"message":"machine is in a maintenance hold"}`
 	var refused *nscloud.RefusedError
-	if err := p.Replace(ctx, node, nscloud.RequestID(node, "replace")); !errors.As(err, &refused) || !strings.Contains(err.Error(), "maintenance hold") {
+	if err := p.Replace(ctx, node, nscloud.RequestID(node, "replace"), nscloud.NoPremise); !errors.As(err, &refused) || !strings.Contains(err.Error(), "maintenance hold") {
 		t.Errorf("refused replace: %v", err)
 	}
 	for _, a := range []string{`{}`, `{"exists":true}`, `{"accepted":"yes"}`} {
 		answer = a
-		if err := p.Reboot(ctx, node, id); err == nil || errors.As(err, &refused) {
+		if err := p.Reboot(ctx, node, id, nscloud.NoPremise); err == nil || errors.As(err, &refused) {
 			t.Errorf("answer %s: %v, want an error that is not a refusal", a, err)
 		}
 	}
-	if err := p.Reboot(ctx, node, ""); err == nil {
+	if err := p.Reboot(ctx, node, "", nscloud.NoPremise); err == nil {
 		t.Error("a request without an ID was sent")
 	}
 	if _, ok := nscloud.RepairerOf(p); !ok {
@@ -147,26 +155,26 @@ func TestRepairRequests(t *testing.T) {
 	// PowerOff (the Fence step): the same request hygiene.
 	got, answer = nil, `{"accepted":true}`
 	off := nscloud.RequestID(node, "gpu/4/Fence")
-	if err := p.PowerOff(ctx, node, off); err != nil {
+	if err := p.PowerOff(ctx, node, off, nscloud.NoPremise); err != nil {
 		t.Fatalf("accepted power-off: %v", err)
 	}
-	if err := p.PowerOff(ctx, node, off); err != nil { // sent again after a lost answer
+	if err := p.PowerOff(ctx, node, off, nscloud.NoPremise); err != nil { // sent again after a lost answer
 		t.Fatalf("power-off sent again: %v", err)
 	}
 	if len(got) != 2 || got[0].Question != QuestionPowerOff || got[0].RequestID != "u-1/boot-1/gpu/4/Fence" || got[1].RequestID != got[0].RequestID || got[0].Node.BootID != "boot-1" {
 		t.Errorf("power-off requests %+v", got)
 	}
 	answer = `{"accepted":false,"message":"no BMC credentials"}`
-	if err := p.PowerOff(ctx, node, off); !errors.As(err, &refused) || !strings.Contains(err.Error(), "no BMC credentials") {
+	if err := p.PowerOff(ctx, node, off, nscloud.NoPremise); !errors.As(err, &refused) || !strings.Contains(err.Error(), "no BMC credentials") {
 		t.Errorf("refused power-off: %v", err)
 	}
 	for _, a := range []string{`{}`, `{"poweredOff":true}`} {
 		answer = a
-		if err := p.PowerOff(ctx, node, off); err == nil || errors.As(err, &refused) {
+		if err := p.PowerOff(ctx, node, off, nscloud.NoPremise); err == nil || errors.As(err, &refused) {
 			t.Errorf("power-off answer %s: %v, want an error that is not a refusal", a, err)
 		}
 	}
-	if err := p.PowerOff(ctx, node, ""); err == nil {
+	if err := p.PowerOff(ctx, node, "", nscloud.NoPremise); err == nil {
 		t.Error("a power-off without an ID was sent")
 	}
 	if f, inst, ok := nscloud.FencerOf(p); !ok || f == nil || inst == nil {

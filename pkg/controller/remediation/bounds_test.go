@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
@@ -31,13 +32,13 @@ func (r *deadlineRepairer) record(ctx context.Context) error {
 	r.deadlines = append(r.deadlines, d)
 	return nil
 }
-func (r *deadlineRepairer) Reboot(ctx context.Context, _ *v1.Node, _ string) error {
+func (r *deadlineRepairer) Reboot(ctx context.Context, _ *v1.Node, _ string, _ nscloud.Premise) error {
 	return r.record(ctx)
 }
-func (r *deadlineRepairer) Replace(ctx context.Context, _ *v1.Node, _ string) error {
+func (r *deadlineRepairer) Replace(ctx context.Context, _ *v1.Node, _ string, _ nscloud.Premise) error {
 	return r.record(ctx)
 }
-func (r *deadlineRepairer) PowerOff(ctx context.Context, _ *v1.Node, _ string) error {
+func (r *deadlineRepairer) PowerOff(ctx context.Context, _ *v1.Node, _ string, _ nscloud.Premise) error {
 	return r.record(ctx)
 }
 

@@ -507,12 +507,16 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		}
 		n = cur
 	}
+	machineOff := false
 	if d.Verdict == rem.VerdictStart || d.Verdict == rem.VerdictAdvance {
 		// A step that disrupts pods first has the budgets evict those they
 		// protect (issue 46 point 2, with or without a Drain step before
 		// it); a refusal holds the node where it is, said and retried.
 		if step := p.spec.Steps[d.Step]; rem.Disrupts(step) {
-			held, settle, err := c.evictProtected(ctx, n, p, d.Step)
+			var held []string
+			var settle bool
+			var err error
+			held, settle, machineOff, err = c.evictProtected(ctx, n, p, d.Step)
 			if err != nil {
 				return err
 			}
@@ -539,7 +543,8 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 	switch d.Verdict {
 	case rem.VerdictStart, rem.VerdictAdvance:
 		next := rem.State{Step: d.Step, Action: p.spec.Steps[d.Step].Action, Key: rem.StepKey(d.Step, p.spec.Steps[d.Step]),
-			StepSince: now, RepairSince: st.RepairSince, BootID: n.Status.NodeInfo.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID}
+			StepSince: now, RepairSince: st.RepairSince, BootID: n.Status.NodeInfo.BootID, Drain: st.Drain, FenceBootID: st.FenceBootID,
+			MachineOff: machineOff}
 		if st.ResumeAt > d.Step {
 			next.ResumeAt = st.ResumeAt // still on the way to a recurrence's target
 		}

@@ -91,15 +91,17 @@ func TestTaintStepAndDone(t *testing.T) {
 
 // fakeRepairer records requests; err, when set, is its answer.
 type fakeRepairer struct {
-	mu   sync.Mutex
-	ids  []string
-	errs []error
+	mu       sync.Mutex
+	ids      []string
+	premises []nscloud.Premise
+	errs     []error
 }
 
-func (r *fakeRepairer) answer(id string) error {
+func (r *fakeRepairer) answer(id string, pr nscloud.Premise) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ids = append(r.ids, id)
+	r.premises = append(r.premises, pr)
 	if len(r.errs) > 0 {
 		err := r.errs[0]
 		r.errs = r.errs[1:]
@@ -107,10 +109,14 @@ func (r *fakeRepairer) answer(id string) error {
 	}
 	return nil
 }
-func (r *fakeRepairer) Reboot(_ context.Context, _ *v1.Node, id string) error  { return r.answer(id) }
-func (r *fakeRepairer) Replace(_ context.Context, _ *v1.Node, id string) error { return r.answer(id) }
-func (r *fakeRepairer) PowerOff(_ context.Context, _ *v1.Node, id string) error {
-	return r.answer(id)
+func (r *fakeRepairer) Reboot(_ context.Context, _ *v1.Node, id string, pr nscloud.Premise) error {
+	return r.answer(id, pr)
+}
+func (r *fakeRepairer) Replace(_ context.Context, _ *v1.Node, id string, pr nscloud.Premise) error {
+	return r.answer(id, pr)
+}
+func (r *fakeRepairer) PowerOff(_ context.Context, _ *v1.Node, id string, pr nscloud.Premise) error {
+	return r.answer(id, pr)
 }
 
 type harness struct {

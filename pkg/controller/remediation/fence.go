@@ -74,7 +74,7 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 	in := rem.FenceInput{Node: n.Name, RequestBoot: st.BootID, NodeBoot: n.Status.NodeInfo.BootID, Now: now,
 		Settle: rem.FenceSettle(p.spec.Steps[i].Timeout.Duration)}
 	if in.NodeBoot == in.RequestBoot {
-		req, err := c.powerOff(ctx, n, p, i, id)
+		req, err := c.powerOff(ctx, n, p, i, id, premise(st))
 		if err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 
 // powerOff sends the power-off request once per ID (a request whose
 // answer was lost is sent again, the same ID); the answer is kept.
-func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int, id string) (fenceRequest, error) {
+func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int, id string, premise nscloud.Premise) (fenceRequest, error) {
 	c.mu.Lock()
 	req, ok := c.fenceReqs[n.Name]
 	c.mu.Unlock()
@@ -146,7 +146,7 @@ func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int,
 	}
 	// Bounded: a provider that never answers must not hold the worker.
 	pctx, cancel := context.WithTimeout(ctx, providerTimeout)
-	err := c.fencer.PowerOff(pctx, n, id)
+	err := c.fencer.PowerOff(pctx, n, id, premise)
 	cancel()
 	req = fenceRequest{id: id}
 	var refused *nscloud.RefusedError

@@ -24,16 +24,18 @@ import (
 // refused, with why, and whether the step must wait for a later look
 // (settle: pods were evicted just now, and their replacements may have been
 // bound here before the scheduler saw the keep-off taint); the step starts
-// on a look that finds nothing to evict and nothing refused.
-func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, step int) (held []string, settle bool, err error) {
+// on a look that finds nothing to evict and nothing refused. machineOff says
+// that look left protected pods to the taint manager because the provider
+// answered the machine off: the step's requests then carry that premise.
+func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, step int) (held []string, settle, machineOff bool, err error) {
 	if _, err := c.keepOff(ctx, n, p, step); err != nil {
-		return nil, false, fmt.Errorf("keeping new pods off node %s: %w", n.Name, err)
+		return nil, false, false, fmt.Errorf("keeping new pods off node %s: %w", n.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
 	defer cancel()
 	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
 	if err != nil {
-		return nil, false, fmt.Errorf("listing the pods of node %s: %w", n.Name, err)
+		return nil, false, false, fmt.Errorf("listing the pods of node %s: %w", n.Name, err)
 	}
 	var pdbs []policyv1.PodDisruptionBudget
 	listed := map[string]bool{}
@@ -44,7 +46,7 @@ func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, 
 		}
 		l, err := c.client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, false, fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", ns, err)
+			return nil, false, false, fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", ns, err)
 		}
 		listed[ns] = true
 		pdbs = append(pdbs, l.Items...)
@@ -52,7 +54,14 @@ func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, 
 	// A not-Ready node's not-Ready pods are left to the NoExecute taints
 	// only when the provider answers its machine off (rem.ToEvict).
 	off := !kube.NodeReady(n) && c.instances != nil && c.power(ctx, n) == rem.PowerOff
-	for _, pp := range rem.ToEvict(n, pods.Items, pdbs, off) {
+	toEvict := rem.ToEvict(n, pods.Items, pdbs, off)
+	// The answer is about the machine at that moment only: if it let pods
+	// go unevicted, the step's requests say so, and a provider whose machine
+	// has started again meanwhile refuses them (chaos seed 170030: a Reboot
+	// sent 0.3 s after the answer took down a machine started 0.1 s after
+	// it, and a web pod with it, while budget web allowed nothing).
+	machineOff = off && len(rem.ToEvict(n, pods.Items, pdbs, false)) > len(toEvict)
+	for _, pp := range toEvict {
 		if c.DryRun.Enabled() {
 			c.DryRun.Report(ctx, n, "evict", fmt.Sprintf("pod %s/%s (%s), before a step that disrupts it", pp.Pod.Namespace, pp.Pod.Name, strings.Join(pp.Budgets, ", ")))
 			continue
@@ -72,5 +81,5 @@ func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, 
 			held = append(held, fmt.Sprintf("pod %s/%s (%s): %v", pp.Pod.Namespace, pp.Pod.Name, strings.Join(pp.Budgets, ", "), err))
 		}
 	}
-	return held, settle, nil
+	return held, settle, machineOff, nil
 }

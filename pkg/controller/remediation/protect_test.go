@@ -2,6 +2,7 @@ package remediation
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,8 +14,10 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
 	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
@@ -35,7 +38,7 @@ func TestEvictProtectedDryRunSendsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := &policy{name: "p", spec: rem.PolicySpec{Steps: []rem.Step{{Action: rem.ActionReboot}}}}
-	held, settle, err := c.evictProtected(context.Background(), n, pol, 0)
+	held, settle, _, err := c.evictProtected(context.Background(), n, pol, 0)
 	if err != nil || len(held) != 0 || settle {
 		t.Fatalf("dry run: held %q, settle %v, err %v; want nothing held", held, settle, err)
 	}
@@ -112,5 +115,69 @@ func TestDisruptiveStepKeepsNewPodsOffAndStartsOnAnEmptyLook(t *testing.T) {
 	}
 	if !ownsKeepOff(h.node(t, "n")) {
 		t.Errorf("the keep-off taint went with the step's start: %v", h.node(t, "n").Spec.Taints)
+	}
+}
+
+// Chaos seed 170030: the Reboot step found the machine off, left the
+// node's not-Ready web pod to the taint manager, and its request reached
+// the provider after a person had started the machine again, which then
+// rebooted it with the pod while budget web allowed nothing. A step started
+// on that answer records it (State.MachineOff) and its requests carry it,
+// also when sent again after a lost answer, for the provider to refuse
+// them if the machine runs; a step that relied on nothing carries nothing.
+func TestStepDecidedOnAnOffMachineCarriesThePremise(t *testing.T) {
+	for _, tc := range []struct {
+		machine string
+		want    nscloud.Premise
+	}{{"off", nscloud.PremiseMachineOff}, {"", nscloud.NoPremise}} {
+		t.Run("machine="+tc.machine, func(t *testing.T) {
+			r := &fakeRepairer{errs: []error{errors.New("timeout")}}
+			n := deadlocked("n", "b1")
+			n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: v1.NodeReady, Status: v1.ConditionUnknown})
+			h := newHarness(t, r, rebootPolicy, n)
+			h.inst.machines["n"] = tc.machine
+			ctx := context.Background()
+			pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+				Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default", UID: "uid-web-0", Labels: map[string]string{"app": "web"}},
+				Spec: v1.PodSpec{NodeName: "n"}, Status: v1.PodStatus{Phase: v1.PodRunning,
+					Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionFalse}}}}
+			if _, err := h.client.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// Until the Reboot is sent: a running machine's pod is evicted
+			// first (the fake clientset's eviction leaves it: deleted here).
+			for i := 0; i < 5 && len(r.ids) == 0; i++ {
+				_ = h.c.sync(ctx, "n") // the first request's answer is lost
+				if tc.machine == "" {
+					_ = h.client.CoreV1().Pods("default").Delete(ctx, "web-0", metav1.DeleteOptions{})
+				}
+			}
+			// The record the first attempt wrote reaches the informer.
+			if !cache.WaitForCacheSync(t.Context().Done(), func() bool {
+				m, err := h.c.nodes.Get("n")
+				return err == nil && m.Annotations[rem.AnnotationState] != ""
+			}) {
+				t.Fatal("informer")
+			}
+			if err := h.c.sync(ctx, "n"); err != nil { // sent again, answered
+				t.Fatal(err)
+			}
+			if len(r.premises) != 2 || r.ids[0] != r.ids[1] {
+				t.Fatalf("requests %v with premises %q, want one sent twice", r.ids, r.premises)
+			}
+			for _, got := range r.premises {
+				if got != tc.want {
+					t.Errorf("premise %q, want %q", got, tc.want)
+				}
+			}
+			st, err := rem.ReadState(h.node(t, "n"), "gpu", 3)
+			if err != nil || st.Step != 0 || st.MachineOff != (tc.want == nscloud.PremiseMachineOff) {
+				t.Errorf("state %+v, %v", st, err)
+			}
+		})
 	}
 }

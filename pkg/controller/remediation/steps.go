@@ -324,7 +324,7 @@ func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.Stat
 	}
 	// Bounded: a provider that never answers must not hold the worker.
 	pctx, cancel := context.WithTimeout(ctx, providerTimeout)
-	err := call(pctx, n, id)
+	err := call(pctx, n, id, premise(st))
 	cancel()
 	var refused *nscloud.RefusedError
 	switch {
@@ -342,4 +342,12 @@ func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.Stat
 	c.requested[n.Name] = id
 	c.mu.Unlock()
 	return nil
+}
+
+// premise is what the step's requests were decided on (State.MachineOff).
+func premise(st rem.State) nscloud.Premise {
+	if st.MachineOff {
+		return nscloud.PremiseMachineOff
+	}
+	return nscloud.NoPremise
 }
