@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/localcluster"
@@ -573,7 +574,8 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case chaos.OpCondition:
 		cd := cond(true)
 		// A lasting condition survives reboots: only a replacement clears it.
-		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting || c.faults[s.Fault].Kind == kindRepairCrowded || c.faults[s.Fault].Kind == kindRepairRefill || c.faults[s.Fault].Kind == kindRepairCutoff
+		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting || c.faults[s.Fault].Kind == kindRepairCrowded || c.faults[s.Fault].Kind == kindRepairRefill || c.faults[s.Fault].Kind == kindRepairCutoff ||
+			c.faults[s.Fault].Kind == kindRepairRestart
 		node(fakenode.SetCondition, cd)
 	case chaos.OpClearCondition:
 		node(fakenode.ClearCondition, cond(false))
@@ -624,6 +626,14 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case opHoldNodeWrites:
 		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: []string{http.MethodPatch, http.MethodPut},
 			Resource: "nodes", Subresource: "-", Names: s.Nodes, Kind: framework.FaultHold})
+	case opRequestsRefused:
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: "configmaps",
+			Namespace: fakecloud.ConfigMapNamespace, Names: []string{fakecloud.RequestsConfigMapName}, Kind: framework.FaultStatus, Status: http.StatusInternalServerError})
+	case opRequestsServed:
+		if r := c.rules[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			return fmt.Sprintf(" (injected %d times)", c.proxy.Injected(r.Name))
+		}
 	case opReleaseNodeWrites:
 		if r := c.rules[s.Fault]; r != nil {
 			n := c.proxy.Held(r.Name)

@@ -235,6 +235,22 @@ const (
 	// (pdb; chaos seed 70016).
 	kindRepairCutoff chaos.Kind = "repair-cutoff"
 
+	// kindRepairRestart: drawn only when named: the policy's condition on a
+	// pool node, surviving reboots, so that it climbs to Reboot some 12s
+	// later; from 4s two others of its zone are cut off (their web pods
+	// not Ready: budget web allows nothing), from 7s the node too (the zone
+	// 3 of 4 down: PartialDisruption, no NoExecute taint evicts); its
+	// machine is off from 9.5s to 13.6s, so the Reboot step starts on the
+	// provider's answer that it is off and leaves the node's not-Ready web
+	// pod to the taints; from 9s to 17s every read and write of the fake
+	// cloud's requests ConfigMap fails, so the Reboot request goes out only
+	// after the machine has started again behind its partition (out of
+	// service it never is: the machine runs again before its node has been
+	// silent outOfServiceAfter). Only a request that carries its premise,
+	// refused by a provider whose machine runs, keeps budget web (pdb;
+	// chaos seed 170030, where the machine started 0.1 s after the answer).
+	kindRepairRestart chaos.Kind = "repair-restart"
+
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 	// opCrowdOn and opCrowdOff: a person's NoSchedule taint crowdTaint on
@@ -247,10 +263,15 @@ const (
 	// an eviction land late, so that its replacement can be bound first).
 	opHoldNodeWrites    chaos.Op = "hold-node-writes"
 	opReleaseNodeWrites chaos.Op = "release-node-writes"
+	// opRequestsRefused and opRequestsServed: every request of the fake
+	// cloud's repair-requests ConfigMap answered 500, then served again (a
+	// provider that does not answer: the controller retries).
+	opRequestsRefused chaos.Op = "requests-refused"
+	opRequestsServed  chaos.Op = "requests-served"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -368,6 +389,32 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
 			add(4*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
 			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: cut})
+			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
+		case kindRepairRestart:
+			z := zones[r.IntN(len(zones))].Nodes
+			perm := r.Perm(len(z))
+			node := z[r.IntN(poolPerZone)]
+			var cut []string
+			for _, i := range perm {
+				if len(cut) < 2 && z[i] != node {
+					cut = append(cut, z[i])
+				}
+			}
+			f.Kind, f.Nodes, f.Duration = kindRepairRestart, append([]string{node}, cut...), 40*time.Second
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(4*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
+			add(7*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: []string{node}})
+			add(9*time.Second, chaos.Step{Op: opRequestsRefused})
+			add(9500*time.Millisecond, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: []string{node}})
+			add(13600*time.Millisecond, chaos.Step{Op: chaos.OpMachineStart, Nodes: []string{node}})
+			add(17*time.Second, chaos.Step{Op: opRequestsServed})
+			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: f.Nodes})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
 			faults = append(faults, f)
 			continue
