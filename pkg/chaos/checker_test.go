@@ -873,8 +873,9 @@ func TestOverdueBound(t *testing.T) {
 	}
 	// One renewal: nothing known of the intervals before it, unless it is
 	// the Lease's whole history (a newcomer): then the controller measured
-	// no gap or assumed one (at most a quarter of the grace period), so the
-	// longest overdue time of any interval up to max(ViewLag, grace/4), 1 s:
+	// no gap or assumed one (a quarter of the Lease's duration: 1 s for the
+	// chaos Leases, see overdueBound), so the longest overdue time of any
+	// interval up to max(ViewLag, grace/4), 1 s:
 	// 2.4 s, as for 0.5 s renewals.
 	if got := c.overdueBound(rs[:1], false); got != 3*time.Second {
 		t.Errorf("overdueBound of one renewal = %v, want the grace period 3s", got)

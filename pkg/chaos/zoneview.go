@@ -186,14 +186,21 @@ func (c *Checker) silentInView(node string, pass, until time.Time) (bool, string
 // overdueBound is the longest silence after which the controller counts a
 // node overdue, over every heartbeat interval it can have measured from
 // these renewals (its last two gaps, each seen up to ViewLag apart from the
-// renewTimes) or assumed (a quarter of the grace period at most, for a node
-// it has not measured): the controller's rule (nodelifecycle overdueAfter),
-// stated again here so that the checker imports no controller. With no
-// overdue slack only the grace period counts. Fewer than three renewals
-// say nothing of the intervals measured before them (the grace period
-// counts), unless they are the Lease's whole history (whole: a Lease
-// created while the checker watched): then the controller measured at most
-// their gaps, or assumed an interval (a newcomer's, silent since).
+// renewTimes) or assumed (for a node it has not measured): the controller's
+// rule (nodelifecycle overdueAfter), stated again here so that the checker
+// imports no controller. With no overdue slack only the grace period
+// counts. Fewer than three renewals say nothing of the intervals measured
+// before them (the grace period counts), unless they are the Lease's whole
+// history (whole: a Lease created while the checker watched): then the
+// controller measured at most their gaps, or assumed an interval (a
+// newcomer's, silent since).
+//
+// The controller assumes a quarter of the Lease's leaseDurationSeconds (a
+// quarter of the grace period only without one). The checker reads no
+// Lease duration; the intervals it covers, up to max(gap+ViewLag, grace/4),
+// still include it for the chaos Leases: 4 s / 4 = 1 s, never above
+// ViewLag (1 s). Leases longer than four ViewLags (a real kubelet's 40 s)
+// would need the duration read here.
 func (c *Checker) overdueBound(rs []renewal, whole bool) time.Duration {
 	grace, slack := c.limits.Grace, c.limits.OverdueSlack
 	if slack <= 0 || len(rs) == 0 || (len(rs) < 3 && !whole) {

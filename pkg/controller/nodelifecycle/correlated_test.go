@@ -723,3 +723,71 @@ func TestFailedHealthUpdateUnsettlesItsZone(t *testing.T) {
 		t.Errorf("%d nodes tainted NoExecute while a-02 could not be judged (3 of zone a's 4 silent): %v", len(cl.tainted), cl.tainted)
 	}
 }
+
+// TestKubeletTimingsShortGraceNoFalseDisruption: real kubelet timings (a
+// 40 s Lease renewed every 10 s) under a 20 s grace period, a fleet started
+// together (renewals 0.2 to 2.4 s after the controller's start), the
+// controller measuring no interval yet: after its start, and again after a
+// takeover. While every node is alive, every zone stays Normal and nothing
+// is tainted. With the assumed interval capped at grace/4 (5 s) every
+// unmeasured node counted as overdue 7 s after each renewal, so the zones
+// read as disrupted (hollow nodes: all zones in full disruption), and a
+// node silent meanwhile got a fresh grace period when the all-zones mode
+// ended: tainted 14.7 s late (34.7 s after its last renewal; hollow nodes:
+// 29-34 s). A node that falls silent while unmeasured is tainted within 1 s
+// of its grace period's end.
+func TestKubeletTimingsShortGraceNoFalseDisruption(t *testing.T) {
+	start := func(t *testing.T) *cluster {
+		cfg := correlatedConfig()
+		cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 4, "c": 4})
+		cl.renew = 10 * time.Second
+		now := cl.clk.Now()
+		for i, n := range cl.nodes {
+			cl.renewLease(n) // every node has its Lease when the controller starts
+			cl.lastRnw[n] = now.Add(-cl.renew + time.Duration(i+1)*200*time.Millisecond)
+		}
+		return cl
+	}
+	// runNormal runs for d, checking after every step that every zone is
+	// Normal and nothing is tainted.
+	runNormal := func(t *testing.T, cl *cluster, d time.Duration) {
+		t.Helper()
+		for end := cl.clk.Now().Add(d); cl.clk.Now().Before(end); {
+			cl.run(cl.step)
+			for z, s := range cl.c.ZoneStates() {
+				if s != nodetopology.StateNormal {
+					t.Fatalf("at %s: zone %q is %s while every node renews every 10 s", cl.clk.Now().Format("15:04:05.0"), z, s)
+				}
+			}
+			if len(cl.tainted) > 0 {
+				t.Fatalf("tainted %v while every node renews every 10 s", cl.tainted)
+			}
+		}
+	}
+	t.Run("all alive", func(t *testing.T) {
+		cl := start(t)
+		runNormal(t, cl, 60*time.Second)
+		cl.leaderless(takeoverGap)
+		cl.takeover()
+		runNormal(t, cl, 40*time.Second)
+	})
+	t.Run("one silent", func(t *testing.T) {
+		cl := start(t)
+		cfg := cl.c.cfg
+		victim := cl.inZone("a")[1]
+		// Silent after its first renewal the controller hears (0.4 s after
+		// the start): it is never measured.
+		cl.silentAt[victim] = cl.clk.Now().Add(cl.renew)
+		cl.run(cl.renew + cfg.NodeMonitorGracePeriod + 30*time.Second)
+		at, ok := cl.tainted[victim]
+		if !ok {
+			t.Fatalf("%s not tainted", victim)
+		}
+		if late := at.Sub(cl.lastRnw[victim].Add(cfg.NodeMonitorGracePeriod)); late < 0 || late > time.Second {
+			t.Errorf("tainted %v after its grace period ended, want within 1 s", late)
+		}
+		if len(cl.tainted) != 1 {
+			t.Errorf("tainted %v, want only %s", cl.tainted, victim)
+		}
+	})
+}

@@ -77,18 +77,28 @@ func (h *nodeHealth) interval(grace time.Duration) time.Duration {
 
 // assumedInterval is the heartbeat interval of a node whose interval this
 // process has not measured yet: a quarter of its Lease's duration (the
-// kubelet renews every 10 s of 40 s), and never more than a quarter of the
-// grace period (upstream sizes the grace for four missed heartbeats). Every
-// node then has an interval from its first sight on, so a node first seen
-// later than its zone's peers (it registered after a takeover) is counted
-// with them when they expire. A node that heartbeats slower is counted
-// early for its first interval, which only holds back taints in its zone.
+// kubelet renews every leaseDuration/4: 10 s of 40 s), or, without a Lease
+// duration, a quarter of the grace period (upstream sizes the grace for
+// four missed heartbeats). Every node then has an interval from its first
+// sight on, so a node first seen later than its zone's peers (it
+// registered after a takeover) is counted with them when they expire. A
+// node that heartbeats slower is counted early for its first interval,
+// which only holds back taints in its zone.
+//
+// Not capped at grace/4: with a short grace (20 s) a real kubelet renewing
+// every 10 s was expected every 5 s, so every unmeasured node looked
+// overdue between two renewals and the zones read as disrupted (hollow
+// nodes: all zones in full disruption, a real failure detected a fresh
+// grace period late). The interval only decides whether a node is overdue
+// (counted as failing in its zone, a suspect for a fresh read); expiry and
+// the Unknown mark run from the grace period alone, so a longer interval
+// never delays detecting a node silent beyond its grace (overdueAfter
+// never exceeds the grace either).
 func assumedInterval(leaseDuration, grace time.Duration) time.Duration {
-	d := grace / 4
 	if leaseDuration > 0 {
-		d = min(d, leaseDuration/4)
+		return leaseDuration / 4
 	}
-	return d
+	return grace / 4
 }
 
 // overdue says whether the node has been silent for longer than its usual

@@ -135,15 +135,59 @@ func TestFirstSightWithoutReadyAndALease(t *testing.T) {
 
 func TestAssumedInterval(t *testing.T) {
 	for _, c := range []struct{ lease, grace, want time.Duration }{
-		{40 * time.Second, 50 * time.Second, 10 * time.Second},       // the kubelet's Lease, upstream's grace
-		{0, 50 * time.Second, 12500 * time.Millisecond},              // no Lease: a quarter of the grace
-		{4 * time.Second, 6 * time.Second, time.Second},              // the integration tests' fake nodes
-		{40 * time.Second, 6 * time.Second, 1500 * time.Millisecond}, // a Lease long next to the grace
-		{4 * time.Second, 3 * time.Second, 750 * time.Millisecond},   // grace shorter than the Lease
-		{10 * time.Minute, 40 * time.Second, 10 * time.Second},       // never above a quarter of the grace
+		{40 * time.Second, 50 * time.Second, 10 * time.Second}, // the kubelet's Lease, upstream's grace
+		{0, 50 * time.Second, 12500 * time.Millisecond},        // no Lease: a quarter of the grace
+		{4 * time.Second, 6 * time.Second, time.Second},        // the integration tests' fake nodes
+		{40 * time.Second, 20 * time.Second, 10 * time.Second}, // a real kubelet under a short grace: not capped at grace/4
+		{40 * time.Second, 6 * time.Second, 10 * time.Second},  // a Lease long next to the grace
+		{4 * time.Second, 3 * time.Second, time.Second},        // grace shorter than the Lease
 	} {
 		if got := assumedInterval(c.lease, c.grace); got != c.want {
 			t.Errorf("assumedInterval(%v, %v) = %v, want %v", c.lease, c.grace, got, c.want)
+		}
+	}
+}
+
+// TestUnmeasuredKubeletNotOverdueUnderShortGrace: a real kubelet renews
+// its 40 s Lease every 10 s. Under a 20 s grace period a node whose
+// interval is not measured yet (first seen with its Lease, or heard once
+// since) and that renewed 6 to 9 s ago is merely between two renewals: not
+// overdue, so neither counted as failing in its zone nor a suspect for a
+// fresh read (suspect needs overdue on the informers' view). With the
+// assumed interval capped at grace/4 (5 s) it was overdue after 7 s. Its
+// grace period still ends 20 s after the renewal, and it is overdue well
+// before that.
+func TestUnmeasuredKubeletNotOverdueUnderShortGrace(t *testing.T) {
+	c := DefaultConfig()
+	c.NodeMonitorGracePeriod = 20 * time.Second
+	grace, slack := c.NodeMonitorGracePeriod, c.HeartbeatOverdueSlack
+	node := readyNode(v1.ConditionTrue, longAgo)
+	for _, ago := range []time.Duration{6 * time.Second, 7500 * time.Millisecond, 9 * time.Second} {
+		// First sight (a new leader, a restart): the Lease renewed ago.
+		renewed := t0.Add(-ago)
+		rec, g, _ := c.observe(nil, node, nodeLease(renewed, 40), t0)
+		if g != grace || rec.gaps != [2]time.Duration{} {
+			t.Fatalf("first sight: grace %v gaps %v", g, rec.gaps)
+		}
+		if rec.overdue(t0, grace, slack) {
+			t.Errorf("first seen with its Lease renewed %v ago: overdue (interval %v)", ago, rec.interval(grace))
+		}
+		// Heard once since first sight (no interval measured), then silent.
+		heard := t0.Add(time.Second)
+		rec, _, _ = c.observe(rec, node, nodeLease(heard, 40), heard)
+		if !rec.probeHeard || rec.gaps != [2]time.Duration{} {
+			t.Fatalf("one renewal heard: %+v", rec)
+		}
+		if rec.overdue(heard.Add(ago), grace, slack) {
+			t.Errorf("renewed %v ago, heard once: overdue (interval %v)", ago, rec.interval(grace))
+		}
+		// A node really silent is still overdue before its grace ends, and
+		// its expiry is the grace period from the renewal heard.
+		if !rec.overdue(heard.Add(grace-time.Second), grace, slack) {
+			t.Errorf("silent for %v of a %v grace: not overdue", grace-time.Second, grace)
+		}
+		if expiry := rec.probe.Add(grace); !expiry.Equal(heard.Add(grace)) {
+			t.Errorf("expiry %v after the renewal, want the grace %v", expiry.Sub(heard), grace)
 		}
 	}
 }
