@@ -1000,3 +1000,25 @@ func TestTruthMachineStartRestartsAStoppedKubelet(t *testing.T) {
 		t.Errorf("a machine-start of a machine that runs restarts nothing: %+v", m)
 	}
 }
+
+// TestTruthBootStartedOnlyByANewBoot: a machine start of a machine that
+// already ran begins no boot, so it does not move BootStarted (which
+// excuses an out-of-service taint on a machine whose new boot went unseen).
+func TestTruthBootStartedOnlyByANewBoot(t *testing.T) {
+	truth := NewTruth(testZones())
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	rec := func(off time.Duration, op Op) {
+		truth.Record(Applied{Step: Step{Op: op, Nodes: []string{"n1"}}, Start: t0.Add(off), Done: t0.Add(off + 10*time.Millisecond)})
+	}
+	rec(time.Second, OpMachineShutdown)
+	rec(2*time.Second, OpMachineStart)
+	rec(5*time.Second, OpMachineStart) // the machine runs: no new boot
+	if got := truth.BootStarted("n1", t0.Add(time.Second)); !got.IsZero() {
+		t.Errorf("before the first start: %v, want zero", got)
+	}
+	for _, at := range []time.Duration{3 * time.Second, 6 * time.Second} {
+		if got := truth.BootStarted("n1", t0.Add(at)); !got.Equal(t0.Add(2 * time.Second)) {
+			t.Errorf("at +%v: boot started %v, want +2s", at, got.Sub(t0))
+		}
+	}
+}

@@ -222,16 +222,21 @@ func (t *Truth) Always(node string, from, to time.Time, pred func(Machine) bool)
 
 // BootStarted is when the machine's boot at moment at began at the
 // earliest: the start of the last machine start that could have taken
-// effect by then (zero when it has run since the beginning).
+// effect by then and began a boot (zero when it has run since the
+// beginning). A start of a machine that already ran is no new boot: taken
+// for one, it would excuse a taint on a machine that kept its boot.
 func (t *Truth) BootStarted(node string, at time.Time) time.Time {
 	t.mu.Lock()
 	steps := t.steps[node]
 	t.mu.Unlock()
 	var started time.Time
+	m := Machine{}
 	for _, a := range steps {
-		if a.Step.Op == OpMachineStart && !a.Start.After(at) {
+		next := apply(m, a.Step)
+		if a.Step.Op == OpMachineStart && next.Boot > m.Boot && !a.Start.After(at) {
 			started = a.Start
 		}
+		m = next
 	}
 	return started
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/controllertest"
 	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
 	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
@@ -112,17 +113,6 @@ func newJanitor(t *testing.T, n *v1.Node, live ...string) (*Janitor, *fake.Clien
 	return j, client, rec
 }
 
-func events(rec *record.FakeRecorder) []string {
-	var out []string
-	for {
-		select {
-		case e := <-rec.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
 
 // One patch, bound to the resourceVersion judged, lifts the drain's cordon
 // and the remediation's taint with their records and the repair record;
@@ -157,7 +147,7 @@ func TestSyncLiftsExpired(t *testing.T) {
 	if _, ok := n.Annotations[rem.AnnotationState]; ok {
 		t.Error("the repair record stays")
 	}
-	evs := events(rec)
+	evs := controllertest.Events(rec)
 	if len(evs) != 3 {
 		t.Fatalf("events %q, want one per lift", evs)
 	}
@@ -223,7 +213,7 @@ func TestConflictJudgedAfresh(t *testing.T) {
 	if !n.Spec.Unschedulable {
 		t.Error("the renewed cordon was lifted")
 	}
-	if evs := events(rec); len(evs) != 0 {
+	if evs := controllertest.Events(rec); len(evs) != 0 {
 		t.Errorf("events %q", evs)
 	}
 }
@@ -242,7 +232,7 @@ func TestOthersCordonUntouched(t *testing.T) {
 			t.Errorf("wrote or read %s", a.GetVerb())
 		}
 	}
-	if evs := events(rec); len(evs) != 0 {
+	if evs := controllertest.Events(rec); len(evs) != 0 {
 		t.Errorf("events %q", evs)
 	}
 	// With an expired record of a taint, only that taint goes.
