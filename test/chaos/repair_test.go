@@ -238,15 +238,16 @@ const (
 	// kindRepairRestart: drawn only when named: the policy's condition on a
 	// pool node, surviving reboots, so that it climbs to Reboot some 12s
 	// later; from 4s two others of its zone are cut off (their web pods
-	// not Ready: budget web allows nothing), from 7s the node too (the zone
+	// not Ready: budget web allows nothing), from 8s the node too (the zone
 	// 3 of 4 down: PartialDisruption, no NoExecute taint evicts); its
-	// machine is off from 9.5s to 13.6s, so the Reboot step starts on the
-	// provider's answer that it is off and leaves the node's not-Ready web
-	// pod to the taints; from 9s to 17s every read and write of the fake
-	// cloud's requests ConfigMap fails, so the Reboot request goes out only
-	// after the machine has started again behind its partition (out of
-	// service it never is: the machine runs again before its node has been
-	// silent outOfServiceAfter). Only a request that carries its premise,
+	// machine is off from 11.9s to 13.6s, around the Reboot step's start
+	// (12.4s at rest), so the step starts on the provider's answer that it
+	// is off and leaves the node's not-Ready web pod to the taints; from 9s
+	// to 17s every read and write of the fake cloud's requests ConfigMap
+	// fails, so the Reboot request goes out only after the machine has
+	// started again behind its partition (out of service it is not: the
+	// machine runs again before its node has been not Ready for
+	// outOfServiceAfter, 3s). Only a request that carries its premise,
 	// refused by a provider whose machine runs, keeps budget web (pdb;
 	// chaos seed 170030, where the machine started 0.1 s after the answer).
 	kindRepairRestart chaos.Kind = "repair-restart"
@@ -409,9 +410,9 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			blindUntil = at + f.Duration + 5*time.Second
 			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
 			add(4*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: cut})
-			add(7*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: []string{node}})
+			add(8*time.Second, chaos.Step{Op: chaos.OpPartition, Nodes: []string{node}})
 			add(9*time.Second, chaos.Step{Op: opRequestsRefused})
-			add(9500*time.Millisecond, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: []string{node}})
+			add(11900*time.Millisecond, chaos.Step{Op: chaos.OpMachineShutdown, Nodes: []string{node}})
 			add(13600*time.Millisecond, chaos.Step{Op: chaos.OpMachineStart, Nodes: []string{node}})
 			add(17*time.Second, chaos.Step{Op: opRequestsServed})
 			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: f.Nodes})
