@@ -113,7 +113,6 @@ func newJanitor(t *testing.T, n *v1.Node, live ...string) (*Janitor, *fake.Clien
 	return j, client, rec
 }
 
-
 // One patch, bound to the resourceVersion judged, lifts the drain's cordon
 // and the remediation's taint with their records and the repair record;
 // nodelifecycle's taint and the person's stay. One event per lift names the
