@@ -280,6 +280,21 @@ const repairMeanGap = 5 * time.Second
 // labelTimeout bounds a pool-leave's label write.
 const labelTimeout = 5 * time.Second
 
+// poolNodeAndPeers draws a zone, one of its pool nodes and k other nodes
+// of that zone (in the drawn order: a seed's schedule stays what it was).
+func poolNodeAndPeers(r *rand.Rand, zones []chaos.Zone, k int) (string, []string) {
+	z := zones[r.IntN(len(zones))].Nodes
+	perm := r.Perm(len(z))
+	node := z[r.IntN(poolPerZone)]
+	var peers []string
+	for _, i := range perm {
+		if len(peers) < k && z[i] != node {
+			peers = append(peers, z[i])
+		}
+	}
+	return node, peers
+}
+
 // repairSchedule draws the remediation faults of a seed: conditions on a
 // pool node 4 times in 5 (on another node, they must start nothing),
 // half of them lasting, and pool departures (3 in 20). Fault indexes follow first
@@ -373,15 +388,8 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			faults = append(faults, f)
 			continue
 		case kindRepairCutoff:
-			z := zones[r.IntN(len(zones))].Nodes
-			perm := r.Perm(len(z))
-			node := z[r.IntN(poolPerZone)]
-			cut := []string{node}
-			for _, i := range perm {
-				if len(cut) < 3 && z[i] != node {
-					cut = append(cut, z[i])
-				}
-			}
+			node, peers := poolNodeAndPeers(r, zones, 2)
+			cut := append([]string{node}, peers...)
 			f.Kind, f.Nodes, f.Duration = kindRepairCutoff, cut, 40*time.Second
 			if at < blindUntil || at+f.Duration > window {
 				continue
@@ -394,15 +402,7 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			faults = append(faults, f)
 			continue
 		case kindRepairRestart:
-			z := zones[r.IntN(len(zones))].Nodes
-			perm := r.Perm(len(z))
-			node := z[r.IntN(poolPerZone)]
-			var cut []string
-			for _, i := range perm {
-				if len(cut) < 2 && z[i] != node {
-					cut = append(cut, z[i])
-				}
-			}
+			node, cut := poolNodeAndPeers(r, zones, 2)
 			f.Kind, f.Nodes, f.Duration = kindRepairRestart, append([]string{node}, cut...), 40*time.Second
 			if at < blindUntil || at+f.Duration > window {
 				continue
