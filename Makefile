@@ -87,8 +87,10 @@ MUTANTS_OUT ?=
 chaos-mutants: controlplane
 	go run ./hack/chaosmutants -mutant=$(MUTANT) $(if $(MUTANTS_OUT),-out=$(MUTANTS_OUT))
 
-## generate: write what follows from the controllers' descriptors (pkg/generate): deploy/components/NAME
-## and the Helm chart's templates/_controllers.tpl; TestGeneratedFilesAreCurrent fails while one is stale
+## generate: write what follows from the controllers' descriptors (pkg/generate): deploy/components/NAME,
+## the Helm chart's templates/_controllers.tpl and crds/, deploy/kustomization.yaml's components and the chart's
+## default controllers (what deploy/base/config.yaml runs), docs/architecture.md's row of the controllers;
+## TestGeneratedFilesAreCurrent fails while one is stale
 generate:
 	go run ./hack/generate
 

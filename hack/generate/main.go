@@ -13,7 +13,7 @@ import (
 )
 
 func main() {
-	files, err := generate.Files()
+	files, err := generate.Files(".")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "generate:", err)
 		os.Exit(1)

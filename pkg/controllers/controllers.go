@@ -341,6 +341,7 @@ func KubeControllerManagerFlag() string {
 // type hidden so that the registry is one list.
 type entry interface {
 	info() descriptor.Info
+	ownTests() descriptor.Tests
 	setDefault(c *Config)
 	sections(c *Config) []config.Section
 	enabled(c *Config) bool
@@ -359,8 +360,18 @@ func bind[C any](d descriptor.Descriptor[C], field func(*Config) *C) entry {
 	return bound[C]{d: d, field: field}
 }
 
-func (b bound[C]) info() descriptor.Info { return b.d.Info }
-func (b bound[C]) setDefault(c *Config)  { *b.field(c) = b.d.Default() }
+// info is the descriptor's Info, with the Tests the registry gives for it
+// (registeredTests) when its descriptor.go predates the field.
+func (b bound[C]) info() descriptor.Info {
+	i := b.d.Info
+	if t, ok := registeredTests[i.Name]; ok {
+		i.Tests = t
+	}
+	return i
+}
+
+func (b bound[C]) ownTests() descriptor.Tests { return b.d.Tests }
+func (b bound[C]) setDefault(c *Config)       { *b.field(c) = b.d.Default() }
 
 func (b bound[C]) sections(c *Config) []config.Section {
 	var out []config.Section

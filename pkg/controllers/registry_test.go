@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 )
 
 // Every controller package is in the registry, once, under its directory's
@@ -52,8 +54,11 @@ func TestRegistryListsEveryControllerOnce(t *testing.T) {
 			t.Errorf("pkg/controller/%s is not in the registry (pkg/controllers/controllers.go)", dir)
 		}
 	}
-	if !slices.Equal(Names, []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice", "readinessrestore", "remediation"}) {
-		t.Errorf("start order changed: %v", Names)
+	// The start order of the controllers this test knows stays; a new
+	// controller goes anywhere.
+	known := []string{"nodelifecycle", "tainteviction", "nodeipam", "cloudnodelifecycle", "drain", "scheduler", "outofservice", "readinessrestore", "remediation"}
+	if got := slices.DeleteFunc(slices.Clone(Names), func(n string) bool { return !slices.Contains(known, n) }); !slices.Equal(got, known) {
+		t.Errorf("start order changed: %v, want %v in this order (pkg/controllers/controllers.go)", Names, known)
 	}
 	if got, want := KubeControllerManagerFlag(), "*,-nodelifecycle,-taint-eviction-controller,-nodeipam"; got != want {
 		t.Errorf("kube-controller-manager --controllers %q, want %q", got, want)
@@ -147,8 +152,12 @@ func TestRegistryRolesAreInDeploy(t *testing.T) {
 // kube-controller-manager, and those that write what it writes, with the
 // evidence nodeshepherd looks for.
 func TestCompanionsAndConflicts(t *testing.T) {
-	if got, want := Companions(), []string{"drain", "scheduler", "outofservice", "readinessrestore", "remediation"}; !slices.Equal(got, want) {
-		t.Errorf("companions %v, want %v", got, want)
+	// Those this test knows stay what they are; a new controller is either.
+	for name, want := range map[string]bool{"nodelifecycle": false, "tainteviction": false, "nodeipam": false, "cloudnodelifecycle": false,
+		"drain": true, "scheduler": true, "outofservice": true, "readinessrestore": true, "remediation": true} {
+		if got := slices.Contains(Companions(), name); got != want {
+			t.Errorf("%s: companion %v, want %v (companions %v)", name, got, want, Companions())
+		}
 	}
 	for _, d := range Registry() {
 		if d.Companion == (len(d.Conflicts) > 0) {
@@ -217,5 +226,63 @@ func TestIdleControllerRefusedUnlessNeeded(t *testing.T) {
 	}
 	if err := c.Validate([]string{"drain", "remediation"}); err != nil {
 		t.Errorf("drain for remediation: %v", err)
+	}
+}
+
+// A controller's Tests are stated once: in its descriptor, or, for those
+// written before the field, in registeredTests.
+func TestTestsStatedOnce(t *testing.T) {
+	for name := range registeredTests {
+		if !slices.Contains(Names, name) {
+			t.Errorf("registeredTests names %q, which is no controller", name)
+		}
+	}
+	for _, e := range registry {
+		name := e.info().Name
+		if _, ok := registeredTests[name]; ok && !reflect.DeepEqual(e.ownTests(), descriptor.Tests{}) {
+			t.Errorf("%s states its Tests in its descriptor and in registeredTests (pkg/controllers/tests.go): drop the latter", name)
+		}
+	}
+}
+
+// Each controller, named with the flags its descriptor gives its tests
+// (Tests.Flags) and with the controllers it needs, validates, is selected
+// and is not idle; its Tests.Work is objects to create.
+func TestEveryControllerRunsWithItsTestFlags(t *testing.T) {
+	for _, d := range Registry() {
+		c, run, err := ForTests([]string{d.Name})
+		if err != nil {
+			t.Errorf("%s: %v", d.Name, err)
+			continue
+		}
+		if !slices.Contains(run, d.Name) || !slices.Equal(run, c.Select(run, run)) {
+			t.Errorf("%s: ForTests runs %v, selected %v", d.Name, run, c.Select(run, run))
+		}
+		if err := c.Validate(run); err != nil {
+			t.Errorf("%s: with its Tests.Flags %q (and those of %v), --controllers=%s does not validate: %v; give its descriptor the flags it needs",
+				d.Name, d.Tests.Flags, d.Needs, strings.Join(run, ","), err)
+		}
+		for i, doc := range strings.Split(d.Tests.Work, "\n---\n") {
+			if strings.TrimSpace(doc) == "" {
+				continue
+			}
+			var obj struct {
+				APIVersion string `yaml:"apiVersion"`
+				Kind       string `yaml:"kind"`
+				Metadata   struct {
+					Name string `yaml:"name"`
+				} `yaml:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil || obj.APIVersion == "" || obj.Kind == "" || obj.Metadata.Name == "" {
+				t.Errorf("%s: Tests.Work document %d is not an object with apiVersion, kind and metadata.name: %v", d.Name, i, err)
+			}
+		}
+	}
+	if _, _, err := ForTests([]string{"nodelifecycel"}); err == nil {
+		t.Error("ForTests of an unknown controller: no error")
+	}
+	c, run, err := ForTests([]string{"remediation"})
+	if err != nil || !slices.Equal(run, []string{"drain", "remediation"}) || !c.Drain.Configured() {
+		t.Errorf("ForTests(remediation): runs %v with drain's flags %v, %v; want drain run along with its flags", run, c.Drain, err)
 	}
 }

@@ -68,6 +68,30 @@ type Info struct {
 	// lives in (nil: none): `make generate` puts it into the controller's
 	// component and the Helm chart's crds/.
 	CRD []byte
+	// Tests is what the tests that cover every controller need to run this
+	// one, so that adding a controller adds no case to them.
+	Tests Tests
+}
+
+// Tests is what the tests that take every controller from the registry
+// need to run one with work to do: pkg/controllers' (its flags validate),
+// pkg/monitoring's (every controller built at once), and test/integration's
+// TestStuckControllerGivesUpLease (hung in a step it tracks) and
+// TestUnlistedControllersAsServiceAccount (run as deploy/'s ServiceAccount
+// when no scenario of serviceAccountScenarios names it). The zero value
+// fits a controller that runs with its defaults and finds its work in the
+// nodes alone.
+type Tests struct {
+	// Flags are `run` flags of the controller's own settings under which,
+	// named in --controllers, it builds, is not idle and has work on a
+	// cluster of Ready nodes (nodeipam: --allocate-node-cidrs and a
+	// --cluster-cidr). The controllers it Needs run along with theirs.
+	Flags []string
+	// Work holds objects (YAML documents) that give it work besides the
+	// nodes, created as admin in namespace default, where a ServiceAccount
+	// default exists, after its CRD: a pending pod of the scheduler's name,
+	// a remediation policy.
+	Work string
 }
 
 // Section is one section of the configuration file, bound to settings C.

@@ -5,7 +5,12 @@
 //   - deploy/components/NAME/rbac.yaml and kustomization.yaml: the
 //     controller's ClusterRole (its package's rbac.yaml) and its binding;
 //   - charts/nodeshepherd/templates/_controllers.tpl: the chart's list of
-//     controllers, those companion mode allows, and their rules.
+//     controllers, those companion mode allows, and their rules;
+//   - deploy/kustomization.yaml: deploy/base with the components of the
+//     controllers its configuration (deploy/base/config.yaml) runs;
+//   - one line of files otherwise written by hand: the chart's default
+//     `controllers:` (values.yaml, the same as deploy/'s), and the
+//     controller packages' row of docs/architecture.md's package table.
 //
 // hack/generate writes them; TestGeneratedFilesAreCurrent fails, naming the
 // stale file, while one differs from what Files returns.
@@ -15,10 +20,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	runcmd "github.com/nodeshepherd/nodeshepherd/pkg/cmd/run"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 )
@@ -35,9 +43,32 @@ const ChartCRDs = "charts/nodeshepherd/crds"
 // ComponentsDir holds one kustomize component per controller.
 const ComponentsDir = "deploy/components"
 
-// Files returns every generated file, keyed by its path from the module root.
-func Files() (map[string][]byte, error) {
+// DeployKustomization is deploy/'s kustomization, DeployConfig the
+// configuration it runs with.
+const (
+	DeployKustomization = "deploy/kustomization.yaml"
+	DeployConfig        = "deploy/base/config.yaml"
+)
+
+// ChartValues is the chart's values.yaml; its line `controllers: [...]` is
+// generated (the controllers deploy/ runs).
+const ChartValues = "charts/nodeshepherd/values.yaml"
+
+// Architecture is docs/architecture.md; the row of its package table that
+// starts with ArchitectureRow is generated (the controllers in start order).
+const (
+	Architecture    = "docs/architecture.md"
+	ArchitectureRow = "| `pkg/controller/<name>` |"
+)
+
+// Files returns every generated file, keyed by its path from the module
+// root; root is that directory, from which the files that are generated in
+// part, and deploy/'s configuration, are read.
+func Files(root string) (map[string][]byte, error) {
 	out := map[string][]byte{}
+	if err := deployFiles(root, out); err != nil {
+		return nil, err
+	}
 	var chartRules, chartRoles bytes.Buffer
 	chartRules.WriteString("{\n")
 	chartRoles.WriteString("{\n")
@@ -172,4 +203,69 @@ func crdResource(d descriptor.Info) string {
 		return ""
 	}
 	return "- crd.yaml\n"
+}
+
+// deployFiles writes deploy/kustomization.yaml, the chart's default
+// controllers and docs/architecture.md's row of the controller packages.
+func deployFiles(root string, out map[string][]byte) error {
+	runs, err := runcmd.SelectedControllers(filepath.Join(root, DeployConfig))
+	if err != nil {
+		return fmt.Errorf("%s: %w", DeployConfig, err)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `# %s
+# nodeshepherd with the controllers base/config.yaml runs, as ServiceAccount
+# nodeshepherd bound to their roles only (the components below):
+#   kubectl apply --server-side -k deploy/
+# overlays/ run subsets, each as its own ServiceAccount. To run another
+# controller here (nodeipam, cloudnodelifecycle, outofservice...), turn it on
+# in base/config.yaml and run make generate, which adds its component.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- base
+components:
+`, Header)
+	for _, name := range runs {
+		fmt.Fprintf(&b, "- components/%s\n", name)
+	}
+	out[DeployKustomization] = b.Bytes()
+
+	values, err := replaceLine(root, ChartValues, "controllers: [", "controllers: ["+strings.Join(runs, ", ")+"]")
+	if err != nil {
+		return err
+	}
+	out[ChartValues] = values
+	quoted := make([]string, len(controllers.Names))
+	for i, n := range controllers.Names {
+		quoted[i] = "`" + n + "`"
+	}
+	doc, err := replaceLine(root, Architecture, ArchitectureRow, ArchitectureRow+" one controller each, in start order: "+strings.Join(quoted, ", ")+
+		"; its `descriptor.go` describes it. No controller imports another (`pkg/controllers/architecture_test.go`) |")
+	if err != nil {
+		return err
+	}
+	out[Architecture] = doc
+	return nil
+}
+
+// replaceLine returns the file at path with its one line that starts with
+// prefix replaced by line.
+func replaceLine(root, path, prefix, line string) ([]byte, error) {
+	data, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	found := 0
+	for i, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			found++
+			lines[i] = line + "\n"
+		}
+	}
+	if found != 1 {
+		return nil, fmt.Errorf("%s: %d lines start with %q, want one (make generate writes it)", path, found, prefix)
+	}
+	return []byte(strings.Join(lines, "")), nil
 }

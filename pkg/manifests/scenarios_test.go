@@ -14,16 +14,21 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 )
 
-// leaderElection stands for leader election in the list, as the constant of
-// that name in test/integration says.
-const leaderElection = "leader election"
+// leaderElection stands for leader election in the list, and
+// unlistedControllers for the controllers no other scenario names, as the
+// constants of those names in test/integration say.
+const (
+	leaderElection      = "leader election"
+	unlistedControllers = "unlisted controllers"
+)
 
 // TestServiceAccountScenariosCoverEveryController checks, from the sources
 // of test/integration, that exactly the scenarios listed in its
 // serviceAccountScenarios call asServiceAccount at their start and that
 // together they cover every controller and leader election: the RBAC check
-// is one pass over the controllers' own scenarios. It reads the sources, so
-// it needs no control plane.
+// is one pass over the controllers' own scenarios, and over
+// TestUnlistedControllersAsServiceAccount for the controllers none of them
+// names. It reads the sources, so it needs no control plane.
 func TestServiceAccountScenariosCoverEveryController(t *testing.T) {
 	dir := filepath.Join(repoRoot(t), "test", "integration")
 	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
@@ -57,8 +62,10 @@ func TestServiceAccountScenariosCoverEveryController(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", dir, err)
 	}
-	if got := scenarios.consts["leaderElection"]; got != leaderElection {
-		t.Fatalf("%s: constant leaderElection is %q, want %q (the name this test looks for)", dir, got, leaderElection)
+	for name, want := range map[string]string{"leaderElection": leaderElection, "unlistedControllers": unlistedControllers} {
+		if got := scenarios.consts[name]; got != want {
+			t.Fatalf("%s: constant %s is %q, want %q (the name this test looks for)", dir, name, got, want)
+		}
 	}
 	covered := map[string]bool{}
 	for name, what := range scenarios.list {
@@ -74,14 +81,20 @@ func TestServiceAccountScenariosCoverEveryController(t *testing.T) {
 			t.Errorf("%s calls asServiceAccount but is not listed in serviceAccountScenarios", name)
 		}
 	}
-	for _, want := range append(slices.Clone(controllers.Names), leaderElection) {
-		if !covered[want] {
-			t.Errorf("no scenario runs %s as deploy/'s ServiceAccount", want)
-		}
+	if !covered[unlistedControllers] {
+		t.Errorf("no scenario runs the %s (a test of test/integration listed as {unlistedControllers}): a new controller would need a scenario of its own", unlistedControllers)
+	}
+	if !covered[leaderElection] {
+		t.Errorf("no scenario runs %s as deploy/'s ServiceAccount", leaderElection)
 	}
 	for w := range covered {
-		if w != leaderElection && !slices.Contains(controllers.Names, w) {
+		if w != leaderElection && w != unlistedControllers && !slices.Contains(controllers.Names, w) {
 			t.Errorf("serviceAccountScenarios names %q, which is no controller", w)
+		}
+	}
+	for _, name := range controllers.Names {
+		if !covered[name] {
+			t.Logf("%s: no scenario of its own; TestUnlistedControllersAsServiceAccount runs it as deploy/'s ServiceAccount", name)
 		}
 	}
 }

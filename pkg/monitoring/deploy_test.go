@@ -17,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -71,25 +70,21 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 var errBuilt = errors.New("every controller built")
 
 // exported runs the manager as `nodeshepherd run` does, with every controller
-// (nodeipam, cloudnodelifecycle, drain, outofservice, readinessrestore and remediation on by their
-// settings), until the controllers are built; it scrapes /metrics then, and
-// returns every metric name with its kind. No API server is needed: building
-// a controller makes no request, and the run stops before the informers start.
+// named and set as its descriptor tells its tests (descriptor.Tests.Flags),
+// until the controllers are built; it scrapes /metrics then, and returns
+// every metric name with its kind. No API server is needed: building a
+// controller makes no request, and the run stops before the informers start.
 func exported(t *testing.T) map[string]kind {
 	t.Helper()
-	cfg := controllers.Default()
-	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-	cfg.AddFlags(fs)
-	if err := fs.Parse([]string{"--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16", "--service-cluster-ip-range=10.96.0.0/16",
-		"--cloud-provider=fake", "--drain-condition=KernelDeadlock=True,10m"}); err != nil {
+	cfg, names, err := controllers.ForTests(controllers.Names)
+	if err != nil {
 		t.Fatal(err)
 	}
-	names := controllers.Names
 	if err := cfg.Validate(names); err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Select(names, []string{"outofservice", "readinessrestore", "remediation"}); !slices.Equal(got, names) {
-		t.Fatalf("the settings select %v, want every controller %v", got, names)
+	if got := cfg.Select(names, names); !slices.Equal(got, controllers.Names) {
+		t.Fatalf("the settings select %v, want every controller %v", got, controllers.Names)
 	}
 
 	out := map[string]kind{}
@@ -113,7 +108,7 @@ func exported(t *testing.T) map[string]kind {
 		}
 	}
 	rc := &rest.Config{Host: "http://127.0.0.1:1"} // never reached
-	err := manager.Run(klog.NewContext(context.Background(), klog.Background().V(10)), rc, manager.Options{
+	err = manager.Run(klog.NewContext(context.Background(), klog.Background().V(10)), rc, manager.Options{
 		Controllers: names, Constructors: constructors, MetricsBindAddress: "127.0.0.1:0",
 		OnServing: func(a string) { addr = a },
 	})

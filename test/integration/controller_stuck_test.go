@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,18 +14,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
+	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
-	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -59,39 +56,33 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 		return kube.NodeReady(n), "not Ready", nil
 	})
 
-	// What each controller needs to run and to have work: nodes (queued at
-	// start by every node-driven controller), a pending pod of the
-	// scheduler's name, a pod that kube-controller-manager marked NotReady.
-	cases := map[string]struct {
-		flags []string
-		work  func(t *testing.T)
-	}{
-		"nodelifecycle":      {},
-		"tainteviction":      {},
-		"nodeipam":           {flags: []string{"--allocate-node-cidrs", "--cluster-cidr=10.244.0.0/16"}},
-		"cloudnodelifecycle": {flags: []string{"--cloud-provider=fake"}},
-		"drain":              {flags: []string{"--drain-condition=KernelDeadlock=True,10m"}},
-		"scheduler": {flags: []string{"--scheduler-name=stuck-scheduler"}, work: func(t *testing.T) {
-			newPod(t, client, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck-scheduler", Namespace: "default"},
-				Spec: v1.PodSpec{SchedulerName: "stuck-scheduler", Containers: []v1.Container{{Name: "c", Image: "pause"}}}})
-		}},
-		"outofservice":     {},
-		"readinessrestore": {flags: []string{"--readiness-restore-delay=1s"}, work: func(t *testing.T) { markedPod(t, client, node) }},
-		// With the drain controller it needs; its policies and their CRD are its work.
-		"remediation": {flags: []string{"--controllers=drain"}, work: func(t *testing.T) { stuckPolicy(t, cp.RESTConfig()) }},
+	// What each controller needs to run and to have work comes from its
+	// descriptor (descriptor.Tests: its flags, objects to create after its
+	// CRD, and the controllers it needs run along, as ForTests gives them);
+	// the nodes are work for every node-driven controller. Made here only:
+	// readinessrestore's pod that kube-controller-manager marked NotReady
+	// (a status write under its field manager, which objects cannot say).
+	extraWork := map[string]func(t *testing.T){
+		"readinessrestore": func(t *testing.T) { markedPod(t, client, node) },
 	}
-	if len(cases) != len(controllers.Names) {
-		t.Fatalf("%d cases for %d controllers (%v): every controller needs one", len(cases), len(controllers.Names), controllers.Names)
+	for name := range extraWork {
+		if !slices.Contains(controllers.Names, name) {
+			t.Fatalf("extraWork names %q, which is no controller", name)
+		}
 	}
-	for _, name := range controllers.Names {
-		tc := cases[name]
-		t.Run(name, func(t *testing.T) {
+	for _, d := range controllers.Registry() {
+		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
+			name := d.Name
+			_, run, err := controllers.ForTests([]string{name})
+			if err != nil {
+				t.Fatal(err)
+			}
 			lease := "stuck-" + name
-			args := append([]string{"run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=" + name,
-				"--leader-elect-resource-name=" + lease, "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s",
-				"--leader-elect-retry-period=500ms", "--controller-progress-timeout=" + stuckProgressTimeout.String(),
-				"--controller-stop-timeout=5s", "--metrics-bind-address=127.0.0.1:0"}, tc.flags...)
+			args := append([]string{"run", "--kubeconfig", cp.KubeconfigPath(), "--controllers=" + strings.Join(run, ","),
+				"--leader-elect-resource-name=" + lease}, fastElectionFlags...)
+			args = append(append(args, "--controller-progress-timeout="+stuckProgressTimeout.String(),
+				"--controller-stop-timeout=5s", "--metrics-bind-address=127.0.0.1:0"), controllers.FlagsForTests(run)...)
 			leader := framework.StartFaultBinary(t, "hang:"+name, args...)
 			exited := make(chan error, 1)
 			go func() { exited <- leader.Wait() }()
@@ -108,8 +99,15 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 				return true, "", nil
 			})
 			standby := framework.StartBinary(t, args...)
-			if tc.work != nil {
-				tc.work(t)
+			var work [][]byte
+			for _, n := range run {
+				if c := controllerInfo(n).CRD; c != nil {
+					work = append(work, c)
+				}
+			}
+			framework.CreateObjects(t, cp.RESTConfig(), "default", append(work, []byte(d.Tests.Work))...)
+			if extra := extraWork[name]; extra != nil {
+				extra(t)
 			}
 			want := "controller " + name + " is not working: "
 			var body string
@@ -140,29 +138,14 @@ func TestStuckControllerGivesUpLease(t *testing.T) {
 	}
 }
 
-// stuckPolicy installs the RemediationPolicy CRD and a policy over every
-// node: the remediation controller then has nodes to look at.
-func stuckPolicy(t *testing.T, cfg *rest.Config) {
-	t.Helper()
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	if err := remediation.InstallCRD(framework.Context(t), dyn, "", time.Minute); err != nil {
-		t.Fatal(err)
+// controllerInfo is the registry's description of the named controller.
+func controllerInfo(name string) descriptor.Info {
+	for _, d := range controllers.Registry() {
+		if d.Name == name {
+			return d
+		}
 	}
-	var pol unstructured.Unstructured
-	if err := yaml.Unmarshal([]byte(`
-apiVersion: nodeshepherd.io/v1alpha1
-kind: RemediationPolicy
-metadata: {name: stuck}
-spec:
-  unhealthy: [{type: KernelDeadlock, status: "True", for: 1m}]
-  healthyHold: 1m
-  steps: [{action: Taint, timeout: 10m, taint: {key: nodeshepherd.io/stuck, effect: NoSchedule}}]
-`), &pol.Object); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dyn.Resource(remediation.GroupVersionResource).Create(framework.Context(t), &pol, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	return descriptor.Info{}
 }
 
 // waitLeaseHolder waits until Lease kube-system/name is held by the process

@@ -23,15 +23,24 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
-// fastElection is the leader election of the tests that run two
-// `nodeshepherd run` processes: a 4 s Lease, so that a standby leads within
-// seconds of the leader's end.
-const fastElection = `leaderElection:
+// The leader election of the tests that run two `nodeshepherd run`
+// processes: a 4 s Lease, so that a standby leads within seconds of the
+// leader's end. fastElection is its section of a configuration file,
+// fastElectionFlags the same as flags.
+const (
+	fastLeaseDuration = "4s"
+	fastRenewDeadline = "3s"
+	fastRetryPeriod   = "500ms"
+	fastElection      = `leaderElection:
   leaderElect: true
-  leaderElectLeaseDuration: 4s
-  leaderElectRenewDeadline: 3s
-  leaderElectRetryPeriod: 500ms
+  leaderElectLeaseDuration: ` + fastLeaseDuration + `
+  leaderElectRenewDeadline: ` + fastRenewDeadline + `
+  leaderElectRetryPeriod: ` + fastRetryPeriod + `
 `
+)
+
+var fastElectionFlags = []string{"--leader-elect-lease-duration=" + fastLeaseDuration,
+	"--leader-elect-renew-deadline=" + fastRenewDeadline, "--leader-elect-retry-period=" + fastRetryPeriod}
 
 const failoverLease = 4 * time.Second
 
