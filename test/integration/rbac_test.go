@@ -87,7 +87,10 @@ func TestUnlistedControllersAsServiceAccount(t *testing.T) {
 		}
 	}
 	if len(unlisted) == 0 {
-		t.Skip("every controller has a scenario of its own in serviceAccountScenarios")
+		// Not a skip: nothing is missing, every controller is run as its
+		// ServiceAccount by a scenario of its own.
+		t.Log("every controller has a scenario of its own in serviceAccountScenarios")
+		return
 	}
 	ctrl, run, err := controllers.ForTests(unlisted)
 	if err != nil {
