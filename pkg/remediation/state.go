@@ -209,3 +209,24 @@ func (l LastRepair) Encode() string {
 	b, _ := json.Marshal(l)
 	return string(b)
 }
+
+// SameRecord says whether a and b hold the same repair record (or both
+// none): the same policy, step and times, whatever its expiry (a renewal is
+// no change of place on the ladder). A malformed record is the same only
+// as one written identically.
+func SameRecord(a, b *v1.Node) bool {
+	sa, oka := a.Annotations[AnnotationState]
+	sb, okb := b.Annotations[AnnotationState]
+	if !oka || !okb || sa == sb {
+		return oka == okb && sa == sb
+	}
+	ra, erra := parseState(sa)
+	rb, errb := parseState(sb)
+	if erra != nil || errb != nil {
+		return false
+	}
+	ra.Expires, rb.Expires = nil, nil
+	return ra.Policy == rb.Policy && ra.Step == rb.Step && ra.Action == rb.Action && ra.Key == rb.Key &&
+		ra.StepSince.Equal(rb.StepSince) && ra.RepairSince.Equal(rb.RepairSince) && ra.BootID == rb.BootID &&
+		ra.Drain == rb.Drain && ra.FenceBootID == rb.FenceBootID && ra.ResumeAt == rb.ResumeAt && ra.MachineOff == rb.MachineOff
+}

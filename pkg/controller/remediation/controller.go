@@ -12,6 +12,7 @@ package remediation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -369,6 +370,18 @@ func (c *Controller) policy(name string) *policy {
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
+	err := c.syncNode(ctx, name)
+	if errors.Is(err, errRecordMoved) {
+		// Decided on a view the API server has moved past (a write of
+		// ours whose answer was lost landed late, another leader's):
+		// judged again once the cache has caught up.
+		c.queue.AddAfter(name, time.Second)
+		return nil
+	}
+	return err
+}
+
+func (c *Controller) syncNode(ctx context.Context, name string) error {
 	n, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forgetNode(name)

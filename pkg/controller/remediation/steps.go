@@ -34,9 +34,19 @@ func (c *Controller) write(ctx context.Context, n *v1.Node, p *policy, next *rem
 	return c.writeIf(ctx, n, p, next, why, nil, nil)
 }
 
+// errRecordMoved: the node's repair record as read before the write is not
+// the one the decision was made on.
+var errRecordMoved = errors.New("the repair record changed since the decision")
+
 // writeIf is write, made only if check passes on the node as read (its
 // error is returned as it is, and nothing is written); a repair that ends
 // done writes last (rem.AnnotationLast) in the same patch.
+//
+// Every write is bound to the repair record of n, the node the decision
+// was made on: a read that shows another (errRecordMoved) writes nothing.
+// A write whose answer was lost can land after the list a decision was
+// made on and before this read; writing over it would start its step again,
+// with a new stepSince (chaos seed 200048).
 func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *rem.State, why string, check func(cur *v1.Node) error, last *rem.LastRepair) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
@@ -44,6 +54,9 @@ func (c *Controller) writeIf(ctx context.Context, n *v1.Node, p *policy, next *r
 		cur, err := c.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
+		}
+		if !rem.SameRecord(n, cur) {
+			return fmt.Errorf("node %s: %w", n.Name, errRecordMoved)
 		}
 		if check != nil {
 			if err := check(cur); err != nil {
