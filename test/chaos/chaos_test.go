@@ -575,7 +575,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		cd := cond(true)
 		// A lasting condition survives reboots: only a replacement clears it.
 		cd.SurvivesReboot = c.faults[s.Fault].Kind == kindRepairLasting || c.faults[s.Fault].Kind == kindRepairCrowded || c.faults[s.Fault].Kind == kindRepairRefill || c.faults[s.Fault].Kind == kindRepairCutoff ||
-			c.faults[s.Fault].Kind == kindRepairRestart
+			c.faults[s.Fault].Kind == kindRepairRestart || c.faults[s.Fault].Kind == kindRepairLateStep
 		node(fakenode.SetCondition, cd)
 	case chaos.OpClearCondition:
 		node(fakenode.ClearCondition, cond(false))
@@ -629,6 +629,14 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 	case opRequestsRefused:
 		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: "configmaps",
 			Namespace: fakecloud.ConfigMapNamespace, Names: []string{fakecloud.RequestsConfigMapName}, Kind: framework.FaultStatus, Status: http.StatusInternalServerError})
+	case opListLagStart:
+		c.lags[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d-list", s.Fault), Resource: s.Resource, ListOnly: true, QuorumRead: true,
+			Kind: framework.FaultLag, After: s.Lag})
+	case opListLagEnd:
+		if r := c.lags[s.Fault]; r != nil {
+			c.proxy.Stop(r)
+			return fmt.Sprintf(" (%d lists answered late)", c.proxy.Injected(r.Name))
+		}
 	case opRequestsServed:
 		if r := c.rules[s.Fault]; r != nil {
 			c.proxy.Stop(r)

@@ -252,6 +252,18 @@ const (
 	// chaos seed 170030, where the machine started 0.1 s after the answer).
 	kindRepairRestart chaos.Kind = "repair-restart"
 
+	// kindRepairLateStep: drawn only when named: the policy's condition on
+	// a pool node, surviving reboots, so that it climbs to Reboot some 12s
+	// later; from 9s to 33s every write of a Node's spec or metadata is
+	// forwarded 2.5s late, its answer lost at once, and every quorum list
+	// of the Nodes is answered 3.5s late (the list as it was when served).
+	// The Reboot step's write thus lands after the list the next decision
+	// is made on, and before that decision's write reads the node. Only a
+	// write bound to the record its decision read keeps the step from
+	// starting again, its clock restarted (repair-ladder; chaos seed
+	// 200048, where a late-landing write was written over).
+	kindRepairLateStep chaos.Kind = "repair-late-step"
+
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 	// opCrowdOn and opCrowdOff: a person's NoSchedule taint crowdTaint on
@@ -269,10 +281,14 @@ const (
 	// provider that does not answer: the controller retries).
 	opRequestsRefused chaos.Op = "requests-refused"
 	opRequestsServed  chaos.Op = "requests-served"
+	// opListLagStart and opListLagEnd: every quorum list of Resource is
+	// answered Lag late, as it was when served.
+	opListLagStart chaos.Op = "list-lag-start"
+	opListLagEnd   chaos.Op = "list-lag-end"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart, kindRepairLateStep}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -416,6 +432,21 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(13600*time.Millisecond, chaos.Step{Op: chaos.OpMachineStart, Nodes: []string{node}})
 			add(17*time.Second, chaos.Step{Op: opRequestsServed})
 			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: f.Nodes})
+			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
+		case kindRepairLateStep:
+			node, _ := poolNodeAndPeers(r, zones, 0)
+			f.Kind, f.Nodes, f.Duration = kindRepairLateStep, []string{node}, 40*time.Second
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(9*time.Second, chaos.Step{Op: chaos.OpLostCordonStart, Nodes: []string{node}, Lag: 2500 * time.Millisecond})
+			add(9*time.Second, chaos.Step{Op: opListLagStart, Resource: "nodes", Lag: 3500 * time.Millisecond})
+			add(33*time.Second, chaos.Step{Op: chaos.OpLostCordonEnd, Nodes: []string{node}})
+			add(33*time.Second, chaos.Step{Op: opListLagEnd, Resource: "nodes"})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
 			faults = append(faults, f)
 			continue

@@ -89,7 +89,8 @@ const (
 	// order: the client's cache trails the API server by After (a slow
 	// network, a loaded API server), while every other request is
 	// answered at once. Watches it lags stay lagged until their end or
-	// DropWatches.
+	// DropWatches. Matching a list, it relays the answer After late: the
+	// list as it was when served.
 	FaultLag FaultKind = "lag"
 	// FaultLateLanding aborts the client's stream at once, as
 	// FaultLostAnswer does, and forwards the request After later whatever
@@ -121,6 +122,9 @@ type FaultRule struct {
 	// with resourceVersion "": the quorum reads a controller makes to check
 	// its cache, not an informer's list from the watch cache ("0").
 	QuorumRead bool
+	// ListOnly: only GETs of a collection (a list), not of one object nor
+	// watches.
+	ListOnly bool
 	// Namespace: only requests in this namespace (any when empty).
 	Namespace string
 	// Names: only requests of these objects (any when empty).
@@ -355,6 +359,11 @@ func (fr *FaultRule) matches(r *http.Request, resource, sub string, watch bool) 
 	}
 	if fr.QuorumRead && (r.Method != http.MethodGet || watch || r.URL.Query().Get("resourceVersion") != "") {
 		return false
+	}
+	if fr.ListOnly {
+		if _, _, name := requestInfo(r.URL.Path); r.Method != http.MethodGet || watch || name != "" {
+			return false
+		}
 	}
 	if fr.Namespace != "" && !strings.Contains(r.URL.Path, "/namespaces/"+fr.Namespace+"/") {
 		return false
