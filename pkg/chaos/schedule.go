@@ -175,9 +175,23 @@ const DrainOrphaned Kind = "drain-orphaned"
 // zone rules.
 const RefusedMark Kind = "refused-mark"
 
+// HeardAllZones: drawn only when Kinds names it: node x of a zone of 4 is
+// cut off (tainted at the grace period), and 5s in every other node too:
+// every zone FullDisruption, the all-zones mode strips x's taint and
+// remembers it. From 10s the replicas' node watches lag 4-5s behind the
+// API server (the Leases' do not); the others are healed at 12s and x at
+// 14s. The others' Ready reaches the informers some 2s before x's: the
+// mode ends, and x, still Unknown in the informers' view though its Lease
+// renews again, would get its old taint back, with its old timeAdded, on a
+// live node (its pods' tolerations long run out). Only a controller that
+// leaves a node heard within its grace period untainted on its Unknown
+// mark keeps the countdowns (chaos seed 170020, where a stalled node
+// watch did the same).
+const HeardAllZones Kind = "heard-all-zones"
+
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
 // them, so that the default schedules of every seed stay what they were.
-var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange, DrainOrphaned, RefusedMark}
+var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange, DrainOrphaned, RefusedMark, HeardAllZones}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
 // NamedOnlyKinds.
@@ -439,6 +453,8 @@ var durations = map[Kind]span{
 	// From the first cut to the heal: two tokens of a 0.1/s zone rate
 	// after the grace period.
 	RefusedMark: {14 * time.Second, 20 * time.Second},
+	// The node watches' lag.
+	HeardAllZones: {4 * time.Second, 5 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -804,6 +820,28 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			}
 			add(d, Step{Op: OpHeal, Nodes: slices.Clone(f.Nodes)})
 			add(d, Step{Op: OpStatusRefusedEnd, Resource: "nodes", Nodes: f.Nodes[2:]})
+		case HeardAllZones:
+			const lagFrom, othersBack, xBack, lagTo = 10 * time.Second, 12 * time.Second, 14 * time.Second, 22 * time.Second
+			if at+lagTo > o.Duration || len(z.Nodes) != 4 || len(o.Zones) < 2 || !free(busy.api, at, at+lagTo) {
+				continue
+			}
+			busy.api = append(busy.api, interval{at, at + lagTo})
+			x := z.Nodes[r.IntN(len(z.Nodes))]
+			var others []string
+			for _, zz := range o.Zones {
+				for _, n := range zz.Nodes {
+					if n != x {
+						others = append(others, n)
+					}
+				}
+			}
+			f.Zone, f.Resource, f.Duration, f.Nodes = z.Name, "nodes", lagTo, append([]string{x}, others...)
+			add(0, Step{Op: OpPartition, Nodes: []string{x}})
+			add(5*time.Second, Step{Op: OpPartition, Nodes: others})
+			add(lagFrom, Step{Op: OpWatchLagStart, Resource: "nodes", Lag: d})
+			add(othersBack, Step{Op: OpHeal, Nodes: others})
+			add(xBack, Step{Op: OpHeal, Nodes: []string{x}})
+			add(lagTo, Step{Op: OpWatchLagEnd, Resource: "nodes"})
 		case SilentNewcomer:
 			if at+d > o.Duration || len(z.Nodes) != 4 {
 				continue
