@@ -178,15 +178,18 @@ const RefusedMark Kind = "refused-mark"
 // HeardAllZones: drawn only when Kinds names it: node x of a zone of 4 is
 // cut off (tainted at the grace period), and 5s in every other node too:
 // every zone FullDisruption, the all-zones mode strips x's taint and
-// remembers it. From 10s the replicas' node watches lag 4-5s behind the
-// API server (the Leases' do not); the others are healed at 12s and x at
-// 14s. The others' Ready reaches the informers some 2s before x's: the
-// mode ends, and x, still Unknown in the informers' view though its Lease
-// renews again, would get its old taint back, with its old timeAdded, on a
-// live node (its pods' tolerations long run out). Only a controller that
-// leaves a node heard within its grace period untainted on its Unknown
-// mark keeps the countdowns (chaos seed 170020, where a stalled node
-// watch did the same).
+// remembers it. From 10s to 31s the replicas' node watches lag 4-5s behind
+// the API server (the Leases' do not); the others are healed at 12s, and
+// the mode ends when their Ready reaches the informers: x, still silent,
+// is queued for its old taint at its zone's rate, whose first token comes
+// some 10s later (the limiter swapped from rate 0 starts empty, as
+// upstream's). x is healed at 24s, before that token, and its Ready
+// reaches the informers 4-5s later, after it: a controller that restores
+// the taint then, on x's Unknown in the informers' view though its Lease
+// renews again, puts the old timeAdded back on a live node (its pods'
+// tolerations long run out). Only one that leaves a node heard within its
+// grace period untainted on its Unknown mark keeps the countdowns (chaos
+// seed 170020, where a stalled node watch did the same).
 const HeardAllZones Kind = "heard-all-zones"
 
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
@@ -821,7 +824,7 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(d, Step{Op: OpHeal, Nodes: slices.Clone(f.Nodes)})
 			add(d, Step{Op: OpStatusRefusedEnd, Resource: "nodes", Nodes: f.Nodes[2:]})
 		case HeardAllZones:
-			const lagFrom, othersBack, xBack, lagTo = 10 * time.Second, 12 * time.Second, 14 * time.Second, 22 * time.Second
+			const lagFrom, othersBack, xBack, lagTo = 10 * time.Second, 12 * time.Second, 24 * time.Second, 31 * time.Second
 			if at+lagTo > o.Duration || len(z.Nodes) != 4 || len(o.Zones) < 2 || !free(busy.api, at, at+lagTo) {
 				continue
 			}
