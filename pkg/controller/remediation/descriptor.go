@@ -47,8 +47,9 @@ var Descriptor = descriptor.Descriptor[Config]{
 			"a ladder of steps (Taint, Drain, Reboot, Replace, Fence) per pool, with brakes; Drain steps are\n" +
 			"the drain controller's drains (it runs too), Reboot and Replace the --cloud-provider's, Fence a\n" +
 			"power-off by the --cloud-provider, confirmed off for the same boot before outofservice may take the\n" +
-			"node out of service (a policy with a Fence and no such provider is refused) (runs only when named:\n" +
-			"--controllers=*,remediation).",
+			"node out of service (a policy with a Fence and no such provider, or without outofservice running, is\n" +
+			"refused) (runs only when named: --controllers=*,remediation; with Fence steps\n" +
+			"--controllers=*,remediation,outofservice).",
 		ClusterRole: "nodeshepherd:remediation",
 		RBACRules:   rbacRules,
 		Companion:   true,
