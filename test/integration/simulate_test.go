@@ -61,6 +61,9 @@ var scenarioRuns = map[string][]string{
 	"remediation-fence-running.yaml":     {},
 	"remediation-fence-powered-off.yaml": {},
 	"remediation-edit-mid-ladder.yaml":   {},
+	// Issue 46 point 7: a hung kubelet repaired by the reboot alone (the fresh boot starts a
+	// fresh kubelet).
+	"remediation-hung-kubelet.yaml": {},
 }
 
 // exampleArgs are simulate's flags for an example scenario: its largest
