@@ -353,11 +353,11 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 		t.Fatal(err)
 	}
 	repairs.judgedBy(checker)
-	rc := repairCheckers{newRepairChecker(chaosPolicy, slack, true), newRepairChecker(fencePolicy, slack, true)}
+	rc := repairCheckers{newRepairChecker(chaosPolicy, slack, true), newRepairChecker(fencePolicy, slack, true), newRepairChecker(drainPolicy, slack, true)}
 	if err := watchRepairs(ctx, client, rc...); err != nil {
 		t.Fatal(err)
 	}
-	installRepairPolicy(t, dynamic.NewForConfigOrDie(cp.RESTConfig()), chaosPolicy, fencePolicy)
+	installRepairPolicy(t, dynamic.NewForConfigOrDie(cp.RESTConfig()), chaosPolicy, fencePolicy, drainPolicy)
 	c.proxy = framework.StartFaultProxy(t, cp.RESTConfig())
 	pcfg := c.proxy.RESTConfig(cp.RESTConfig())
 	c.kc = framework.WriteKubeconfig(t, pcfg.Host, pcfg.CAData, pcfg.BearerToken)
@@ -663,6 +663,10 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		return setAnnotation(ctx, c.client, s.Nodes[0], annConfirm, nil)
 	case opFenceJoin:
 		return setLabel(ctx, c.client, s.Nodes[0], fencePolicy.PoolLabel, fencePolicy.PoolValue)
+	case opDrainJoin:
+		return setLabel(ctx, c.client, s.Nodes[0], drainPolicy.PoolLabel, drainPolicy.PoolValue)
+	case opDrainExit:
+		return setLabel(ctx, c.client, s.Nodes[0], drainPolicy.PoolLabel, nil)
 	case opFenceExit:
 		return setLabel(ctx, c.client, s.Nodes[0], fencePolicy.PoolLabel, nil)
 	case chaos.OpLostAnswerStart:

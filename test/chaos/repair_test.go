@@ -87,6 +87,19 @@ const (
 	replaceDowntime = 6 * time.Second
 )
 
+// drainPolicy is the third RemediationPolicy (issue 46 point 4): a pool
+// that no node is in until drain-repair puts one there (nodes outside the
+// chaos pool), a condition of its own, and a ladder that drains before it
+// reboots: the Reboot starts only once the drain controller has drained
+// the node (repair-drain). A fresh boot clears the condition.
+var drainPolicy = repairPolicy{
+	Name: "chaos-drain", PoolLabel: "nodeshepherd.io/chaos-drain", PoolValue: "drain",
+	Condition: "ChaosDrain", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
+	Steps:       []repairStep{{"Drain", 10 * time.Second}, {"Reboot", 15 * time.Second}},
+	MaxInRepair: intstr.FromInt32(1), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(2),
+	Cooldown: 5 * time.Second,
+}
+
 // manifest is the policy as a RemediationPolicy object.
 func (p repairPolicy) manifest() string {
 	var steps []string
@@ -264,6 +277,17 @@ const (
 	// 200048, where a late-landing write was written over).
 	kindRepairLateStep chaos.Kind = "repair-late-step"
 
+	// kindDrainRepair: drawn only when named: two nodes outside the chaos
+	// pool get the drain's trigger (KernelDeadlock) and are cordoned, which
+	// fills maxCordonedNodes (2); half a second later a third joins
+	// drainPolicy's pool with its condition, so that its repair starts at
+	// the Drain step some 2s later while the drain controller may not
+	// cordon it. The Drain step times out at 10s with the drain not
+	// started; the trigger goes at 20s, the node is then cordoned and
+	// drained, and only then may its Reboot start (repair-drain: the ladder
+	// keeps the drain's promises, issue 46 point 2).
+	kindDrainRepair chaos.Kind = "drain-repair"
+
 	opPoolLeave chaos.Op = "pool-leave"
 	opPoolJoin  chaos.Op = "pool-join"
 	// opCrowdOn and opCrowdOff: a person's NoSchedule taint crowdTaint on
@@ -285,10 +309,14 @@ const (
 	// answered Lag late, as it was when served.
 	opListLagStart chaos.Op = "list-lag-start"
 	opListLagEnd   chaos.Op = "list-lag-end"
+	// opDrainJoin and opDrainExit: a node joins drainPolicy's pool, and
+	// leaves it.
+	opDrainJoin chaos.Op = "drain-pool-join"
+	opDrainExit chaos.Op = "drain-pool-leave"
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart, kindRepairLateStep}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart, kindRepairLateStep, kindDrainRepair}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -433,6 +461,22 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(17*time.Second, chaos.Step{Op: opRequestsServed})
 			add(36*time.Second, chaos.Step{Op: chaos.OpHeal, Nodes: f.Nodes})
 			add(f.Duration, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(cond)})
+			faults = append(faults, f)
+			continue
+		case kindDrainRepair:
+			perm := r.Perm(len(rest))
+			node, triggered := rest[perm[0]], []string{rest[perm[1]], rest[perm[2]]}
+			f.Kind, f.Nodes, f.Duration = kindDrainRepair, append([]string{node}, triggered...), 44*time.Second
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: triggered, Condition: "KernelDeadlock=True"})
+			add(500*time.Millisecond, chaos.Step{Op: opDrainJoin, Nodes: []string{node}})
+			add(500*time.Millisecond, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", drainPolicy.Condition, drainPolicy.Status)})
+			add(20*time.Second, chaos.Step{Op: chaos.OpClearCondition, Nodes: triggered, Condition: "KernelDeadlock"})
+			add(40*time.Second, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(drainPolicy.Condition)})
+			add(f.Duration, chaos.Step{Op: opDrainExit, Nodes: []string{node}})
 			faults = append(faults, f)
 			continue
 		case kindRepairLateStep:

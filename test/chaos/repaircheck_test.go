@@ -46,6 +46,11 @@ const (
 	// fake cloud (the provider's source) said the machine runs, in every
 	// version of its state from the Fence step to the taint.
 	InvFenceRunning = "fence-running"
+	// InvRepairDrain: a Reboot, Replace or Fence that follows a Drain step
+	// starts only once the drain controller has drained the node under
+	// its present cordon (issue 46 point 2: the ladder keeps the drain's
+	// promises), judged on the Node version that carries the new step.
+	InvRepairDrain = "repair-drain"
 )
 
 // The API contract the checker reads, spelled out rather than imported from
@@ -55,6 +60,49 @@ const (
 	labelZone         = "topology.kubernetes.io/zone"
 	taintOutOfService = "node.kubernetes.io/out-of-service"
 )
+
+// What the drain controller writes on a Node, as Draino does: its
+// condition (True while draining; False with "| Completed: TIME" once a
+// drain ended well) and when it cordoned the node.
+const (
+	condDrainScheduled = "DrainScheduled"
+	drainCompletedMark = " | Completed: "
+	annDrainCordonedAt = "nodeshepherd.io/drain-cordoned-at"
+)
+
+// drainDone says whether the node, as written, was drained under its
+// present cordon: cordoned, its drain condition False with a completion at
+// or after the cordon (times of one-second precision are compared to the
+// second); why says what it shows otherwise.
+func drainDone(n *v1.Node) (done bool, why string) {
+	if !n.Spec.Unschedulable {
+		return false, "not cordoned"
+	}
+	var cond *v1.NodeCondition
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == condDrainScheduled {
+			cond = &n.Status.Conditions[i]
+		}
+	}
+	if cond == nil {
+		return false, "no " + condDrainScheduled + " condition"
+	}
+	i := strings.Index(cond.Message, drainCompletedMark)
+	if cond.Status != v1.ConditionFalse || i < 0 {
+		return false, fmt.Sprintf("%s=%s %q", condDrainScheduled, cond.Status, cond.Message)
+	}
+	ts, _, _ := strings.Cut(cond.Message[i+len(drainCompletedMark):], " ")
+	completed, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return false, fmt.Sprintf("completion time %q unreadable", ts)
+	}
+	if v, ok := n.Annotations[annDrainCordonedAt]; ok {
+		if cordoned, err := time.Parse(time.RFC3339Nano, v); err == nil && completed.Truncate(time.Second).Before(cordoned.Truncate(time.Second)) {
+			return false, fmt.Sprintf("the last drain completed at %s, before the cordon at %s", ts, v)
+		}
+	}
+	return true, ""
+}
 
 // disruptive are the steps that take a node's machine or workloads away:
 // each needs the node selected and unhealthy when it is taken.
@@ -481,6 +529,11 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 		// The versions between may never have been delivered.
 		c.note(at, "repair of %s: from %s to %s across the checker's blind watches, not judged", name, *prev, *rec)
 		return
+	}
+	if disruptive[rec.Action] && prev.Action == "Drain" && rec.Step != prev.Step {
+		if done, why := drainDone(n); !done {
+			c.violate(at, InvRepairDrain, obj, "step %d (%s) started after the Drain step while the drain was not done (%s): from %s to %s", rec.Step+1, rec.Action, why, *prev, *rec)
+		}
 	}
 	switch next := c.nextStep(prev.Step); {
 	case rec.Step == prev.Step:
