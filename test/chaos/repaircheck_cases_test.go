@@ -339,9 +339,44 @@ func testRepairChecker(t *testing.T) {
 		}
 	}
 
+	// repair-drain: a Reboot after the Drain step of a node whose drain
+	// did not complete under its cordon (d0: cordoned, drain not started)
+	// is a violation; one whose drain completed (d1) is not.
+	{
+		c := newRepairChecker(drainPolicy, 5*time.Second, true)
+		node := func(name string, step int, drained bool, start float64) *v1.Node {
+			n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
+				Labels:      map[string]string{labelZone: "zone-a", drainPolicy.PoolLabel: drainPolicy.PoolValue},
+				Annotations: map[string]string{annDrainCordonedAt: "2026-11-26T10:00:06Z"}}, Spec: v1.NodeSpec{Unschedulable: true}}
+			n.Status.Conditions = []v1.NodeCondition{{Type: drainPolicy.Condition, Status: drainPolicy.Status, LastTransitionTime: metav1.NewTime(sick)}}
+			if drained {
+				n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: condDrainScheduled, Status: v1.ConditionFalse,
+					Message: "Drain activity scheduled 2026-11-26T10:00:06Z | Completed: 2026-11-26T10:00:09Z"})
+			}
+			b, _ := json.Marshal(&record{Policy: drainPolicy.Name, Step: step, Action: drainPolicy.Steps[max(step, 0)].Action, StepSince: at(start + 10*float64(step)), RepairSince: at(start)})
+			if step >= 0 {
+				n.Annotations[annRepairRecord] = string(b)
+			}
+			return n
+		}
+		c.ObserveNode(at(5), node("d0", 0, false, 5), false)
+		c.ObserveNode(at(15), node("d0", 1, false, 5), false)
+		c.ObserveNode(at(20), node("d0", -1, false, 5), false) // repaired
+		c.ObserveNode(at(25), node("d1", 0, false, 25), false)
+		c.ObserveNode(at(35), node("d1", 1, true, 25), false)
+		c.Settle(at(80))
+		var got []string
+		for _, v := range c.Violations() {
+			got = append(got, v.Invariant+" "+v.Object)
+		}
+		if len(got) != 1 || got[0] != InvRepairDrain+" node/d0" {
+			t.Errorf("repair-drain: violations %q, want only d0's", got)
+		}
+	}
+
 	// The policies installed are ones the controller acts on, and say what
 	// the checker judges by.
-	for _, p := range []repairPolicy{fencePolicy, chaosPolicy} {
+	for _, p := range []repairPolicy{fencePolicy, chaosPolicy, drainPolicy} {
 		var pol remediation.RemediationPolicy
 		if err := yaml.UnmarshalStrict([]byte(p.manifest()), &pol); err != nil {
 			t.Fatalf("the %s policy's manifest: %v\n%s", p.Name, err, p.manifest())
