@@ -277,15 +277,17 @@ const (
 	// 200048, where a late-landing write was written over).
 	kindRepairLateStep chaos.Kind = "repair-late-step"
 
-	// kindDrainRepair: drawn only when named: two nodes outside the chaos
-	// pool get the drain's trigger (KernelDeadlock) and are cordoned, which
-	// fills maxCordonedNodes (2); half a second later a third joins
-	// drainPolicy's pool with its condition, so that its repair starts at
-	// the Drain step some 2s later while the drain controller may not
-	// cordon it. The Drain step times out at 10s with the drain not
-	// started; the trigger goes at 20s, the node is then cordoned and
-	// drained, and only then may its Reboot start (repair-drain: the ladder
-	// keeps the drain's promises, issue 46 point 2).
+	// kindDrainRepair: drawn only when named, not in the first 15s (the
+	// drain's start hold): two nodes outside the chaos pool get the drain's
+	// trigger (KernelDeadlock) and are cordoned, which fills
+	// maxCordonedNodes (2); a second later a third joins drainPolicy's pool
+	// with its condition, so that its repair starts at the Drain step some
+	// 2s later while the drain controller may not cordon it. The Drain step
+	// times out with the drain not started, and the node waits there: the
+	// trigger goes at 16s, but the two cordons stay (--uncordon-after, 5m),
+	// so its Reboot may never start (repair-drain: the ladder keeps the
+	// drain's promises, issue 46 point 2). A person clears its condition
+	// at 26s and takes it out of the pool at 30s.
 	kindDrainRepair chaos.Kind = "drain-repair"
 
 	opPoolLeave chaos.Op = "pool-leave"
@@ -466,16 +468,18 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 		case kindDrainRepair:
 			perm := r.Perm(len(rest))
 			node, triggered := rest[perm[0]], []string{rest[perm[1]], rest[perm[2]]}
-			f.Kind, f.Nodes, f.Duration = kindDrainRepair, append([]string{node}, triggered...), 44*time.Second
-			if at < blindUntil || at+f.Duration > window {
+			f.Kind, f.Nodes, f.Duration = kindDrainRepair, append([]string{node}, triggered...), 30*time.Second
+			// Not in the first 15s: the drain's start hold (15s from the
+			// leader's start) would cordon the three nodes together, by name.
+			if at < 15*time.Second || at < blindUntil || at+f.Duration > window {
 				continue
 			}
 			blindUntil = at + f.Duration + 5*time.Second
 			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: triggered, Condition: "KernelDeadlock=True"})
-			add(500*time.Millisecond, chaos.Step{Op: opDrainJoin, Nodes: []string{node}})
-			add(500*time.Millisecond, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", drainPolicy.Condition, drainPolicy.Status)})
-			add(20*time.Second, chaos.Step{Op: chaos.OpClearCondition, Nodes: triggered, Condition: "KernelDeadlock"})
-			add(40*time.Second, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(drainPolicy.Condition)})
+			add(time.Second, chaos.Step{Op: opDrainJoin, Nodes: []string{node}})
+			add(time.Second, chaos.Step{Op: chaos.OpCondition, Nodes: []string{node}, Condition: fmt.Sprintf("%s=%s", drainPolicy.Condition, drainPolicy.Status)})
+			add(16*time.Second, chaos.Step{Op: chaos.OpClearCondition, Nodes: triggered, Condition: "KernelDeadlock"})
+			add(26*time.Second, chaos.Step{Op: chaos.OpClearCondition, Nodes: []string{node}, Condition: string(drainPolicy.Condition)})
 			add(f.Duration, chaos.Step{Op: opDrainExit, Nodes: []string{node}})
 			faults = append(faults, f)
 			continue
