@@ -192,9 +192,18 @@ const RefusedMark Kind = "refused-mark"
 // seed 170020, where a stalled node watch did the same).
 const HeardAllZones Kind = "heard-all-zones"
 
+// HeardUnseen: drawn only when Kinds names it: heard-all-zones with the
+// Lease watches lagging as the node watches do, so that when the restore's
+// token comes no informer has delivered x's renewals either: only a
+// controller that reads x's Lease from the API server before it taints on
+// an Unknown mark sees that x is back (chaos seed 210003, where a new
+// leader restored the taint 0.6 s after the heal, before its Lease
+// informer delivered a renewal).
+const HeardUnseen Kind = "heard-unseen"
+
 // NamedOnlyKinds are targeted kinds drawn only when Options.Kinds names
 // them, so that the default schedules of every seed stay what they were.
-var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange, DrainOrphaned, RefusedMark, HeardAllZones}
+var NamedOnlyKinds = []Kind{BlindOutOfService, LaggedHeal, UnsettledZone, SilentNewcomer, FullRange, DrainOrphaned, RefusedMark, HeardAllZones, HeardUnseen}
 
 // AllKinds is the whole vocabulary: Kinds, then TargetedKinds, then
 // NamedOnlyKinds.
@@ -458,6 +467,7 @@ var durations = map[Kind]span{
 	RefusedMark: {14 * time.Second, 20 * time.Second},
 	// The node watches' lag.
 	HeardAllZones: {4 * time.Second, 5 * time.Second},
+	HeardUnseen:   {4 * time.Second, 5 * time.Second},
 }
 
 // lateWriteFrom is the earliest start of a late-write fault: the drain's
@@ -823,7 +833,7 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			}
 			add(d, Step{Op: OpHeal, Nodes: slices.Clone(f.Nodes)})
 			add(d, Step{Op: OpStatusRefusedEnd, Resource: "nodes", Nodes: f.Nodes[2:]})
-		case HeardAllZones:
+		case HeardAllZones, HeardUnseen:
 			const lagFrom, othersBack, xBack, lagTo = 10 * time.Second, 12 * time.Second, 24 * time.Second, 31 * time.Second
 			if at+lagTo > o.Duration || len(z.Nodes) != 4 || len(o.Zones) < 2 || !free(busy.api, at, at+lagTo) {
 				continue
@@ -839,12 +849,19 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 				}
 			}
 			f.Zone, f.Resource, f.Duration, f.Nodes = z.Name, "nodes", lagTo, append([]string{x}, others...)
+			if k == HeardUnseen {
+				f.Resource = "nodes,leases"
+			}
 			add(0, Step{Op: OpPartition, Nodes: []string{x}})
 			add(5*time.Second, Step{Op: OpPartition, Nodes: others})
-			add(lagFrom, Step{Op: OpWatchLagStart, Resource: "nodes", Lag: d})
+			lagged := "nodes"
+			if k == HeardUnseen {
+				lagged = "nodes,leases"
+			}
+			add(lagFrom, Step{Op: OpWatchLagStart, Resource: lagged, Lag: d})
 			add(othersBack, Step{Op: OpHeal, Nodes: others})
 			add(xBack, Step{Op: OpHeal, Nodes: []string{x}})
-			add(lagTo, Step{Op: OpWatchLagEnd, Resource: "nodes"})
+			add(lagTo, Step{Op: OpWatchLagEnd, Resource: lagged})
 		case SilentNewcomer:
 			if at+d > o.Duration || len(z.Nodes) != 4 {
 				continue

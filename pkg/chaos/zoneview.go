@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -244,12 +245,13 @@ func (c *Checker) viewHeld(from, to time.Time) string {
 		s := a.Step
 		switch {
 		case (s.Op == OpWatchStallStart || s.Op == OpWatchGoneStart) && s.Resource == "leases",
-			s.Op == OpAPIFaultStart && s.Status == 429, // retried after a second, up to ten times: a pass held
+			s.Op == OpWatchLagStart && slices.Contains(strings.Split(s.Resource, ","), "leases"), // heard-unseen
+			s.Op == OpAPIFaultStart && s.Status == 429,                                           // retried after a second, up to ten times: a pass held
 			s.Op == OpAPIServerStop:
 			w := &window{what: s.String(), start: a.Start}
 			open[s.Fault] = w
 			all = append(all, w)
-		case s.Op == OpWatchStallEnd, s.Op == OpWatchGoneEnd, s.Op == OpAPIFaultEnd, s.Op == OpAPIServerReady:
+		case s.Op == OpWatchStallEnd, s.Op == OpWatchGoneEnd, s.Op == OpWatchLagEnd, s.Op == OpAPIFaultEnd, s.Op == OpAPIServerReady:
 			if w := open[s.Fault]; w != nil {
 				w.end = a.Done.Add(c.limits.Slack)
 				delete(open, s.Fault)

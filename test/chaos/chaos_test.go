@@ -272,8 +272,9 @@ type cluster struct {
 	// started is every replica process of the seed, for their logs.
 	started []*replica
 	rules   map[int]*framework.FaultRule
-	// lags are the watch-lag rules, by fault (a blind-cordon's second rule).
-	lags map[int]*framework.FaultRule
+	// lags are the watch-lag rules, by fault (a blind-cordon's second rule;
+	// one per resource of a watch-lag of several, "nodes,leases").
+	lags map[int][]*framework.FaultRule
 	// restarted is the running kube-apiserver restart's result.
 	restarted chan error
 	// faults are the schedule's, pkg/chaos's and the remediation ones.
@@ -324,7 +325,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	client := framework.Client(t, cp)
 	ctx := framework.Context(t)
 	truth := chaos.NewTruth(czones)
-	c := &cluster{t: t, cp: cp, client: client, killed: -1, rules: map[int]*framework.FaultRule{}, lags: map[int]*framework.FaultRule{}, faults: sched.Faults}
+	c := &cluster{t: t, cp: cp, client: client, killed: -1, rules: map[int]*framework.FaultRule{}, lags: map[int][]*framework.FaultRule{}, faults: sched.Faults}
 	defer func() { // before the cleanups kill the replicas
 		c.mu.Lock()
 		c.stopping = true
@@ -630,12 +631,12 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: "configmaps",
 			Namespace: fakecloud.ConfigMapNamespace, Names: []string{fakecloud.RequestsConfigMapName}, Kind: framework.FaultStatus, Status: http.StatusInternalServerError})
 	case opListLagStart:
-		c.lags[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d-list", s.Fault), Resource: s.Resource, ListOnly: true, QuorumRead: true,
-			Kind: framework.FaultLag, After: s.Lag})
+		c.lags[s.Fault] = []*framework.FaultRule{c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d-list", s.Fault), Resource: s.Resource, ListOnly: true, QuorumRead: true,
+			Kind: framework.FaultLag, After: s.Lag})}
 	case opListLagEnd:
-		if r := c.lags[s.Fault]; r != nil {
-			c.proxy.Stop(r)
-			return fmt.Sprintf(" (%d lists answered late)", c.proxy.Injected(r.Name))
+		if rs := c.lags[s.Fault]; len(rs) > 0 {
+			c.proxy.Stop(rs[0])
+			return fmt.Sprintf(" (%d lists answered late)", c.proxy.Injected(rs[0].Name))
 		}
 	case opRequestsServed:
 		if r := c.rules[s.Fault]; r != nil {
@@ -687,12 +688,22 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		}
 	case chaos.OpWatchLagStart:
 		// The watches are cut, so that they come back lagged.
-		c.lags[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d-lag", s.Fault), Resource: s.Resource, Watch: true, Kind: framework.FaultLag, After: s.Lag})
+		for i, res := range strings.Split(s.Resource, ",") {
+			name := fmt.Sprintf("chaos-%d-lag", s.Fault)
+			if i > 0 {
+				name += "-" + res
+			}
+			c.lags[s.Fault] = append(c.lags[s.Fault], c.proxy.Inject(framework.FaultRule{Name: name, Resource: res, Watch: true, Kind: framework.FaultLag, After: s.Lag}))
+		}
 		return fmt.Sprintf(" (%d watches cut)", c.proxy.DropWatches())
 	case chaos.OpWatchLagEnd:
-		if r := c.lags[s.Fault]; r != nil {
-			c.proxy.Stop(r)
-			return fmt.Sprintf(" (%d watches lagged; %d cut)", c.proxy.Injected(r.Name), c.proxy.DropWatches())
+		if rs := c.lags[s.Fault]; len(rs) > 0 {
+			n := 0
+			for _, r := range rs {
+				c.proxy.Stop(r)
+				n += c.proxy.Injected(r.Name)
+			}
+			return fmt.Sprintf(" (%d watches lagged; %d cut)", n, c.proxy.DropWatches())
 		}
 	case chaos.OpLostCordonStart, chaos.OpHoldStart:
 		// Writes of a Node's spec or metadata: cordons, taints, annotations.

@@ -270,3 +270,27 @@ func TestAllZonesExitSkipsANodeHeardAgain(t *testing.T) {
 		t.Errorf("%s, heard again, got its old taint back %v", dead, tt)
 	}
 }
+
+// Chaos seed 210003: leaving the all-zones mode, a judged node whose Lease
+// renews again in the API server, but whose renewals no informer has
+// delivered yet (the Lease watch stalled), does not get its old taint
+// back: before a taint on an Unknown mark the node's Lease is read fresh.
+func TestAllZonesExitSkipsANodeRenewedUnseen(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 3})
+	a := cl.inZone("a")
+	dead := a[0]
+	cl.judgedThenAllSilent(cfg, dead)
+	for _, n := range append(a[1:], cl.inZone("b")...) {
+		cl.report(n, v1.ConditionTrue)
+	}
+	cl.stalled = true         // renewals reach the API server only
+	delete(cl.silentAt, dead) // its Lease renews; its Node is not seen Ready yet
+	cl.run(cfg.NodeMonitorPeriod + 5*time.Second)
+	if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StateNormal {
+		t.Fatalf("zone a is %s after the mode, want Normal", got)
+	}
+	if tt := cl.taintOf(dead, UnreachableTaint); tt != nil {
+		t.Errorf("%s, renewed again in the API server, got its old taint back %v", dead, tt)
+	}
+}
