@@ -720,7 +720,7 @@ func (c *Checker) ObservePod(at time.Time, p *v1.Pod, deleted bool) {
 		old = prev.pod
 	}
 	c.seenPods[podID(p.UID, p.Namespace, p.Name)] = p
-	c.observeLife(p, deleted)
+	c.observeLife(at, p, deleted)
 	if reason, stamp := disruption(p); reason == reasonTaintEvict && !c.evictions[podID(p.UID, p.Namespace, p.Name)] {
 		c.evictions[podID(p.UID, p.Namespace, p.Name)] = true
 		if !stamp.IsZero() {

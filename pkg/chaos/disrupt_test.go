@@ -58,3 +58,21 @@ func TestMachineTakenDownPastBudget(t *testing.T) {
 	c.Settle(at(7))
 	wantViolations(t, c, InvPDB, 0, "")
 }
+
+// Chaos seed 220005: a pod evicted through the Eviction API after the
+// request was written, but seen gone before the machine went down, was
+// the API server's budget to judge; the takedown found it gone. One
+// evicted after the takedown, or deleted otherwise, still counts.
+func TestMachineTakenDownAfterAnEviction(t *testing.T) {
+	c := history(t, 1.0, partition("n2"))
+	c.ObservePDB(at(1), pdb(0), false)
+	first := pod("web-1", "n2", nil)
+	c.ObservePod(at(1), withRV(first, "10"), false)
+	c.ObservePod(at(3.5), withRV(evicted(first, reasonEvictionAPI, 3.5), "35"), false) // after the request (30), before the takedown
+	late := pod("web-2", "n2", nil)
+	c.ObservePod(at(1), withRV(late, "11"), false)
+	c.MachineTakenDown(at(4), "n2", 30, "a reboot (request r1)")
+	c.ObservePod(at(4.5), withRV(evicted(late, reasonEvictionAPI, 4.5), "45"), false) // after the takedown
+	c.Settle(at(7))
+	wantViolations(t, c, InvPDB, 1, "pod/default/web-2: on node n2 when a reboot (request r1) took its running machine down")
+}
