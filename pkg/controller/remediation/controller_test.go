@@ -248,17 +248,14 @@ func TestRebootAskedOncePerBoot(t *testing.T) {
 	}
 }
 
-// A cache that still shows a node unhealthy after it recovered starts no
-// repair: the decision is made again on a fresh list. The informer here
-// feeds from another clientset, which holds the node as it was.
-func TestStaleCacheStartsNothing(t *testing.T) {
+// behindController is a controller of policy gpu (rebootPolicy) whose
+// informer feeds from another clientset than client, holding cached: a
+// cache behind the API server.
+func behindController(t *testing.T, client *fake.Clientset, cached *v1.Node, r *fakeRepairer) *Controller {
+	t.Helper()
 	ctx := t.Context()
-	recovered := deadlocked("n", "b1")
-	recovered.Status.Conditions[0].Status = v1.ConditionFalse
-	client := fake.NewClientset(recovered)
-	f := informers.NewSharedInformerFactory(fake.NewClientset(deadlocked("n", "b1")), 0)
+	f := informers.NewSharedInformerFactory(fake.NewClientset(cached), 0)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
-	r := &fakeRepairer{}
 	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clocktesting.NewFakeClock(t0), Repairer: r,
 		Fencer: r, Instances: &fakeInstances{machines: map[string]string{}}})
 	if err != nil {
@@ -271,6 +268,18 @@ func TestStaleCacheStartsNothing(t *testing.T) {
 	if p := c.policies["gpu"]; p == nil || p.refused != "" {
 		t.Fatalf("policy %+v", p)
 	}
+	return c
+}
+
+// A cache that still shows a node unhealthy after it recovered starts no
+// repair: the decision is made again on a fresh list. The informer here
+// feeds from another clientset, which holds the node as it was.
+func TestStaleCacheStartsNothing(t *testing.T) {
+	ctx := t.Context()
+	recovered := deadlocked("n", "b1")
+	recovered.Status.Conditions[0].Status = v1.ConditionFalse
+	client := fake.NewClientset(recovered)
+	c := behindController(t, client, deadlocked("n", "b1"), &fakeRepairer{})
 	if err := c.sync(ctx, "n"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,15 +6,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
@@ -44,18 +38,8 @@ func TestStepNotWrittenOverALateLanding(t *testing.T) {
 	client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, &v1.NodeList{Items: []v1.Node{*stale.DeepCopy()}}, nil // answered before the late write landed
 	})
-	f := informers.NewSharedInformerFactory(fake.NewClientset(stale.DeepCopy()), 0)
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
 	r := &fakeRepairer{}
-	c, err := New(Config{}, Deps{Client: client, Dynamic: dyn, Nodes: f.Core().V1().Nodes(), Clock: clocktesting.NewFakeClock(t0), Repairer: r,
-		Fencer: r, Instances: &fakeInstances{machines: map[string]string{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Start(ctx.Done())
-	cache.WaitForCacheSync(ctx.Done(), f.Core().V1().Nodes().Informer().HasSynced)
-	c.onPolicy(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "nodeshepherd.io/v1alpha1", "kind": "RemediationPolicy",
-		"metadata": map[string]any{"name": "gpu"}, "spec": rebootPolicy}}, false)
+	c := behindController(t, client, stale.DeepCopy(), r)
 	if err := c.sync(ctx, "n"); err != nil {
 		t.Fatal(err)
 	}
