@@ -284,13 +284,7 @@ func testRepairChecker(t *testing.T) {
 		c.ObserveNode(at(60), mk(nodeSpec{name: "b0", zone: "zone-b", pool: true, sickSince: sick, rec: rec(0, 60, 60)}), false)
 		c.ObserveRequests(at(70), &v1.ConfigMap{Data: map[string]string{"a0": req("uid-a0/boot1/chaos/2/Reboot", "reboot"), "b0": req("uid-b0/boot1/chaos/2/Reboot", "reboot")}})
 		c.Settle(at(100))
-		var got []string
-		for _, v := range c.Violations() {
-			got = append(got, v.Invariant+" "+v.Object)
-		}
-		if len(got) != 1 || got[0] != InvRepairLadder+" node/b0" {
-			t.Errorf("blind watches: violations %q, want only b0's repair-ladder", got)
-		}
+		wantOnlyViolation(t, c, "blind watches", InvRepairLadder+" node/b0")
 	}
 
 	// Chaos seed 70021: a power-off request names its policy in its ID; the
@@ -365,13 +359,7 @@ func testRepairChecker(t *testing.T) {
 		c.ObserveNode(at(25), node("d1", 0, false, 25), false)
 		c.ObserveNode(at(35), node("d1", 1, true, 25), false)
 		c.Settle(at(80))
-		var got []string
-		for _, v := range c.Violations() {
-			got = append(got, v.Invariant+" "+v.Object)
-		}
-		if len(got) != 1 || got[0] != InvRepairDrain+" node/d0" {
-			t.Errorf("repair-drain: violations %q, want only d0's", got)
-		}
+		wantOnlyViolation(t, c, "repair-drain", InvRepairDrain+" node/d0")
 	}
 
 	// The policies installed are ones the controller acts on, and say what
@@ -445,5 +433,18 @@ func TestConfirmCutStartOutsideBlindWindows(t *testing.T) {
 	}
 	if both == 0 {
 		t.Error("no seed draws both kinds: the test shows nothing")
+	}
+}
+
+// wantOnlyViolation checks that c found one violation, want ("invariant
+// node/NAME"), in the case what.
+func wantOnlyViolation(t *testing.T, c *repairChecker, what, want string) {
+	t.Helper()
+	var got []string
+	for _, v := range c.Violations() {
+		got = append(got, v.Invariant+" "+v.Object)
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("%s: violations %q, want only %q", what, got, want)
 	}
 }
