@@ -269,7 +269,8 @@ func TestDrainUndoesMovesLeftBehind(t *testing.T) {
 // TestDrainMoveNextToHPAAndGitOps (issue 32, point 1): move-before-evict
 // never fights whoever owns a Deployment's replicas. A Deployment that a
 // HorizontalPodAutoscaler scales is not moved, and the event names the
-// autoscaler; a Deployment an Argo CD application manages is moved, the
+// autoscaler; a Deployment an Argo CD application manages (its default
+// tracking label app.kubernetes.io/instance) is moved, the
 // event says the tool may revert replicas, and when it does (the test syncs
 // replicas back mid-move) the move stops, says so, and leaves replicas as
 // the tool set them. The surge's new pod is kept Pending (the other node is
@@ -286,7 +287,9 @@ func TestDrainMoveNextToHPAAndGitOps(t *testing.T) {
 	waitNodesReady(t, client, names...)
 	ctx := framework.Context(t)
 	scaled, gitops := deployment("scaled", 1), deployment("gitops", 1)
-	gitops.Labels = map[string]string{"argocd.argoproj.io/instance": "shop"}
+	// Argo CD's default tracking label (issue 46 point 6); the other
+	// GitOps labels are unit-tested (TestGitOpsOwner).
+	gitops.Labels = map[string]string{"app.kubernetes.io/instance": "shop"}
 	pinDeployment(t, client, []string{other}, scaled)
 	pinDeployment(t, client, []string{other}, gitops)
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: "scaled", Namespace: "default"},
@@ -311,7 +314,7 @@ func TestDrainMoveNextToHPAAndGitOps(t *testing.T) {
 		return *d.Spec.Replicas == 2 && d.Annotations[drain.AnnotationMove] != "", fmt.Sprintf("replicas %d", *d.Spec.Replicas), nil
 	})
 	_, moving := framework.WaitEvents(t, client, nodeEvents(sick, drain.EventDrainMoving), 1)
-	if len(moving) != 1 || !strings.Contains(moving[0], "Deployment default/gitops") || !strings.Contains(moving[0], "managed by Argo CD application shop") {
+	if len(moving) != 1 || !strings.Contains(moving[0], "Deployment default/gitops") || !strings.Contains(moving[0], "managed by Argo CD application or Helm release shop (label app.kubernetes.io/instance") {
 		t.Errorf("DrainMoving %q: want the gitops move, naming Argo CD", moving)
 	}
 	// The GitOps tool syncs replicas back to what Git says.

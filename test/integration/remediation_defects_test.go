@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
@@ -123,41 +124,59 @@ var replaceLadder = deadlockPolicy("edit", "edit", "brakes: {maxInRepair: 1}", "
 // Ready (issue 46 point 3): while the old Node is gone, another unhealthy
 // node's repair is held back ("1 of 3 nodes … in repair"), and the policy's
 // status lists the replacement; once the new Node is Ready, the other
-// repair starts.
+// repair starts. The count lives in the policy's status, so a new leader
+// that takes over while the old Node is gone holds the other repair back
+// too (the "failover" case: the first process stops once the Node is gone,
+// the second starts with nothing in memory).
 func TestRemediationReplacementCountsUntilReady(t *testing.T) {
-	rig := startRemediationRig(t, replaceLadder, "edit", 3, 30*time.Second)
-	cfg := controllers.Default()
-	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
-	framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
-	a, b := rig.names[0], rig.names[1]
-	oldA := getNode(t, rig.client, a)
-	setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, a)
-	framework.Eventually(t, 2*time.Minute, a+"'s Node gone with its machine", func(ctx context.Context) (bool, string, error) {
-		_, err := rig.client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
-	})
-	setCondition(t, rig.m, fakenode.ClearCondition, "", a) // the new machine is healthy
-	setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, b)
-	framework.Eventually(t, time.Minute, b+" held back while "+a+" is being replaced", func(ctx context.Context) (bool, string, error) {
-		_, msgs := eventCount(t, rig.client, b, ctrl.EventBlocked, 0)
-		if _, r, ok, err := repairRecord(ctx, rig.client, b); err == nil && ok {
-			if _, err := rig.client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				return false, "", fmt.Errorf("%s's repair started (%+v) while %s's Node was gone: the replacement was not counted", b, r, a)
+	for _, failover := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one leader", true: "failover"}[failover], func(t *testing.T) {
+			// The replacement's downtime leaves a new leader time to start
+			// and judge b before a's new Node registers, on a busy machine.
+			rig := startRemediationRig(t, replaceLadder, "edit", 3, time.Minute)
+			cfg := controllers.Default()
+			cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
+			run := func() *framework.NodeShepherd {
+				return framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{drain.Name, ctrl.Name} })
 			}
-		}
-		return strings.Contains(strings.Join(msgs, "\n"), "1 of 3 nodes of pool edit in repair, limit 1"), fmt.Sprintf("%q", msgs), nil
-	})
-	framework.Eventually(t, time.Minute, "policy edit's status lists the replacement", policyStatus(rig.policies, "edit", func(st remediation.PolicyStatus) bool {
-		return len(st.Replacing) == 1 && st.Replacing[0].Node == a && st.Replacing[0].UID == string(oldA.UID) && st.InRepair >= 1
-	}))
-	// Seen by its event: a Replace at once deletes b's Node a moment after
-	// its record is written, too soon for a poll of the record to see it.
-	framework.Eventually(t, 3*time.Minute, b+"'s repair starts once "+a+"'s new Node is Ready", func(ctx context.Context) (bool, string, error) {
-		n, msgs := eventCount(t, rig.client, b, ctrl.EventStarted, 0)
-		return n >= 1, fmt.Sprintf("%q", msgs), nil
-	})
-	if n := getNode(t, rig.client, a); n.UID == oldA.UID {
-		t.Errorf("%s: the same Node (uid %s), want the replacement's", a, n.UID)
+			first := run()
+			a, b := rig.names[0], rig.names[1]
+			oldA := getNode(t, rig.client, a)
+			setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, a)
+			framework.Eventually(t, 2*time.Minute, a+"'s Node gone with its machine", func(ctx context.Context) (bool, string, error) {
+				_, err := rig.client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+			})
+			if failover {
+				first.Stop()
+			}
+			setCondition(t, rig.m, fakenode.ClearCondition, "", a) // the new machine is healthy
+			setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, b)
+			if failover {
+				run()
+			}
+			framework.Eventually(t, time.Minute, b+" held back while "+a+" is being replaced", func(ctx context.Context) (bool, string, error) {
+				_, msgs := eventCount(t, rig.client, b, ctrl.EventBlocked, 0)
+				if _, r, ok, err := repairRecord(ctx, rig.client, b); err == nil && ok {
+					if _, err := rig.client.CoreV1().Nodes().Get(ctx, a, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+						return false, "", fmt.Errorf("%s's repair started (%+v) while %s's Node was gone: the replacement was not counted", b, r, a)
+					}
+				}
+				return strings.Contains(strings.Join(msgs, "\n"), "1 of 3 nodes of pool edit in repair, limit 1"), fmt.Sprintf("%q", msgs), nil
+			})
+			framework.Eventually(t, time.Minute, "policy edit's status lists the replacement", policyStatus(rig.policies, "edit", func(st remediation.PolicyStatus) bool {
+				return len(st.Replacing) == 1 && st.Replacing[0].Node == a && st.Replacing[0].UID == string(oldA.UID) && st.InRepair >= 1
+			}))
+			// Seen by its event: a Replace at once deletes b's Node a moment after
+			// its record is written, too soon for a poll of the record to see it.
+			framework.Eventually(t, 3*time.Minute, b+"'s repair starts once "+a+"'s new Node is Ready", func(ctx context.Context) (bool, string, error) {
+				n, msgs := eventCount(t, rig.client, b, ctrl.EventStarted, 0)
+				return n >= 1, fmt.Sprintf("%q", msgs), nil
+			})
+			if n := getNode(t, rig.client, a); n.UID == oldA.UID {
+				t.Errorf("%s: the same Node (uid %s), want the replacement's", a, n.UID)
+			}
+		})
 	}
 }
 
@@ -244,4 +263,38 @@ func TestRemediationFailoverMidLadder(t *testing.T) {
 	if n, _ := eventCount(t, rig.client, sick, ctrl.EventStarted, 1); n != 1 {
 		t.Errorf("%s: %d %s events, want 1 (the repair went on, not started again)", sick, n, ctrl.EventStarted)
 	}
+}
+
+// The brakes' limits on a real pool (issue 46 point 5; unit
+// TestBrakeLimits): maxInRepair 0 starts no repair, saying so; removed, the
+// repair starts under maxUnhealthy 20% of a 4-node pool, which rounds up to
+// 1 (rounded down it would be 0 and hold the one unhealthy node back).
+func TestRemediationBrakeLimitsOnAPool(t *testing.T) {
+	rig := startRemediationRig(t, deadlockPolicy("limits", "limits", `brakes: {maxUnhealthy: "20%", maxInRepair: 0}`,
+		"{action: Taint, timeout: 10m, taint: {key: nodeshepherd.io/unhealthy, effect: NoSchedule}}"), "limits", 4, 0)
+	framework.StartNodeShepherd(t, rig.cp.RESTConfig(), controllers.Default(), func(o *manager.Options) { o.Controllers = []string{ctrl.Name} })
+	sick := rig.names[0]
+	setCondition(t, rig.m, fakenode.SetCondition, v1.ConditionTrue, sick)
+	framework.Eventually(t, 2*time.Minute, sick+" held back by maxInRepair 0, said in an event", func(ctx context.Context) (bool, string, error) {
+		_, msgs := eventCount(t, rig.client, sick, ctrl.EventBlocked, 0)
+		return strings.Contains(strings.Join(msgs, "\n"), "0 of 4 nodes of pool limits in repair, limit 0"), fmt.Sprintf("%q", msgs), nil
+	})
+	if _, r, ok, err := repairRecord(framework.Context(t), rig.client, sick); err != nil || ok {
+		t.Fatalf("%s in repair under maxInRepair 0: %+v, %v", sick, r, err)
+	}
+	framework.Eventually(t, time.Minute, "policy limits' maxInRepair removed", func(ctx context.Context) (bool, string, error) {
+		u, err := rig.policies.Get(ctx, "limits", metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		unstructured.RemoveNestedField(u.Object, "spec", "brakes", "maxInRepair")
+		if _, err := rig.policies.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			return false, err.Error(), nil // a conflict with a status write: again
+		}
+		return true, "", nil
+	})
+	framework.Eventually(t, 2*time.Minute, sick+"'s repair starts under maxUnhealthy 20% of 4 nodes", func(ctx context.Context) (bool, string, error) {
+		_, r, ok, err := repairRecord(ctx, rig.client, sick)
+		return ok && r.Step == 0, fmt.Sprintf("in repair %v %+v %v", ok, r, err), nil
+	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain/rules"
 	ctrl "github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
@@ -139,6 +140,24 @@ func TestRemediationRebootWaitsForDrainHeldByPDB(t *testing.T) {
 		_, err := rig.client.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 	})
+	rebooted(t, rig, sick, boot)
+}
+
+// A Reboot after a Drain step follows the drain's own escalation (issue 46
+// point 2): with --drain-force-after the drain deletes the pod its budget
+// refused for that long without a break (a Warning event), completes, and
+// only then the Reboot runs. Before that the node waits at its Drain step
+// past the step's timeout, as without the escalation.
+func TestRemediationRebootAfterDrainForcedPastPDB(t *testing.T) {
+	rig, sick, boot := drainWaitRig(t, true, func(d *drain.Config) { d.ForceAfter = rules.MinForceAfter }, nil)
+	waitsAtDrain(t, rig, sick, boot, "PodDisruptionBudget default/web (0 disruptions allowed): web-0")
+	framework.Eventually(t, 2*rules.MinForceAfter, "web-0 deleted by the drain's escalation", func(ctx context.Context) (bool, string, error) {
+		_, err := rig.client.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), nil
+	})
+	if got, msgs := eventCount(t, rig.client, sick, drain.EventDrainForceDeleted, 1); got < 1 {
+		t.Errorf("web-0 gone without a %s event: %q", drain.EventDrainForceDeleted, msgs)
+	}
 	rebooted(t, rig, sick, boot)
 }
 
