@@ -128,15 +128,18 @@ func (c *Controller) writeJudged(ctx context.Context, node *v1.Node, t *v1.Taint
 }
 
 // dropJudged removes AnnotationJudged from node, if it carries it: its
-// taint is back, or the node is Ready. A failure is logged: the record no
-// longer counts once the node's Ready condition changes.
-func (c *Controller) dropJudged(ctx context.Context, node *v1.Node) {
+// taint is back, or the node is Ready or heard again. A failure is logged
+// and returned: the record no longer counts once the node's Ready condition
+// changes, but a node heard only through its Lease keeps that condition.
+func (c *Controller) dropJudged(ctx context.Context, node *v1.Node) error {
 	if _, ok := node.Annotations[AnnotationJudged]; !ok || c.dryRun.Enabled() {
-		return
+		return nil
 	}
 	if _, err := c.patchJudged(ctx, node.Name, nil); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to remove the record of a NoExecute taint stripped by the all-zones mode", "node", klog.KObj(node))
+		return err
 	}
+	return nil
 }
 
 func (c *Controller) patchJudged(ctx context.Context, name string, value any) (*v1.Node, error) {

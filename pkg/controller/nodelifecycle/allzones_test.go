@@ -271,4 +271,31 @@ func TestAllZonesExitSkipsANodeHeardAgain(t *testing.T) {
 			t.Errorf("Lease watch stalled %v: %s, renewing again, got its old taint back %v", leasesStalled, dead, tt)
 		}
 	}
+	// A new leader whose first sight already holds the node's renewal after
+	// its Unknown mark (chaos seed 250015: the node came back while no
+	// leader ran; a first sight is not a heartbeat heard, and the fresh read
+	// shows nothing newer): not restored. The node falls silent again: the
+	// health pass judges that silence afresh, with a new timeAdded.
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4, "b": 3})
+	a := cl.inZone("a")
+	dead := a[0]
+	old := cl.judgedThenAllSilent(cfg, dead)
+	cl.leaderless(takeoverGap)
+	cl.renewLease(dead) // back for a moment, before the takeover
+	cl.takeover()
+	for _, n := range append(a[1:], cl.inZone("b")...) {
+		cl.report(n, v1.ConditionTrue)
+	}
+	cl.run(cfg.NodeMonitorPeriod + 5*time.Second)
+	if got := cl.c.ZoneStates()[testZoneKey+"a"]; got != nodetopology.StateNormal {
+		t.Fatalf("new leader: zone a is %s after the mode, want Normal", got)
+	}
+	if tt := cl.taintOf(dead, UnreachableTaint); tt != nil {
+		t.Errorf("new leader: %s, renewed after its Unknown mark, got its old taint back %v", dead, tt)
+	}
+	cl.run(cfg.NodeMonitorGracePeriod + 5*time.Second)
+	if tt := cl.taintOf(dead, UnreachableTaint); tt == nil || tt.TimeAdded == nil || !tt.TimeAdded.After(old.Time) {
+		t.Errorf("new leader: %s silent again for its grace period: unreachable taint %v, want one with a timeAdded after %v", dead, tt, old)
+	}
 }

@@ -298,12 +298,22 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 					// informer delivered it (chaos seed 210003: a new leader
 					// restored a judged taint 0.6 s after the node came back,
 					// its renewal not yet delivered).
-					renewed, err := c.renewedUnseen(ctx, node.Name)
+					renewed, err := c.renewedUnseen(ctx, node.Name, ready.LastTransitionTime.Time)
 					if err != nil {
 						logger.V(2).Info("Could not read the Lease of a node to taint on its Unknown mark; trying again", "node", v.value, "err", err)
 						return false, 500 * time.Millisecond
 					}
-					heard = renewed
+					heard = renewed.back
+					if renewed.afterMark && !heard {
+						// Back after its mark, silent again since: a new
+						// silence, so no stripped taint's old timeAdded.
+						c.forgetRestoring(node.Name)
+						if c.dropJudged(ctx, node) != nil {
+							return false, 500 * time.Millisecond
+						}
+						node = node.DeepCopy() // the informer's copy stays as it is
+						delete(node.Annotations, AnnotationJudged)
+					}
 				}
 				if heard {
 					// The silence it was marked Unknown for is over (its
@@ -312,9 +322,14 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 					// (a stalled node watch). Tainting it, or restoring a
 					// taint judged before every zone went down, would evict
 					// from a live node (chaos seed 170020). A new silence is
-					// judged afresh by the health pass.
+					// judged afresh by the health pass, from now: the record
+					// of a taint stripped by the all-zones mode goes too, or
+					// that judgement would restore its old timeAdded.
 					logger.V(2).Info("Node was heard within its grace period: not tainting it on its Unknown mark", "node", v.value)
 					c.forgetRestoring(node.Name)
+					if c.dropJudged(ctx, node) != nil {
+						return false, 500 * time.Millisecond
+					}
 					return true, 0
 				}
 			default:
@@ -337,36 +352,58 @@ func (c *Controller) doNoExecuteTaintingPass(ctx context.Context) {
 	}
 }
 
+// renewal is what a fresh read of a node's Lease says.
+type renewal struct {
+	// back: a renewal this process has not heard (a heartbeat, heard now),
+	// or one after the Unknown mark less than the grace period ago.
+	back bool
+	// afterMark: renewed after the Unknown mark (markedAt, whole seconds:
+	// rounded up), however long ago: the silence the mark was for ended.
+	afterMark bool
+}
+
 // renewedUnseen reads the node's Lease from the API server (a quorum GET,
-// bounded) and says whether it shows a renewal this process has not heard:
-// a heartbeat, heard now. A node without a Lease in the informer is judged
-// by its Ready heartbeat as before (false, no read).
-func (c *Controller) renewedUnseen(ctx context.Context, name string) (bool, error) {
+// bounded) and says whether it shows the node back. A renewal after the
+// Unknown mark is what a process that took over after the node came back
+// sees: its first sight already holds the renewal, and a first sight is not
+// a heartbeat heard (chaos seed 250015: a new leader restored a judged
+// taint, with its old timeAdded, 1.3 s after the node came back). Judged on
+// the kubelet's clock against this process's, so a kubelet clock ahead by S
+// leaves a silent node untainted S longer, never for good. A node without a
+// Lease in the informer is judged by its Ready heartbeat as before (no
+// read).
+func (c *Controller) renewedUnseen(ctx context.Context, name string, markedAt time.Time) (renewal, error) {
 	if _, err := c.leaseLister.Leases(v1.NamespaceNodeLease).Get(name); err != nil {
-		return false, nil
+		return renewal{}, nil
 	}
 	rctx, cancel := context.WithTimeout(ctx, freshReadTimeout)
 	defer cancel()
 	l, err := c.client.CoordinationV1().Leases(v1.NamespaceNodeLease).Get(rctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return renewal{}, nil
 	}
 	if err != nil {
 		c.metrics.freshReads.WithLabelValues("error").Inc()
-		return false, fmt.Errorf("reading the Lease of node %s: %w", name, err)
+		return renewal{}, fmt.Errorf("reading the Lease of node %s: %w", name, err)
 	}
 	c.metrics.freshReads.WithLabelValues("ok").Inc()
+	if l.Spec.RenewTime == nil {
+		return renewal{}, nil
+	}
+	renewed := l.Spec.RenewTime.Time
 	now := c.clock.Now()
+	r := renewal{afterMark: renewed.After(markedAt.Add(time.Second))}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec := c.health[name]
-	if rec == nil || l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(rec.leaseRenew) {
-		return false, nil
+	if rec := c.health[name]; rec != nil && renewed.After(rec.leaseRenew) {
+		rec.leaseRenew = renewed
+		freshHeartbeat(rec, now)
+		rec.lastHeard = now
+		r.back = true
+		return r, nil
 	}
-	rec.leaseRenew = l.Spec.RenewTime.Time
-	freshHeartbeat(rec, now)
-	rec.lastHeard = now
-	return true, nil
+	r.back = r.afterMark && now.Sub(renewed) < c.cfg.NodeMonitorGracePeriod
+	return r, nil
 }
 
 // heardWithinGrace says whether this process heard the node's heartbeat
