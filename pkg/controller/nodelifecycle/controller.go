@@ -238,7 +238,15 @@ func (c *Controller) onNode(n *v1.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rec := c.health[n.Name]; rec != nil && rec.hasReady && !rec.heartbeat.Equal(&ready.LastHeartbeatTime) {
-		rec.heard(now)
+		// A heartbeat older, on the kubelet's own clock, than a Lease
+		// renewal already seen is no news: a watch that delivers it late
+		// (lagging, or re-listing after a cut) would otherwise make a node
+		// silent since that renewal look heard now, and its zone healthier
+		// than it is (chaos seed 280003). The heartbeat has whole seconds:
+		// it may be up to 1 s later than it reads.
+		if rec.leaseRenew.IsZero() || ready.LastHeartbeatTime.Add(time.Second).After(rec.leaseRenew) {
+			rec.heard(now)
+		}
 		if !rec.transition.Equal(&ready.LastTransitionTime) {
 			rec.readyTransition = now
 		}

@@ -328,3 +328,47 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A Node whose Ready heartbeat is older, on the kubelet's clock, than a
+// Lease renewal already heard, delivered late (a lagging watch, or a
+// re-list after a cut), is not a heartbeat heard now (chaos seed 280003: a
+// node silent since its last renewal looked heard at the re-list, and its
+// zone was counted Normal while three of its four nodes were silent): the
+// node expires a grace period after its last renewal, not after the
+// delivery.
+func TestLateOldHeartbeatIsNotHeard(t *testing.T) {
+	cfg := correlatedConfig()
+	cl := newCluster(t, cfg, map[string]int{"a": 4})
+	cl.run(10 * time.Second)
+	n := cl.inZone("a")[0]
+	stale, err := cl.c.latestNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale = stale.DeepCopy()
+	cl.silence([]string{n}, 0)
+	silent := cl.clk.Now()
+	cl.run(cfg.NodeMonitorGracePeriod - 5*time.Second)
+	// The late delivery: a heartbeat a second after the last one seen,
+	// long before the last renewal.
+	for i := range stale.Status.Conditions {
+		if c := &stale.Status.Conditions[i]; c.Type == v1.NodeReady {
+			c.LastHeartbeatTime = metav1.NewTime(c.LastHeartbeatTime.Add(time.Second))
+		}
+	}
+	cur, err := cl.c.latestNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.ResourceVersion = cur.ResourceVersion + "0"
+	cl.updateNode(stale)
+	cl.run(7 * time.Second)
+	node, err := cl.c.latestNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := kube.NodeCondition(node, v1.NodeReady); r == nil || r.Status != v1.ConditionUnknown {
+		t.Errorf("%s silent since %v, %v later (grace %v): Ready %v, want Unknown: the late heartbeat older than its last renewal was taken as heard",
+			n, silent.Format(time.TimeOnly), cl.clk.Now().Sub(silent), cfg.NodeMonitorGracePeriod, r)
+	}
+}
