@@ -70,8 +70,9 @@ func RepairerOf(p cloudprovider.Interface) (Repairer, bool) {
 // a RefusedError is the provider's refusal). A nil error means the provider
 // accepted it, not that the machine is off: the remediation controller
 // takes the machine for off only when the provider's InstancesV2 answers so
-// (InstanceShutdown true or InstanceExists false) for the boot the request
-// was for. A machine powered off this way stays off until a person (or
+// (InstanceShutdown true or InstanceExists false), or the fencing endpoint
+// does (PoweredOff), and neither answers that it runs, for the boot the
+// request was for. A machine powered off this way stays off until a person (or
 // another request) starts it again. With PremiseMachineOff, a machine that
 // runs is refused, not powered off: its protected pods were never evicted.
 type Fencer interface {
@@ -80,7 +81,8 @@ type Fencer interface {
 
 // FencerOf returns the provider's Fencer and its InstancesV2 (the answer
 // that confirms a power-off), if it has both: a provider that can power a
-// machine off but cannot say that it is off cannot fence.
+// machine off but cannot say that it is off cannot fence alone (the
+// remediation controller may take the fencing endpoint's answer instead).
 func FencerOf(p cloudprovider.Interface) (Fencer, cloudprovider.InstancesV2, bool) {
 	if p == nil {
 		return nil, nil, false

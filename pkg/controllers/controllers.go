@@ -63,9 +63,12 @@ var registry = []entry{
 		return &c.OutOfService
 	}),
 	bind(readinessrestore.Descriptor, func(c *Config) *readinessrestore.Config { return &c.ReadinessRestore }),
-	// remediation asks cloudnodelifecycle's provider to reboot and replace.
+	// remediation asks cloudnodelifecycle's provider to reboot, replace and
+	// power off, and it and outofservice's fencing endpoint whether a
+	// machine is off: one endpoint, one set of flags.
 	bind(remediation.Descriptor, func(c *Config) *remediation.Config {
 		c.Remediation.Cloud = c.CloudNodeLifecycle.Cloud
+		c.Remediation.Fencing = c.OutOfService.Fencing
 		return &c.Remediation
 	}),
 }

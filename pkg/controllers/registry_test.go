@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/companion"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/remediation"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/descriptor"
 )
@@ -284,5 +285,36 @@ func TestEveryControllerRunsWithItsTestFlags(t *testing.T) {
 	c, run, err := ForTests([]string{"remediation"})
 	if err != nil || !slices.Equal(run, []string{"drain", "remediation"}) || !c.Drain.Configured() {
 		t.Errorf("ForTests(remediation): runs %v with drain's flags %v, %v; want drain run along with its flags", run, c.Drain, err)
+	}
+}
+
+// Issue 46: the remediation controller confirms a Fence with outofservice's
+// fencing endpoint too: the registry hands it the endpoint's flags (one
+// endpoint, one set of flags), and remediation checks them even when
+// outofservice, which checks them too, does not run in the process.
+func TestRemediationGetsTheFencingEndpoint(t *testing.T) {
+	c := Default()
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	c.AddFlags(fs)
+	if err := fs.Parse([]string{"--out-of-service-fencing-webhook-url=https://fence.example/q", "--out-of-service-fencing-webhook-timeout=3s"}); err != nil {
+		t.Fatal(err)
+	}
+	var got *remediation.Config
+	for _, e := range registry {
+		if b, ok := e.(bound[remediation.Config]); ok {
+			got = b.field(&c)
+		}
+	}
+	if got == nil || got.Fencing != c.OutOfService.Fencing || got.Fencing.URL != "https://fence.example/q" {
+		t.Fatalf("remediation's fencing endpoint %+v, want outofservice's %+v", got, c.OutOfService.Fencing)
+	}
+	if err := c.Validate([]string{"drain", "remediation"}); err != nil {
+		t.Errorf("a valid endpoint: %v", err)
+	}
+	if err := fs.Parse([]string{"--out-of-service-fencing-webhook-url=http://fence.example/q"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate([]string{"drain", "remediation"}); err == nil || !strings.Contains(err.Error(), "--out-of-service-fencing-webhook-url") {
+		t.Errorf("an http:// endpoint for remediation alone: %v", err)
 	}
 }

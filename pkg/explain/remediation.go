@@ -30,9 +30,9 @@ type CloudProvider struct {
 	// Name is --cloud-provider ("" none).
 	Name string
 	// Repairs: the provider reboots and replaces machines
-	// (cloudprovider.Repairer). Fences: it powers them off and says they are
-	// off (cloudprovider.FencerOf): without it a policy with a Fence step is
-	// refused.
+	// (cloudprovider.Repairer). Fences: it powers them off, and it or the
+	// fencing endpoint (--out-of-service-fencing-webhook-url) says they are
+	// off: without it a policy with a Fence step is refused.
 	Repairs, Fences bool
 	// Note says what could not be told about it.
 	Note string
@@ -51,9 +51,10 @@ func (c CloudProvider) can() rem.Capabilities {
 func (c CloudProvider) cannotFence(i int) string {
 	why := "no --cloud-provider is configured"
 	if c.Name != "" {
-		why = fmt.Sprintf("the cloud provider %q cannot (it has no PowerOff, or no InstancesV2 to say the machine is off)", c.Name)
+		why = fmt.Sprintf("the cloud provider %q cannot power machines off (no PowerOff), or cannot say that a machine is off (no InstancesV2) and no fencing endpoint is configured", c.Name)
 	}
-	return fmt.Sprintf("step %d (Fence) needs a cloud provider that powers machines off and confirms it, and %s", i+1, why)
+	return fmt.Sprintf("step %d (Fence) needs a cloud provider that powers machines off, and an answer that the machine is off, "+
+		"from that provider or from the fencing endpoint (--out-of-service-fencing-webhook-url), and %s", i+1, why)
 }
 
 // skip says why the controller skips a step of action a ("" it runs it).

@@ -2,18 +2,20 @@ package remediation
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
 // A Fence step powers the machine off and confirms it (issue 46): the
 // remediation controller sends the cloud provider a power-off request
-// (cloudprovider.Fencer, a request ID naming the boot), then asks the
-// provider whether the machine is off (InstancesV2: shut down, or gone).
-// Only a positive answer, for the boot the request was for, lets the
-// controller write the record's FenceBootID, the confirmation the
-// outofservice controller acts on. A provider that answers that the machine
-// runs vetoes the Fence: the node stays at the step, visibly, and nothing
-// is force-deleted. No answer (an error, a timeout) is neither.
+// (cloudprovider.Fencer, a request ID naming the boot), then asks whether
+// the machine is off: the provider (InstancesV2: shut down, or gone) and
+// the fencing endpoint (PoweredOff), whichever are configured. Only an
+// answer that it is off, with none that it runs, for the boot the request
+// was for, lets the controller write the record's FenceBootID, the
+// confirmation the outofservice controller acts on. An answer that the
+// machine runs vetoes the Fence: the node stays at the step, visibly, and
+// nothing is force-deleted. No answer (an error, a timeout) is neither.
 
 // FenceSettleMax bounds how long after an accepted power-off request a
 // "running" answer is taken for a power-off under way rather than a veto;
@@ -28,14 +30,14 @@ const FenceRecheck = 2 * time.Second
 // FenceSettle is the settle time of a Fence step of timeout t.
 func FenceSettle(t time.Duration) time.Duration { return min(FenceSettleMax, t/2) }
 
-// Power is the provider's answer about a machine.
+// Power is the answer about a machine, all answers combined.
 type Power int
 
 // Answers.
 const (
-	PowerUnknown Power = iota // not asked, or the question failed: no answer
-	PowerOn                   // exists and not shut down
-	PowerOff                  // shut down, or gone
+	PowerUnknown Power = iota // not asked, or every question failed: no answer
+	PowerOn                   // some answer: it exists and is not shut down, or not powered off
+	PowerOff                  // some answer: shut down, gone or powered off; none that it runs
 )
 
 // FenceInput is what DecideFence reads.
@@ -49,8 +51,24 @@ type FenceInput struct {
 	Accepted time.Time
 	Refused  string
 	Power    Power
-	Settle   time.Duration
-	Now      time.Time
+	// By names who gave the answer Power is ("the cloud provider", "the
+	// fencing endpoint URL"), or for PowerUnknown who was asked; empty:
+	// the cloud provider.
+	By     []string
+	Settle time.Duration
+	Now    time.Time
+}
+
+// who words in.By as the subject of a sentence, with its verb's ending
+// ("answers", "answer").
+func (in FenceInput) who() (subject, s string) {
+	switch len(in.By) {
+	case 0:
+		return "the cloud provider", "s"
+	case 1:
+		return in.By[0], "s"
+	}
+	return strings.Join(in.By, " and "), ""
 }
 
 // FenceOutcome is where a Fence stands.
@@ -79,6 +97,7 @@ type FenceDecision struct {
 // DecideFence judges a Fence step. It is pure.
 func DecideFence(in FenceInput) FenceDecision {
 	recheck := in.Now.Add(FenceRecheck)
+	by, s := in.who()
 	switch {
 	case in.NodeBoot != in.RequestBoot:
 		// The machine has booted again: whatever the provider says now is
@@ -89,12 +108,12 @@ func DecideFence(in FenceInput) FenceDecision {
 		return FenceDecision{Outcome: FenceWaiting, Next: recheck, Message: "requested: the power-off request has no answer yet"}
 	case in.Power == PowerOff:
 		return FenceDecision{Outcome: FenceConfirmed, Message: fmt.Sprintf(
-			"powered off: the cloud provider answers that the machine of node %s is shut down or gone, for boot ID %q", in.Node, in.RequestBoot)}
+			"powered off: %s answer%s that the machine of node %s is off, for boot ID %q", by, s, in.Node, in.RequestBoot)}
 	case in.Refused != "":
 		return FenceDecision{Outcome: FenceVetoed, Next: recheck, Message: fmt.Sprintf(
-			"vetoed: the cloud provider refused to power the machine of node %s off (%s), and does not answer that it is off", in.Node, in.Refused)}
+			"vetoed: the cloud provider refused to power the machine of node %s off (%s), and no answer says that it is off", in.Node, in.Refused)}
 	case in.Power == PowerUnknown:
-		return FenceDecision{Outcome: FenceWaiting, Next: recheck, Message: "requested: the cloud provider could not say whether the machine is off"}
+		return FenceDecision{Outcome: FenceWaiting, Next: recheck, Message: fmt.Sprintf("requested: %s could not say whether the machine is off", by)}
 	}
 	settled := in.Accepted.Add(in.Settle)
 	if in.Now.Before(settled) {
@@ -105,7 +124,7 @@ func DecideFence(in FenceInput) FenceDecision {
 		return FenceDecision{Outcome: FenceWaiting, Next: next, Message: "requested: waiting for the machine to power off"}
 	}
 	return FenceDecision{Outcome: FenceVetoed, Next: recheck, Message: fmt.Sprintf(
-		"vetoed: the cloud provider answers that the machine of node %s runs, %v after it accepted the power-off request", in.Node, in.Settle)}
+		"vetoed: %s answer%s that the machine of node %s runs, %v after the cloud provider accepted the power-off request", by, s, in.Node, in.Settle)}
 }
 
 // FenceRefusal says why a policy cannot run with the capabilities can: a

@@ -8,8 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DecideFence (issue 46): only the provider's answer that the machine is
-// off, for the boot the request was for, confirms a Fence; "running" after
+// DecideFence (issue 46): only an answer that the machine is off (the
+// provider's or the fencing endpoint's), for the boot the request was for,
+// confirms a Fence; "running" after
 // the settle time, a refusal or another boot is a veto; no answer decides
 // nothing.
 func TestDecideFence(t *testing.T) {
@@ -29,6 +30,14 @@ func TestDecideFence(t *testing.T) {
 		{"refused, running", func(in *FenceInput) { in.Accepted = time.Time{}; in.Refused = "no BMC"; in.Power = PowerOn }, FenceVetoed, "refused"},
 		{"refused, off anyway", func(in *FenceInput) { in.Accepted = time.Time{}; in.Refused = "already off"; in.Power = PowerOff }, FenceConfirmed, "powered off"},
 		{"another boot, off", func(in *FenceInput) { in.NodeBoot = "b2"; in.Power = PowerOff }, FenceVetoed, `reports boot ID "b2", not "b1"`},
+		// The words name who answered: the fencing endpoint confirms too.
+		{"off, by the fencing endpoint", func(in *FenceInput) { in.Power = PowerOff; in.By = []string{"the fencing endpoint https://f"} }, FenceConfirmed,
+			"the fencing endpoint https://f answers that the machine of node n is off"},
+		{"running, by both", func(in *FenceInput) {
+			in.Power, in.Now, in.By = PowerOn, now.Add(5*time.Second), []string{"the cloud provider acme", "the fencing endpoint https://f"}
+		}, FenceVetoed, "the cloud provider acme and the fencing endpoint https://f answer that the machine of node n runs"},
+		{"no answer from either", func(in *FenceInput) { in.By = []string{"the cloud provider acme", "the fencing endpoint https://f"} }, FenceWaiting,
+			"the cloud provider acme and the fencing endpoint https://f could not say"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base

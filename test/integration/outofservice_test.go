@@ -255,6 +255,28 @@ func TestOutOfServiceBudgetRefusal(t *testing.T) {
 	}
 }
 
+// fencingEndpoint serves a fencing endpoint (HTTPS, its own CA) until the
+// test ends: asked the question PoweredOff about a node, it answers
+// poweredOff(node); any other question is refused. The configuration
+// returned points --out-of-service-fencing-webhook-* at it.
+func fencingEndpoint(t *testing.T, poweredOff func(node string) bool) webhook.Config {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q webhook.Request
+		if err := json.NewDecoder(r.Body).Decode(&q); err != nil || q.Question != webhook.QuestionPoweredOff {
+			http.Error(w, "bad question", http.StatusBadRequest)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(webhook.Response{APIVersion: webhook.APIVersion, Kind: "InstanceAnswer", PoweredOff: ptr.To(poweredOff(q.Node.Name))})
+	}))
+	t.Cleanup(srv.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return webhook.Config{URL: srv.URL, CAFile: caFile, Timeout: 2 * time.Second}
+}
+
 // TestOutOfServiceFencingWebhook: a fencing endpoint (HTTPS, its own CA)
 // answers that one partitioned node's machine is powered off and that
 // another's is on: only the first is tainted, with the endpoint named as
@@ -264,21 +286,8 @@ func TestOutOfServiceFencingWebhook(t *testing.T) {
 	m := framework.StartFakeNodes(t, fastNodes(client, 5, false))
 	names := m.NodeNames()
 	fenced, running := names[0], names[1]
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var q webhook.Request
-		if err := json.NewDecoder(r.Body).Decode(&q); err != nil || q.Question != webhook.QuestionPoweredOff {
-			http.Error(w, "bad question", http.StatusBadRequest)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(webhook.Response{APIVersion: webhook.APIVersion, Kind: "InstanceAnswer", PoweredOff: ptr.To(q.Node.Name == fenced)})
-	}))
-	defer srv.Close()
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	c := oosConfig(fastLifecycle(100), 2)
-	c.OutOfService.Fencing = webhook.Config{URL: srv.URL, CAFile: caFile, Timeout: 2 * time.Second}
+	c.OutOfService.Fencing = fencingEndpoint(t, func(node string) bool { return node == fenced })
 	ns := framework.StartNodeShepherd(t, cfg, c, withOutOfService)
 	waitNodesReady(t, client, names...)
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/drain"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/outofservice"
@@ -64,8 +66,9 @@ func createPolicy(t *testing.T, policies dynamic.NamespaceableResourceInterface,
 // fenceCluster starts a control plane with kube-controller-manager (pod
 // GC, attach-detach) and kube-scheduler, the remediation CRD, fake nodes
 // labelled pool=gpu and nodeshepherd with the node lifecycle, drain,
-// remediation and outofservice controllers and the fake cloud provider.
-func fenceCluster(t *testing.T, nodes func(kubernetes.Interface) fakenode.Config) (kubernetes.Interface, dynamic.NamespaceableResourceInterface, *fakenode.Manager, *framework.NodeShepherd) {
+// remediation and outofservice controllers and the fake cloud provider;
+// tune, if any, changes nodeshepherd's settings.
+func fenceCluster(t *testing.T, nodes func(kubernetes.Interface) fakenode.Config, tune ...func(*controllers.Config)) (kubernetes.Interface, dynamic.NamespaceableResourceInterface, *fakenode.Manager, *framework.NodeShepherd) {
 	t.Helper()
 	cp := framework.StartControlPlane(t, controlplane.Config{ControllerManager: true, Scheduler: true})
 	client := framework.Client(t, cp)
@@ -76,6 +79,9 @@ func fenceCluster(t *testing.T, nodes func(kubernetes.Interface) fakenode.Config
 	m := framework.StartFakeNodes(t, nc)
 	cfg := oosConfig(fastLifecycle(100), 2)
 	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
+	for _, f := range tune {
+		f(&cfg)
+	}
 	ns := framework.StartNodeShepherd(t, cp.RESTConfig(), cfg, func(o *manager.Options) {
 		o.Controllers = append(o.Controllers, drain.Name, ctrl.Name, outofservice.Name)
 	})
@@ -254,6 +260,100 @@ func TestRemediationFencePoweredOffVolumeMoves(t *testing.T) {
 		}
 		return false, fmt.Sprint(rs), nil
 	})
+}
+
+// TestRemediationFenceConfirmedByTheFencingEndpoint (issue 46, point 1): a
+// Fence is confirmed by the fencing endpoint (--out-of-service-fencing-
+// webhook-url, question PoweredOff) as by the cloud provider, and vetoed by
+// it. Two partitioned nodes reach the Fence step; the fake cloud accepts
+// each power-off request and carries it out RepairDelay later, by when the
+// test has blinded the provider to both machines (every question about
+// them fails: no answer). The endpoint answers from the fake machines for
+// the first node: once its machine is off, the Fence is confirmed for its
+// boot on the endpoint's word alone (the event names the endpoint and not
+// the provider). Of the second it answers that the machine runs (its BMC
+// says so): FenceVetoed, naming the endpoint, and no confirmation. Before
+// the fix only the provider was asked: neither Fence was ever decided.
+func TestRemediationFenceConfirmedByTheFencingEndpoint(t *testing.T) {
+	var nodes atomic.Pointer[fakenode.Manager]
+	var running atomic.Value // the node whose machine the endpoint answers running
+	running.Store("")
+	ep := fencingEndpoint(t, func(node string) bool {
+		m := nodes.Load()
+		if m == nil || node == running.Load().(string) {
+			return false
+		}
+		for _, s := range m.States() {
+			if s.Name == node {
+				return s.Machine == fakecloud.Shutdown || s.Machine == fakecloud.Deleted
+			}
+		}
+		return false
+	})
+	const repairDelay = 5 * time.Second // under the settle time (10s): the powered-off machine is never vetoed
+	client, _, m, _ := fenceCluster(t, func(c kubernetes.Interface) fakenode.Config {
+		// Two silent nodes of four leave the zone Normal.
+		cfg := zonedNodes(c, "zone-a=4", false)
+		cfg.RepairDelay = repairDelay
+		return cfg
+	}, func(c *controllers.Config) { c.OutOfService.Fencing = ep })
+	nodes.Store(m)
+	fenced, vetoed := m.NodeNames()[0], m.NodeNames()[1]
+	running.Store(vetoed)
+	boot := getNode(t, client, fenced).Status.NodeInfo.BootID
+
+	partition(t, m, fakenode.Partition, fakenode.Target{Nodes: []string{fenced, vetoed}})
+	// Each machine's provider blinded as soon as its power-off is
+	// requested, while the fake cloud has not yet carried it out.
+	blind := map[string]bool{}
+	framework.Eventually(t, 2*time.Minute, "both power-off requests seen and the provider blinded", func(ctx context.Context) (bool, string, error) {
+		cm, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Get(ctx, fakecloud.RequestsConfigMapName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "no request yet", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		for _, node := range []string{fenced, vetoed} {
+			if r, err := fakecloud.ParseRequest(cm.Data[node]); blind[node] || err != nil || r.Action != fakecloud.ActionPowerOff {
+				continue
+			}
+			if err := m.SetCloudError(ctx, []string{node}, true); err != nil {
+				return false, "", err
+			}
+			blind[node] = true
+			for _, s := range m.States() {
+				if s.Name == node && s.Machine != "" {
+					return false, "", fmt.Errorf("the machine of %s was %s before the provider was blinded: RepairDelay %v too short here", node, s.Machine, repairDelay)
+				}
+			}
+		}
+		return blind[fenced] && blind[vetoed], fmt.Sprint(cm.Data), nil
+	})
+	framework.Eventually(t, time.Minute, "the Fence of "+fenced+" confirmed for boot "+boot, func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, fenced, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		r, _, _ := remediation.RequestOf(n)
+		return r.FenceBootID == boot, fmt.Sprintf("%+v", r), nil
+	})
+	if _, msgs := eventCount(t, client, fenced, ctrl.EventStep, 3); !slices.ContainsFunc(msgs, func(m string) bool {
+		return strings.Contains(m, "powered off: the fencing endpoint "+ep.URL+" answers that the machine of node "+fenced+" is off")
+	}) || slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "powered off: the cloud provider") }) {
+		t.Errorf("%s events of %s: %q, want the confirmation by the fencing endpoint alone", ctrl.EventStep, fenced, msgs)
+	}
+	if n, msgs := eventCount(t, client, fenced, ctrl.EventFenceVetoed, 0); n != 0 {
+		t.Errorf("FenceVetoed events for %s, whose machine is off: %q", fenced, msgs)
+	}
+
+	if n, msgs := eventCount(t, client, vetoed, ctrl.EventFenceVetoed, 1); n != 1 ||
+		!strings.Contains(msgs[0], "the fencing endpoint "+ep.URL+" answers that the machine of node "+vetoed+" runs") {
+		t.Errorf("%d FenceVetoed events of %s: %q, want one naming the fencing endpoint", n, vetoed, msgs)
+	}
+	if r, ok, _ := remediation.RequestOf(getNode(t, client, vetoed)); !ok || r.Action != remediation.ActionFence || r.FenceBootID != "" {
+		t.Errorf("record of %s %+v (in repair %v): want the Fence step, its death unconfirmed", vetoed, r, ok)
+	}
 }
 
 // TestRemediationFencePolicyRefusedWithoutPowerOff (issue 46, point 1): a

@@ -82,17 +82,18 @@ func nodeOptions(file string) (explain.NodeOptions, error) {
 		}
 	}
 	if file != "" {
-		o.Cloud = cloudProvider(cfg.CloudNodeLifecycle.Cloud)
+		o.Cloud = cloudProvider(cfg.CloudNodeLifecycle.Cloud, cfg.OutOfService.Fencing.URL)
 	}
 	return o, nil
 }
 
 // cloudProvider says whether the configuration's --cloud-provider reboots
-// and replaces machines, as the remediation controller finds out: by
-// building it. A provider that cannot be built here (its --cloud-config or
+// and replaces machines, and fences them (with the fencing endpoint at
+// fencingURL, if any, to confirm), as the remediation controller finds out:
+// by building it. A provider that cannot be built here (its --cloud-config or
 // CA file is on the controller's machine, not this one) is taken to repair,
 // with a note: nodeshepherd would not start with one it cannot build.
-func cloudProvider(c providers.Options) explain.CloudProvider {
+func cloudProvider(c providers.Options, fencingURL string) explain.CloudProvider {
 	cp := explain.CloudProvider{Known: true, Name: c.Name}
 	if c.Name == "" {
 		return cp
@@ -103,6 +104,8 @@ func cloudProvider(c providers.Options) explain.CloudProvider {
 		return cp
 	}
 	_, cp.Repairs = nscloud.RepairerOf(cloud)
-	_, _, cp.Fences = nscloud.FencerOf(cloud)
+	_, powersOff := cloud.(nscloud.Fencer)
+	_, _, confirms := nscloud.FencerOf(cloud)
+	cp.Fences = confirms || powersOff && fencingURL != "" // the endpoint confirms instead
 	return cp
 }

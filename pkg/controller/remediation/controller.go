@@ -5,9 +5,10 @@
 // and windows; it reads the node's repair record), Reboot and Replace by
 // the cloud provider (cloudprovider.Repairer, with a request ID), Fence by
 // the cloud provider too (cloudprovider.Fencer: a power-off request, then
-// the provider's answer that the machine is off, for the same boot: only
-// then does the record confirm the death to the outofservice controller,
-// which takes the node out of service; fence.go).
+// an answer that the machine is off, the provider's or the fencing
+// endpoint's, and none that it runs, for the same boot: only then does the
+// record confirm the death to the outofservice controller, which takes the
+// node out of service; fence.go).
 package remediation
 
 import (
@@ -42,6 +43,7 @@ import (
 
 	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
 	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/providers"
+	"github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/webhook"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
 	"github.com/nodeshepherd/nodeshepherd/pkg/kube"
 	"github.com/nodeshepherd/nodeshepherd/pkg/owner"
@@ -80,6 +82,10 @@ type Config struct {
 	// Cloud is cloudnodelifecycle's --cloud-provider (set by the
 	// registry): its Repairer reboots and replaces.
 	Cloud providers.Options
+	// Fencing is outofservice's fencing endpoint (set by the registry;
+	// empty URL: none): its PoweredOff answer confirms or vetoes a Fence
+	// like the provider's InstancesV2.
+	Fencing webhook.Config
 }
 
 // Deps are the controller's collaborators.
@@ -93,10 +99,14 @@ type Deps struct {
 	// Repairer reboots and replaces machines (nil: no provider can; the
 	// ladder skips those steps, saying so).
 	Repairer nscloud.Repairer
-	// Fencer powers machines off and Instances says whether they are off
-	// (both nil: no provider can; a policy with a Fence step is refused).
+	// Fencer powers machines off; Instances (the provider's) and Fencing
+	// (the fencing endpoint) say whether they are off. A policy with a Fence
+	// step is refused without a Fencer, or without either of the others.
 	Fencer    nscloud.Fencer
 	Instances cloudprovider.InstancesV2
+	Fencing   FencingEndpoint
+	// FencingName names the fencing endpoint in messages (its URL).
+	FencingName string
 	// CloudName names the provider in messages.
 	CloudName string
 	// OutOfServiceMissing: the outofservice controller does not run in this
@@ -135,10 +145,12 @@ type Controller struct {
 	clock    clock.WithTicker
 	recorder record.EventRecorder
 	repairer nscloud.Repairer
-	// fencer and instances: both or neither (Fence steps need both).
-	fencer    nscloud.Fencer
-	instances cloudprovider.InstancesV2
-	cloudName string
+	// fencer powers off; instances and endpoint confirm (can).
+	fencer       nscloud.Fencer
+	instances    cloudprovider.InstancesV2
+	endpoint     FencingEndpoint
+	endpointName string
+	cloudName    string
 	// outOfServiceMissing is Deps.OutOfServiceMissing.
 	outOfServiceMissing bool
 	nodes               corelisters.NodeLister
@@ -225,11 +237,8 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	if (d.Fencer == nil) != (d.Instances == nil) {
-		return nil, fmt.Errorf("remediation: a Fencer needs the provider's InstancesV2 to confirm a power-off, and the other way round")
-	}
 	c := &Controller{Base: b, client: d.Client, dynamic: d.Dynamic, clock: d.Clock, recorder: d.Recorder, repairer: d.Repairer,
-		fencer: d.Fencer, instances: d.Instances, cloudName: d.CloudName, outOfServiceMissing: d.OutOfServiceMissing, fences: map[string]string{}, fenceReqs: map[string]fenceRequest{},
+		fencer: d.Fencer, instances: d.Instances, endpoint: d.Fencing, endpointName: d.FencingName, cloudName: d.CloudName, outOfServiceMissing: d.OutOfServiceMissing, fences: map[string]string{}, fenceReqs: map[string]fenceRequest{},
 		nodes: d.Nodes.Lister(), metrics: newMetrics(reg),
 		policies: map[string]*policy{}, said: map[string]map[string]string{}, verdicts: map[string]nodeVerdict{},
 		requested: map[string]string{}, storms: map[string]storm{}, written: map[string]rem.PolicyStatus{}, replacing: map[string]replacement{}, lost: map[string]bool{}, holders: map[string]holdersRead{},

@@ -129,6 +129,13 @@ type harness struct {
 
 func newHarness(t *testing.T, repairer nscloud.Repairer, policy map[string]any, nodes ...*v1.Node) *harness {
 	t.Helper()
+	return newHarnessWith(t, repairer, nil, policy, nodes...)
+}
+
+// newHarnessWith is newHarness with tweak changing the controller's Deps
+// before it is built (a fencing endpoint, no InstancesV2).
+func newHarnessWith(t *testing.T, repairer nscloud.Repairer, tweak func(*Deps), policy map[string]any, nodes ...*v1.Node) *harness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	objs := make([]runtime.Object, len(nodes))
@@ -146,6 +153,9 @@ func newHarness(t *testing.T, repairer nscloud.Repairer, policy map[string]any, 
 	if fencer, ok := repairer.(nscloud.Fencer); ok {
 		h.inst = &fakeInstances{machines: map[string]string{}}
 		d.Fencer, d.Instances = fencer, h.inst
+	}
+	if tweak != nil {
+		tweak(&d)
 	}
 	c, err := New(Config{}, d)
 	if err != nil {

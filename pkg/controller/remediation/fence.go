@@ -14,7 +14,7 @@ import (
 )
 
 // ReasonCannotFence is the Accepted=False reason of a policy with a Fence
-// step when no provider can power machines off and confirm it.
+// step when no provider can power machines off, or nothing can confirm it.
 const ReasonCannotFence = "CannotFence"
 
 // ReasonNeedsOutOfService is the Accepted condition's reason for a policy
@@ -30,19 +30,51 @@ type fenceRequest struct {
 	refused  string
 }
 
-// can is what the provider can do for a ladder.
+// FencingEndpoint says whether a node's machine is powered off: the
+// outofservice controller's fencing endpoint (webhook.Provider, question
+// PoweredOff), which confirms a Fence as the provider's InstancesV2 does.
+type FencingEndpoint interface {
+	PoweredOff(ctx context.Context, n *v1.Node) (bool, error)
+}
+
+// can is what the provider can do for a ladder. A Fence needs someone to
+// power the machine off (the provider's PowerOff) and someone to say that
+// it is off (the provider's InstancesV2, the fencing endpoint, or both).
 func (c *Controller) can() rem.Capabilities {
-	return rem.Capabilities{Reboot: c.repairer != nil, Replace: c.repairer != nil, Fence: c.fencer != nil && c.instances != nil}
+	return rem.Capabilities{Reboot: c.repairer != nil, Replace: c.repairer != nil,
+		Fence: c.fencer != nil && (c.instances != nil || c.endpoint != nil)}
 }
 
 // cannotFence words the refusal of a policy whose step i is a Fence.
 func (c *Controller) cannotFence(i int) string {
-	why := "no --cloud-provider is configured"
-	if c.cloudName != "" {
-		why = fmt.Sprintf("the cloud provider %q cannot (it has no PowerOff, or no InstancesV2 to say the machine is off)", c.cloudName)
+	var why string
+	switch {
+	case c.fencer == nil && c.cloudName == "":
+		why = "no --cloud-provider is configured"
+	case c.fencer == nil:
+		why = fmt.Sprintf("the cloud provider %q cannot power machines off (it has no PowerOff)", c.cloudName)
+	default:
+		why = fmt.Sprintf("%s cannot say that a machine is off (it has no InstancesV2), and no fencing endpoint is configured", c.providerWords())
 	}
-	return fmt.Sprintf("step %d (Fence) needs a cloud provider that powers machines off and confirms it, and %s: "+
+	return fmt.Sprintf("step %d (Fence) needs a cloud provider that powers machines off, and an answer that the machine is off, "+
+		"from that provider or from the fencing endpoint (--out-of-service-fencing-webhook-url), and %s: "+
 		"a Fence without a confirmed power-off could force-delete the pods of a machine that still runs; remove the step or configure such a provider", i+1, why)
+}
+
+// providerWords names the cloud provider in messages.
+func (c *Controller) providerWords() string {
+	if c.cloudName == "" {
+		return "the cloud provider"
+	}
+	return fmt.Sprintf("the cloud provider %q", c.cloudName)
+}
+
+// endpointWords names the fencing endpoint in messages.
+func (c *Controller) endpointWords() string {
+	if c.endpointName == "" {
+		return "the fencing endpoint"
+	}
+	return "the fencing endpoint " + c.endpointName
 }
 
 // errBootChanged: the node reports another boot than the one a Fence's
@@ -51,19 +83,19 @@ var errBootChanged = errors.New("the node reports another boot")
 
 // fence carries out the Fence step st is at: it sends the provider the
 // power-off request (once per boot, with a request ID: a lost answer is
-// sent again with the same ID), asks whether the machine is off, and writes
-// the record's FenceBootID, the confirmation outofservice acts on, only
-// when the provider answers it off for the boot the request was for
+// sent again with the same ID), asks whether the machine is off (power),
+// and writes the record's FenceBootID, the confirmation outofservice acts
+// on, only when the answer is off for the boot the request was for
 // (rem.DecideFence). A "running" answer after the settle time, a refusal or
 // another boot is a veto: said once per change (EventFenceVetoed), shown in
 // the policy's status, and watched (the machine may still go off).
 func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.State) error {
 	i := st.Step
 	if st.FenceBootID != "" {
-		c.setFence(n.Name, fmt.Sprintf("powered off: confirmed by the cloud provider for boot ID %q", st.FenceBootID))
+		c.setFence(n.Name, fmt.Sprintf("powered off: confirmed for boot ID %q", st.FenceBootID))
 		return nil
 	}
-	if c.fencer == nil || c.instances == nil {
+	if !c.can().Fence {
 		return nil // the policy is refused (cannotFence); never reached
 	}
 	now := c.clock.Now()
@@ -80,7 +112,7 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 		}
 		in.Accepted, in.Refused = req.accepted, req.refused
 		if !req.accepted.IsZero() || req.refused != "" {
-			in.Power = c.power(ctx, n)
+			in.Power, in.By = c.power(ctx, n)
 		}
 	}
 	d := rem.DecideFence(in)
@@ -163,7 +195,7 @@ func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int,
 	default:
 		c.metrics.requests.WithLabelValues(string(rem.ActionFence), "accepted").Inc()
 		req.accepted = c.clock.Now()
-		c.eventOnce(n, EventStep, fmt.Sprintf("Policy %s, step %d: the cloud provider accepted the power-off (request %s); the node is fenced once it answers that the machine is off", p.name, i+1, id))
+		c.eventOnce(n, EventStep, fmt.Sprintf("Policy %s, step %d: the cloud provider accepted the power-off (request %s); the node is fenced once an answer says that the machine is off", p.name, i+1, id))
 	}
 	c.mu.Lock()
 	c.fenceReqs[n.Name] = req
@@ -171,9 +203,42 @@ func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int,
 	return req, nil
 }
 
-// power asks the provider whether the node's machine is off (gone, or shut
-// down); an error or a timeout is no answer. Bounded like a request.
-func (c *Controller) power(ctx context.Context, n *v1.Node) rem.Power {
+// power asks everyone who can say whether the node's machine is off: the
+// provider (InstancesV2) and the fencing endpoint (PoweredOff). An answer
+// that it runs wins over one that it is off: they disagree only when one is
+// wrong, and a wrong "off" lets the pods of a running machine be
+// force-deleted, while a wrong "runs" only waits (the veto is watched). An
+// error or a timeout is no answer. by names who gave the answer returned
+// (for PowerUnknown, who was asked), for the messages.
+func (c *Controller) power(ctx context.Context, n *v1.Node) (p rem.Power, by []string) {
+	var asked, on, off []string
+	note := func(who string, answer rem.Power) {
+		asked = append(asked, who)
+		switch answer {
+		case rem.PowerOn:
+			on = append(on, who)
+		case rem.PowerOff:
+			off = append(off, who)
+		}
+	}
+	if c.instances != nil {
+		note(c.providerWords(), c.providerPower(ctx, n))
+	}
+	if c.endpoint != nil {
+		note(c.endpointWords(), c.endpointPower(ctx, n))
+	}
+	switch {
+	case len(on) > 0:
+		return rem.PowerOn, on
+	case len(off) > 0:
+		return rem.PowerOff, off
+	}
+	return rem.PowerUnknown, asked
+}
+
+// providerPower asks the provider whether the node's machine is off (gone,
+// or shut down). Bounded like a request.
+func (c *Controller) providerPower(ctx context.Context, n *v1.Node) rem.Power {
 	qctx, cancel := context.WithTimeout(ctx, providerTimeout)
 	defer cancel()
 	logger := klog.FromContext(ctx)
@@ -191,6 +256,23 @@ func (c *Controller) power(ctx context.Context, n *v1.Node) rem.Power {
 		return rem.PowerUnknown
 	}
 	if shutdown {
+		return rem.PowerOff
+	}
+	return rem.PowerOn
+}
+
+// endpointPower asks the fencing endpoint whether the node's machine is
+// powered off. Bounded like the provider's questions (the endpoint's own
+// --out-of-service-fencing-webhook-timeout may be shorter).
+func (c *Controller) endpointPower(ctx context.Context, n *v1.Node) rem.Power {
+	qctx, cancel := context.WithTimeout(ctx, providerTimeout)
+	defer cancel()
+	off, err := c.endpoint.PoweredOff(qctx, n)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).V(2).Info("Fencing endpoint could not say whether the machine is powered off", "node", n.Name, "err", err)
+		return rem.PowerUnknown
+	case off:
 		return rem.PowerOff
 	}
 	return rem.PowerOn

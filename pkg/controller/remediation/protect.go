@@ -52,8 +52,13 @@ func (c *Controller) evictProtected(ctx context.Context, n *v1.Node, p *policy, 
 		pdbs = append(pdbs, l.Items...)
 	}
 	// A not-Ready node's not-Ready pods are left to the NoExecute taints
-	// only when the provider answers its machine off (rem.ToEvict).
-	off := !kube.NodeReady(n) && c.instances != nil && c.power(ctx, n) == rem.PowerOff
+	// only when its machine is answered off (rem.ToEvict), as for a Fence:
+	// by the provider or the fencing endpoint, neither answering it runs.
+	off := false
+	if !kube.NodeReady(n) {
+		power, _ := c.power(ctx, n)
+		off = power == rem.PowerOff
+	}
 	toEvict := rem.ToEvict(n, pods.Items, pdbs, off)
 	// The answer is about the machine at that moment only: if it let pods
 	// go unevicted, the step's requests say so, and a provider whose machine

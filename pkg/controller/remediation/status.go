@@ -81,7 +81,7 @@ func (c *Controller) count(p *policy) rem.PolicyStatus {
 		if req.Action == rem.ActionFence {
 			switch w := c.fenceWords(n.Name); {
 			case req.FenceBootID != "":
-				r.Fence = fmt.Sprintf("powered off: confirmed by the cloud provider for boot ID %q", req.FenceBootID)
+				r.Fence = fmt.Sprintf("powered off: confirmed for boot ID %q", req.FenceBootID)
 			case w != "":
 				r.Fence = w
 			default:
