@@ -2,10 +2,8 @@ package remediation
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,35 +22,18 @@ import (
 // fencingURL names the fake fencing endpoint in messages.
 const fencingURL = "https://fence.example"
 
-// fakeEndpoint is a fencing endpoint answering from a table: "off"
-// (powered off), "error"; else running. It records the deadline of each
-// question's context.
-type fakeEndpoint struct {
-	mu        sync.Mutex
-	machines  map[string]string
-	deadlines []time.Duration
-}
+// fakeEndpoint is a fencing endpoint answering from the same table as
+// fakeInstances: "off" (powered off), "error"; else running. It records the
+// deadline of each question's context.
+type fakeEndpoint struct{ fakeInstances }
 
-func newFakeEndpoint() *fakeEndpoint { return &fakeEndpoint{machines: map[string]string{}} }
-
-func (f *fakeEndpoint) set(node, state string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.machines[node] = state
+func newFakeEndpoint() *fakeEndpoint {
+	return &fakeEndpoint{fakeInstances{machines: map[string]string{}}}
 }
 
 func (f *fakeEndpoint) PoweredOff(ctx context.Context, n *v1.Node) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	d := time.Duration(-1)
-	if dl, ok := ctx.Deadline(); ok {
-		d = time.Until(dl)
-	}
-	f.deadlines = append(f.deadlines, d)
-	if f.machines[n.Name] == "error" {
-		return false, errors.New("injected endpoint error")
-	}
-	return f.machines[n.Name] == "off", nil
+	s, err := f.state(ctx, n)
+	return s == "off", err
 }
 
 // withEndpoint gives the controller the fencing endpoint ep.
