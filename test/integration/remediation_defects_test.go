@@ -298,3 +298,57 @@ func TestRemediationBrakeLimitsOnAPool(t *testing.T) {
 		return ok && r.Step == 0, fmt.Sprintf("in repair %v %+v %v", ok, r, err), nil
 	})
 }
+
+// A stale condition never ends a repair (issue 46 point 5; unit
+// TestStaleConditionKeepsTheRepair): node-problem-detector posts
+// KernelDeadlock=True once and hangs (its heartbeat stops; the kubelet's own
+// conditions go on). Past staleAfter the condition counts as it last read,
+// so the repair is not ended by the healthy hold (5 s) but climbs at the
+// Taint step's timeout, saying the condition is stale.
+func TestRemediationStaleConditionKeepsTheRepair(t *testing.T) {
+	const policy = `
+apiVersion: nodeshepherd.io/v1alpha1
+kind: RemediationPolicy
+metadata: {name: stale}
+spec:
+  nodeSelector: {matchLabels: {pool: stale}}
+  unhealthy:
+  - {type: KernelDeadlock, status: "True", for: 2s, staleAfter: 10s}
+  healthyHold: 5s
+  steps:
+  - {action: Taint, timeout: 25s, taint: {key: nodeshepherd.io/unhealthy, effect: NoSchedule}}
+  - {action: Reboot, timeout: 10m}
+`
+	rig := startRemediationRig(t, policy, "stale", 2, 2*time.Second)
+	cfg := controllers.Default()
+	cfg.CloudNodeLifecycle.Cloud = providers.Options{Name: "fake"}
+	framework.StartNodeShepherd(t, rig.cp.RESTConfig(), cfg, func(o *manager.Options) { o.Controllers = []string{ctrl.Name} })
+	sick := rig.names[0]
+	// Posted through the API as node-problem-detector does, once: the fake
+	// kubelet heartbeats only its own conditions (merged by type).
+	framework.Eventually(t, time.Minute, "KernelDeadlock=True posted once", func(ctx context.Context) (bool, string, error) {
+		n, err := rig.client.CoreV1().Nodes().Get(ctx, sick, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		now := metav1.Now()
+		n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionTrue,
+			Reason: "DockerHung", LastHeartbeatTime: now, LastTransitionTime: now})
+		if _, err := rig.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return false, err.Error(), nil // a conflict with the kubelet's heartbeat: again
+		}
+		return true, "", nil
+	})
+	framework.Eventually(t, 3*time.Minute, sick+" past its Taint step with the condition stale, said in an event", func(ctx context.Context) (bool, string, error) {
+		_, msgs := eventCount(t, rig.client, sick, ctrl.EventStep, 0)
+		for _, m := range msgs {
+			if strings.Contains(m, "KernelDeadlock=True stale since") {
+				return true, "", nil
+			}
+		}
+		if n, done := eventCount(t, rig.client, sick, ctrl.EventDone, 0); n > 0 {
+			return false, "", fmt.Errorf("%s's repair ended with KernelDeadlock=True stale: %q", sick, done)
+		}
+		return false, fmt.Sprintf("%s events %q", ctrl.EventStep, msgs), nil
+	})
+}
