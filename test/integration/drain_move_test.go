@@ -266,6 +266,102 @@ func TestDrainUndoesMovesLeftBehind(t *testing.T) {
 	}
 }
 
+// TestDrainMoveOneNodeAtATime (issue 46, point 6): what a move can leave
+// behind is bounded. Two nodes, each with one pod of the same Deployment
+// (maxSurge 25% of 2: 1), drained at once under a budget that allows no
+// disruption: one move per Deployment at a time (its record names the node;
+// the other drain waits, and two writers of the record are kept apart by
+// its resourceVersion precondition), so replicas never exceed 2 + 1, the
+// most a process that stops mid-move, with no leader after it, can leave.
+// Measured by a watch of the Deployment from before the drains. With the
+// rule reverted (a move started whatever the record's node), replicas reach
+// 4.
+func TestDrainMoveOneNodeAtATime(t *testing.T) {
+	cfg, client := lifecycleCluster(t)
+	m := framework.StartFakeNodes(t, fastNodes(client, 4, false))
+	names := m.NodeNames()
+	sick := names[:2]
+
+	// The watch starts before the controller, so no surge goes unseen.
+	var mu sync.Mutex
+	most := int32(2)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace("default"))
+	seen := func(obj any) {
+		if dep, ok := obj.(*appsv1.Deployment); ok && dep.Name == "wide" && dep.Spec.Replicas != nil {
+			mu.Lock()
+			most = max(most, *dep.Spec.Replicas)
+			mu.Unlock()
+		}
+	}
+	_, _ = f.Apps().V1().Deployments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) }})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+
+	ns := framework.StartNodeShepherd(t, cfg, drainConfig(func(d *drain.Config) {
+		d.MoveBeforeEvict, d.DrainTimeout = true, 3*time.Minute
+	}), nil)
+	waitNodesReady(t, client, names...)
+	d := deployment("wide", 2)
+	d.Spec.Template.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []v1.PodAffinityTerm{{
+		TopologyKey: v1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "wide"}}}}}}
+	pinDeployment(t, client, names[2:], d)
+	for _, n := range sick {
+		if on, _ := podsOn(framework.Context(t), client, n, "wide"); len(on) != 1 {
+			t.Fatalf("%d pods of wide on %s, want 1", len(on), n)
+		}
+	}
+	createPDB(t, client, "wide", nil, ptr.To(intstr.FromInt32(0)))
+
+	// The surges wait Pending on the cordoned spare nodes until both drains
+	// have tried to evict (the budget refused both) and then looked again at
+	// least a few times (a drain looks every 0.5 s; four renewals of a fast
+	// Lease take 2 s or more): without one move at a time, the second drain
+	// would surge again by then. A slow machine gives it fewer looks, which
+	// can weaken this test, never fail it.
+	for _, n := range names[2:] {
+		framework.SetUnschedulable(t, client, n, true)
+	}
+	setCondition(t, m, fakenode.SetCondition, v1.ConditionTrue, sick...)
+	framework.Eventually(t, 2*time.Minute, "both pods' evictions refused", func(context.Context) (bool, string, error) {
+		n := ns.Metric(t, "nodeshepherd_drain_evictions_total", map[string]string{"result": "blocked-by-pdb"})
+		return n >= 2, fmt.Sprintf("%v refused", n), nil
+	})
+	waitRenewals(t, client, names[2], 4)
+	for _, n := range names[2:] {
+		framework.SetUnschedulable(t, client, n, false)
+	}
+	peak := func() int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return most
+	}
+	for _, n := range sick {
+		done := drainCondition(client, n, v1.ConditionFalse, "| Completed: ")
+		framework.Eventually(t, 3*time.Minute, "drain of "+n+" completed", func(ctx context.Context) (bool, string, error) {
+			if p := peak(); p > 3 {
+				return false, "", fmt.Errorf("wide was surged to %d replicas, more than its 2 and one move's maxSurge of 1", p)
+			}
+			return done(ctx)
+		})
+	}
+	t.Logf("replicas of wide at most %d during the two drains", peak())
+	if p := peak(); p > 3 {
+		t.Errorf("wide was surged to %d replicas, more than its 2 and one move's maxSurge of 1", p)
+	}
+	got, err := client.AppsV1().Deployments("default").Get(framework.Context(t), "wide", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *got.Spec.Replicas != 2 || got.Annotations[drain.AnnotationMove] != "" {
+		t.Errorf("wide after the drains: replicas %d (want 2), move record %q", *got.Spec.Replicas, got.Annotations[drain.AnnotationMove])
+	}
+	if n := ns.Metric(t, "nodeshepherd_drain_moves_total", map[string]string{"result": "moved"}); n != 2 {
+		t.Errorf("moves_total{result=moved} = %v, want 2 (one pod off each node)", n)
+	}
+}
+
 // TestDrainMoveNextToHPAAndGitOps (issue 32, point 1): move-before-evict
 // never fights whoever owns a Deployment's replicas. A Deployment that a
 // HorizontalPodAutoscaler scales is not moved, and the event names the
