@@ -324,3 +324,32 @@ timeline:
 		t.Error("move-before-evict is on without being asked for")
 	}
 }
+
+// The fidelity scenarios (docs/simulate.md#fidelity) run on both kinds of
+// node: each loads and is accepted for fake and for hollow nodes at time
+// scale 1, so `--nodes fake,hollow` compares the same scenario.
+func TestFidelityScenariosRunOnBothKinds(t *testing.T) {
+	files, err := filepath.Glob("../../examples/scenarios/fidelity/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if filepath.Base(f) == "web.yaml" {
+			continue // the workload file they share
+		}
+		n++
+		sc, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kind := range []string{NodeKindFake, NodeKindHollow} {
+			if err := sc.CheckNodes(kind, 1); err != nil {
+				t.Errorf("%s on %s nodes: %v", f, kind, err)
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("%d fidelity scenarios, want at least 5", n)
+	}
+}
