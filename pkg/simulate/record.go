@@ -618,7 +618,7 @@ func (r *recorder) onEndpointSlice(es *discoveryv1.EndpointSlice, deleted bool) 
 		for _, ep := range es.Endpoints {
 			// The API says a nil ready is to be read as true.
 			if (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && len(ep.Addresses) > 0 {
-				rec.ready = append(rec.ready, ep.Addresses[0])
+				rec.ready = append(rec.ready, endpointID(ep))
 			}
 		}
 		r.slices[key] = rec
@@ -627,6 +627,16 @@ func (r *recorder) onEndpointSlice(es *discoveryv1.EndpointSlice, deleted bool) 
 		r.minEndpoints = min(r.minEndpoints, r.readyEndpointsLocked())
 	}
 	r.endpointOutagesLocked(r.now())
+}
+
+// endpointID names an endpoint by the pod behind it when the slice says
+// which (kubemark's fake runtime gives every pod of a hollow node the same
+// IP, so addresses alone would count one endpoint), else by its address.
+func endpointID(ep discoveryv1.Endpoint) string {
+	if r := ep.TargetRef; r != nil && r.Name != "" {
+		return r.Kind + "/" + r.Namespace + "/" + r.Name
+	}
+	return ep.Addresses[0]
 }
 
 // endpointOutagesLocked follows each Service's outages: a Service that had
@@ -651,8 +661,9 @@ func (r *recorder) endpointOutagesLocked(now time.Time) {
 	}
 }
 
-// readyEndpointsLocked counts the distinct ready addresses of each of the
-// scenario's Services (a pod moving between slices is counted once), summed.
+// readyEndpointsLocked counts the distinct ready endpoints (endpointID) of
+// each of the scenario's Services (a pod moving between slices is counted
+// once), summed.
 func (r *recorder) readyEndpointsLocked() int {
 	return sumValues(r.readyEndpointsByServiceLocked())
 }

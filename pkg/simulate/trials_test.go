@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -218,6 +219,18 @@ func TestServiceEndpointsMeasures(t *testing.T) {
 	dup := slice("web-3", "web", true)
 	dup.Endpoints[0].Addresses = []string{"web-1-a"}
 	r.onEndpointSlice(dup, false)
+	// Pods of hollow nodes share one IP (kubemark's fake runtime): each
+	// endpoint names its pod, and two pods are two endpoints.
+	shared := slice("web-4", "web", true, true)
+	for i := range shared.Endpoints {
+		shared.Endpoints[i].Addresses = []string{"192.168.192.168"}
+		shared.Endpoints[i].TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web-pod-" + string(rune('a'+i))}
+	}
+	r.onEndpointSlice(shared, false)
+	if s := r.sample(1); s.ServiceEndpoints != 5 {
+		t.Errorf("sample with two pods of one IP: %d ready endpoints, want 5", s.ServiceEndpoints)
+	}
+	r.onEndpointSlice(shared, true)
 	m := r.finish(now)
 	if got := str(m["serviceReadyEndpointsMin"]); got != "1" {
 		t.Errorf("serviceReadyEndpointsMin = %s, want 1", got)
