@@ -340,7 +340,10 @@ func (r *runner) waitWorkloads(ctx context.Context, f informers.SharedInformerFa
 			}
 			ready++
 			for k, sel := range services {
-				if sel != nil && strings.HasPrefix(k, p.Namespace+"/") && sel.Matches(labels.Set(p.Labels)) && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+				if sel != nil && strings.HasPrefix(k, p.Namespace+"/") && sel.Matches(labels.Set(p.Labels)) && p.DeletionTimestamp == nil {
+					// A Ready pod whose IP is not posted yet (a hollow
+					// kubelet posts it later) will be an endpoint: wait
+					// for it, or the timeline starts short of endpoints.
 					want[k]++
 				}
 			}
