@@ -53,25 +53,20 @@ type mutant struct {
 // mutant gets for the control plane's start and the progress wait.
 const maxDuration = 5 * time.Minute
 
-// repairInvariants are the repair checker's names (test/chaos/repaircheck_test.go,
-// InvRepair*: a test package, which cannot be imported; TestKnownNamesMatchTheCheckers
-// compares them with that file).
-var repairInvariants = []string{"repair-brakes", "repair-selection", "repair-ladder", "repair-requests", "repair-progress", "repair-unhealthy", "repair-drain"}
-
-// fenceRunning is the repair checker's InvFenceRunning (not an InvRepair* name).
-const fenceRunning = "fence-running"
-
 // repairKinds are test/chaos/repair_test.go's fault kinds (compared there too).
 var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave", "repair-blind", "repair-leave", "repair-crowded", "repair-refill", "repair-cutoff", "repair-restart", "repair-late-step", "drain-repair"}
 
 // personKinds are test/chaos/person_test.go's fault kinds (compared there too).
 var personKinds = []string{"confirm-then-powercycle", "fence-partition", "confirm-leaderless", "all-zones-lasting", "all-zones-failover", "confirm-cut-start", "confirm-cloud-blind", "confirm-leaderless-blind", "toleration-shortened"}
 
-// knownInvariants are every name a violation can carry.
+// knownInvariants are every name a violation can carry: the Checker's and
+// the repair checker's.
 func knownInvariants() []string {
-	return append([]string{chaos.InvZoneRules, chaos.InvRunningForced, chaos.InvBudgets, chaos.InvToleration, chaos.InvUntainted,
+	return []string{chaos.InvZoneRules, chaos.InvRunningForced, chaos.InvBudgets, chaos.InvToleration, chaos.InvUntainted,
 		chaos.InvPDB, chaos.InvCIDR, chaos.InvReadiness, chaos.InvProgress, chaos.InvEarlyUnknown, chaos.InvEarlyTaint,
-		chaos.InvCountdown, chaos.InvRateLimit, fenceRunning}, repairInvariants...)
+		chaos.InvCountdown, chaos.InvRateLimit, chaos.InvFenceRunning,
+		chaos.InvRepairBrakes, chaos.InvRepairSelection, chaos.InvRepairLadder, chaos.InvRepairRequests, chaos.InvRepairProgress,
+		chaos.InvRepairUnhealthy, chaos.InvRepairDrain}
 }
 
 // knownKinds are the fault kinds a schedule can draw.

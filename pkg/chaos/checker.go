@@ -138,6 +138,24 @@ type Entry struct {
 	What string
 }
 
+// findings are what a checker (Checker, RepairChecker) reports: its
+// violations, and its timeline, where each violation stands among the
+// writes it saw. The checker's own lock guards them.
+type findings struct {
+	violations []Violation
+	timeline   []Entry
+}
+
+func (f *findings) violate(at time.Time, inv, obj, format string, args ...any) {
+	v := Violation{At: at, Invariant: inv, Object: obj, Detail: fmt.Sprintf(format, args...)}
+	f.violations = append(f.violations, v)
+	f.timeline = append(f.timeline, Entry{At: at, What: "VIOLATION " + inv + " " + obj + ": " + v.Detail})
+}
+
+func (f *findings) note(at time.Time, format string, args ...any) {
+	f.timeline = append(f.timeline, Entry{At: at, What: fmt.Sprintf(format, args...)})
+}
+
 // taintSeen is a NoExecute taint's life as observed.
 type taintSeen struct {
 	taint   v1.Taint
@@ -217,8 +235,7 @@ type Checker struct {
 	lives          map[string]*podLife
 	pendingDisrupt []pendingDisrupt
 
-	violations []Violation
-	timeline   []Entry
+	findings
 }
 
 // NewChecker returns a checker of a run with these limits and ground truth.
@@ -258,16 +275,6 @@ func (c *Checker) Timeline() []Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Entry(nil), c.timeline...)
-}
-
-func (c *Checker) violate(at time.Time, inv, obj, format string, args ...any) {
-	v := Violation{At: at, Invariant: inv, Object: obj, Detail: fmt.Sprintf(format, args...)}
-	c.violations = append(c.violations, v)
-	c.timeline = append(c.timeline, Entry{At: at, What: "VIOLATION " + inv + " " + obj + ": " + v.Detail})
-}
-
-func (c *Checker) note(at time.Time, format string, args ...any) {
-	c.timeline = append(c.timeline, Entry{At: at, What: fmt.Sprintf(format, args...)})
 }
 
 func noExecute(n *v1.Node) []v1.Taint {

@@ -1,7 +1,7 @@
 // Package chaos runs seeded random fault schedules (pkg/chaos) on the
 // local control plane against 2-3 leader-elected `nodeshepherd run`
 // replicas, with pkg/chaos's checker watching the API server on its own,
-// and the repair checker (repaircheck_test.go) the remediation ladder.
+// and pkg/chaos's repair checkers the remediation ladder.
 // `make chaos` runs it; see docs/chaos.md.
 package chaos
 
@@ -227,10 +227,10 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("not checked yet:\n  - %s", strings.Join(append(append([]string(nil), chaos.NotChecked...), repairNotChecked...), "\n  - "))
-	// The repair checker's own cases first: a checker that cannot tell
-	// must not judge a run.
-	if !t.Run("repair-checker", testRepairChecker) {
+	t.Logf("not checked yet:\n  - %s", strings.Join(append(append([]string(nil), chaos.NotChecked...), chaos.RepairNotChecked...), "\n  - "))
+	// The repair policies and faults first: a run on a policy the
+	// controller refuses, or faults a seed does not replay, proves nothing.
+	if !t.Run("repair-policies", testRepairPolicies) {
 		t.FailNow()
 	}
 	for _, seed := range seeds(t) {
@@ -262,7 +262,7 @@ type cluster struct {
 	nodeCfg fakenode.Config
 	repairs *repairTruth
 	// rc are the repair checkers, told of the API server's restarts.
-	rc       repairCheckers
+	rc       chaos.RepairCheckers
 	proxy    *framework.FaultProxy
 	kc, conf string
 	// mu guards slots and killed: a replica that exits on its own is
@@ -360,8 +360,8 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 		t.Fatal(err)
 	}
 	repairs.judgedBy(checker)
-	rc := repairCheckers{newRepairChecker(chaosPolicy, slack, true), newRepairChecker(fencePolicy, slack, true), newRepairChecker(drainPolicy, slack, true)}
-	if err := watchRepairs(ctx, client, rc...); err != nil {
+	rc := chaos.RepairCheckers{chaos.NewRepairChecker(chaosPolicy, slack, true), chaos.NewRepairChecker(fencePolicy, slack, true), chaos.NewRepairChecker(drainPolicy, slack, true)}
+	if err := chaos.WatchRepairs(ctx, client, rc...); err != nil {
 		t.Fatal(err)
 	}
 	c.rc = rc
@@ -761,7 +761,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		// refused connection without calling their error handler: blind
 		// from now (chaos seeds 220005, 220013: versions a re-list skipped
 		// judged as a view).
-		c.rc.each(func(r *repairChecker) { r.WatchBroken(time.Now()) })
+		c.rc.WatchBroken(time.Now())
 		done := make(chan error, 1)
 		c.restarted = done
 		go func() { done <- c.cp.RestartAPIServer(ctx, s.Down) }()
@@ -777,7 +777,7 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 				t.Fatalf("step %s: kube-apiserver did not come back: %v", s, err)
 			}
 			// Blind until the informers have re-listed (their backoff).
-			c.rc.each(func(r *repairChecker) { r.WatchBroken(time.Now().Add(apiServerRelist)) })
+			c.rc.WatchBroken(time.Now().Add(apiServerRelist))
 			return fmt.Sprintf(" (kube-apiserver pid %d answers)", c.cp.PID(controlplane.APIServer))
 		case <-time.After(2 * time.Minute):
 			t.Fatalf("step %s: kube-apiserver not ready 2m after its restart", s)
@@ -925,7 +925,7 @@ func whole(deps []chaos.Deployment) bool {
 
 // merged is the faults, the fake cloud's repairs and the observed writes,
 // in time order.
-func (c *cluster) merged(ch *chaos.Checker, rc repairCheckers) []chaos.Entry {
+func (c *cluster) merged(ch *chaos.Checker, rc chaos.RepairCheckers) []chaos.Entry {
 	c.notesMu.Lock()
 	all := append([]chaos.Entry(nil), c.notes...)
 	c.notesMu.Unlock()
@@ -949,7 +949,7 @@ func excerpt(all []chaos.Entry, t0, until time.Time) string {
 	return b.String()
 }
 
-func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker, rc repairCheckers) string {
+func (c *cluster) writeTimeline(seed int64, t0 time.Time, ch *chaos.Checker, rc chaos.RepairCheckers) string {
 	dir := *flagOut
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "nodeshepherd-chaos")

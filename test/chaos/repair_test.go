@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -36,43 +38,22 @@ import (
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
-// repairStep is one rung of the chaos policy's ladder.
-type repairStep struct {
-	Action  string
-	Timeout time.Duration
-}
-
-// repairPolicy is the RemediationPolicy the runner installs, in the terms
-// the repair checker judges by: both read this one value, so the checker's
-// limits are the policy's.
-type repairPolicy struct {
-	Name                 string
-	PoolLabel, PoolValue string
-	Condition            v1.NodeConditionType
-	Status               v1.ConditionStatus
-	For, HealthyHold     time.Duration
-	Steps                []repairStep
-	TaintKey             string
-	MaxInRepair          intstr.IntOrString
-	MaxInRepairPerZone   intstr.IntOrString
-	MaxUnhealthy         intstr.IntOrString
-	Cooldown             time.Duration
-}
-
 // chaosPolicy: 2 nodes of each zone are its pool (poolPerZone); a read-only
 // filesystem for 2s makes one unhealthy; taint, reboot, replace. The step
 // timeouts are the shortest the CRD takes, except the Reboot's, which must
 // outlast rebootDowntime and the hold time, or a reboot that repairs would
 // be followed by a replacement. The brakes are small enough for the
 // random faults to reach them: 2 of the 6 in repair, 1 per zone, none
-// started while more than 3 are unhealthy.
-var chaosPolicy = repairPolicy{
+// started while more than 3 are unhealthy. The runner installs it and the
+// repair checker judges by it: both read this one value, so the checker's
+// limits are the policy's.
+var chaosPolicy = chaos.RepairPolicy{
 	Name: "chaos", PoolLabel: "nodeshepherd.io/chaos-pool", PoolValue: "repair",
 	Condition: "ReadonlyFilesystem", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
 	// Fence last (issue 45): with the fake provider a Replace ends the
 	// repair, so it is reached only when a replacement does not come;
 	// fencePolicy (person_test.go) reaches its Fence on purpose.
-	Steps:       []repairStep{{"Taint", 10 * time.Second}, {"Reboot", 15 * time.Second}, {"Replace", 10 * time.Second}, {"Fence", 10 * time.Second}},
+	Steps:       []chaos.RepairStep{{Action: "Taint", Timeout: 10 * time.Second}, {Action: "Reboot", Timeout: 15 * time.Second}, {Action: "Replace", Timeout: 10 * time.Second}, {Action: "Fence", Timeout: 10 * time.Second}},
 	TaintKey:    "nodeshepherd.io/chaos-unhealthy",
 	MaxInRepair: intstr.FromInt32(2), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(3),
 	Cooldown: 5 * time.Second,
@@ -92,16 +73,16 @@ const (
 // chaos pool), a condition of its own, and a ladder that drains before it
 // reboots: the Reboot starts only once the drain controller has drained
 // the node (repair-drain). A fresh boot clears the condition.
-var drainPolicy = repairPolicy{
+var drainPolicy = chaos.RepairPolicy{
 	Name: "chaos-drain", PoolLabel: "nodeshepherd.io/chaos-drain", PoolValue: "drain",
 	Condition: "ChaosDrain", Status: v1.ConditionTrue, For: 2 * time.Second, HealthyHold: 4 * time.Second,
-	Steps:       []repairStep{{"Drain", 10 * time.Second}, {"Reboot", 15 * time.Second}},
+	Steps:       []chaos.RepairStep{{Action: "Drain", Timeout: 10 * time.Second}, {Action: "Reboot", Timeout: 15 * time.Second}},
 	MaxInRepair: intstr.FromInt32(1), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(2),
 	Cooldown: 5 * time.Second,
 }
 
 // manifest is the policy as a RemediationPolicy object.
-func (p repairPolicy) manifest() string {
+func manifest(p chaos.RepairPolicy) string {
 	var steps []string
 	for _, s := range p.Steps {
 		step := fmt.Sprintf("  - {action: %s, timeout: %s", s.Action, s.Timeout)
@@ -132,11 +113,6 @@ func yamlIntOrString(v intstr.IntOrString) string {
 	return fmt.Sprintf("%q", v.String())
 }
 
-// selects says whether labels put a node in the pool.
-func (p repairPolicy) selects(labels map[string]string) bool {
-	return labels[p.PoolLabel] == p.PoolValue
-}
-
 // nodeGroups are the 12 nodes of the run as fakenode groups: per zone, the
 // policy's pool first (with its label, which a replacement machine
 // registers with again), then the rest. The names and zones are those of
@@ -153,14 +129,14 @@ func nodeGroups(zones []string, perZone int) []fakenode.NodeGroup {
 
 // installRepairPolicy installs the RemediationPolicy CRD, waits until its
 // resource is served, and creates the policies.
-func installRepairPolicy(t *testing.T, dyn dynamic.Interface, policies ...repairPolicy) {
+func installRepairPolicy(t *testing.T, dyn dynamic.Interface, policies ...chaos.RepairPolicy) {
 	t.Helper()
 	if err := remediation.InstallCRD(framework.Context(t), dyn, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range policies {
 		var pol unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(p.manifest()), &pol.Object); err != nil {
+		if err := yaml.Unmarshal([]byte(manifest(p)), &pol.Object); err != nil {
 			t.Fatal(err)
 		}
 		// Established comes before discovery serves the resource: the
@@ -832,4 +808,49 @@ func (s truthSink) WithValues(kv ...any) logr.LogSink {
 
 func (s truthSink) WithName(name string) logr.LogSink {
 	return truthSink{inner: s.inner.WithName(name), h: s.h}
+}
+
+// testRepairPolicies: the policies installed are ones the controller acts
+// on, and say what the repair checker judges by (its own cases are
+// pkg/chaos's TestRepairChecker); the remediation faults are the seed's.
+// TestChaos runs it first (make chaos and make test run only TestChaos
+// here).
+func testRepairPolicies(t *testing.T) {
+	for _, p := range []chaos.RepairPolicy{fencePolicy, chaosPolicy, drainPolicy} {
+		var pol remediation.RemediationPolicy
+		if err := yaml.UnmarshalStrict([]byte(manifest(p)), &pol); err != nil {
+			t.Fatalf("the %s policy's manifest: %v\n%s", p.Name, err, manifest(p))
+		}
+		if errs := pol.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
+			t.Errorf("the %s policy is refused: %v", p.Name, errs.ToAggregate())
+		}
+	}
+	var pol remediation.RemediationPolicy
+	if err := yaml.UnmarshalStrict([]byte(manifest(chaosPolicy)), &pol); err != nil {
+		t.Fatal(err)
+	}
+	pool := map[string]string{chaosPolicy.PoolLabel: chaosPolicy.PoolValue}
+	if !pol.Spec.Selects(&v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: pool}}) || !chaosPolicy.Selects(pool) ||
+		pol.Spec.Selects(&v1.Node{}) || len(pol.Spec.Steps) != len(chaosPolicy.Steps) || pol.Spec.Brakes.MaxInRepair.String() != chaosPolicy.MaxInRepair.String() {
+		t.Errorf("the chaos policy reads back as %+v", pol.Spec)
+	}
+	for i, st := range pol.Spec.Steps {
+		if string(st.Action) != chaosPolicy.Steps[i].Action || st.Timeout.Duration != chaosPolicy.Steps[i].Timeout {
+			t.Errorf("the chaos policy's step %d reads back as %+v", i+1, st)
+		}
+	}
+
+	// The remediation faults are the seed's: the same seed, the same
+	// faults; every one ends inside the window.
+	zones := []chaos.Zone{{Name: "zone-a", Nodes: []string{"n0", "n1", "n2", "n3"}}, {Name: "zone-b", Nodes: []string{"n4", "n5", "n6", "n7"}}}
+	f1, s1 := repairSchedule(7, 60*time.Second, zones, 3, nil)
+	f2, s2 := repairSchedule(7, 60*time.Second, zones, 3, nil)
+	if !reflect.DeepEqual(f1, f2) || !reflect.DeepEqual(s1, s2) || len(f1) < 3 {
+		t.Errorf("seed 7: remediation faults differ between two draws, or too few (%d):\n%v\n%v", len(f1), f1, f2)
+	}
+	for _, f := range f1 {
+		if f.At+f.Duration > 60*time.Second || (f.Kind == kindPoolLeave && f.Nodes[0] != "n0" && f.Nodes[0] != "n1" && f.Nodes[0] != "n4" && f.Nodes[0] != "n5") {
+			t.Errorf("seed 7: %s: outside the window or the pool", f)
+		}
+	}
 }

@@ -16,7 +16,7 @@ func TestDrainDone(t *testing.T) {
 			n.Annotations[annDrainCordonedAt] = at
 		}
 		if status != "" {
-			n.Status.Conditions = []v1.NodeCondition{{Type: condDrainScheduled, Status: status, Message: msg}}
+			n.Status.Conditions = []v1.NodeCondition{{Type: condDrainSched, Status: status, Message: msg}}
 		}
 		return n
 	}

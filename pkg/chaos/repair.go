@@ -1,17 +1,18 @@
 package chaos
 
-// The repair checker: the remediation ladder's invariants, judged like
-// pkg/chaos's from the checker's own watches (Nodes, the fake cloud's
-// requests ConfigMap, events for the timeline), never from a controller's
-// memory. It lives here, beside the policy it judges; pkg/chaos's Checker
-// knows nothing of remediation.
+// The repair checker: the remediation ladder's invariants, judged like the
+// Checker's from its own watches (Nodes, the fake cloud's requests and
+// machine states ConfigMaps, events for the timeline), never from a
+// controller's memory. It is a checker of its own beside the Checker, which
+// knows nothing of remediation: one RepairChecker per policy, fed by
+// WatchRepairs on the same watch plumbing as Watch; the runner merges their
+// violations and timelines.
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
@@ -53,19 +53,15 @@ const (
 	InvRepairDrain = "repair-drain"
 )
 
-// The API contract the checker reads, spelled out rather than imported from
-// the controller it judges (as pkg/chaos does).
-const (
-	annRepairRecord   = "nodeshepherd.io/remediation"
-	labelZone         = "topology.kubernetes.io/zone"
-	taintOutOfService = "node.kubernetes.io/out-of-service"
-)
+// The remediation record, spelled out rather than imported from the
+// controller it judges, as the Checker's keys are (zoneLabel and
+// taintOutOfService are theirs).
+const annRepairRecord = "nodeshepherd.io/remediation"
 
-// What the drain controller writes on a Node, as Draino does: its
-// condition (True while draining; False with "| Completed: TIME" once a
-// drain ended well) and when it cordoned the node.
+// What the drain controller writes on a Node, as Draino does, besides its
+// condition (condDrainSched: True while draining; False with "| Completed:
+// TIME" once a drain ended well): when it cordoned the node.
 const (
-	condDrainScheduled = "DrainScheduled"
 	drainCompletedMark = " | Completed: "
 	annDrainCordonedAt = "nodeshepherd.io/drain-cordoned-at"
 )
@@ -80,16 +76,16 @@ func drainDone(n *v1.Node) (done bool, why string) {
 	}
 	var cond *v1.NodeCondition
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == condDrainScheduled {
+		if n.Status.Conditions[i].Type == condDrainSched {
 			cond = &n.Status.Conditions[i]
 		}
 	}
 	if cond == nil {
-		return false, "no " + condDrainScheduled + " condition"
+		return false, "no " + string(condDrainSched) + " condition"
 	}
 	i := strings.Index(cond.Message, drainCompletedMark)
 	if cond.Status != v1.ConditionFalse || i < 0 {
-		return false, fmt.Sprintf("%s=%s %q", condDrainScheduled, cond.Status, cond.Message)
+		return false, fmt.Sprintf("%s=%s %q", condDrainSched, cond.Status, cond.Message)
 	}
 	ts, _, _ := strings.Cut(cond.Message[i+len(drainCompletedMark):], " ")
 	completed, err := time.Parse(time.RFC3339Nano, ts)
@@ -104,21 +100,21 @@ func drainDone(n *v1.Node) (done bool, why string) {
 	return true, ""
 }
 
-// disruptive are the steps that take a node's machine or workloads away:
+// disruptiveSteps are the steps that take a node's machine or workloads away:
 // each needs the node selected and unhealthy when it is taken.
-var disruptive = map[string]bool{"Reboot": true, "Replace": true, "Fence": true}
+var disruptiveSteps = map[string]bool{"Reboot": true, "Replace": true, "Fence": true}
 
-// repairNotChecked is what the repair checker leaves out, printed with
-// pkg/chaos's list.
-var repairNotChecked = []string{
+// RepairNotChecked is what the repair checker leaves out, printed with
+// NotChecked.
+var RepairNotChecked = []string{
 	"repair-brakes: the cooldown after a storm (a process's memory: a new leader starts without it); maxUnhealthy is judged only when the unhealthy nodes held their condition over the whole window from the decision to the checker's view of it",
 	"repair-selection: a request written less than the slack after its node left the pool is not told from one written just before",
 	"repair-ladder: steps' timeouts and the healthy hold (when a step may come) are not checked, only their order",
 	"repair-brakes: a node being replaced (its Node absent) is not counted in repair",
 }
 
-// record is a node's repair record (the annotation's JSON).
-type record struct {
+// repairRecord is a node's repair record (the annotation's JSON).
+type repairRecord struct {
 	Policy      string    `json:"policy"`
 	Step        int       `json:"step"`
 	Action      string    `json:"action"`
@@ -129,12 +125,12 @@ type record struct {
 
 // same says whether two records are one version (times compared as
 // instants: their zones may be spelled differently).
-func (r record) same(o record) bool {
+func (r repairRecord) same(o repairRecord) bool {
 	return r.Policy == o.Policy && r.Step == o.Step && r.Action == o.Action && r.BootID == o.BootID &&
 		r.StepSince.Equal(o.StepSince) && r.RepairSince.Equal(o.RepairSince)
 }
 
-func (r record) String() string {
+func (r repairRecord) String() string {
 	return fmt.Sprintf("step %d (%s) since %s, repair since %s", r.Step+1, r.Action, r.StepSince.Format("15:04:05.000"), r.RepairSince.Format("15:04:05.000"))
 }
 
@@ -146,7 +142,7 @@ type nodeView struct {
 	selected bool
 	// cond is the policy's condition, nil when the node has none.
 	cond *v1.NodeCondition
-	rec  *record
+	rec  *repairRecord
 	// oos: the node carries the out-of-service taint.
 	oos bool
 	// rv is the version's resourceVersion (0: unknown): etcd's revision,
@@ -174,7 +170,7 @@ type pendingRepair struct {
 	id, action string
 	// step: the climb's record (kind "step"), or the Fence step's first
 	// sight (kind "fence").
-	rec       *record
+	rec       *repairRecord
 	fenceSeen time.Time
 	// rv and zone: the new record's resourceVersion and its node's zone
 	// (kind "brakes").
@@ -182,10 +178,39 @@ type pendingRepair struct {
 	zone string
 }
 
-// repairChecker judges the ladder of one policy.
-type repairChecker struct {
+// RepairStep is one rung of a policy's ladder.
+type RepairStep struct {
+	Action  string
+	Timeout time.Duration
+}
+
+// RepairPolicy is a RemediationPolicy in the terms the repair checker
+// judges by. The runner installs the policy from this same value, so the
+// checker's limits are the policy's; the checker itself reads neither the
+// steps' timeouts nor HealthyHold, TaintKey and Cooldown.
+type RepairPolicy struct {
+	Name                 string
+	PoolLabel, PoolValue string
+	Condition            v1.NodeConditionType
+	Status               v1.ConditionStatus
+	For, HealthyHold     time.Duration
+	Steps                []RepairStep
+	TaintKey             string
+	MaxInRepair          intstr.IntOrString
+	MaxInRepairPerZone   intstr.IntOrString
+	MaxUnhealthy         intstr.IntOrString
+	Cooldown             time.Duration
+}
+
+// Selects says whether labels put a node in the policy's pool.
+func (p RepairPolicy) Selects(labels map[string]string) bool {
+	return labels[p.PoolLabel] == p.PoolValue
+}
+
+// RepairChecker judges the ladder of one policy.
+type RepairChecker struct {
 	mu       sync.Mutex
-	pol      repairPolicy
+	pol      RepairPolicy
 	slack    time.Duration
 	provider bool // a cloud provider that can reboot and replace
 	// others are the other policies' names: their records are theirs to
@@ -230,13 +255,14 @@ type repairChecker struct {
 	blind                 []blindInterval
 	blindFrom, lastBroken time.Time
 
-	stats      map[string]int
-	violations []chaos.Violation
-	timeline   []chaos.Entry
+	stats map[string]int
+	findings
 }
 
-func newRepairChecker(pol repairPolicy, slack time.Duration, provider bool) *repairChecker {
-	return &repairChecker{pol: pol, slack: slack, provider: provider, nodes: map[string]*v1.Node{}, views: map[string][]nodeView{}, bad: map[string]string{},
+// NewRepairChecker judges pol with the given slack for watch delays;
+// provider: a cloud provider that can reboot and replace.
+func NewRepairChecker(pol RepairPolicy, slack time.Duration, provider bool) *RepairChecker {
+	return &RepairChecker{pol: pol, slack: slack, provider: provider, nodes: map[string]*v1.Node{}, views: map[string][]nodeView{}, bad: map[string]string{},
 		maxZonePool: map[string]int{}, requests: map[string]fakecloud.Request{}, written: map[string]int{}, byBoot: map[string][]string{},
 		stats: map[string]int{}, others: map[string]bool{}, events: true, fenceSeen: map[string]time.Time{}, ended: map[string]endedRepair{}}
 }
@@ -247,44 +273,34 @@ type endedRepair struct {
 	at   time.Time
 }
 
-func (c *repairChecker) violate(at time.Time, inv, obj, format string, args ...any) {
-	v := chaos.Violation{At: at, Invariant: inv, Object: obj, Detail: fmt.Sprintf(format, args...)}
-	c.violations = append(c.violations, v)
-	c.timeline = append(c.timeline, chaos.Entry{At: at, What: "VIOLATION " + inv + " " + obj + ": " + v.Detail})
-}
-
-func (c *repairChecker) note(at time.Time, format string, args ...any) {
-	c.timeline = append(c.timeline, chaos.Entry{At: at, What: fmt.Sprintf(format, args...)})
-}
-
 // Violations returns what was found so far.
-func (c *repairChecker) Violations() []chaos.Violation {
+func (c *RepairChecker) Violations() []Violation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]chaos.Violation(nil), c.violations...)
+	return append([]Violation(nil), c.violations...)
 }
 
 // Timeline returns the repairs' writes seen so far.
-func (c *repairChecker) Timeline() []chaos.Entry {
+func (c *RepairChecker) Timeline() []Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]chaos.Entry(nil), c.timeline...)
+	return append([]Entry(nil), c.timeline...)
 }
 
-// readRecord parses a node's record (nil: none).
-func readRecord(n *v1.Node) (*record, error) {
+// readRepairRecord parses a node's record (nil: none).
+func readRepairRecord(n *v1.Node) (*repairRecord, error) {
 	s, ok := n.Annotations[annRepairRecord]
 	if !ok {
 		return nil, nil
 	}
-	var r record
+	var r repairRecord
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		return nil, fmt.Errorf("annotation %s %q: %v", annRepairRecord, s, err)
 	}
 	return &r, nil
 }
 
-func (c *repairChecker) condOf(n *v1.Node) *v1.NodeCondition {
+func (c *RepairChecker) condOf(n *v1.Node) *v1.NodeCondition {
 	for i := range n.Status.Conditions {
 		if n.Status.Conditions[i].Type == c.pol.Condition {
 			cd := n.Status.Conditions[i]
@@ -295,13 +311,13 @@ func (c *repairChecker) condOf(n *v1.Node) *v1.NodeCondition {
 }
 
 // ObserveNode takes a node as watched at `at` (deleted: it is gone).
-func (c *repairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
+func (c *RepairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sight(at)
 	name := n.Name
 	old := c.nodes[name]
-	var prev *record
+	var prev *repairRecord
 	if vs := c.views[name]; len(vs) > 0 {
 		prev = vs[len(vs)-1].rec
 	}
@@ -324,8 +340,8 @@ func (c *repairChecker) ObserveNode(at time.Time, n *v1.Node, deleted bool) {
 		return
 	}
 	c.nodes[name] = n
-	view.selected, view.cond = c.pol.selects(n.Labels), c.condOf(n)
-	rec, err := readRecord(n)
+	view.selected, view.cond = c.pol.Selects(n.Labels), c.condOf(n)
+	rec, err := readRepairRecord(n)
 	switch {
 	case err != nil:
 		if raw := n.Annotations[annRepairRecord]; c.bad[name] != raw { // once per value, not per status update
@@ -367,7 +383,7 @@ func hasTaint(n *v1.Node, key string) bool {
 // fence follows a node's Fence step: its first sight, and an out-of-
 // service taint that comes under it (fence-running, judged once the
 // machine states' watch has had the slack to catch up).
-func (c *repairChecker) fence(at time.Time, name string, rec *record, newOOS bool) {
+func (c *RepairChecker) fence(at time.Time, name string, rec *repairRecord, newOOS bool) {
 	if rec == nil || rec.Action != "Fence" {
 		delete(c.fenceSeen, name)
 		return
@@ -381,7 +397,7 @@ func (c *repairChecker) fence(at time.Time, name string, rec *record, newOOS boo
 }
 
 // ObserveMachines takes the fake cloud's machine states ConfigMap.
-func (c *repairChecker) ObserveMachines(at time.Time, cm *v1.ConfigMap, deleted bool) {
+func (c *RepairChecker) ObserveMachines(at time.Time, cm *v1.ConfigMap, deleted bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sight(at)
@@ -398,7 +414,7 @@ func (c *repairChecker) ObserveMachines(at time.Time, cm *v1.ConfigMap, deleted 
 // machineRan says whether every version of the machine states visible in
 // [from, to] said the node's machine runs (no key, or "running"); before
 // the first version seen, the ConfigMap did not exist: every machine ran.
-func (c *repairChecker) machineRan(node string, from, to time.Time) (bool, []string) {
+func (c *RepairChecker) machineRan(node string, from, to time.Time) (bool, []string) {
 	var seen []string
 	for i, v := range c.machines {
 		if v.from.After(to) {
@@ -426,7 +442,7 @@ func dashIfEmptyState(s string) string {
 // checkFence (fence-running): an out-of-service taint came under a Fence
 // step while the provider, asked at any moment from the slack before the
 // checker first saw the step to the taint, would have said the machine runs.
-func (c *repairChecker) checkFence(p pendingRepair) {
+func (c *RepairChecker) checkFence(p pendingRepair) {
 	from := p.fenceSeen.Add(-c.slack)
 	if p.fenceSeen.IsZero() {
 		from = p.seen.Add(-c.slack)
@@ -438,12 +454,12 @@ func (c *repairChecker) checkFence(p pendingRepair) {
 }
 
 // poolSizes keeps the largest pool sizes seen.
-func (c *repairChecker) poolSizes() {
+func (c *RepairChecker) poolSizes() {
 	pool, zones := 0, map[string]int{}
 	for _, n := range c.nodes {
-		if c.pol.selects(n.Labels) {
+		if c.pol.Selects(n.Labels) {
 			pool++
-			zones[n.Labels[labelZone]]++
+			zones[n.Labels[zoneLabel]]++
 		}
 	}
 	c.maxPool = max(c.maxPool, pool)
@@ -459,7 +475,7 @@ func (c *repairChecker) poolSizes() {
 // from there goes (-1: no recent repair). The window is judged on the
 // checker's own sight of the end, which comes after the controller's, so
 // the check is never stricter than the rule.
-func (c *repairChecker) resumeTop(node string, at time.Time) int {
+func (c *RepairChecker) resumeTop(node string, at time.Time) int {
 	e, ok := c.ended[node]
 	if !ok || at.Sub(e.at) >= remediation.DefaultRecurrenceWindow {
 		return -1
@@ -473,10 +489,10 @@ func (c *repairChecker) resumeTop(node string, at time.Time) int {
 
 // firstStep is the step a repair may start at: 0, or past Reboot and
 // Replace steps when no provider can carry them out.
-func (c *repairChecker) firstStep() int { return c.nextStep(-1) }
+func (c *RepairChecker) firstStep() int { return c.nextStep(-1) }
 
 // nextStep is the only step that may follow step i.
-func (c *repairChecker) nextStep(i int) int {
+func (c *RepairChecker) nextStep(i int) int {
 	for j := i + 1; j < len(c.pol.Steps); j++ {
 		if a := c.pol.Steps[j].Action; c.provider || (a != "Reboot" && a != "Replace") {
 			return j
@@ -487,7 +503,7 @@ func (c *repairChecker) nextStep(i int) int {
 
 // ladder judges a record's change (repair-ladder) and a new repair's
 // brakes (repair-brakes).
-func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
+func (c *RepairChecker) ladder(at time.Time, n *v1.Node, prev, rec *repairRecord) {
 	name, obj := n.Name, "node/"+n.Name
 	switch {
 	case rec == nil && prev == nil:
@@ -530,7 +546,7 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 		c.note(at, "repair of %s: from %s to %s across the checker's blind watches, not judged", name, *prev, *rec)
 		return
 	}
-	if disruptive[rec.Action] && prev.Action == "Drain" && rec.Step != prev.Step {
+	if disruptiveSteps[rec.Action] && prev.Action == "Drain" && rec.Step != prev.Step {
 		if done, why := drainDone(n); !done {
 			c.violate(at, InvRepairDrain, obj, "step %d (%s) started after the Drain step while the drain was not done (%s): from %s to %s", rec.Step+1, rec.Action, why, *prev, *rec)
 		}
@@ -541,7 +557,7 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 	case rec.Step == next:
 		c.note(at, "repair of %s climbs: %s", name, *rec)
 		c.stats["climbed to "+rec.Action]++
-		if disruptive[rec.Action] {
+		if disruptiveSteps[rec.Action] {
 			r := *rec
 			c.pending = append(c.pending, pendingRepair{kind: "step", node: name, seen: at, action: rec.Action, rec: &r})
 		}
@@ -552,10 +568,10 @@ func (c *repairChecker) ladder(at time.Time, n *v1.Node, prev, rec *record) {
 	}
 }
 
-// limit is a brake's value over total nodes: a count, or a percentage
+// brakeLimit is a brake's value over total nodes: a count, or a percentage
 // rounded up; 0 is 0 (issue 46 point 5, as remediation.Limit, computed
 // here on its own: the checker shares no code with the controller).
-func limit(v intstr.IntOrString, total int) int {
+func brakeLimit(v intstr.IntOrString, total int) int {
 	l, err := intstr.GetScaledValueFromIntOrPercent(&v, total, true)
 	if err != nil {
 		return total // unreadable: the policy would have been refused
@@ -574,17 +590,17 @@ func limit(v intstr.IntOrString, total int) int {
 // an API server restart delivers the Nodes in name order, so a repair's
 // start may come before another's end that the API server wrote first
 // (chaos seed 60016).
-func (c *repairChecker) brakes(at time.Time, n *v1.Node, rec *record) {
+func (c *RepairChecker) brakes(at time.Time, n *v1.Node, rec *repairRecord) {
 	rv, _ := strconv.ParseUint(n.ResourceVersion, 10, 64)
 	r := *rec
-	c.pending = append(c.pending, pendingRepair{kind: "brakes", node: n.Name, seen: at, rec: &r, rv: rv, zone: n.Labels[labelZone]},
+	c.pending = append(c.pending, pendingRepair{kind: "brakes", node: n.Name, seen: at, rec: &r, rv: rv, zone: n.Labels[zoneLabel]},
 		pendingRepair{kind: "unhealthy", node: n.Name, seen: at, decided: rec.RepairSince})
 }
 
 // viewBefore is node name's version as the API server had it when the
 // version rv of another node was written: the last one with a smaller
 // resourceVersion, or without resourceVersions the last one seen by at.
-func (c *repairChecker) viewBefore(name string, rv uint64, at time.Time) (nodeView, bool) {
+func (c *RepairChecker) viewBefore(name string, rv uint64, at time.Time) (nodeView, bool) {
 	var out nodeView
 	ok := false
 	for _, v := range c.views[name] {
@@ -601,7 +617,7 @@ func (c *repairChecker) viewBefore(name string, rv uint64, at time.Time) (nodeVi
 }
 
 // checkBrakes is brakes' judgement, once the slack has passed.
-func (c *repairChecker) checkBrakes(p pendingRepair) {
+func (c *RepairChecker) checkBrakes(p pendingRepair) {
 	at, rec := p.seen, p.rec
 	if c.blindDuring(at.Add(-2*c.slack), at) {
 		return
@@ -617,24 +633,24 @@ func (c *repairChecker) checkBrakes(p pendingRepair) {
 			continue
 		}
 		pool = append(pool, name)
-		if m := c.nodes[name]; name == p.node || m != nil && m.Labels[labelZone] == p.zone {
+		if m := c.nodes[name]; name == p.node || m != nil && m.Labels[zoneLabel] == p.zone {
 			inZone = append(inZone, name)
 		}
 	}
 	sort.Strings(pool)
 	sort.Strings(inZone)
-	if l := limit(c.pol.MaxInRepair, c.maxPool); len(pool) > l {
+	if l := brakeLimit(c.pol.MaxInRepair, c.maxPool); len(pool) > l {
 		c.violate(at, InvRepairBrakes, "node/"+p.node, "repair started (%s) with %d nodes of pool %s in repair (%s), maxInRepair %s (%d of %d)",
 			*rec, len(pool), c.pol.Name, strings.Join(pool, ","), c.pol.MaxInRepair.String(), l, c.maxPool)
 	}
-	if l := limit(c.pol.MaxInRepairPerZone, c.maxZonePool[p.zone]); len(inZone) > l {
+	if l := brakeLimit(c.pol.MaxInRepairPerZone, c.maxZonePool[p.zone]); len(inZone) > l {
 		c.violate(at, InvRepairBrakes, "node/"+p.node, "repair started (%s) with %d nodes of pool %s in zone %s in repair (%s), maxInRepairPerZone %s (%d of %d)",
 			*rec, len(inZone), c.pol.Name, p.zone, strings.Join(inZone, ","), c.pol.MaxInRepairPerZone.String(), l, c.maxZonePool[p.zone])
 	}
 }
 
 // ObserveRequests takes the fake cloud's requests ConfigMap as watched.
-func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
+func (c *RepairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sight(at)
@@ -670,7 +686,7 @@ func (c *repairChecker) ObserveRequests(at time.Time, cm *v1.ConfigMap) {
 type blindInterval struct{ from, to time.Time }
 
 // WatchBroken notes an error of one of the checker's watches at at.
-func (c *repairChecker) WatchBroken(at time.Time) {
+func (c *RepairChecker) WatchBroken(at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.blindFrom.IsZero() {
@@ -682,7 +698,7 @@ func (c *repairChecker) WatchBroken(at time.Time) {
 
 // sight closes an open blind interval once a watch delivers after its last
 // error (the mutex is held).
-func (c *repairChecker) sight(at time.Time) {
+func (c *RepairChecker) sight(at time.Time) {
 	if !c.blindFrom.IsZero() && at.After(c.lastBroken) {
 		c.blind = append(c.blind, blindInterval{c.blindFrom, at})
 		c.note(at, "the checker's watches deliver again (blind since %s)", c.blindFrom.Format("15:04:05.000"))
@@ -692,7 +708,7 @@ func (c *repairChecker) sight(at time.Time) {
 
 // blindDuring says whether the checker's watches were broken at some moment
 // of [from, to].
-func (c *repairChecker) blindDuring(from, to time.Time) bool {
+func (c *RepairChecker) blindDuring(from, to time.Time) bool {
 	if !c.blindFrom.IsZero() && !c.blindFrom.After(to) {
 		return true
 	}
@@ -708,7 +724,7 @@ func (c *repairChecker) blindDuring(from, to time.Time) bool {
 // policy (UID/boot/policy/step, cloudprovider.RequestID), which decides when
 // it names a policy the checkers know (chaos seed 70021: the chaos policy's
 // Fence power-off was judged as chaos-fence's); otherwise by action.
-func (c *repairChecker) judges(r fakecloud.Request) bool {
+func (c *RepairChecker) judges(r fakecloud.Request) bool {
 	if parts := strings.SplitN(r.ID, "/", 4); len(parts) == 4 {
 		if parts[2] == c.pol.Name {
 			return true
@@ -722,7 +738,7 @@ func (c *repairChecker) judges(r fakecloud.Request) bool {
 
 // write is a request written: (d) each ID once, one request of an action
 // per boot of a Node; (b) pending: the node in the pool when written.
-func (c *repairChecker) write(at time.Time, node string, r fakecloud.Request) {
+func (c *RepairChecker) write(at time.Time, node string, r fakecloud.Request) {
 	c.note(at, "request %s %s written (%s)", r.Action, node, r.ID)
 	c.stats["request "+r.Action]++
 	obj := "node/" + node
@@ -737,10 +753,10 @@ func (c *repairChecker) write(at time.Time, node string, r fakecloud.Request) {
 	if parts := strings.SplitN(r.ID, "/", 3); len(parts) == 3 {
 		key := parts[0] + "/" + parts[1] + "/" + r.Action
 		ids := c.byBoot[key]
-		if len(ids) > 0 && !contains(ids, r.ID) {
+		if len(ids) > 0 && !slices.Contains(ids, r.ID) {
 			c.violate(at, InvRepairRequests, obj, "a second %s for Node UID %s boot %s: %s after %s", r.Action, parts[0], parts[1], r.ID, strings.Join(ids, ", "))
 		}
-		if !contains(ids, r.ID) {
+		if !slices.Contains(ids, r.ID) {
 			c.byBoot[key] = append(ids, r.ID)
 		}
 	} else {
@@ -767,7 +783,7 @@ func stepAction(requestAction string) string {
 // the policy and unhealthy by its condition (repair-selection for a climb,
 // repair-unhealthy), and, for a request, carried this policy's record at
 // the action's step (repair-ladder: no step skipped).
-func (c *repairChecker) checkStep(p pendingRepair) {
+func (c *RepairChecker) checkStep(p pendingRepair) {
 	from, to := p.seen.Add(-c.slack), p.seen.Add(c.slack)
 	if c.blindDuring(from.Add(-c.slack), to) {
 		c.note(p.seen, "%s %s of %s across the checker's blind watches, not judged", p.action, p.id, p.node)
@@ -811,19 +827,10 @@ func (c *repairChecker) checkStep(p pendingRepair) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // within returns the node's views visible at some moment of [from, to]:
 // those the API may have shown at any moment of [from, to-slack] when
 // every watch delay is under the slack.
-func (c *repairChecker) within(node string, from, to time.Time) []nodeView {
+func (c *RepairChecker) within(node string, from, to time.Time) []nodeView {
 	vs := c.views[node]
 	var out []nodeView
 	for i, v := range vs {
@@ -841,7 +848,7 @@ func (c *repairChecker) within(node string, from, to time.Time) []nodeView {
 // unhealthyAt says whether the view's condition made the node unhealthy at
 // t, as the policy judges: its status held since its transition (a whole
 // second, so from the next one unless it has a fraction) plus For.
-func (c *repairChecker) unhealthyAt(v nodeView, t time.Time) bool {
+func (c *RepairChecker) unhealthyAt(v nodeView, t time.Time) bool {
 	if !v.exists || v.cond == nil || v.cond.Status != c.pol.Status {
 		return false
 	}
@@ -853,20 +860,20 @@ func (c *repairChecker) unhealthyAt(v nodeView, t time.Time) bool {
 }
 
 // Settle decides the pending checks whose window has passed.
-func (c *repairChecker) Settle(at time.Time) {
+func (c *RepairChecker) Settle(at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.settle(at)
 }
 
 // Pending says how many checks wait for their window.
-func (c *repairChecker) Pending() int {
+func (c *RepairChecker) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.pending)
 }
 
-func (c *repairChecker) settle(at time.Time) {
+func (c *RepairChecker) settle(at time.Time) {
 	var keep []pendingRepair
 	for _, p := range c.pending {
 		if at.Sub(p.seen) <= c.slack {
@@ -893,7 +900,7 @@ func (c *repairChecker) settle(at time.Time) {
 // checker sees it, so the node's version then is among those visible from
 // the slack before to the slack after; all of them out of the pool (or no
 // Node) is a request for a node the policy did not select.
-func (c *repairChecker) checkSelection(p pendingRepair) {
+func (c *RepairChecker) checkSelection(p pendingRepair) {
 	from, to := p.seen.Add(-c.slack), p.seen.Add(c.slack)
 	if c.blindDuring(from.Add(-c.slack), to) {
 		return
@@ -919,7 +926,7 @@ func (c *repairChecker) checkSelection(p pendingRepair) {
 // writing, so each node's version it read is visible to the checker from
 // the decision to the slack after the record was seen: a node counts only
 // if every one of them was in the pool and unhealthy at the decision.
-func (c *repairChecker) checkUnhealthy(p pendingRepair) {
+func (c *RepairChecker) checkUnhealthy(p pendingRepair) {
 	from, to := p.decided, p.seen.Add(c.slack)
 	var sick []string
 	for name := range c.views {
@@ -933,7 +940,7 @@ func (c *repairChecker) checkUnhealthy(p pendingRepair) {
 		}
 	}
 	sort.Strings(sick)
-	if l := limit(c.pol.MaxUnhealthy, c.maxPool); len(sick) > l {
+	if l := brakeLimit(c.pol.MaxUnhealthy, c.maxPool); len(sick) > l {
 		c.violate(p.seen, InvRepairBrakes, "node/"+p.node, "repair started (decided %s) while %d nodes of pool %s were unhealthy (%s), maxUnhealthy %s (%d)",
 			p.decided.Format("15:04:05.000"), len(sick), c.pol.Name, strings.Join(sick, ","), c.pol.MaxUnhealthy.String(), l)
 	}
@@ -947,7 +954,7 @@ func dashIfNone(list []string) string {
 }
 
 // InRepair lists the nodes carrying a record now.
-func (c *repairChecker) InRepair() []string {
+func (c *RepairChecker) InRepair() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
@@ -965,7 +972,7 @@ func (c *repairChecker) InRepair() []string {
 }
 
 // Done lists the request IDs fakenodes marked carried out.
-func (c *repairChecker) Done() []string {
+func (c *RepairChecker) Done() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.done...)
@@ -974,7 +981,7 @@ func (c *repairChecker) Done() []string {
 // CheckProgress is the end-of-run check: every fault ended, every node's
 // condition was cleared, so every repair ends within the bound (healthy
 // for the hold time, or its Node replaced).
-func (c *repairChecker) CheckProgress(at time.Time, bound time.Duration) {
+func (c *RepairChecker) CheckProgress(at time.Time, bound time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	names := make([]string, 0, len(c.nodes))
@@ -1002,7 +1009,7 @@ func (c *repairChecker) CheckProgress(at time.Time, bound time.Duration) {
 }
 
 // Summary says what the repairs did, for the seed's log line.
-func (c *repairChecker) Summary() string {
+func (c *RepairChecker) Summary() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	keys := make([]string, 0, len(c.stats))
@@ -1022,7 +1029,7 @@ func (c *repairChecker) Summary() string {
 
 // ObserveEvent notes the remediation controller's events in the timeline
 // (not judged: they explain).
-func (c *repairChecker) ObserveEvent(at time.Time, e *v1.Event) {
+func (c *RepairChecker) ObserveEvent(at time.Time, e *v1.Event) {
 	if !c.events || !strings.HasPrefix(e.Reason, "Remediation") {
 		return
 	}
@@ -1034,64 +1041,77 @@ func (c *repairChecker) ObserveEvent(at time.Time, e *v1.Event) {
 	c.note(at, "event %s %s/%s: %s", e.Reason, strings.ToLower(e.InvolvedObject.Kind), e.InvolvedObject.Name, e.Message)
 }
 
-// repairCheckers are the checkers of every policy of the run, each judging
-// its own.
-type repairCheckers []*repairChecker
+// RepairCheckers are the checkers of every policy of the run, each judging
+// its own (WatchRepairs tells each of the others).
+type RepairCheckers []*RepairChecker
 
-func (rs repairCheckers) each(f func(c *repairChecker)) {
+func (rs RepairCheckers) each(f func(c *RepairChecker)) {
 	for _, c := range rs {
 		f(c)
 	}
 }
 
 // InRepair lists the nodes in repair under any policy.
-func (rs repairCheckers) InRepair() []string {
+func (rs RepairCheckers) InRepair() []string {
 	var out []string
-	rs.each(func(c *repairChecker) { out = append(out, c.InRepair()...) })
+	rs.each(func(c *RepairChecker) { out = append(out, c.InRepair()...) })
 	return out
 }
 
-func (rs repairCheckers) CheckProgress(at time.Time, bound time.Duration) {
-	rs.each(func(c *repairChecker) { c.CheckProgress(at, bound) })
+// CheckProgress is every checker's end-of-run check.
+func (rs RepairCheckers) CheckProgress(at time.Time, bound time.Duration) {
+	rs.each(func(c *RepairChecker) { c.CheckProgress(at, bound) })
 }
 
-func (rs repairCheckers) Pending() int {
+// Pending says how many checks wait for their window, in all.
+func (rs RepairCheckers) Pending() int {
 	n := 0
-	rs.each(func(c *repairChecker) { n += c.Pending() })
+	rs.each(func(c *RepairChecker) { n += c.Pending() })
 	return n
 }
 
-func (rs repairCheckers) Done() []string {
+// Done lists the request IDs carried out, of every checker.
+func (rs RepairCheckers) Done() []string {
 	var out []string
-	rs.each(func(c *repairChecker) { out = append(out, c.Done()...) })
+	rs.each(func(c *RepairChecker) { out = append(out, c.Done()...) })
 	return out
 }
 
-func (rs repairCheckers) Violations() []chaos.Violation {
-	var out []chaos.Violation
-	rs.each(func(c *repairChecker) { out = append(out, c.Violations()...) })
+// Violations returns what every checker found so far.
+func (rs RepairCheckers) Violations() []Violation {
+	var out []Violation
+	rs.each(func(c *RepairChecker) { out = append(out, c.Violations()...) })
 	return out
 }
 
-func (rs repairCheckers) Timeline() []chaos.Entry {
-	var out []chaos.Entry
-	rs.each(func(c *repairChecker) { out = append(out, c.Timeline()...) })
+// Timeline returns every checker's timeline, one after another.
+func (rs RepairCheckers) Timeline() []Entry {
+	var out []Entry
+	rs.each(func(c *RepairChecker) { out = append(out, c.Timeline()...) })
 	return out
 }
 
-func (rs repairCheckers) Summary() string {
+// Summary says what the repairs of each policy did.
+func (rs RepairCheckers) Summary() string {
 	var parts []string
-	rs.each(func(c *repairChecker) { parts = append(parts, c.pol.Name+": "+c.Summary()) })
+	rs.each(func(c *RepairChecker) { parts = append(parts, c.pol.Name+": "+c.Summary()) })
 	return strings.Join(parts, "; ")
 }
 
-// watchRepairs feeds the repair checkers from their own informers (Nodes,
+// WatchBroken notes an error of the checkers' watches at at in each of
+// them: the runner says so when it restarts the API server.
+func (rs RepairCheckers) WatchBroken(at time.Time) {
+	rs.each(func(c *RepairChecker) { c.WatchBroken(at) })
+}
+
+// WatchRepairs feeds the repair checkers from their own informers (Nodes,
 // the fake cloud's requests and machine states ConfigMaps, events), through
 // a client that bypasses the fault proxy, until ctx ends; it returns once
 // they are synced. Each checker leaves the others' records to them; the
 // first one judges the fake cloud's reboots and replacements and notes the
-// events, the others the other requests.
-func watchRepairs(ctx context.Context, client kubernetes.Interface, rs ...*repairChecker) error {
+// events, the others the other requests. Every checker sees each change
+// with the same time stamp.
+func WatchRepairs(ctx context.Context, client kubernetes.Interface, rs ...*RepairChecker) error {
 	for i, c := range rs {
 		for j, o := range rs {
 			if i != j {
@@ -1105,121 +1125,42 @@ func watchRepairs(ctx context.Context, client kubernetes.Interface, rs ...*repai
 			c.requestActions = func(a string) bool { return a == "reboot" || a == "replace" }
 		}
 	}
-	f := informers.NewSharedInformerFactory(client, 0)
-	cmsFor := func(name string) informers.SharedInformerFactory {
-		return informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(fakecloud.ConfigMapNamespace),
+	all := RepairCheckers(rs).each
+	w := &feed{ctx: ctx, who: "repair checker"}
+	f := w.factory(informers.NewSharedInformerFactory(client, 0))
+	// The fake cloud's ConfigMaps, each on a watch of its own by name.
+	configMap := func(name string) cache.SharedIndexInformer {
+		return w.factory(informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(fakecloud.ConfigMapNamespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-			}))
+			}))).Core().V1().ConfigMaps().Informer()
 	}
-	cms, machines := cmsFor(fakecloud.RequestsConfigMapName), cmsFor(fakecloud.ConfigMapName)
-	untomb := func(obj any) any {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			return d.Obj
-		}
-		return obj
-	}
-	all := func(f func(c *repairChecker)) {
-		for _, c := range rs {
-			f(c)
-		}
-	}
-	var errs []error
-	_, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
+	nodes, requests, machines := f.Core().V1().Nodes().Informer(), configMap(fakecloud.RequestsConfigMapName), configMap(fakecloud.ConfigMapName)
+	w.on(nodes, func(obj any, deleted bool) {
+		if n, ok := obj.(*v1.Node); ok {
 			now := time.Now()
-			all(func(c *repairChecker) { c.ObserveNode(now, obj.(*v1.Node), false) })
-		},
-		UpdateFunc: func(_, obj any) {
-			now := time.Now()
-			all(func(c *repairChecker) { c.ObserveNode(now, obj.(*v1.Node), false) })
-		},
-		DeleteFunc: func(obj any) {
-			if n, ok := untomb(obj).(*v1.Node); ok {
-				now := time.Now()
-				all(func(c *repairChecker) { c.ObserveNode(now, n, true) })
-			}
-		},
+			all(func(c *RepairChecker) { c.ObserveNode(now, n, deleted) })
+		}
 	})
-	errs = append(errs, err)
-	_, err = f.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { now := time.Now(); all(func(c *repairChecker) { c.ObserveEvent(now, obj.(*v1.Event)) }) },
-		UpdateFunc: func(_, obj any) {
+	w.on(f.Core().V1().Events().Informer(), func(obj any, deleted bool) {
+		if e, ok := obj.(*v1.Event); ok && !deleted {
 			now := time.Now()
-			all(func(c *repairChecker) { c.ObserveEvent(now, obj.(*v1.Event)) })
-		},
+			all(func(c *RepairChecker) { c.ObserveEvent(now, e) })
+		}
 	})
-	errs = append(errs, err)
-	_, err = cms.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
+	w.on(requests, func(obj any, deleted bool) {
+		if cm, ok := obj.(*v1.ConfigMap); ok && !deleted {
 			now := time.Now()
-			all(func(c *repairChecker) { c.ObserveRequests(now, obj.(*v1.ConfigMap)) })
-		},
-		UpdateFunc: func(_, obj any) {
-			now := time.Now()
-			all(func(c *repairChecker) { c.ObserveRequests(now, obj.(*v1.ConfigMap)) })
-		},
+			all(func(c *RepairChecker) { c.ObserveRequests(now, cm) })
+		}
 	})
-	errs = append(errs, err)
-	_, err = machines.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
+	w.on(machines, func(obj any, deleted bool) {
+		if cm, ok := obj.(*v1.ConfigMap); ok {
 			now := time.Now()
-			all(func(c *repairChecker) { c.ObserveMachines(now, obj.(*v1.ConfigMap), false) })
-		},
-		UpdateFunc: func(_, obj any) {
-			now := time.Now()
-			all(func(c *repairChecker) { c.ObserveMachines(now, obj.(*v1.ConfigMap), false) })
-		},
-		DeleteFunc: func(obj any) {
-			if cm, ok := untomb(obj).(*v1.ConfigMap); ok {
-				now := time.Now()
-				all(func(c *repairChecker) { c.ObserveMachines(now, cm, true) })
-			}
-		},
+			all(func(c *RepairChecker) { c.ObserveMachines(now, cm, deleted) })
+		}
 	})
-	errs = append(errs, err)
-	for _, err := range errs {
-		if err != nil {
-			return fmt.Errorf("repair checker: %w", err)
-		}
-	}
-	broken := func(r *cache.Reflector, err error) {
-		if !errors.Is(err, io.EOF) { // io.EOF: a watch that ended normally
-			now := time.Now()
-			all(func(c *repairChecker) { c.WatchBroken(now) })
-		}
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	}
-	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().Nodes().Informer(), cms.Core().V1().ConfigMaps().Informer(), machines.Core().V1().ConfigMaps().Informer()} {
-		if err := inf.SetWatchErrorHandler(broken); err != nil {
-			return fmt.Errorf("repair checker: %w", err)
-		}
-	}
-	facs := []informers.SharedInformerFactory{f, cms, machines}
-	for _, fac := range facs {
-		fac.Start(ctx.Done())
-	}
-	for _, fac := range facs {
-		for typ, ok := range fac.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("repair checker: the %v watch did not sync", typ)
-			}
-		}
-	}
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				for _, fac := range facs {
-					fac.Shutdown()
-				}
-				return
-			case now := <-t.C:
-				all(func(c *repairChecker) { c.Settle(now) })
-			}
-		}
-	}()
-	return nil
+	// The events only explain: a gap in them hides no violation.
+	w.onBroken(RepairCheckers(rs).WatchBroken, nodes, requests, machines)
+	return w.run(func(now time.Time) { all(func(c *RepairChecker) { c.Settle(now) }) })
 }

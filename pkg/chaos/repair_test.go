@@ -3,7 +3,6 @@ package chaos
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,24 +10,38 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/chaos"
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
-	"github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
-// testRepairChecker feeds the repair checker made-up histories (no
-// cluster): each rule reports what breaks it and nothing else. TestChaos
-// runs it first (make chaos and make test run only TestChaos here).
-func testRepairChecker(t *testing.T) {
+// The policies the cases judge, those of the chaos run (test/chaos:
+// chaosPolicy, fencePolicy, drainPolicy) but for what the checker does not
+// read (the steps' timeouts, HealthyHold, TaintKey, Cooldown).
+var (
+	chaosPolicy = RepairPolicy{Name: "chaos", PoolLabel: "nodeshepherd.io/chaos-pool", PoolValue: "repair",
+		Condition: "ReadonlyFilesystem", Status: v1.ConditionTrue, For: 2 * time.Second,
+		Steps:       []RepairStep{{Action: "Taint"}, {Action: "Reboot"}, {Action: "Replace"}, {Action: "Fence"}},
+		MaxInRepair: intstr.FromInt32(2), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(3)}
+	fencePolicy = RepairPolicy{Name: "chaos-fence", PoolLabel: "nodeshepherd.io/chaos-fence", PoolValue: "fence",
+		Condition: "ChaosFence", Status: v1.ConditionTrue, For: 2 * time.Second,
+		Steps:       []RepairStep{{Action: "Taint"}, {Action: "Fence"}},
+		MaxInRepair: intstr.FromInt32(1), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(2)}
+	drainPolicy = RepairPolicy{Name: "chaos-drain", PoolLabel: "nodeshepherd.io/chaos-drain", PoolValue: "drain",
+		Condition: "ChaosDrain", Status: v1.ConditionTrue, For: 2 * time.Second,
+		Steps:       []RepairStep{{Action: "Drain"}, {Action: "Reboot"}},
+		MaxInRepair: intstr.FromInt32(1), MaxInRepairPerZone: intstr.FromInt32(1), MaxUnhealthy: intstr.FromInt32(2)}
+)
+
+// TestRepairChecker feeds the repair checker made-up histories (no
+// cluster): each rule reports what breaks it and nothing else.
+func TestRepairChecker(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	type nodeSpec struct {
 		name, zone string
 		pool       bool
-		rec        *record
+		rec        *repairRecord
 		sickSince  time.Time // zero: the condition False
 		uid        string
 		oos        bool // the out-of-service taint
@@ -36,7 +49,7 @@ func testRepairChecker(t *testing.T) {
 	}
 	mk := func(s nodeSpec) *v1.Node {
 		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.name, UID: types.UID("uid-" + s.name + s.uid),
-			Labels: map[string]string{labelZone: s.zone}, Annotations: map[string]string{}, ResourceVersion: s.rv}}
+			Labels: map[string]string{zoneLabel: s.zone}, Annotations: map[string]string{}, ResourceVersion: s.rv}}
 		if s.pool {
 			n.Labels[chaosPolicy.PoolLabel] = chaosPolicy.PoolValue
 		}
@@ -54,8 +67,8 @@ func testRepairChecker(t *testing.T) {
 		}
 		return n
 	}
-	rec := func(step int, since, repair float64) *record {
-		return &record{Policy: chaosPolicy.Name, Step: step, Action: chaosPolicy.Steps[step].Action, StepSince: at(since), RepairSince: at(repair)}
+	rec := func(step int, since, repair float64) *repairRecord {
+		return &repairRecord{Policy: chaosPolicy.Name, Step: step, Action: chaosPolicy.Steps[step].Action, StepSince: at(since), RepairSince: at(repair)}
 	}
 	req := func(id, action string) string {
 		b, _ := json.Marshal(fakecloud.Request{ID: id, Action: action})
@@ -239,7 +252,7 @@ func testRepairChecker(t *testing.T) {
 		want: []string{InvFenceRunning + " node/a0 out-of-service taint under policy chaos's Fence step while the fake cloud said the machine runs"},
 	}}
 	for _, tc := range cases {
-		c := newRepairChecker(chaosPolicy, 5*time.Second, true)
+		c := NewRepairChecker(chaosPolicy, 5*time.Second, true)
 		last := 0.0
 		for _, e := range append(base(), tc.events...) {
 			last = e.t
@@ -273,7 +286,7 @@ func testRepairChecker(t *testing.T) {
 	// is not judged across the blind stretch; one at 70 s, its record never
 	// at Reboot and the watches whole, is.
 	{
-		c := newRepairChecker(chaosPolicy, 5*time.Second, true)
+		c := NewRepairChecker(chaosPolicy, 5*time.Second, true)
 		for _, e := range append(base(), event{t: 10, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 10, 10)}}) {
 			c.ObserveNode(at(e.t), mk(*e.node), false)
 		}
@@ -293,12 +306,12 @@ func testRepairChecker(t *testing.T) {
 	// a person: not a repair that failed to progress; one at Reboot is.
 	{
 		fenceReq := map[string]string{"a0": req("uid-a0/boot1/chaos/4/Fence", "poweroff")}
-		chaosC := newRepairChecker(chaosPolicy, 5*time.Second, true)
-		fenceC := newRepairChecker(fencePolicy, 5*time.Second, true)
+		chaosC := NewRepairChecker(chaosPolicy, 5*time.Second, true)
+		fenceC := NewRepairChecker(fencePolicy, 5*time.Second, true)
 		chaosC.others[fencePolicy.Name], fenceC.others[chaosPolicy.Name] = true, true
 		chaosC.requestActions = func(a string) bool { return a == "reboot" || a == "replace" }
 		fenceC.requestActions = func(a string) bool { return a != "reboot" && a != "replace" }
-		for _, c := range []*repairChecker{chaosC, fenceC} {
+		for _, c := range []*RepairChecker{chaosC, fenceC} {
 			for _, e := range append(base(),
 				event{t: 5, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(0, 5, 5)}},
 				event{t: 6, node: &nodeSpec{name: "a0", zone: "zone-a", pool: true, sickSince: sick, rec: rec(1, 6, 5)}},
@@ -337,17 +350,17 @@ func testRepairChecker(t *testing.T) {
 	// did not complete under its cordon (d0: cordoned, drain not started)
 	// is a violation; one whose drain completed (d1) is not.
 	{
-		c := newRepairChecker(drainPolicy, 5*time.Second, true)
+		c := NewRepairChecker(drainPolicy, 5*time.Second, true)
 		node := func(name string, step int, drained bool, start float64) *v1.Node {
 			n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
-				Labels:      map[string]string{labelZone: "zone-a", drainPolicy.PoolLabel: drainPolicy.PoolValue},
+				Labels:      map[string]string{zoneLabel: "zone-a", drainPolicy.PoolLabel: drainPolicy.PoolValue},
 				Annotations: map[string]string{annDrainCordonedAt: "2026-11-26T10:00:06Z"}}, Spec: v1.NodeSpec{Unschedulable: true}}
 			n.Status.Conditions = []v1.NodeCondition{{Type: drainPolicy.Condition, Status: drainPolicy.Status, LastTransitionTime: metav1.NewTime(sick)}}
 			if drained {
-				n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: condDrainScheduled, Status: v1.ConditionFalse,
+				n.Status.Conditions = append(n.Status.Conditions, v1.NodeCondition{Type: condDrainSched, Status: v1.ConditionFalse,
 					Message: "Drain activity scheduled 2026-11-26T10:00:06Z | Completed: 2026-11-26T10:00:09Z"})
 			}
-			b, _ := json.Marshal(&record{Policy: drainPolicy.Name, Step: step, Action: drainPolicy.Steps[max(step, 0)].Action, StepSince: at(start + 10*float64(step)), RepairSince: at(start)})
+			b, _ := json.Marshal(&repairRecord{Policy: drainPolicy.Name, Step: step, Action: drainPolicy.Steps[max(step, 0)].Action, StepSince: at(start + 10*float64(step)), RepairSince: at(start)})
 			if step >= 0 {
 				n.Annotations[annRepairRecord] = string(b)
 			}
@@ -361,84 +374,11 @@ func testRepairChecker(t *testing.T) {
 		c.Settle(at(80))
 		wantOnlyViolation(t, c, "repair-drain", InvRepairDrain+" node/d0")
 	}
-
-	// The policies installed are ones the controller acts on, and say what
-	// the checker judges by.
-	for _, p := range []repairPolicy{fencePolicy, chaosPolicy, drainPolicy} {
-		var pol remediation.RemediationPolicy
-		if err := yaml.UnmarshalStrict([]byte(p.manifest()), &pol); err != nil {
-			t.Fatalf("the %s policy's manifest: %v\n%s", p.Name, err, p.manifest())
-		}
-		if errs := pol.Spec.Validate(field.NewPath("spec")); len(errs) > 0 {
-			t.Errorf("the %s policy is refused: %v", p.Name, errs.ToAggregate())
-		}
-	}
-	var pol remediation.RemediationPolicy
-	if err := yaml.UnmarshalStrict([]byte(chaosPolicy.manifest()), &pol); err != nil {
-		t.Fatal(err)
-	}
-	if !pol.Spec.Selects(&v1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{chaosPolicy.PoolLabel: chaosPolicy.PoolValue}}}) ||
-		pol.Spec.Selects(&v1.Node{}) || len(pol.Spec.Steps) != len(chaosPolicy.Steps) || pol.Spec.Brakes.MaxInRepair.String() != chaosPolicy.MaxInRepair.String() {
-		t.Errorf("the chaos policy reads back as %+v", pol.Spec)
-	}
-	for i, st := range pol.Spec.Steps {
-		if string(st.Action) != chaosPolicy.Steps[i].Action || st.Timeout.Duration != chaosPolicy.Steps[i].Timeout {
-			t.Errorf("the chaos policy's step %d reads back as %+v", i+1, st)
-		}
-	}
-
-	// The remediation faults are the seed's: the same seed, the same
-	// faults; every one ends inside the window.
-	zones := []chaos.Zone{{Name: "zone-a", Nodes: []string{"n0", "n1", "n2", "n3"}}, {Name: "zone-b", Nodes: []string{"n4", "n5", "n6", "n7"}}}
-	f1, s1 := repairSchedule(7, 60*time.Second, zones, 3, nil)
-	f2, s2 := repairSchedule(7, 60*time.Second, zones, 3, nil)
-	if !reflect.DeepEqual(f1, f2) || !reflect.DeepEqual(s1, s2) || len(f1) < 3 {
-		t.Errorf("seed 7: remediation faults differ between two draws, or too few (%d):\n%v\n%v", len(f1), f1, f2)
-	}
-	for _, f := range f1 {
-		if f.At+f.Duration > 60*time.Second || (f.Kind == kindPoolLeave && f.Nodes[0] != "n0" && f.Nodes[0] != "n1" && f.Nodes[0] != "n4" && f.Nodes[0] != "n5") {
-			t.Errorf("seed 7: %s: outside the window or the pool", f)
-		}
-	}
-}
-
-// A confirm-cut-start never overlaps a window in which the provider
-// cannot answer (chaos seed 160012): its machine, started again behind a
-// partition, is told from a dead one only by the provider.
-func TestConfirmCutStartOutsideBlindWindows(t *testing.T) {
-	zones := []chaos.Zone{{Name: "zone-a", Nodes: []string{"n0", "n1", "n2", "n3"}}, {Name: "zone-b", Nodes: []string{"n4", "n5", "n6", "n7"}}, {Name: "zone-c", Nodes: []string{"n8", "n9", "n10", "n11"}}}
-	kinds := []chaos.Kind{kindConfirmCutStart, kindConfirmCloudBlind, kindLeaderlessCloudBlind}
-	both := 0
-	for seed := int64(1); seed <= 300; seed++ {
-		faults, _ := personSchedule(seed, 60*time.Second, zones, 0, kinds)
-		var cuts, blinds []chaos.Fault
-		for _, f := range faults {
-			switch f.Kind {
-			case kindConfirmCutStart:
-				cuts = append(cuts, f)
-			case kindConfirmCloudBlind, kindLeaderlessCloudBlind:
-				blinds = append(blinds, f)
-			}
-		}
-		if len(cuts) > 0 && len(blinds) > 0 {
-			both++
-		}
-		for _, c := range cuts {
-			for _, b := range blinds {
-				if c.At < b.At+b.Duration && b.At < c.At+c.Duration {
-					t.Errorf("seed %d: %s overlaps %s", seed, c, b)
-				}
-			}
-		}
-	}
-	if both == 0 {
-		t.Error("no seed draws both kinds: the test shows nothing")
-	}
 }
 
 // wantOnlyViolation checks that c found one violation, want ("invariant
 // node/NAME"), in the case what.
-func wantOnlyViolation(t *testing.T, c *repairChecker, what, want string) {
+func wantOnlyViolation(t *testing.T, c *RepairChecker, what, want string) {
 	t.Helper()
 	var got []string
 	for _, v := range c.Violations() {
