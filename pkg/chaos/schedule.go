@@ -117,13 +117,16 @@ const LaggedHeal Kind = "lagged-heal"
 // node a is cut off (tainted at the grace period, taking the zone's
 // token), b half a second later (judged Unknown, its taint waiting some
 // 10s for the next token at --node-eviction-rate 0.1), c 6s in; from 6.5s
-// every quorum read of the Leases (the fresh reads that confirm a
-// silence; the watches answer) fails with 500 for the fault's length. c is
-// then overdue and never confirmed: a suspect. Counted Ready, the zone
-// would be Normal (2 of 4) and b's taint would go out at its token; but c
-// is silent, the zone is 3 of 4 down (PartialDisruption, rate 0 for a
-// small zone): only a zone whose suspects are unsettled tainting nothing
-// keeps the zone rules.
+// every quorum LIST of the Leases and every quorum GET of c's (the fresh
+// reads that confirm a silence; the watches answer) fails with 500 for the
+// fault's length. c is then overdue and never confirmed: a suspect. Counted
+// Ready, the zone would be Normal (2 of 4) and b's taint would go out at its
+// token; but c is silent, the zone is 3 of 4 down (PartialDisruption, rate 0
+// for a small zone): only a zone whose suspects are unsettled tainting
+// nothing keeps the zone rules. b's own GET answers: the read of a node's
+// Lease right before its taint would otherwise fail too and hold the taint
+// back by itself, and the zone rule would go unexercised (its mutant was
+// caught by seed 2 of 6 on cbe1c47, by none on bff02d7 before this).
 const UnsettledZone Kind = "unsettled-zone"
 
 // SilentNewcomer: drawn only when Kinds names it: two nodes of a zone of 4
@@ -250,7 +253,7 @@ const (
 	OpHoldRelease        Op = "hold-release"   // the held writes forwarded now: they land late
 	OpAPIHangStart       Op = "api-hang-start" // fault proxy: every request of Resource held unsent until its client gives up
 	OpAPIHangEnd         Op = "api-hang-end"
-	OpQuorumErrorsStart  Op = "quorum-errors-start" // fault proxy: 500 to every quorum read (resourceVersion "") of Resource in kube-node-lease
+	OpQuorumErrorsStart  Op = "quorum-errors-start" // fault proxy: 500 to every quorum read (resourceVersion "") of Resource in kube-node-lease; with Nodes, to every quorum LIST and those objects' quorum GETs
 	OpQuorumErrorsEnd    Op = "quorum-errors-end"
 	OpStatusRefusedStart Op = "status-refused-start" // fault proxy: 500 to every write of the status of Nodes
 	OpStatusRefusedEnd   Op = "status-refused-end"
@@ -814,7 +817,7 @@ func generateTargeted(o Options, kinds []Kind, sched *Schedule, busy *busyTimes)
 			add(0, Step{Op: OpPartition, Nodes: f.Nodes[:1]})
 			add(500*time.Millisecond, Step{Op: OpPartition, Nodes: f.Nodes[1:2]})
 			add(cFrom, Step{Op: OpPartition, Nodes: f.Nodes[2:]})
-			add(readsFrom, Step{Op: OpQuorumErrorsStart, Resource: "leases"})
+			add(readsFrom, Step{Op: OpQuorumErrorsStart, Resource: "leases", Nodes: f.Nodes[2:]})
 			add(cFrom+d, Step{Op: OpQuorumErrorsEnd, Resource: "leases"})
 			add(heal, Step{Op: OpHeal, Nodes: f.Nodes})
 		case RefusedMark:

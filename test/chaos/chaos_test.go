@@ -740,7 +740,9 @@ func (c *cluster) apply(ctx context.Context, s chaos.Step) string {
 		}
 		c.rules[s.Fault] = c.proxy.Inject(r)
 	case chaos.OpQuorumErrorsStart:
-		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Namespace: v1.NamespaceNodeLease, QuorumRead: true, Kind: framework.FaultStatus, Status: 500})
+		// With Nodes: every fresh LIST and those nodes' fresh GETs only.
+		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Resource: s.Resource, Namespace: v1.NamespaceNodeLease, QuorumRead: true,
+			Names: s.Nodes, ListsToo: len(s.Nodes) > 0, Kind: framework.FaultStatus, Status: 500})
 	case chaos.OpStatusRefusedStart:
 		c.rules[s.Fault] = c.proxy.Inject(framework.FaultRule{Name: fmt.Sprintf("chaos-%d", s.Fault), Methods: framework.Writes, Resource: "nodes", Subresource: "status",
 			Names: s.Nodes, Kind: framework.FaultStatus, Status: 500})

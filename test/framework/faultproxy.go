@@ -128,7 +128,11 @@ type FaultRule struct {
 	// Namespace: only requests in this namespace (any when empty).
 	Namespace string
 	// Names: only requests of these objects (any when empty).
-	Names      []string
+	Names []string
+	// ListsToo: with Names, lists of the resource (GETs of the collection)
+	// match too: a fault on every fresh LIST and on the GETs of some objects
+	// only, the others' GETs answered.
+	ListsToo   bool
 	Kind       FaultKind
 	Status     int
 	RetryAfter int           // seconds, for FaultStatus
@@ -369,7 +373,9 @@ func (fr *FaultRule) matches(r *http.Request, resource, sub string, watch bool) 
 		return false
 	}
 	if len(fr.Names) > 0 {
-		if _, _, name := requestInfo(r.URL.Path); !containsString(fr.Names, name) {
+		_, _, name := requestInfo(r.URL.Path)
+		list := fr.ListsToo && name == "" && r.Method == http.MethodGet && !watch
+		if !containsString(fr.Names, name) && !list {
 			return false
 		}
 	}
