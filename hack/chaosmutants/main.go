@@ -233,7 +233,10 @@ func (r *runner) prepare(name, patch string) (*build, error) {
 		return b, fmt.Errorf("copying the tree: %w", err)
 	}
 	if patch != "" {
-		cmd := exec.Command("git", "apply", "--whitespace=nowarn", filepath.Join(r.root, patch))
+		if !filepath.IsAbs(patch) { // -dir may name a directory outside the tree
+			patch = filepath.Join(r.root, patch)
+		}
+		cmd := exec.Command("git", "apply", "--whitespace=nowarn", patch)
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return b, fmt.Errorf("git apply %s: %v: %s (the mutant no longer applies: re-make it against the current tree)", patch, err, strings.TrimSpace(string(out)))
