@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X github.com/nodeshepherd/nodeshepherd/pkg/version.Version=$(VERSION) -X github.com/nodeshepherd/nodeshepherd/pkg/version.Commit=$(COMMIT)
 CONTROLPLANE_BINS := $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubemark
-CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(wildcard hack/controlplane/*/main.go) hack/build-controlplane.sh
+CONTROLPLANE_SRC := hack/controlplane/go.mod hack/controlplane/go.sum $(filter-out %_test.go,$(wildcard hack/controlplane/*/*.go)) hack/build-controlplane.sh
 GO_TEST_FLAGS ?=
 export NODESHEPHERD_BIN_DIR := $(BIN)
 # The Go compiler and linker, the tests and the control plane collect garbage

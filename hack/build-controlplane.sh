@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the upstream control-plane binaries (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler) and kubemark's hollow node (the real
-# kubelet with a fake runtime, for rehearsals on real kubelet code) from the Go
+# kubelet with a fake runtime, for rehearsals on real kubelet code; with
+# nodeshepherd's --boot-id, hack/controlplane/kubemark/bootid.go) from the Go
 # module proxy into bin/.
 # A cold build compiles a few thousand packages: progress is printed as it goes.
 set -euo pipefail

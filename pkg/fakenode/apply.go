@@ -2,16 +2,12 @@ package fakenode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
-	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
@@ -202,9 +198,6 @@ func (m *Manager) States() []NodeState {
 	return out
 }
 
-// publishMachines writes the machines that are not running into the fake
-// cloud's ConfigMap (one key per node; a missing key means running), where
-// the fake cloud provider reads them. Only this process's keys are touched.
 // SetCloudError makes the fake cloud provider answer every question about
 // the named machines with an error (on), or their state again (off): a
 // provider blind to those machines only, the others still seen.
@@ -221,38 +214,23 @@ func (m *Manager) SetCloudError(ctx context.Context, names []string, on bool) er
 	return m.publishMachines(ctx)
 }
 
+// publishMachines writes the machines that are not running into the fake
+// cloud's ConfigMap (one key per node; a missing key means running), where
+// the fake cloud provider reads them. Only this process's keys are touched.
 func (m *Manager) publishMachines(ctx context.Context) error {
-	data := map[string]any{}
+	states := map[string]string{}
 	for _, name := range m.names {
 		n := m.nodes[name]
 		n.mu.Lock()
 		switch {
 		case n.cloudError:
-			data[name] = fakecloud.Error
+			states[name] = fakecloud.Error
 		case n.machine != "" && n.machine != fakecloud.Running:
-			data[name] = n.machine
+			states[name] = n.machine
 		default:
-			data[name] = nil // running: a JSON merge patch deletes the key
+			states[name] = fakecloud.Running
 		}
 		n.mu.Unlock()
 	}
-	cms := m.cfg.Client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace)
-	patch, _ := json.Marshal(map[string]any{"data": data})
-	_, err := cms.Patch(ctx, fakecloud.ConfigMapName, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fakecloud.ConfigMapName, Namespace: fakecloud.ConfigMapNamespace}, Data: map[string]string{}}
-		for k, v := range data {
-			if s, ok := v.(string); ok {
-				cm.Data[k] = s
-			}
-		}
-		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			_, err = cms.Patch(ctx, fakecloud.ConfigMapName, types.MergePatchType, patch, metav1.PatchOptions{})
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("publishing machine states in %s/%s: %w", fakecloud.ConfigMapNamespace, fakecloud.ConfigMapName, err)
-	}
-	return nil
+	return fakecloud.Publish(ctx, m.cfg.Client, states)
 }

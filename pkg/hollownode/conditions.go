@@ -28,8 +28,21 @@ const FieldManager = "nodeshepherd-hollownode"
 // status.conditions (merged by type), with lastTransitionTime kept when
 // the status does not change. An empty reason is FaultInjected, or
 // FaultCleared for the condition's healthy status (True for Ready, False
-// for the others).
+// for the others). A reboot of the machine (MachineStart) sets the
+// condition back to its healthy status, as node-problem-detector reports
+// after a boot.
 func (f *Fleet) SetCondition(ctx context.Context, c v1.NodeCondition, names ...string) error {
+	return f.setCondition(ctx, c, false, names)
+}
+
+// SetLastingCondition is SetCondition for a condition that survives
+// reboots of the machine (a hardware fault, a bad disk): MachineStart
+// leaves it, but for a machine deleted and started again (a new machine).
+func (f *Fleet) SetLastingCondition(ctx context.Context, c v1.NodeCondition, names ...string) error {
+	return f.setCondition(ctx, c, true, names)
+}
+
+func (f *Fleet) setCondition(ctx context.Context, c v1.NodeCondition, survivesReboot bool, names []string) error {
 	ns, err := f.resolve(names)
 	if err != nil {
 		return err
@@ -48,6 +61,9 @@ func (f *Fleet) SetCondition(ctx context.Context, c v1.NodeCondition, names ...s
 	}
 	var errs []error
 	for _, n := range ns {
+		n.mu.Lock()
+		n.m.setFault(c.Type, c.Status, survivesReboot)
+		n.mu.Unlock()
 		errs = append(errs, f.patchCondition(ctx, n.name, c))
 	}
 	return errors.Join(errs...)

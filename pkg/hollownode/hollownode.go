@@ -4,7 +4,9 @@
 // so that a node can be partitioned the way a network partition looks to
 // the kubelet (issue 47). It is the real-kubelet counterpart of package
 // fakenode: the same node names, zones and labels, and the faults that
-// a process and a proxy can give (partition, heal, kubelet stop and start).
+// a process and a proxy can give (partition, heal, kubelet stop and start,
+// and a machine's power cycle, with a boot ID that nodeshepherd's kubemark
+// build reports: --boot-id, hack/controlplane/kubemark).
 package hollownode
 
 import (
@@ -154,6 +156,7 @@ type node struct {
 	args       []string
 	mu         sync.Mutex
 	proc       *process // nil while the kubelet is stopped
+	m          machine
 }
 
 type process struct {
@@ -193,7 +196,7 @@ func Start(ctx context.Context, cfg Config, timeout time.Duration, progress func
 	f := &Fleet{cfg: cfg, client: client, nodes: map[string]*node{}}
 	for i := 0; i < cfg.Nodes; i++ {
 		sp := cfg.spec(i)
-		n := &node{name: sp.Name, zone: sp.Zone, dir: filepath.Join(cfg.Dir, sp.Name)}
+		n := &node{name: sp.Name, zone: sp.Zone, dir: filepath.Join(cfg.Dir, sp.Name), m: newMachine()}
 		f.nodes[n.name] = n
 		f.names = append(f.names, n.name)
 		if err := f.prepare(n, target); err != nil {
@@ -305,18 +308,19 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// start runs the node's kubelet process (appending to its log).
+// start runs the node's kubelet process (appending to its log) with the
+// machine's boot ID; nothing while it runs or while the machine is off.
 func (n *node) start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.proc != nil {
+	if n.proc != nil || !n.m.on() {
 		return nil
 	}
 	log, err := os.OpenFile(filepath.Join(n.dir, "kubelet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(n.binary, n.args...)
+	cmd := exec.Command(n.binary, append(slices.Clone(n.args), "--boot-id="+n.m.boot)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// The kubelet's root and the fake runtime's socket go under the node's
 	// own directory.
@@ -351,9 +355,18 @@ func (n *node) stop(grace time.Duration) {
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-p.done
+		p.kill()
 	}
+}
+
+// kill ends the process group at once (SIGKILL) and waits for it; nothing
+// for a nil process.
+func (p *process) kill() {
+	if p == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
 }
 
 // Names are the nodes' names, sorted.
@@ -387,18 +400,22 @@ func (f *Fleet) resolve(names []string) ([]*node, error) {
 // Partition cuts the nodes off the API server: their proxies stop
 // forwarding, both ways, and close nothing.
 func (f *Fleet) Partition(names ...string) error {
-	ns, err := f.resolve(names)
-	for _, n := range ns {
-		n.proxy.Cut()
-	}
-	return err
+	return f.setPartitioned(names, true)
 }
 
-// Heal ends the nodes' partition.
+// Heal ends the nodes' partition; the proxy of a machine that is off stays
+// cut until it starts (MachineStart).
 func (f *Fleet) Heal(names ...string) error {
+	return f.setPartitioned(names, false)
+}
+
+func (f *Fleet) setPartitioned(names []string, on bool) error {
 	ns, err := f.resolve(names)
 	for _, n := range ns {
-		n.proxy.Heal()
+		n.mu.Lock()
+		n.m.partitioned = on
+		n.applyCut()
+		n.mu.Unlock()
 	}
 	return err
 }
@@ -413,7 +430,8 @@ func (f *Fleet) KubeletStop(names ...string) error {
 }
 
 // KubeletStart starts the nodes' kubelets again: the real kubelet's
-// start-up path, with the same flags.
+// start-up path, with the same flags and boot ID. The kubelet of a machine
+// that is off does not start (MachineStart boots it).
 func (f *Fleet) KubeletStart(names ...string) error {
 	ns, err := f.resolve(names)
 	if err != nil {
@@ -502,7 +520,11 @@ func (f *Fleet) waitReady(ctx context.Context, names []string, timeout time.Dura
 			if p != nil {
 				select {
 				case <-p.done:
-					return fmt.Errorf("hollow node %s exited (%v) before it was Ready; its log: %s", name, p.err, filepath.Join(n.dir, "kubelet.log"))
+					log := filepath.Join(n.dir, "kubelet.log")
+					if data, err := os.ReadFile(log); err == nil && strings.Contains(string(data), "unknown flag: --boot-id") {
+						return fmt.Errorf("hollow node %s: %s takes no --boot-id: it is upstream's kubemark, and hollow nodes need nodeshepherd's build of it (hack/controlplane/kubemark): run 'make controlplane'", name, n.binary)
+					}
+					return fmt.Errorf("hollow node %s exited (%v) before it was Ready; its log: %s", name, p.err, log)
 				default:
 				}
 			}

@@ -45,6 +45,12 @@ timeline:
 - {at: 2m, action: clear-condition, condition: KernelDeadlock, all: true}
 - {at: 2m, action: cordon, zone: zone-a, for: 30s}
 - {at: 3m, action: uncordon, zone: zone-a}
+- {at: 3m10s, action: set-condition, condition: ReadonlyFilesystem=True, survivesReboot: true, nodes: [fake-node-0001]}
+- {at: 3m20s, action: machine-shutdown, nodes: [fake-node-0000], for: 20s}
+- {at: 3m30s, action: machine-shutdown, nodes: [fake-node-0001]}
+- {at: 3m40s, action: machine-start, nodes: [fake-node-0001]}
+- {at: 3m50s, action: machine-delete, nodes: [fake-node-0002]}
+- {at: 4m, action: machine-start, nodes: [fake-node-0002]}
 `
 
 func TestHollowScenarioValid(t *testing.T) {
@@ -107,12 +113,9 @@ func TestHollowScenarioRefusals(t *testing.T) {
 		{"status report frequency", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "nodeStatusReportFrequency: 1m", 1), "  kubelet: {leaseDuration: 40s", "cluster.kubelet.nodeStatusReportFrequency 1m0s on hollow nodes", false},
 		{"pod start delay", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "podStartDelay: 2s", 1), "  kubelet: {leaseDuration: 40s", "podStartDelay on hollow nodes: not implemented: kubemark's fake container runtime", false},
 		{"stale pod status", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "emulateStalePodStatus: true", 1), "  kubelet: {leaseDuration: 40s", "cannot emulate the 1.15 kubelet of seed 002", false},
-		{"machines", withCluster("  machines: {rebootDowntime: 20s}\n"), "  machines: {rebootDowntime: 20s}", "cluster.machines on hollow nodes: not implemented", true},
-		{"remediation policies", base + "remediationPolicies: []\n", "remediationPolicies: []", "remediationPolicies on hollow nodes: not implemented: their Reboot, Replace and Fence steps need the fake cloud provider", false},
-		{"out of service", strings.Replace(base, "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n", "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n  outOfService: {}\n", 1), "  outOfService: {}", "controllers.outOfService on hollow nodes: not implemented: the outofservice controller asks the fake cloud provider", false},
-		{"machine shutdown", withStep("- {at: 4m, action: machine-shutdown, nodes: [fake-node-0000], for: 20s}"), "- {at: 4m, action: machine-shutdown", "(machine-shutdown) on hollow nodes: not implemented: kubemark's fake cAdvisor reports no boot ID", false},
-		{"machine start", withStep("- {at: 4m, action: machine-start, nodes: [fake-node-0000]}"), "- {at: 4m, action: machine-start", "(machine-start) on hollow nodes", false},
-		{"machine delete", withStep("- {at: 4m, action: machine-delete, nodes: [fake-node-0000]}"), "- {at: 4m, action: machine-delete", "(machine-delete) on hollow nodes", false},
+		{"machines", withCluster("  machines: {rebootDowntime: 20s}\n"), "  machines: {rebootDowntime: 20s}", "cluster.machines on hollow nodes: not implemented: the fake cloud provider answers for hollow machines (machine-shutdown, machine-delete), but no one carries out its repair requests", true},
+		{"remediation policies", base + "remediationPolicies: []\n", "remediationPolicies: []", "remediationPolicies on hollow nodes: not implemented: their Reboot, Replace and Fence steps are repair requests to the fake cloud provider, which only the fake nodes carry out", false},
+		{"out of service", strings.Replace(base, "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n", "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n  outOfService: {}\n", 1), "  outOfService: {}", "controllers.outOfService on hollow nodes: not implemented: the fake cloud provider answers for hollow machines, but the outofservice controller has not been run against hollow nodes by any test yet", false},
 		{"kubelet-owned condition", withStep("- {at: 4m, action: set-condition, condition: MemoryPressure=True, nodes: [fake-node-0000]}"), "- {at: 4m, action: set-condition, condition: MemoryPressure",
 			"the real kubelet reports MemoryPressure itself and writes it again at its next status update", false},
 		{"volume claims", strings.Replace(base, "- apiVersion: apps/v1\n", `- {apiVersion: v1, kind: PersistentVolumeClaim, metadata: {name: data}, spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}

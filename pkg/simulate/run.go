@@ -163,7 +163,7 @@ func Execute(ctx context.Context, sc *Scenario, opts Options) (*RunResult, error
 		return nil, err
 	}
 	if opts.NodeKind == NodeKindHollow && opts.Chaos != nil {
-		return nil, errors.New("--chaos-seed on hollow nodes is not implemented: the chaos schedule's machine faults need boot IDs and the fake cloud provider")
+		return nil, errors.New("--chaos-seed on hollow nodes is not implemented: the schedule's ready-flap sets Ready, which the real kubelet writes again, and the checker's ground truth has not been run against hollow nodes")
 	}
 	r := &runner{sc: sc, opts: opts, out: opts.Out, rec: newRecorder(time.Now)}
 	return r.run(ctx)

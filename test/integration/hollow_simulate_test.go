@@ -206,11 +206,12 @@ func measureText(v *float64) string {
 // hollowStepsScenario runs the timeline steps of hollow nodes that
 // TestSimulateHollowMatchesFake does not: a network blip shorter than the
 // grace period, a kubelet restart, a condition of another reporter set
-// for a while, a cordon for a while.
+// for a while, a cordon for a while, a machine shut down for a while and
+// one deleted, then started again.
 const hollowStepsScenario = `apiVersion: nodeshepherd.io/v1alpha1
 kind: Scenario
 name: hollow-steps
-duration: 60s
+duration: 80s
 controllers:
   nodeLifecycle: {nodeMonitorGracePeriod: 40s}
 cluster:
@@ -234,7 +235,11 @@ timeline:
 - {at: 5s, action: cordon, nodes: [fake-node-0001], for: 15s}
 - {at: 25s, action: kubelet-restart, nodes: [fake-node-0001]}
 - {at: 30s, action: clear-condition, condition: KernelDeadlock, all: true}
+- {at: 35s, action: machine-shutdown, nodes: [fake-node-0000], for: 5s}
+- {at: 45s, action: machine-delete, nodes: [fake-node-0001]}
+- {at: 50s, action: machine-start, nodes: [fake-node-0001]}
 expect:
+- {metric: nodesRebooted, atLeast: 2, atMost: 2}
 - {metric: nodesCordoned, atLeast: 1, atMost: 1}
 - {metric: podsEvicted, atMost: 0}
 - {metric: podsNotReadyAtEnd, atMost: 0}
@@ -242,9 +247,11 @@ expect:
 
 // TestSimulateHollowSteps (issue 47): a scenario of cluster.nodeKind:
 // hollow runs a network blip, a condition set through the API and cleared
-// after its for:, a cordon for a while and a kubelet restart on hollow
-// nodes: every step applies without error, the cordon is counted, nothing
-// is evicted and every pod is Ready at the end.
+// after its for:, a cordon for a while, a kubelet restart, a machine
+// shutdown with for: (the machine starts again when it ends) and a machine
+// deletion followed by a machine start on hollow nodes: every step applies
+// without error, the cordon is counted, both machines' new boot IDs are
+// (nodesRebooted 2), nothing is evicted and every pod is Ready at the end.
 func TestSimulateHollowSteps(t *testing.T) {
 	kubemark := filepath.Join(controlplane.FindBinDir(), hollownode.Binary)
 	if _, err := os.Stat(kubemark); err != nil {
@@ -271,8 +278,8 @@ func TestSimulateHollowSteps(t *testing.T) {
 		t.Fatalf("want one run on hollow nodes, got %d runs", len(rep.Runs))
 	}
 	r := rep.Runs[0]
-	if len(r.Marks) != 5 {
-		t.Errorf("%d timeline steps applied, want 5: %v", len(r.Marks), r.Marks)
+	if len(r.Marks) != 8 {
+		t.Errorf("%d timeline steps applied, want 8: %v", len(r.Marks), r.Marks)
 	}
 	for _, c := range r.Expectations {
 		if !c.Passed {

@@ -2,6 +2,12 @@
 // the real kubelet code with a fake container runtime, registered as a Node,
 // built from the Go module proxy at the control plane's version, for
 // rehearsals on real kubelet code beside the fake nodes (issue 47).
+//
+// One flag is added to upstream's: --boot-id, the boot ID the hollow
+// kubelet reports (status.nodeInfo.bootID), which kubemark's fake cAdvisor
+// does not have. Without it the command is upstream's, unchanged; with it
+// the kubelet morph is composed here from kubemark's exported pieces
+// (bootid.go), with the same flags read from upstream's own flag set.
 package main
 
 import (
@@ -14,4 +20,8 @@ import (
 	"k8s.io/kubernetes/cmd/kubemark/app"
 )
 
-func main() { os.Exit(cli.Run(app.NewHollowNodeCommand())) }
+func main() {
+	cmd := app.NewHollowNodeCommand()
+	withBootID(cmd)
+	os.Exit(cli.Run(cmd))
+}

@@ -6,6 +6,7 @@ package fake
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	cloudprovider "k8s.io/cloud-provider"
 
@@ -115,3 +117,41 @@ func (p *Provider) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudp
 // New returns the provider reading and writing through client, for callers
 // outside the cloud-provider registry (tests, simulate).
 func New(client kubernetes.Interface) *Provider { return &Provider{client: client} }
+
+// Publish writes machine states where the provider reads them: one key
+// per node of states, a state of "" or Running deleting the node's key
+// (a missing key means running). Keys of other nodes are left as they are,
+// so that each process that runs machines (fake nodes, hollow nodes)
+// publishes its own.
+func Publish(ctx context.Context, client kubernetes.Interface, states map[string]string) error {
+	data := map[string]any{}
+	for name, s := range states {
+		if s == "" || s == Running {
+			data[name] = nil // a JSON merge patch deletes the key
+		} else {
+			data[name] = s
+		}
+	}
+	cms := client.CoreV1().ConfigMaps(ConfigMapNamespace)
+	patch, err := json.Marshal(map[string]any{"data": data})
+	if err != nil {
+		return err
+	}
+	_, err = cms.Patch(ctx, ConfigMapName, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ConfigMapNamespace}, Data: map[string]string{}}
+		for k, v := range data {
+			if s, ok := v.(string); ok {
+				cm.Data[k] = s
+			}
+		}
+		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			_, err = cms.Patch(ctx, ConfigMapName, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publishing machine states in %s/%s: %w", ConfigMapNamespace, ConfigMapName, err)
+	}
+	return nil
+}

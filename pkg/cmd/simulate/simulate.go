@@ -181,7 +181,7 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 			return &cli.UsageError{Err: err}
 		}
 		if chaosOpts != nil && (k == simulate.NodeKindHollow || (k == "" && sc.NodeKind() == simulate.NodeKindHollow)) {
-			return cli.Usagef("--chaos-seed on hollow nodes is not implemented: the chaos schedule's machine faults need boot IDs and the fake cloud provider")
+			return cli.Usagef("--chaos-seed on hollow nodes is not implemented: the schedule's ready-flap sets Ready, which the real kubelet writes again, and the checker's ground truth has not been run against hollow nodes")
 		}
 	}
 	if chaosOpts != nil {
