@@ -518,6 +518,13 @@ func (c *Controller) climb(ctx context.Context, n *v1.Node, p *policy) error {
 		if cur == nil {
 			return nil
 		}
+		if !p.spec.Selects(cur) {
+			// Out of the pool by now (a person relabelled it; chaos seed
+			// 340016: a Reboot sent 5 s after): no step of this policy;
+			// the next look, on a cache caught up, ends the repair.
+			c.queue.AddAfter(n.Name, time.Second)
+			return nil
+		}
 		c.noteStorm(p, all, now)
 		again, _, err := c.decide(p, cur, all, now)
 		if err != nil {

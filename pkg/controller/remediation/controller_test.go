@@ -263,6 +263,12 @@ func TestRebootAskedOncePerBoot(t *testing.T) {
 // cache behind the API server.
 func behindController(t *testing.T, client *fake.Clientset, cached *v1.Node, r *fakeRepairer) *Controller {
 	t.Helper()
+	return behindControllerOf(t, client, cached, r, rebootPolicy)
+}
+
+// behindControllerOf is behindController with the policy gpu's spec.
+func behindControllerOf(t *testing.T, client *fake.Clientset, cached *v1.Node, r *fakeRepairer, spec map[string]any) *Controller {
+	t.Helper()
 	ctx := t.Context()
 	f := informers.NewSharedInformerFactory(fake.NewClientset(cached), 0)
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{rem.GroupVersionResource: "RemediationPolicyList"})
@@ -274,7 +280,7 @@ func behindController(t *testing.T, client *fake.Clientset, cached *v1.Node, r *
 	f.Start(ctx.Done())
 	cache.WaitForCacheSync(ctx.Done(), f.Core().V1().Nodes().Informer().HasSynced)
 	c.onPolicy(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "nodeshepherd.io/v1alpha1", "kind": "RemediationPolicy",
-		"metadata": map[string]any{"name": "gpu"}, "spec": rebootPolicy}}, false)
+		"metadata": map[string]any{"name": "gpu"}, "spec": spec}}, false)
 	if p := c.policies["gpu"]; p == nil || p.refused != "" {
 		t.Fatalf("policy %+v", p)
 	}
@@ -296,5 +302,31 @@ func TestStaleCacheStartsNothing(t *testing.T) {
 	n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
 	if _, ok, _ := rem.RequestOf(n); ok {
 		t.Error("a repair started on the cache's stale view")
+	}
+}
+
+// A cache that still shows a node in the policy's pool after it left it
+// sends no step: the fresh list decides selection too (chaos seed 340016: a
+// Reboot sent to a node relabelled out of the pool 5 s before, the node
+// watch lagging).
+func TestStaleCacheStepsNothingOutOfThePool(t *testing.T) {
+	ctx := t.Context()
+	pool := map[string]any{}
+	for k, v := range rebootPolicy {
+		pool[k] = v
+	}
+	pool["nodeSelector"] = map[string]any{"matchLabels": map[string]any{"pool": "gpu"}}
+	cached := deadlocked("n", "b1")
+	cached.Labels = map[string]string{"pool": "gpu"}
+	left := deadlocked("n", "b1") // relabelled: no pool label any more
+	client := fake.NewClientset(left)
+	r := &fakeRepairer{}
+	c := behindControllerOf(t, client, cached, r, pool)
+	if err := c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+	if _, ok, _ := rem.RequestOf(n); ok || len(r.ids) != 0 {
+		t.Errorf("a repair step on the cache's stale selection: record %v, requests %v", ok, r.ids)
 	}
 }
