@@ -179,6 +179,13 @@ const (
 	// Reboot or Replace may follow on a node the policy no longer selects
 	// (repair-selection).
 	kindRepairLeave chaos.Kind = "repair-leave"
+	// kindRepairLeaveLagged: drawn only when named: repair-leave with the
+	// replicas' node watch lagging 9s from 2s before the relabel, so that
+	// the climb at the Taint step's timeout is decided while their cache
+	// still shows the node in the pool: only a fresh list that decides the
+	// selection too keeps the Reboot off it (repair-selection; chaos seed
+	// 340016).
+	kindRepairLeaveLagged chaos.Kind = "repair-leave-lagged"
 
 	// kindRepairCrowded: drawn only when named: the policy's condition on
 	// a pool node, lasting, so that it climbs to Replace some 27s later;
@@ -294,7 +301,7 @@ const (
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart, kindRepairLateStep, kindDrainRepair}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairLeaveLagged, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart, kindRepairLateStep, kindDrainRepair}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -510,6 +517,21 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(42*time.Second, chaos.Step{Op: opCrowdOff, Nodes: others})
 			add(f.Duration, chaos.Step{Op: chaos.OpHeal, Nodes: late})
 			add(f.Duration, off)
+			faults = append(faults, f)
+			continue
+		case kindRepairLeaveLagged:
+			leave, out := draw(4*time.Second, 6*time.Second), draw(20*time.Second, 25*time.Second)
+			f.Kind, f.Nodes, f.Duration, f.Resource = kindRepairLeaveLagged, []string{pool[r.IntN(len(pool))]}, leave+out+2*time.Second, "nodes"
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: f.Nodes, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(leave-2*time.Second, chaos.Step{Op: chaos.OpWatchLagStart, Resource: "nodes", Lag: 9 * time.Second})
+			add(leave, chaos.Step{Op: opPoolLeave, Nodes: f.Nodes})
+			add(leave+14*time.Second, chaos.Step{Op: chaos.OpWatchLagEnd, Resource: "nodes"})
+			add(leave+out, chaos.Step{Op: chaos.OpClearCondition, Nodes: f.Nodes, Condition: string(cond)})
+			add(f.Duration, chaos.Step{Op: opPoolJoin, Nodes: f.Nodes})
 			faults = append(faults, f)
 			continue
 		case kindRepairLeave:
