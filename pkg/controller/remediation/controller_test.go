@@ -330,3 +330,52 @@ func TestStaleCacheStepsNothingOutOfThePool(t *testing.T) {
 		t.Errorf("a repair step on the cache's stale selection: record %v, requests %v", ok, r.ids)
 	}
 }
+
+// A step under way whose request was not sent (its provider call timed out,
+// a new leader takes it over) sends nothing to a node that recovered
+// meanwhile: not when the cache shows it healthy, nor when only a fresh
+// read does (chaos seed 370007: a new leader sent a Replace 10 s after the
+// node's condition had cleared). Once the condition holds again on both,
+// the request goes, with the step's ID.
+func TestUnsentRequestNotSentToARecoveredNode(t *testing.T) {
+	ctx := t.Context()
+	// Into repair at step 1 (Reboot); the provider call fails: no answer.
+	first := &fakeRepairer{errs: []error{errors.New("timeout")}}
+	h := newHarness(t, first, rebootPolicy, deadlocked("n", "b1"))
+	if err := h.c.sync(ctx, "n"); err == nil {
+		t.Fatal("a provider error was taken for an answer")
+	}
+	inRepair := h.node(t, "n")
+	if st, err := rem.ReadState(inRepair, "gpu", 3); err != nil || st.Step != 0 {
+		t.Fatalf("state %+v, %v", st, err)
+	}
+	recovered := inRepair.DeepCopy()
+	recovered.Status.Conditions[0].Status = v1.ConditionFalse
+	recovered.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
+
+	for _, tc := range []struct {
+		name        string
+		cached, api *v1.Node
+	}{
+		{"the cache shows it recovered", recovered, recovered},
+		{"only a fresh read shows it recovered", inRepair, recovered},
+	} {
+		r := &fakeRepairer{}
+		c := behindControllerOf(t, fake.NewClientset(tc.api.DeepCopy()), tc.cached.DeepCopy(), r, rebootPolicy)
+		if err := c.sync(ctx, "n"); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(r.ids) != 0 {
+			t.Errorf("%s: request sent to a recovered node: %v", tc.name, r.ids)
+		}
+	}
+	// Unhealthy on both: a new leader sends the step's request.
+	r := &fakeRepairer{}
+	c := behindControllerOf(t, fake.NewClientset(inRepair.DeepCopy()), inRepair.DeepCopy(), r, rebootPolicy)
+	if err := c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.ids) != 1 || r.ids[0] != first.ids[0] {
+		t.Errorf("the step's request: sent %v, want once with %v", r.ids, first.ids)
+	}
+}

@@ -106,7 +106,7 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 	in := rem.FenceInput{Node: n.Name, RequestBoot: st.BootID, NodeBoot: n.Status.NodeInfo.BootID, Now: now,
 		Settle: rem.FenceSettle(p.spec.Steps[i].Timeout.Duration)}
 	if in.NodeBoot == in.RequestBoot {
-		req, err := c.powerOff(ctx, n, p, i, id, premise(st))
+		req, err := c.powerOff(ctx, n, p, st, id)
 		if err != nil {
 			return err
 		}
@@ -161,12 +161,16 @@ func (c *Controller) fence(ctx context.Context, n *v1.Node, p *policy, st rem.St
 
 // powerOff sends the power-off request once per ID (a request whose
 // answer was lost is sent again, the same ID); the answer is kept.
-func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int, id string, premise nscloud.Premise) (fenceRequest, error) {
+func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, st rem.State, id string) (fenceRequest, error) {
+	i, pr := st.Step, premise(st)
 	c.mu.Lock()
 	req, ok := c.fenceReqs[n.Name]
 	c.mu.Unlock()
 	if ok && req.id == id {
 		return req, nil
+	}
+	if ok, err := c.stillCalledFor(ctx, n, p, st); err != nil || !ok {
+		return fenceRequest{}, err
 	}
 	if c.DryRun.Enabled() {
 		// Reported once; no answer follows, so the Fence waits.
@@ -178,7 +182,7 @@ func (c *Controller) powerOff(ctx context.Context, n *v1.Node, p *policy, i int,
 	}
 	// Bounded: a provider that never answers must not hold the worker.
 	pctx, cancel := context.WithTimeout(ctx, providerTimeout)
-	err := c.fencer.PowerOff(pctx, n, id, premise)
+	err := c.fencer.PowerOff(pctx, n, id, pr)
 	cancel()
 	req = fenceRequest{id: id}
 	var refused *nscloud.RefusedError

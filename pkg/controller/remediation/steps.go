@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 
 	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controllerutil"
@@ -319,6 +320,9 @@ func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.Stat
 	if done {
 		return nil
 	}
+	if ok, err := c.stillCalledFor(ctx, n, p, st); err != nil || !ok {
+		return err
+	}
 	if c.DryRun.Enabled() {
 		c.DryRun.Report(ctx, n, string(action), "request "+id)
 		return nil
@@ -355,6 +359,51 @@ func (c *Controller) ask(ctx context.Context, n *v1.Node, p *policy, st rem.Stat
 	c.requested[n.Name] = id
 	c.mu.Unlock()
 	return nil
+}
+
+// stillCalledFor says whether the request of the step under way (st) may be
+// sent now: the step may have started long before (its request timed out, a
+// new leader takes it over) and the node recovered meanwhile. The node must
+// hold an unhealthy condition of the policy, in the cache and then on a
+// fresh read from the API server (a stalled watch or a new leader's first
+// list may be behind), still be selected, on the step's boot, with the
+// record at that step (chaos seed 370007: a new leader sent a Replace 10 s
+// after the node's condition had cleared). When not, nothing is sent and
+// the node is looked at again: the ladder ends the repair after the healthy
+// hold, or sends the request if the condition comes back first.
+func (c *Controller) stillCalledFor(ctx context.Context, n *v1.Node, p *policy, st rem.State) (bool, error) {
+	now := c.clock.Now()
+	why := ""
+	if !p.spec.Judge(n, now).Holding {
+		why = "no unhealthy condition of the policy holds"
+	} else {
+		gctx, cancel := context.WithTimeout(ctx, kube.WriteTimeout)
+		cur, err := c.client.CoreV1().Nodes().Get(gctx, n.Name, metav1.GetOptions{})
+		cancel()
+		switch {
+		case apierrors.IsNotFound(err):
+			why = "the Node is gone"
+		case err != nil:
+			return false, fmt.Errorf("reading node %s before sending its step's request: %w", n.Name, err)
+		case !p.spec.Selects(cur):
+			why = "the node read from the API server is out of the policy's pool"
+		case cur.Status.NodeInfo.BootID != st.BootID:
+			why = "the node read from the API server reports another boot"
+		case !p.spec.Judge(cur, now).Holding:
+			why = "the node read from the API server holds no unhealthy condition of the policy"
+		default:
+			rec, err := rem.ReadRecord(cur, p.name)
+			if err != nil || rec.Step != st.Step || rec.Key != st.Key {
+				why = "the node read from the API server has another repair record"
+			}
+		}
+	}
+	if why == "" {
+		return true, nil
+	}
+	klog.FromContext(ctx).Info("Not sending the step's request: "+why+"; looking again", "node", n.Name, "policy", p.name, "step", st.Step+1, "action", st.Action)
+	c.queue.AddAfter(n.Name, time.Second)
+	return false, nil
 }
 
 // premise is what the step's requests were decided on (State.MachineOff).
