@@ -69,7 +69,10 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 	switch a {
 	case Partition:
 		n.partitioned = true
+		n.reconnecting = false
 	case Heal:
+		// Reached again at the kubelet's next attempt (reconnect), not now.
+		n.reconnecting = !m.cfg.ReachedAtHeal && (n.reconnecting || n.partitioned)
 		n.partitioned = false
 	case KubeletStop:
 		n.kubeletStopped = true
@@ -102,10 +105,14 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		}
 		n.fullStatus = n.fullStatus || restarted
 	}
+	if restarted {
+		// A fresh kubelet opens new connections: nothing of the old
+		// ones' hanging requests is left to wait for.
+		n.reconnecting = false
+	}
 	recovered := !wasHealthy && n.healthy()
-	if recovered && n.reachable != nil {
-		close(n.reachable)
-		n.reachable = nil
+	if recovered {
+		n.reached()
 	}
 	n.mu.Unlock()
 	if m.podQ == nil {
@@ -116,6 +123,28 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 		m.resyncPods(n, restarted)
 	}
 	m.statusQ.Add(n.name)
+}
+
+// reconnect ends a healed partition at the kubelet's next attempt (its
+// Lease tick): from then on it renews, posts its status and syncs its pods
+// as it did before the partition. It says whether the node came back.
+func (m *Manager) reconnect(n *node) bool {
+	n.mu.Lock()
+	if !n.reconnecting {
+		n.mu.Unlock()
+		return false
+	}
+	n.reconnecting = false
+	back := n.healthy()
+	if back {
+		n.reached()
+	}
+	n.mu.Unlock()
+	if back && m.podQ != nil {
+		m.resyncPods(n, false)
+		m.statusQ.Add(n.name)
+	}
+	return back
 }
 
 // resolve turns a target into node names; unknown names or zones and empty
@@ -169,6 +198,7 @@ type NodeState struct {
 	Name           string            `json:"name"`
 	Zone           string            `json:"zone"`
 	Partitioned    bool              `json:"partitioned,omitempty"`
+	Reconnecting   bool              `json:"reconnecting,omitempty"` // healed, not reached the API server yet
 	KubeletStopped bool              `json:"kubeletStopped,omitempty"`
 	Machine        string            `json:"machine,omitempty"`    // shutdown or deleted
 	Conditions     map[string]string `json:"conditions,omitempty"` // those not at their healthy status
@@ -180,7 +210,7 @@ func (m *Manager) States() []NodeState {
 	for _, name := range m.names {
 		n := m.nodes[name]
 		n.mu.Lock()
-		s := NodeState{Name: name, Zone: n.zone, Partitioned: n.partitioned, KubeletStopped: n.kubeletStopped}
+		s := NodeState{Name: name, Zone: n.zone, Partitioned: n.partitioned, Reconnecting: n.reconnecting, KubeletStopped: n.kubeletStopped}
 		if n.machine != fakecloud.Running {
 			s.Machine = n.machine
 		}

@@ -89,6 +89,11 @@ type Config struct {
 	NodeStatusReportFrequency time.Duration
 	// PodStartDelay is the time from binding to Running and Ready.
 	PodStartDelay time.Duration
+	// ReachedAtHeal: a healed partition's kubelet reaches the API server at
+	// once, instead of at its next Lease tick as the real kubelet does (its
+	// requests over the cut connection hang until their timeout). The
+	// chaos runs keep it: their mutants and seeds were measured with it.
+	ReachedAtHeal bool
 	// EmulateStalePodStatus reproduces the kubelet 1.15 bug of seed 002: a
 	// status that was changed by someone else while the node was away is never
 	// re-posted.

@@ -171,3 +171,58 @@ func TestStatusDiffers(t *testing.T) {
 		t.Error("unmet readiness gate must keep the pod NotReady")
 	}
 }
+
+// TestHealReachedAtNextAttempt: a healed partition's kubelet is not heard
+// until its next Lease tick (reconnect), as a real kubelet whose requests
+// hang over the cut connection; a kubelet restart or ReachedAtHeal ends the
+// wait at once, and a partition again starts it over.
+func TestHealReachedAtNextAttempt(t *testing.T) {
+	for _, atHeal := range []bool{false, true} {
+		m, err := New(Config{Client: &kubernetes.Clientset{}, Nodes: 1, ReachedAtHeal: atHeal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := m.nodes[m.names[0]]
+		m.applyTo(n, Partition, nil)
+		ch := make(chan struct{})
+		n.reachable = ch
+		m.applyTo(n, Heal, nil)
+		if got := n.isHealthy(); got != atHeal {
+			t.Fatalf("ReachedAtHeal=%v: healthy right after the heal = %v", atHeal, got)
+		}
+		if atHeal {
+			continue
+		}
+		if s := m.States()[0]; s.Partitioned || !s.Reconnecting {
+			t.Errorf("after the heal: state %+v, want reconnecting", s)
+		}
+		select {
+		case <-ch:
+			t.Fatal("reachable closed before the kubelet reached the API server")
+		default:
+		}
+		if !m.reconnect(n) || !n.isHealthy() || m.reconnect(n) {
+			t.Fatal("the next tick did not end the reconnect exactly once")
+		}
+		select {
+		case <-ch:
+		default:
+			t.Fatal("reachable not closed when the kubelet reached the API server")
+		}
+		// Cut again, healed, then a fresh kubelet: new connections at once.
+		m.applyTo(n, Partition, nil)
+		m.applyTo(n, Heal, nil)
+		m.applyTo(n, KubeletStop, nil)
+		m.applyTo(n, KubeletStart, nil)
+		if !n.isHealthy() || m.States()[0].Reconnecting {
+			t.Errorf("a restarted kubelet still waits for the old connections: %+v", m.States()[0])
+		}
+		// A partition during the wait: the heal after it waits again.
+		m.applyTo(n, Partition, nil)
+		m.applyTo(n, Heal, nil)
+		m.applyTo(n, Partition, nil)
+		if s := m.States()[0]; !s.Partitioned || s.Reconnecting || m.reconnect(n) {
+			t.Errorf("partitioned while reconnecting: %+v", s)
+		}
+	}
+}

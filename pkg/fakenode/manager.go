@@ -310,6 +310,7 @@ func (m *Manager) processLease(ctx context.Context) bool {
 	defer m.leaseQ.Done(name)
 	n := m.nodes[name]
 	next := wait.Jitter(m.cfg.LeaseRenewInterval, 0.04)
+	m.reconnect(n)
 	if err := m.renewLease(ctx, n); err != nil {
 		m.stats.errors.Add(1)
 		klog.FromContext(ctx).V(2).Info("Lease renewal failed", "node", name, "err", err)

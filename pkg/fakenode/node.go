@@ -65,6 +65,13 @@ type node struct {
 	// reachable, when set, is closed once the kubelet reaches the API server
 	// again: a replacement machine waits on it to register its Node.
 	reachable chan struct{}
+	// reconnecting: the partition healed, but the kubelet has not reached
+	// the API server yet. A partition stops forwarding without closing
+	// connections, so the real kubelet's requests hang until their timeout
+	// and the first one to get through after the heal is the one it sends
+	// at its next attempt (a hollow node, v1.37.1: 6.6-7.2 s after the
+	// heal, docs/simulate.md "Fidelity"). The next Lease tick ends it.
+	reconnecting bool
 }
 
 // bootID is the current boot's ID.
@@ -83,7 +90,16 @@ func (n *node) newBoot() {
 
 // healthy says whether the node's kubelet reaches the API server. Callers hold mu.
 func (n *node) healthy() bool {
-	return !n.partitioned && !n.kubeletStopped && (n.machine == "" || n.machine == fakecloud.Running)
+	return !n.partitioned && !n.reconnecting && !n.kubeletStopped && (n.machine == "" || n.machine == fakecloud.Running)
+}
+
+// reached wakes whoever waits for the kubelet to reach the API server
+// again. Callers hold mu.
+func (n *node) reached() {
+	if n.reachable != nil {
+		close(n.reachable)
+		n.reachable = nil
+	}
 }
 
 func (n *node) isHealthy() bool {

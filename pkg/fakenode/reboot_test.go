@@ -305,6 +305,12 @@ func TestReplacementRegistersOnceReachable(t *testing.T) {
 	}
 
 	m.applyTo(n, Heal, nil)
+	// Heard at its next attempt (the Lease tick this test plays), not at
+	// the heal itself.
+	if n.isHealthy() {
+		t.Fatal("the replacement reached the API server at the heal, before its next attempt")
+	}
+	m.reconnect(n)
 	waitRepairDone(ctx, t, client, n.name, "the replacement was not marked done after the heal")
 	m.repairs.running.Wait()
 	if _, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {

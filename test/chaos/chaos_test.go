@@ -341,7 +341,7 @@ func runSeed(t *testing.T, seed int64, duration time.Duration, kinds kindSet) {
 	c.nodeCfg = fakenode.Config{Client: client, Groups: nodeGroups(zoneNames, 4), LeaseDuration: 4 * time.Second,
 		LeaseRenewInterval: 500 * time.Millisecond, NodeStatusUpdateFrequency: 500 * time.Millisecond, PodStartDelay: 100 * time.Millisecond,
 		RebootDowntime: rebootDowntime, ReplaceDowntime: replaceDowntime, EmulateStalePodStatus: *flagStalePodStatus,
-		RepairDelay: *flagRepairDelay}
+		RepairDelay: *flagRepairDelay, ReachedAtHeal: true}
 	m := startFakeNodes(t, repairs, c.nodeCfg)
 	c.nodes, c.repairs, c.late = m, repairs, map[string]*fakenode.Manager{}
 	for _, z := range czones {

@@ -238,6 +238,8 @@ func newStatusCommand() *cobra.Command {
 					state = "partitioned"
 				case s.KubeletStopped:
 					state = "stopped"
+				case s.Reconnecting:
+					state = "reconnecting"
 				}
 				if s.Machine != "" {
 					state = "machine " + s.Machine
