@@ -54,7 +54,7 @@ type mutant struct {
 const maxDuration = 5 * time.Minute
 
 // repairKinds are test/chaos/repair_test.go's fault kinds (compared there too).
-var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave", "repair-blind", "repair-leave", "repair-leave-lagged", "repair-crowded", "repair-refill", "repair-cutoff", "repair-restart", "repair-late-step", "drain-repair"}
+var repairKinds = []string{"repair-condition", "repair-condition-lasting", "pool-leave", "repair-blind", "repair-leave", "repair-leave-lagged", "repair-clear-unsent", "repair-crowded", "repair-refill", "repair-cutoff", "repair-restart", "repair-late-step", "drain-repair"}
 
 // personKinds are test/chaos/person_test.go's fault kinds (compared there too).
 var personKinds = []string{"confirm-then-powercycle", "fence-partition", "confirm-leaderless", "all-zones-lasting", "all-zones-failover", "confirm-cut-start", "confirm-cloud-blind", "confirm-leaderless-blind", "toleration-shortened"}

@@ -187,6 +187,18 @@ const (
 	// 340016).
 	kindRepairLeaveLagged chaos.Kind = "repair-leave-lagged"
 
+	// kindRepairClearUnsent: drawn only when named: the policy's condition
+	// on a pool node, so that it climbs to Reboot some 12s later; from 9s
+	// to 19.5s every request of the fake cloud's requests ConfigMap is
+	// answered 500, so the Reboot's request is not sent when the step
+	// starts; from 13s the replicas' node watch lags 16s, and at 14s the
+	// condition clears. The controller retries the request after 19.5s
+	// while its cache still shows the condition: only a fresh read of the
+	// node before sending it keeps the Reboot off a recovered node
+	// (repair-unhealthy; chaos seed 370007, where a new leader sent a
+	// Replace 10 s after the condition had cleared).
+	kindRepairClearUnsent chaos.Kind = "repair-clear-unsent"
+
 	// kindRepairCrowded: drawn only when named: the policy's condition on
 	// a pool node, lasting, so that it climbs to Replace some 27s later;
 	// from 22s to 36s two nodes outside the pool are cut off, so that their
@@ -301,7 +313,7 @@ const (
 )
 
 // repairKinds are the remediation faults' kinds, for -kinds.
-var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairLeaveLagged, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart, kindRepairLateStep, kindDrainRepair}
+var repairKinds = []chaos.Kind{kindRepairCondition, kindRepairLasting, kindPoolLeave, kindRepairBlind, kindRepairLeave, kindRepairLeaveLagged, kindRepairClearUnsent, kindRepairCrowded, kindRepairRefill, kindRepairCutoff, kindRepairRestart, kindRepairLateStep, kindDrainRepair}
 
 // repairMeanGap is the mean time between two remediation faults.
 const repairMeanGap = 5 * time.Second
@@ -532,6 +544,21 @@ func repairSchedule(seed int64, window time.Duration, zones []chaos.Zone, first 
 			add(leave+14*time.Second, chaos.Step{Op: chaos.OpWatchLagEnd, Resource: "nodes"})
 			add(leave+out, chaos.Step{Op: chaos.OpClearCondition, Nodes: f.Nodes, Condition: string(cond)})
 			add(f.Duration, chaos.Step{Op: opPoolJoin, Nodes: f.Nodes})
+			faults = append(faults, f)
+			continue
+		case kindRepairClearUnsent:
+			node, _ := poolNodeAndPeers(r, zones, 0)
+			f.Kind, f.Nodes, f.Duration, f.Resource = kindRepairClearUnsent, []string{node}, 36*time.Second, "nodes"
+			if at < blindUntil || at+f.Duration > window {
+				continue
+			}
+			blindUntil = at + f.Duration + 5*time.Second
+			add(0, chaos.Step{Op: chaos.OpCondition, Nodes: f.Nodes, Condition: fmt.Sprintf("%s=%s", cond, chaosPolicy.Status)})
+			add(9*time.Second, chaos.Step{Op: opRequestsRefused})
+			add(13*time.Second, chaos.Step{Op: chaos.OpWatchLagStart, Resource: "nodes", Lag: 16 * time.Second})
+			add(14*time.Second, chaos.Step{Op: chaos.OpClearCondition, Nodes: f.Nodes, Condition: string(cond)})
+			add(19500*time.Millisecond, chaos.Step{Op: opRequestsServed})
+			add(f.Duration, chaos.Step{Op: chaos.OpWatchLagEnd, Resource: "nodes"})
 			faults = append(faults, f)
 			continue
 		case kindRepairLeave:
