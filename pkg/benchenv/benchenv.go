@@ -15,6 +15,31 @@ import (
 	"time"
 )
 
+// Names are every BENCH_* variable test/bench reads (TestNamesAreThoseRead
+// keeps the list true to its sources).
+var Names = []string{
+	"BENCH_APISERVER_ARGS", "BENCH_CONCURRENT", "BENCH_CREATE_RATE", "BENCH_GRACE", "BENCH_NODES", "BENCH_PODS",
+	"BENCH_PODS_PER_NODE", "BENCH_PREEMPTORS", "BENCH_QPS", "BENCH_SATURATE", "BENCH_SICK", "BENCH_SPARE",
+	"BENCH_TIMELINE", "BENCH_TOLERATION", "BENCH_TRIALS", "BENCH_WINDOW", "BENCH_WORKLOADS",
+}
+
+// CheckNames refuses a BENCH_* variable of the environment that no
+// benchmark reads: a misspelt name (BENCH_NODE=5000) would run the default
+// as silently as a malformed value. test/bench's TestMain calls it.
+func CheckNames(environ []string) error {
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "BENCH_") && !slices.Contains(Names, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("%s: no benchmark reads it (a typo?); the settings are %s", strings.Join(unknown, ", "), strings.Join(Names, ", "))
+	}
+	return nil
+}
+
 // Int reads a positive integer; unset or empty means def.
 func Int(tb testing.TB, name string, def int) int {
 	tb.Helper()

@@ -1,6 +1,9 @@
 package benchenv
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -64,4 +67,43 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestCheckNamesRefusesUnknownVariables(t *testing.T) {
+	if err := CheckNames([]string{"HOME=/root", "BENCH_NODES=1000", "BENCH_SATURATE=1", "GOBENCH_X=1"}); err != nil {
+		t.Errorf("known names: %v", err)
+	}
+	err := CheckNames([]string{"BENCH_NODE=5000", "BENCH_TRIALS=3", "BENCH_SATURATED=1"})
+	if err == nil || !strings.HasPrefix(err.Error(), "BENCH_NODE, BENCH_SATURATED: no benchmark reads it") {
+		t.Errorf("misspelt names: %v", err)
+	}
+}
+
+// Names is every BENCH_* name test/bench's sources read, and no other.
+func TestNamesAreThoseRead(t *testing.T) {
+	files, err := filepath.Glob("../../test/bench/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("test/bench sources: %v, %v", files, err)
+	}
+	read := map[string]bool{}
+	quoted := regexp.MustCompile(`"(BENCH_[A-Z_]+)"`)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range quoted.FindAllStringSubmatch(string(data), -1) {
+			read[m[1]] = true
+		}
+	}
+	for name := range read {
+		if !slices.Contains(Names, name) {
+			t.Errorf("test/bench reads %s, which Names lacks", name)
+		}
+	}
+	for _, name := range Names {
+		if !read[name] {
+			t.Errorf("Names has %s, which test/bench does not read", name)
+		}
+	}
 }

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
@@ -18,22 +21,24 @@ import (
 )
 
 // fitProfile is one NodeResourcesFit configuration under a scheduler name
-// of its own: kube-scheduler's args, and the same as nodeshepherd's flags.
+// of its own: kube-scheduler's args, and the same as nodeshepherd's flags,
+// or (fromFile) the args themselves in a KubeSchedulerConfiguration file.
 type fitProfile struct {
 	name                     string
 	args                     map[string]any
 	strategy, shape, ignored string
+	fromFile                 bool
 }
 
 var fitProfiles = []fitProfile{
 	{name: "fit-most", strategy: scheduler.StrategyMostAllocated,
 		args: map[string]any{"scoringStrategy": map[string]any{"type": "MostAllocated",
 			"resources": []any{map[string]any{"name": "cpu", "weight": 1}, map[string]any{"name": "memory", "weight": 1}}}}},
-	{name: "fit-ratio", strategy: scheduler.StrategyRequestedToCapacityRatio, shape: "0=0,100=10",
+	{name: "fit-ratio", strategy: scheduler.StrategyRequestedToCapacityRatio, shape: "0=0,100=10", fromFile: true,
 		args: map[string]any{"scoringStrategy": map[string]any{"type": "RequestedToCapacityRatio",
 			"resources":                []any{map[string]any{"name": "cpu", "weight": 1}, map[string]any{"name": "memory", "weight": 1}},
 			"requestedToCapacityRatio": map[string]any{"shape": []any{map[string]any{"utilization": 0, "score": 0}, map[string]any{"utilization": 100, "score": 10}}}}}},
-	{name: "fit-ignore", ignored: "example.com/dongle",
+	{name: "fit-ignore", ignored: "example.com/dongle", fromFile: true,
 		args: map[string]any{"ignoredResources": []any{"example.com/dongle"}}},
 }
 
@@ -75,11 +80,16 @@ func runFitParity(t *testing.T, upstream bool) parityOutcome {
 	cp := startControlPlaneAlone(t, cfg)
 	client := framework.Client(t, cp)
 	if !upstream {
+		file := writeFitProfiles(t)
 		names := []string{v1.DefaultSchedulerName}
 		mods := []func(*scheduler.Config){func(*scheduler.Config) {}}
 		for _, p := range fitProfiles {
 			names = append(names, p.name)
 			mods = append(mods, func(c *scheduler.Config) {
+				if p.fromFile {
+					c.KubeSchedulerConfig = file
+					return
+				}
 				if p.strategy != "" {
 					c.FitStrategy = p.strategy
 				}
@@ -118,13 +128,34 @@ func runFitParity(t *testing.T, upstream bool) parityOutcome {
 	return out
 }
 
+// writeFitProfiles writes the profiles kube-scheduler is given as a
+// KubeSchedulerConfiguration file for nodeshepherd's --kube-scheduler-config.
+func writeFitProfiles(t *testing.T) string {
+	var profiles []any
+	for _, p := range fitProfiles {
+		profiles = append(profiles, map[string]any{"schedulerName": p.name,
+			"pluginConfig": []any{map[string]any{"name": "NodeResourcesFit", "args": p.args}}})
+	}
+	data, err := yaml.Marshal(map[string]any{"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration", "profiles": profiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kube-scheduler.yaml")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestSchedulerFitStrategiesParity (issue 48 point 4): NodeResourcesFit's
 // scoring strategies and ignored resources, set as kube-scheduler's
 // NodeResourcesFitArgs in profiles of its own and as nodeshepherd's
-// --node-resources-fit-* flags, place the same pods on the same nodes of
-// the real API server: MostAllocated and a packing RequestedToCapacityRatio
-// on the fullest node, LeastAllocated on the emptiest, and a pod asking for
-// an extended resource no node has fits once the resource is ignored.
+// --node-resources-fit-* flags (MostAllocated) or --kube-scheduler-config
+// file (the others, the args kube-scheduler is given), place the same pods
+// on the same nodes of the real API server: MostAllocated and a packing
+// RequestedToCapacityRatio on the fullest node, LeastAllocated on the
+// emptiest, and a pod asking for an extended resource no node has fits once
+// the resource is ignored.
 func TestSchedulerFitStrategiesParity(t *testing.T) {
 	want := parityOutcome{
 		"most":           {Node: "fit-1"},

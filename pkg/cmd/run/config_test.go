@@ -193,3 +193,47 @@ func TestDangerousValuesRefused(t *testing.T) {
 		})
 	}
 }
+
+// A bad KubeSchedulerConfiguration given to --kube-scheduler-config (on
+// the command line or as scheduler.kubeSchedulerConfig in the
+// configuration file) stops run with exit 2, naming the flag, the file,
+// the line and the field; so does a --node-resources-fit-* flag next to it.
+func TestKubeSchedulerConfigRefusedByRun(t *testing.T) {
+	ks := filepath.Join(t.TempDir(), "kube-scheduler.yaml")
+	if err := os.WriteFile(ks, []byte("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n"+
+		"- schedulerName: nodeshepherd-scheduler\n  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      scoringStrategy: {type: MostAlocated}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	head := "apiVersion: nodeshepherd.io/v1alpha1\nkind: NodeShepherdConfiguration\n"
+	for _, c := range []struct {
+		name, file string
+		args       []string
+		want       string
+	}{
+		{"flag", "", []string{"--kube-scheduler-config=" + ks},
+			"--kube-scheduler-config: " + ks + `:8: profiles[0].pluginConfig[0].args.scoringStrategy.type: unsupported value "MostAlocated"`},
+		{"configuration file", head + "scheduler:\n  kubeSchedulerConfig: " + ks + "\n", nil, `args.scoringStrategy.type: unsupported value "MostAlocated"`},
+		{"next to a fit flag", "", []string{"--kube-scheduler-config=" + ks, "--node-resources-fit-strategy=MostAllocated"},
+			"--kube-scheduler-config gives NodeResourcesFit's args: leave out the --node-resources-fit-* flags"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newOptions()
+			cmd := newCommand(o)
+			if err := cmd.Flags().Parse(append([]string{"--controllers=scheduler"}, c.args...)); err != nil {
+				t.Fatal(err)
+			}
+			if c.file != "" {
+				if err := config.Apply(writeFile(t, c.file), cmd.Flags(), defaultSections); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := o.validate()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+			if cli.ExitCode(err) != 2 {
+				t.Errorf("exit code %d, want 2", cli.ExitCode(err))
+			}
+		})
+	}
+}

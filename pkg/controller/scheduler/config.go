@@ -36,10 +36,28 @@ type Config struct {
 	FitShape                 string
 	FitIgnoredResources      string
 	FitIgnoredResourceGroups string
+	// KubeSchedulerConfig is a KubeSchedulerConfiguration file whose
+	// profile for SchedulerName gives NodeResourcesFit's args in place of
+	// the Fit* flags (see loadKubeSchedulerConfig).
+	KubeSchedulerConfig string
 }
 
 func (c *Config) fitArgs() (*fitArgs, error) {
-	return parseFitArgs(c.FitStrategy, c.FitResources, c.FitShape, c.FitIgnoredResources, c.FitIgnoredResourceGroups)
+	if c.KubeSchedulerConfig == "" {
+		return parseFitArgs(c.FitStrategy, c.FitResources, c.FitShape, c.FitIgnoredResources, c.FitIgnoredResourceGroups)
+	}
+	// One place for the settings: a flag next to the file would be
+	// overridden by it, or override it, silently either way.
+	def := DefaultConfig()
+	if c.FitStrategy != def.FitStrategy || c.FitResources != def.FitResources || c.FitShape != "" ||
+		c.FitIgnoredResources != "" || c.FitIgnoredResourceGroups != "" {
+		return nil, errors.New("--kube-scheduler-config gives NodeResourcesFit's args: leave out the --node-resources-fit-* flags (and their keys in the configuration file)")
+	}
+	a, err := loadKubeSchedulerConfig(c.KubeSchedulerConfig, c.SchedulerName)
+	if err != nil {
+		return nil, fmt.Errorf("--kube-scheduler-config: %w", err)
+	}
+	return a, nil
 }
 
 // DefaultSchedulerName is the name pods ask for to be scheduled by
@@ -68,6 +86,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(fitFlag{&c.FitShape, checked(parseFitShape)}, "node-resources-fit-shape", "RequestedToCapacityRatio's function (scoringStrategy.requestedToCapacityRatio.shape): <utilization>=<score>,... with utilization 0-100 increasing and score 0-10, e.g. 0=10,100=0 to spread or 0=0,100=10 to pack.")
 	fs.Var(fitFlag{&c.FitIgnoredResources, checked(parseFitIgnored)}, "node-resources-fit-ignored-resources", "Extended resources the NodeResourcesFit filter ignores (ignoredResources), comma-separated: their requests never keep a pod off a node.")
 	fs.Var(fitFlag{&c.FitIgnoredResourceGroups, checked(parseFitIgnoredGroups)}, "node-resources-fit-ignored-resource-groups", "Groups of extended resources the NodeResourcesFit filter ignores (ignoredResourceGroups), the part before the /, comma-separated (example.com ignores example.com/gpu).")
+	fs.StringVar(&c.KubeSchedulerConfig, "kube-scheduler-config", c.KubeSchedulerConfig, "A KubeSchedulerConfiguration file (kubescheduler.config.k8s.io/v1) whose profile for --scheduler-name gives NodeResourcesFit's args (pluginConfig, NodeResourcesFitArgs), defaulted and validated as kube-scheduler does, in place of the --node-resources-fit-* flags; any other setting in the file is refused, naming the flag to use instead.")
 	fs.StringVar(&c.DefaultPodTopologySpread, "default-pod-topology-spread", c.DefaultPodTopologySpread, "Topology spread constraints of pods that set none, selecting the pods of their Services, ReplicaSets, StatefulSets and ReplicationControllers (PodTopologySpreadArgs): system (kube-scheduler's: kubernetes.io/hostname:3 and topology.kubernetes.io/zone:5, ScheduleAnyway), none, or a list of <topologyKey>:<maxSkew>[:ScheduleAnyway|DoNotSchedule].")
 }
 

@@ -122,17 +122,26 @@ func parseFitResources(s string) ([]resourceWeight, error) {
 		if !ok || err != nil || weight < 1 || weight > maxResourceWeight {
 			return nil, fmt.Errorf("%q: want <resource>=<weight>, a weight from 1 to %d (e.g. cpu=1,memory=1)", item, maxResourceWeight)
 		}
-		if errs := validation.IsQualifiedName(name); len(errs) > 0 {
-			return nil, fmt.Errorf("%q is not a resource name: %s", name, strings.Join(errs, "; "))
-		}
-		for _, r := range out {
-			if string(r.name) == name {
-				return nil, fmt.Errorf("%s is listed twice", name)
-			}
+		if err := checkFitResourceName(out, name); err != nil {
+			return nil, err
 		}
 		out = append(out, resourceWeight{v1.ResourceName(name), weight})
 	}
 	return out, nil
+}
+
+// checkFitResourceName refuses a scored resource that is not a resource
+// name or is already in out (it would count twice in the weighted mean).
+func checkFitResourceName(out []resourceWeight, name string) error {
+	if errs := validation.IsQualifiedName(name); len(errs) > 0 {
+		return fmt.Errorf("%q is not a resource name: %s", name, strings.Join(errs, "; "))
+	}
+	for _, r := range out {
+		if string(r.name) == name {
+			return fmt.Errorf("%s is listed twice", name)
+		}
+	}
+	return nil
 }
 
 // parseFitShape reads scoringStrategy.requestedToCapacityRatio.shape as
@@ -143,7 +152,7 @@ func parseFitShape(s string) ([]shapePoint, error) {
 		u, sc, ok := strings.Cut(item, "=")
 		util, err1 := strconv.ParseInt(strings.TrimSpace(u), 10, 64)
 		score, err2 := strconv.ParseInt(strings.TrimSpace(sc), 10, 64)
-		if !ok || err1 != nil || err2 != nil || util < 0 || util > maxUtilization || score < 0 || score > maxShapeScore {
+		if !ok || err1 != nil || err2 != nil || !inShapeRange(util, score) {
 			return nil, fmt.Errorf("%q: want <utilization>=<score>, utilization 0-%d %%, score 0-%d", item, maxUtilization, maxShapeScore)
 		}
 		if n := len(out); n > 0 && util <= out[n-1].utilization {
@@ -154,17 +163,28 @@ func parseFitShape(s string) ([]shapePoint, error) {
 	return out, nil
 }
 
+func inShapeRange(util, score int64) bool {
+	return util >= 0 && util <= maxUtilization && score >= 0 && score <= maxShapeScore
+}
+
 // parseFitIgnored reads ignoredResources: extended resources only, the
 // only ones the filter can ignore.
 func parseFitIgnored(s string) (sets.Set[string], error) {
 	out := sets.New[string]()
 	for _, name := range splitList(s) {
-		if !isExtendedResource(v1.ResourceName(name)) {
-			return nil, fmt.Errorf("%q is not an extended resource (a qualified name outside kubernetes.io/, such as example.com/gpu); only those can be ignored", name)
+		if err := checkFitIgnored(name); err != nil {
+			return nil, err
 		}
 		out.Insert(name)
 	}
 	return out, nil
+}
+
+func checkFitIgnored(name string) error {
+	if !isExtendedResource(v1.ResourceName(name)) {
+		return fmt.Errorf("%q is not an extended resource (a qualified name outside kubernetes.io/, such as example.com/gpu); only those can be ignored", name)
+	}
+	return nil
 }
 
 // parseFitIgnoredGroups reads ignoredResourceGroups: the part before the /
@@ -172,12 +192,19 @@ func parseFitIgnored(s string) (sets.Set[string], error) {
 func parseFitIgnoredGroups(s string) (sets.Set[string], error) {
 	out := sets.New[string]()
 	for _, g := range splitList(s) {
-		if strings.Contains(g, "/") || len(validation.IsDNS1123Subdomain(g)) > 0 {
-			return nil, fmt.Errorf("%q is not a resource group (the part before the / of an extended resource, such as example.com)", g)
+		if err := checkFitIgnoredGroup(g); err != nil {
+			return nil, err
 		}
 		out.Insert(g)
 	}
 	return out, nil
+}
+
+func checkFitIgnoredGroup(g string) error {
+	if strings.Contains(g, "/") || len(validation.IsDNS1123Subdomain(g)) > 0 {
+		return fmt.Errorf("%q is not a resource group (the part before the / of an extended resource, such as example.com)", g)
+	}
+	return nil
 }
 
 // fitFlag is a NodeResourcesFit flag whose value is checked as it is set,
