@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
 
 // ManagedLabel marks the nodes a fakenode process owns; a restarted process
@@ -145,8 +147,8 @@ const (
 	DefaultNodeStatusUpdateFrequency = 10 * time.Second
 	DefaultNodeStatusReportFrequency = 5 * time.Minute
 	DefaultPodStartDelay             = time.Second
-	DefaultRebootDowntime            = 20 * time.Second
-	DefaultReplaceDowntime           = 30 * time.Second
+	DefaultRebootDowntime            = fakecloud.DefaultRebootDowntime
+	DefaultReplaceDowntime           = fakecloud.DefaultReplaceDowntime
 	DefaultWorkers                   = 16
 	DefaultMaxPods                   = 110
 	DefaultKubeletVersion            = "v1.37.1"

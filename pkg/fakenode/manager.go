@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
 
 // Stats counts the API writes of a Manager, for tests and benchmarks.
@@ -51,7 +53,8 @@ type Manager struct {
 	podsMu sync.Mutex
 	pods   map[types.UID]*podState
 
-	repairs repairs
+	// repairs carries out the fake cloud's repair requests (repair.go).
+	repairs *fakecloud.Carrier
 
 	ready chan struct{}
 	stats struct {
@@ -104,6 +107,7 @@ func New(cfg Config) (*Manager, error) {
 		m.names = append(m.names, name)
 	}
 	sort.Strings(m.names)
+	m.repairs = m.newCarrier()
 	return m, nil
 }
 
@@ -201,7 +205,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	nodeFactory.Start(ctx.Done())
 	defer podFactory.Shutdown()
 	defer nodeFactory.Shutdown()
-	repairsSynced, stopRepairs := m.startRepairs(ctx)
+	repairsSynced, stopRepairs := m.repairs.Start(ctx)
 	defer stopRepairs()
 	synced := []cache.InformerSynced{podInformer.HasSynced, nodeInformer.Informer().HasSynced, repairsSynced}
 	if m.vols != nil {

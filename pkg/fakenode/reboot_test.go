@@ -132,7 +132,7 @@ func TestRepairsClearConditions(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.onRepairs(ctx, cm)
+	m.repairs.OnRequests(ctx, cm)
 
 	// Both repairs end on their own (timers of a millisecond): wait for
 	// them to be marked done, with a deadline.
@@ -156,7 +156,7 @@ func TestRepairsClearConditions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("repairs not done: %v; requests %v", err, last)
 	}
-	m.repairs.running.Wait()
+	m.repairs.Wait()
 
 	if kd, hf := conditionOf(rebooted, "KernelDeadlock"), conditionOf(rebooted, "HardwareFault"); kd.Status != v1.ConditionFalse || hf.Status != v1.ConditionTrue {
 		t.Errorf("rebooted machine: KernelDeadlock=%s HardwareFault=%s, want False and True (it survives reboots)", kd.Status, hf.Status)
@@ -286,7 +286,7 @@ func TestReplacementRegistersOnceReachable(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.onRepairs(ctx, cm)
+	m.repairs.OnRequests(ctx, cm)
 
 	// The new machine runs and waits to reach the API server.
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -312,7 +312,7 @@ func TestReplacementRegistersOnceReachable(t *testing.T) {
 	}
 	m.reconnect(n)
 	waitRepairDone(ctx, t, client, n.name, "the replacement was not marked done after the heal")
-	m.repairs.running.Wait()
+	m.repairs.Wait()
 	if _, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the healed replacement has no Node: %v", err)
 	}
@@ -332,8 +332,8 @@ func TestRepairDelay(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps(fakecloud.ConfigMapNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.onRepairs(ctx, cm)
-	m.onRepairs(ctx, cm) // seen again (a resync): still one repair
+	m.repairs.OnRequests(ctx, cm)
+	m.repairs.OnRequests(ctx, cm) // seen again (a resync): still one repair
 	machine := func() string {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -351,7 +351,7 @@ func TestRepairDelay(t *testing.T) {
 	}
 	clk.Step(time.Millisecond)
 	waitRepairDone(ctx, t, client, n.name, "the reboot was not carried out after the delay")
-	m.repairs.running.Wait()
+	m.repairs.Wait()
 	if got := machine(); got != fakecloud.Shutdown {
 		t.Errorf("machine %s after the delay, want it off for the reboot's downtime", got)
 	}

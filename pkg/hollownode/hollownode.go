@@ -6,7 +6,8 @@
 // fakenode: the same node names, zones and labels, and the faults that
 // a process and a proxy can give (partition, heal, kubelet stop and start,
 // and a machine's power cycle, with a boot ID that nodeshepherd's kubemark
-// build reports: --boot-id, hack/controlplane/kubemark).
+// build reports: --boot-id, hack/controlplane/kubemark), and the fake cloud
+// provider's repair requests (reboot, replace, power-off: repair.go).
 package hollownode
 
 import (
@@ -36,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/childproc"
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 )
 
 // Binary is the hollow node's file name in the control plane's bin
@@ -71,6 +73,13 @@ type Config struct {
 	Dir string
 	// Verbosity is the kubelets' -v.
 	Verbosity int
+	// RebootDowntime is how long a machine the fake cloud provider reboots
+	// is off; ReplaceDowntime how long a replaced machine's Node is gone
+	// before the new machine starts and registers it (package
+	// cloudprovider/fake; their defaults when 0). IgnorePowerOff: a
+	// power-off request is marked done and the machine runs on.
+	RebootDowntime, ReplaceDowntime time.Duration
+	IgnorePowerOff                  bool
 	// Specs, when set, names each node and its zone (Nodes, NamePrefix
 	// and Zones are then not used): simulate gives hollow nodes the names
 	// and zones its fake nodes would have.
@@ -95,6 +104,12 @@ func (c *Config) complete() {
 	if c.MaxPods == 0 {
 		c.MaxPods = DefaultMaxPods
 	}
+	if c.RebootDowntime == 0 {
+		c.RebootDowntime = fakecloud.DefaultRebootDowntime
+	}
+	if c.ReplaceDowntime == 0 {
+		c.ReplaceDowntime = fakecloud.DefaultReplaceDowntime
+	}
 }
 
 // Validate says what is wrong, naming the field.
@@ -116,6 +131,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPods < 1 {
 		errs = append(errs, fmt.Errorf("max pods must be at least 1, got %d", c.MaxPods))
+	}
+	if c.RebootDowntime < 0 || c.ReplaceDowntime < 0 {
+		errs = append(errs, fmt.Errorf("reboot and replace downtimes must not be negative, got %v and %v", c.RebootDowntime, c.ReplaceDowntime))
 	}
 	seen := map[string]bool{}
 	for i, sp := range c.Specs {
@@ -174,6 +192,11 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	stopped bool // after Stop no kubelet starts again
+
+	// The fake cloud's repair requests (repair.go), carried out from Start
+	// to Stop; rebooting are the reboots waiting for their downtime.
+	cancelRepairs, stopRepairs func()
+	rebooting                  sync.WaitGroup
 }
 
 // Start starts every node (its proxy, its kubeconfig, its kubelet) and
@@ -210,6 +233,10 @@ func Start(ctx context.Context, cfg Config, timeout time.Duration, progress func
 	}
 	sort.Strings(f.names)
 	if err := f.waitReady(ctx, f.names, timeout, progress); err != nil {
+		f.Stop()
+		return nil, err
+	}
+	if err := f.startRepairs(ctx, timeout); err != nil {
 		f.Stop()
 		return nil, err
 	}
@@ -569,6 +596,11 @@ func (f *Fleet) Stop() {
 	f.mu.Lock()
 	f.stopped = true
 	f.mu.Unlock()
+	if f.cancelRepairs != nil {
+		f.cancelRepairs()
+		f.stopRepairs()
+	}
+	f.rebooting.Wait()
 	var wg sync.WaitGroup
 	for _, n := range f.nodes {
 		wg.Add(1)

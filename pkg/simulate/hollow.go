@@ -164,14 +164,8 @@ func (s *Scenario) checkHollow(root *yaml.Node) []string {
 	if n := field(kubeletNode, "nodeStatusMaxImages"); n != nil {
 		at(n, "cluster.kubelet.nodeStatusMaxImages %s: not implemented: kubemark takes no --node-status-max-images", on)
 	}
-	if n := field(clusterNode, "machines"); n != nil {
-		at(n, "cluster.machines %s: not implemented: the fake cloud provider answers for hollow machines (machine-shutdown, machine-delete), but no one carries out its repair requests (reboot, replace, power-off) on them; only the fake nodes do", on)
-	}
-	if n := field(root, "remediationPolicies"); n != nil {
-		at(n, "remediationPolicies %s: not implemented: their Reboot, Replace and Fence steps are repair requests to the fake cloud provider, which only the fake nodes carry out", on)
-	}
 	if n := field(field(root, "controllers"), "outOfService"); n != nil {
-		at(n, "controllers.outOfService %s: not implemented: the fake cloud provider answers for hollow machines, but the outofservice controller has not been run against hollow nodes by any test yet; run this scenario on fake nodes", on)
+		at(n, "controllers.outOfService %s: not implemented: the fake cloud provider answers for hollow machines and powers them off, but the outofservice controller (which a remediation policy's Fence step needs) has not been run against hollow nodes by any test yet; run this scenario on fake nodes", on)
 	}
 	for _, w := range s.Workloads {
 		for _, m := range w.objects {
@@ -229,7 +223,10 @@ func (s *Scenario) hollowNodeConfig(binDir string) (*hollownode.Config, error) {
 	for k, v := range s.Cluster.Node.Labels {
 		labels[k] = v
 	}
-	cfg := &hollownode.Config{Region: fakenode.DefaultRegion, Labels: labels, MaxPods: s.Cluster.Node.MaxPods}
+	// The fake cloud's repairs take as long as on fake nodes (a hollow run
+	// is at time scale 1).
+	cfg := &hollownode.Config{Region: fakenode.DefaultRegion, Labels: labels, MaxPods: s.Cluster.Node.MaxPods,
+		RebootDowntime: fcfg.RebootDowntime, ReplaceDowntime: fcfg.ReplaceDowntime, IgnorePowerOff: fcfg.IgnorePowerOff}
 	if binDir != "" {
 		cfg.Binary = filepath.Join(binDir, hollownode.Binary)
 	}

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 )
 
 // hollowScenario is a scenario hollow nodes can run: every timeline action
@@ -86,10 +89,7 @@ func TestHollowScenarioValid(t *testing.T) {
 // (Load) and for --nodes hollow on a fake scenario (CheckNodes).
 func TestHollowScenarioRefusals(t *testing.T) {
 	base := strings.Replace(hollowScenario, "  nodeKind: hollow\n", "", 1)
-	// withCluster adds lines under cluster:, withTimeline a step.
-	withCluster := func(lines string) string {
-		return strings.Replace(base, "cluster:\n", "cluster:\n"+lines, 1)
-	}
+	// withStep adds a step to the timeline.
 	withStep := func(step string) string { return base + step + "\n" }
 	cases := []struct {
 		name, text string
@@ -113,9 +113,10 @@ func TestHollowScenarioRefusals(t *testing.T) {
 		{"status report frequency", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "nodeStatusReportFrequency: 1m", 1), "  kubelet: {leaseDuration: 40s", "cluster.kubelet.nodeStatusReportFrequency 1m0s on hollow nodes", false},
 		{"pod start delay", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "podStartDelay: 2s", 1), "  kubelet: {leaseDuration: 40s", "podStartDelay on hollow nodes: not implemented: kubemark's fake container runtime", false},
 		{"stale pod status", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "emulateStalePodStatus: true", 1), "  kubelet: {leaseDuration: 40s", "cannot emulate the 1.15 kubelet of seed 002", false},
-		{"machines", withCluster("  machines: {rebootDowntime: 20s}\n"), "  machines: {rebootDowntime: 20s}", "cluster.machines on hollow nodes: not implemented: the fake cloud provider answers for hollow machines (machine-shutdown, machine-delete), but no one carries out its repair requests", true},
-		{"remediation policies", base + "remediationPolicies: []\n", "remediationPolicies: []", "remediationPolicies on hollow nodes: not implemented: their Reboot, Replace and Fence steps are repair requests to the fake cloud provider, which only the fake nodes carry out", false},
-		{"out of service", strings.Replace(base, "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n", "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n  outOfService: {}\n", 1), "  outOfService: {}", "controllers.outOfService on hollow nodes: not implemented: the fake cloud provider answers for hollow machines, but the outofservice controller has not been run against hollow nodes by any test yet", false},
+		{"out of service", strings.Replace(base, "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n", "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n  outOfService: {}\n", 1), "  outOfService: {}", "controllers.outOfService on hollow nodes: not implemented: the fake cloud provider answers for hollow machines and powers them off, but the outofservice controller (which a remediation policy's Fence step needs) has not been run against hollow nodes by any test yet", false},
+		// A Fence step needs the outofservice controller: refused with it.
+		{"fence step", strings.Replace(base, "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n", "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n  outOfService: {outOfServiceAfter: 1m}\n", 1) + fencePolicy,
+			"  outOfService: {outOfServiceAfter: 1m}", "the outofservice controller (which a remediation policy's Fence step needs) has not been run against hollow nodes", false},
 		{"kubelet-owned condition", withStep("- {at: 4m, action: set-condition, condition: MemoryPressure=True, nodes: [fake-node-0000]}"), "- {at: 4m, action: set-condition, condition: MemoryPressure",
 			"the real kubelet reports MemoryPressure itself and writes it again at its next status update", false},
 		{"volume claims", strings.Replace(base, "- apiVersion: apps/v1\n", `- {apiVersion: v1, kind: PersistentVolumeClaim, metadata: {name: data}, spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}
@@ -147,6 +148,67 @@ func TestHollowScenarioRefusals(t *testing.T) {
 				t.Errorf("nodeKind: hollow: got %v\nwant %q at %s", err, c.want, wantPrefix)
 			}
 		})
+	}
+}
+
+// repairPolicy reboots, then replaces, a node with KernelDeadlock=True.
+const repairPolicy = `remediationPolicies:
+- apiVersion: nodeshepherd.io/v1alpha1
+  kind: RemediationPolicy
+  metadata: {name: web}
+  spec:
+    nodeSelector: {matchLabels: {pool: web}}
+    unhealthy:
+    - {type: KernelDeadlock, status: "True", for: 20s}
+    healthyHold: 30s
+    steps:
+    - {action: Reboot, timeout: 3m}
+    - {action: Replace, timeout: 5m}
+`
+
+// fencePolicy fences a silent node.
+const fencePolicy = `remediationPolicies:
+- apiVersion: nodeshepherd.io/v1alpha1
+  kind: RemediationPolicy
+  metadata: {name: web}
+  spec:
+    nodeSelector: {matchLabels: {pool: web}}
+    unhealthy:
+    - {type: Ready, status: Unknown, for: 20s}
+    healthyHold: 30s
+    steps:
+    - {action: Fence, timeout: 1m}
+`
+
+// The fake cloud's repairs work on hollow nodes (issue 47 point 2): a
+// scenario with Reboot and Replace steps and cluster.machines runs on them,
+// and the hollow machines take the scenario's downtimes.
+func TestHollowScenarioRepairs(t *testing.T) {
+	text := strings.Replace(hollowScenario, "  node: {maxPods: 30,", "  machines: {rebootDowntime: 15s, replaceDowntime: 25s}\n  node: {maxPods: 30,", 1) + repairPolicy
+	sc, err := Load(writeScenario(t, text))
+	if err != nil {
+		t.Fatalf("nodeKind: hollow with remediation policies: %v", err)
+	}
+	if err := sc.CheckNodes("", 1); err != nil {
+		t.Errorf("at --time-scale 1: %v", err)
+	}
+	cfg, err := sc.hollowNodeConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RebootDowntime != 15*time.Second || cfg.ReplaceDowntime != 25*time.Second || cfg.IgnorePowerOff {
+		t.Errorf("hollow machines: reboot downtime %v, replace downtime %v, ignore power-off %v; want 15s, 25s, false", cfg.RebootDowntime, cfg.ReplaceDowntime, cfg.IgnorePowerOff)
+	}
+	// Without cluster.machines: the fake nodes' defaults.
+	sc, err = Load(writeScenario(t, hollowScenario+repairPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = sc.hollowNodeConfig(""); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RebootDowntime != fakenode.DefaultRebootDowntime || cfg.ReplaceDowntime != fakenode.DefaultReplaceDowntime {
+		t.Errorf("hollow machines by default: reboot downtime %v, replace downtime %v; want the fake nodes' %v, %v", cfg.RebootDowntime, cfg.ReplaceDowntime, fakenode.DefaultRebootDowntime, fakenode.DefaultReplaceDowntime)
 	}
 }
 

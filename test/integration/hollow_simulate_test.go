@@ -287,3 +287,95 @@ func TestSimulateHollowSteps(t *testing.T) {
 		}
 	}
 }
+
+// hollowRemediationScenario: a condition that survives reboots on one hollow
+// node of two; the policy reboots its machine (the condition stays: the
+// step times out), then replaces it (the new machine has none of the old
+// one's conditions), and the repair is done after the hold time. The
+// fake cloud's repairs are carried out on hollow machines (pkg/hollownode,
+// fakecloud.Carrier).
+const hollowRemediationScenario = `apiVersion: nodeshepherd.io/v1alpha1
+kind: Scenario
+name: hollow-remediation
+description: A lasting KernelDeadlock on one hollow node; the policy reboots it, then replaces it.
+duration: 150s
+cluster:
+  nodeKind: hollow
+  zones:
+  - {name: zone-a, nodes: 2}
+  node: {labels: {pool: general}}
+  machines: {rebootDowntime: 5s, replaceDowntime: 5s}
+workloads:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web}
+  spec:
+    replicas: 2
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        containers: [{name: app, image: registry.k8s.io/pause:3.10}]
+remediationPolicies:
+- apiVersion: nodeshepherd.io/v1alpha1
+  kind: RemediationPolicy
+  metadata: {name: general}
+  spec:
+    nodeSelector: {matchLabels: {pool: general}}
+    unhealthy:
+    - {type: KernelDeadlock, status: "True", for: 10s}
+    healthyHold: 10s
+    steps:
+    - {action: Reboot, timeout: 30s}
+    - {action: Replace, timeout: 90s}
+    brakes:
+      maxInRepair: 1
+timeline:
+- {at: 5s, action: set-condition, condition: KernelDeadlock=True, survivesReboot: true, nodes: [fake-node-0000]}
+expect:
+- {metric: repairsStarted, atLeast: 1, atMost: 1}
+- {metric: repairStepsStarted, atLeast: 2, atMost: 2}    # Reboot, Replace
+- {metric: nodesRebooted, atLeast: 1, atMost: 1}
+- {metric: nodesReplaced, atLeast: 1, atMost: 1}
+- {metric: repairsDone, atLeast: 1, atMost: 1}
+- {metric: repairsExhausted, atMost: 0}
+- {metric: podsNotReadyAtEnd, atMost: 0}
+`
+
+// TestSimulateHollowRemediation (issue 47, point 2): a remediation policy's
+// Reboot and Replace steps on hollow nodes, through simulate: the fake
+// cloud's reboot boots the hollow machine with a new boot ID (counted
+// rebooted), the lasting condition survives it, the replacement's new
+// machine registers the Node anew (counted replaced) without it, and the
+// repair is done; every pod is Ready at the end.
+func TestSimulateHollowRemediation(t *testing.T) {
+	kubemark := filepath.Join(controlplane.FindBinDir(), hollownode.Binary)
+	if _, err := os.Stat(kubemark); err != nil {
+		t.Fatalf("hollow nodes need kubemark: %v ('make controlplane' builds bin/kubemark)", err)
+	}
+	path := filepath.Join(t.TempDir(), "hollow-remediation.yaml")
+	if err := os.WriteFile(path, []byte(hollowRemediationScenario), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := simulate.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	bin := framework.Binary(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	out, err := framework.CommandContext(ctx, bin, "simulate", path, "-o", dir).CombinedOutput()
+	t.Logf("simulate (cluster.nodeKind: hollow, remediation):\n%s", summary(out))
+	if err != nil {
+		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)
+	}
+	rep := readReport(t, dir)
+	if len(rep.Runs) != 1 || rep.Runs[0].NodeKind != simulate.NodeKindHollow {
+		t.Fatalf("want one run on hollow nodes, got %d runs", len(rep.Runs))
+	}
+	for _, c := range rep.Runs[0].Expectations {
+		if !c.Passed {
+			t.Errorf("expectation %s failed: got %s", c.Expectation, measureText(c.Value))
+		}
+	}
+}

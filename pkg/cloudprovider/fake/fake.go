@@ -1,6 +1,7 @@
 // Package fake is the "fake" cloud provider: it answers from the machine
-// states that `nodeshepherd fakenodes` publishes (faults machine-delete,
-// machine-shutdown and machine-start) in a ConfigMap, so that the cloud node
+// states that `nodeshepherd fakenodes` and hollow nodes publish (faults
+// machine-delete, machine-shutdown and machine-start) in a ConfigMap, and
+// its repair requests are carried out by them (Carrier), so that the cloud node
 // lifecycle controller can be tested and rehearsed without a cloud.
 package fake
 

@@ -16,8 +16,9 @@ import (
 )
 
 // Repair requests (nscloud.Repairer): the provider writes them into a
-// ConfigMap of their own, one key per node, and `nodeshepherd fakenodes`
-// carries them out on its machines (reboot: the machine is off for a while
+// ConfigMap of their own, one key per node, and the process that runs the
+// node's machine (`nodeshepherd fakenodes`, hollow nodes: a Carrier)
+// carries them out (reboot: the machine is off for a while
 // and boots again, with a new boot ID; replace: the machine and its Node go
 // and a new machine registers the Node anew, with a new UID; poweroff: the
 // machine is shut down and stays off, the Fence step of a remediation

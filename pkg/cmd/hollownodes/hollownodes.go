@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/hollownode"
 )
@@ -48,6 +49,11 @@ network partition does. Names are --name-prefix0000, ..., zones round robin from
 (topology.kubernetes.io/zone), with topology.kubernetes.io/region and --node-labels.
 Each hollow node's kubeconfig, log and kubelet directory are under --dir/NAME.
 
+The nodes' machines answer the fake cloud provider (--cloud-provider=fake) as the fake nodes'
+do, and carry out its repair requests: a reboot (off for --reboot-downtime, then a new boot ID
+and a fresh kubelet), a replacement (the Node, its Lease and its pods deleted, and after
+--replace-downtime a new machine whose kubelet registers the Node anew) and a power-off.
+
 When every node is Ready the command prints what they cost (resident memory, CPU), runs until
 Ctrl-C or SIGTERM, then prints their CPU time and stops them.`,
 		Example: `  nodeshepherd controlplane up --scheduler &   # prints the kubeconfig to use
@@ -72,6 +78,8 @@ Ctrl-C or SIGTERM, then prints their CPU time and stops them.`,
 	f.StringVar(&o.dir, "dir", "", "Directory for each node's kubeconfig, log and kubelet files (default: a temporary directory removed on exit).")
 	f.DurationVar(&o.timeout, "ready-timeout", 2*time.Minute, "How long to wait for every node to register and report Ready.")
 	f.IntVar(&o.cfg.Verbosity, "kubelet-v", 0, "Log verbosity of the kubelets (their -v).")
+	f.DurationVar(&o.cfg.RebootDowntime, "reboot-downtime", fakecloud.DefaultRebootDowntime, "How long a machine the fake cloud provider reboots (--cloud-provider=fake) is off before it boots again, with a new boot ID.")
+	f.DurationVar(&o.cfg.ReplaceDowntime, "replace-downtime", fakecloud.DefaultReplaceDowntime, "How long a machine the fake cloud provider replaces is gone (its Node, Lease and pods deleted) before the new machine starts and its kubelet registers the Node anew.")
 	return c
 }
 
@@ -105,6 +113,9 @@ func (o *options) complete() error {
 		}
 	}
 	o.cfg.Labels = o.labels
+	if o.cfg.RebootDowntime <= 0 || o.cfg.ReplaceDowntime <= 0 {
+		errs = append(errs, fmt.Errorf("--reboot-downtime and --replace-downtime must be positive, got %v and %v", o.cfg.RebootDowntime, o.cfg.ReplaceDowntime))
+	}
 	if o.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--ready-timeout must be positive, got %v", o.timeout))
 	}
