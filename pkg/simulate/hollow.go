@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -304,4 +305,24 @@ func (r *runner) doHollow(ctx context.Context, st *Step, nodes []string, d time.
 		return f.MachineDelete(ctx, nodes...)
 	}
 	return errors.New(st.Action + " is not implemented on hollow nodes")
+}
+
+// hollowPhase waits a random part of the hollow kubelets' Lease renew
+// interval before the timeline starts. They all start together, before the
+// controllers, and the setup takes about as long in every trial, so without
+// it every trial cut its nodes at the same phase of their renewals, about
+// 1 s after one (docs/simulate.md "Fidelity": detection 5-7 s later than on
+// fake nodes in every trial); the fake nodes' renewals already fall at any
+// phase.
+func (r *runner) hollowPhase(ctx context.Context) error {
+	d := rand.N(hollowLeaseRenewInterval)
+	r.printf("hollow nodes: the timeline starts %v later, at a random phase of the kubelets' Lease renewals (every %v)", d.Round(time.Millisecond), hollowLeaseRenewInterval)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

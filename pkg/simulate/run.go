@@ -230,6 +230,11 @@ func (r *runner) run(ctx context.Context) (*RunResult, error) {
 			return nil, err
 		}
 	}
+	if r.hollow != nil {
+		if err := r.hollowPhase(ctx); err != nil {
+			return nil, err
+		}
+	}
 	r.startTimeline(res, factory, setupStart)
 	res.Marks, res.Samples, res.Interrupted, err = r.timeline(ctx)
 	if err != nil {
