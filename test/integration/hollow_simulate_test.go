@@ -253,31 +253,7 @@ expect:
 // without error, the cordon is counted, both machines' new boot IDs are
 // (nodesRebooted 2), nothing is evicted and every pod is Ready at the end.
 func TestSimulateHollowSteps(t *testing.T) {
-	kubemark := filepath.Join(controlplane.FindBinDir(), hollownode.Binary)
-	if _, err := os.Stat(kubemark); err != nil {
-		t.Fatalf("hollow nodes need kubemark: %v ('make controlplane' builds bin/kubemark)", err)
-	}
-	path := filepath.Join(t.TempDir(), "hollow-steps.yaml")
-	if err := os.WriteFile(path, []byte(hollowStepsScenario), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := simulate.Load(path); err != nil {
-		t.Fatal(err)
-	}
-	bin := framework.Binary(t)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	out, err := framework.CommandContext(ctx, bin, "simulate", path, "-o", dir).CombinedOutput()
-	t.Logf("simulate (cluster.nodeKind: hollow):\n%s", summary(out))
-	if err != nil {
-		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)
-	}
-	rep := readReport(t, dir)
-	if len(rep.Runs) != 1 || rep.Runs[0].NodeKind != simulate.NodeKindHollow {
-		t.Fatalf("want one run on hollow nodes, got %d runs", len(rep.Runs))
-	}
-	r := rep.Runs[0]
+	r := simulateHollow(t, "hollow-steps.yaml", hollowStepsScenario, "cluster.nodeKind: hollow")
 	if len(r.Marks) != 8 {
 		t.Errorf("%d timeline steps applied, want 8: %v", len(r.Marks), r.Marks)
 	}
@@ -349,12 +325,25 @@ expect:
 // machine registers the Node anew (counted replaced) without it, and the
 // repair is done; every pod is Ready at the end.
 func TestSimulateHollowRemediation(t *testing.T) {
+	r := simulateHollow(t, "hollow-remediation.yaml", hollowRemediationScenario, "cluster.nodeKind: hollow, remediation")
+	for _, c := range r.Expectations {
+		if !c.Passed {
+			t.Errorf("expectation %s failed: got %s", c.Expectation, measureText(c.Value))
+		}
+	}
+}
+
+// simulateHollow runs scenario (written to a file named name) through
+// `nodeshepherd simulate` and returns its one run, which must be on hollow
+// nodes; what names the run in the log.
+func simulateHollow(t *testing.T, name, scenario, what string) *simulate.RunResult {
+	t.Helper()
 	kubemark := filepath.Join(controlplane.FindBinDir(), hollownode.Binary)
 	if _, err := os.Stat(kubemark); err != nil {
 		t.Fatalf("hollow nodes need kubemark: %v ('make controlplane' builds bin/kubemark)", err)
 	}
-	path := filepath.Join(t.TempDir(), "hollow-remediation.yaml")
-	if err := os.WriteFile(path, []byte(hollowRemediationScenario), 0o644); err != nil {
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(scenario), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := simulate.Load(path); err != nil {
@@ -365,7 +354,7 @@ func TestSimulateHollowRemediation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	out, err := framework.CommandContext(ctx, bin, "simulate", path, "-o", dir).CombinedOutput()
-	t.Logf("simulate (cluster.nodeKind: hollow, remediation):\n%s", summary(out))
+	t.Logf("simulate (%s):\n%s", what, summary(out))
 	if err != nil {
 		t.Fatalf("simulate failed: %v (logs in %s)", err, dir)
 	}
@@ -373,9 +362,5 @@ func TestSimulateHollowRemediation(t *testing.T) {
 	if len(rep.Runs) != 1 || rep.Runs[0].NodeKind != simulate.NodeKindHollow {
 		t.Fatalf("want one run on hollow nodes, got %d runs", len(rep.Runs))
 	}
-	for _, c := range rep.Runs[0].Expectations {
-		if !c.Passed {
-			t.Errorf("expectation %s failed: got %s", c.Expectation, measureText(c.Value))
-		}
-	}
+	return rep.Runs[0]
 }
