@@ -820,21 +820,29 @@ func (c *Controller) forgetSaid(node, reason string) {
 	delete(c.said[node], reason)
 }
 
-// eventOnce says msg on the node unless it said the same for reason last;
-// it returns whether it said it.
-func (c *Controller) eventOnce(n *v1.Node, reason, msg string) bool {
+// saidAnew records msg as the last said of node for reason and reports
+// whether it differs from the one before.
+func (c *Controller) saidAnew(node, reason, msg string) bool {
 	c.mu.Lock()
-	said := c.said[n.Name]
+	defer c.mu.Unlock()
+	said := c.said[node]
 	if said == nil {
 		said = map[string]string{}
-		c.said[n.Name] = said
+		c.said[node] = said
 	}
 	if said[reason] == msg {
-		c.mu.Unlock()
 		return false
 	}
 	said[reason] = msg
-	c.mu.Unlock()
+	return true
+}
+
+// eventOnce says msg on the node unless it said the same for reason last;
+// it returns whether it said it.
+func (c *Controller) eventOnce(n *v1.Node, reason, msg string) bool {
+	if !c.saidAnew(n.Name, reason, msg) {
+		return false
+	}
 	typ := v1.EventTypeNormal
 	switch reason {
 	case EventBlocked, EventExhausted, EventConflict, EventProvider, EventSkipped, EventFenceVetoed:

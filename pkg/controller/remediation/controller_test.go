@@ -3,6 +3,7 @@ package remediation
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/go-logr/logr/funcr"
 
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -337,6 +341,58 @@ func TestStaleCacheStepsNothingOutOfThePool(t *testing.T) {
 // read does (chaos seed 370007: a new leader sent a Replace 10 s after the
 // node's condition had cleared). Once the condition holds again on both,
 // the request goes, with the step's ID.
+// TestRequestHeldBackSaidOncePerReason: a request held back is looked at
+// again every second; its log line is said once per reason, not per look.
+func TestRequestHeldBackSaidOncePerReason(t *testing.T) {
+	first := &fakeRepairer{errs: []error{errors.New("timeout")}}
+	h := newHarness(t, first, rebootPolicy, deadlocked("n", "b1"))
+	if err := h.c.sync(t.Context(), "n"); err == nil {
+		t.Fatal("a provider error was taken for an answer")
+	}
+	inRepair := h.node(t, "n")
+	recovered := inRepair.DeepCopy()
+	recovered.Status.Conditions[0].Status = v1.ConditionFalse
+	recovered.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
+	var mu sync.Mutex
+	var held []string
+	logger := funcr.New(func(_, args string) {
+		if strings.Contains(args, "Not sending the step's request") {
+			mu.Lock()
+			held = append(held, args)
+			mu.Unlock()
+		}
+	}, funcr.Options{})
+	ctx := klog.NewContext(t.Context(), logger)
+	r := &fakeRepairer{}
+	client := fake.NewClientset(recovered.DeepCopy())
+	c := behindControllerOf(t, client, inRepair.DeepCopy(), r, rebootPolicy)
+	for range 3 {
+		if err := c.sync(ctx, "n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	if len(held) != 1 {
+		t.Errorf("held back 3 times for one reason, said %d times: %q", len(held), held)
+	}
+	mu.Unlock()
+	// Another reason is said again.
+	if err := client.CoreV1().Nodes().Delete(ctx, "n", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(held) != 2 || !strings.Contains(held[1], "the Node is gone") {
+		t.Errorf("a new reason: said %q, want a second line naming it", held)
+	}
+	if len(r.ids) != 0 {
+		t.Errorf("request sent: %v", r.ids)
+	}
+}
+
 func TestUnsentRequestNotSentToARecoveredNode(t *testing.T) {
 	ctx := t.Context()
 	// Into repair at step 1 (Reboot); the provider call fails: no answer.

@@ -399,12 +399,20 @@ func (c *Controller) stillCalledFor(ctx context.Context, n *v1.Node, p *policy, 
 		}
 	}
 	if why == "" {
+		c.forgetSaid(n.Name, notSentKey)
 		return true, nil
 	}
-	klog.FromContext(ctx).Info("Not sending the step's request: "+why+"; looking again", "node", n.Name, "policy", p.name, "step", st.Step+1, "action", st.Action)
+	// Said once per reason: the node is looked at again every second.
+	if c.saidAnew(n.Name, notSentKey, why) {
+		klog.FromContext(ctx).Info("Not sending the step's request: "+why+"; looking again every second", "node", n.Name, "policy", p.name, "step", st.Step+1, "action", st.Action)
+	}
 	c.queue.AddAfter(n.Name, time.Second)
 	return false, nil
 }
+
+// notSentKey keeps, among what was said of a node, stillCalledFor's last
+// reason for holding a request back (a log line, no event).
+const notSentKey = "(request held back)"
 
 // premise is what the step's requests were decided on (State.MachineOff).
 func premise(st rem.State) nscloud.Premise {
