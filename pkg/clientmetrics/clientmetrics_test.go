@@ -77,9 +77,42 @@ func TestRequestsCountedByCode(t *testing.T) {
 	for _, f := range families {
 		names[f.GetName()] = true
 	}
-	for _, n := range []string{"rest_client_requests_total", "rest_client_request_retries_total", "rest_client_request_duration_seconds"} {
+	for _, n := range []string{"rest_client_requests_total", "rest_client_request_retries_total", "rest_client_request_duration_seconds", "rest_client_rate_limiter_duration_seconds"} {
 		if !names[n] {
 			t.Errorf("%s not gathered from the registry (got %v)", n, names)
 		}
+	}
+}
+
+// TestRateLimiterWaitsObserved: every request's wait on the client's own
+// QPS/burst limiter is observed, so client-side throttling shows as waits
+// above zero (here QPS 1, burst 1: the second request waits about 1 s).
+func TestRateLimiterWaitsObserved(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Node","apiVersion":"v1","metadata":{"name":"n"}}`))
+	}))
+	defer srv.Close()
+	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL, QPS: 1, Burst: 1})
+	for range 2 {
+		if _, err := client.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var m dto.Metric
+	h, err := rateLimiter.GetMetricWithLabelValues("GET", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.(prometheus.Histogram).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetHistogram().GetSampleCount(); got != 2 {
+		t.Errorf("waits observed: %d, want 2", got)
+	}
+	// The second waited for the limiter's next token; no wait is longer
+	// than the limiter's period.
+	if sum := m.GetHistogram().GetSampleSum(); sum < 0.5 || sum > 5 {
+		t.Errorf("waited %.2fs in all, want about 1s", sum)
 	}
 }
