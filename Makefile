@@ -14,7 +14,7 @@ export NODESHEPHERD_BIN_DIR := $(BIN)
 # 2 cores (2026-11-29). Set GOGC to choose another.
 export GOGC ?= 400
 
-.PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-drain bench-scheduler chaos fuzz generate vet lint fmt clean
+.PHONY: all build controlplane helm chromium test test-unit test-integration test-loaded golden-preemption golden-scheduler golden-scenarios demo simulate bench-fakenodes bench-detection bench-steady bench-fleet bench-drain bench-scheduler chaos fuzz generate vet lint fmt clean
 
 all: build controlplane
 
@@ -144,6 +144,12 @@ bench-drain: controlplane
 bench-scheduler: controlplane
 	go test -run '^$$' -bench 'Benchmark(ScheduleOne|ScheduleOneAntiAffinity|ScheduleOneSpread|Preemption|FilterFailing)5000Nodes' ./pkg/controller/scheduler/
 	go test -run '^$$' -bench BenchmarkScheduler -benchtime 1x -timeout 180m ./test/bench/
+
+## bench-fleet: 5,000 nodes and 150,000 pods under kube-controller-manager, then under every nodeshepherd controller
+## (remediation policy on): steady CPU and RSS, a rack of 50 cut at once (detection p50/p95/p99, the policy's steps,
+## API requests and client throttling); BENCH_NODES, BENCH_PODS_PER_NODE, BENCH_RACK, BENCH_WINDOW, BENCH_PROFILE_DIR
+bench-fleet: controlplane
+	go test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 180m ./test/bench/
 
 ## bench-steady: steady-state CPU at 5,000 nodes, kube-controller-manager next to nodeshepherd
 bench-steady: controlplane

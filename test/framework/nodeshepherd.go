@@ -103,10 +103,9 @@ func (n *NodeShepherd) Stop() {
 	n.cancel = nil
 }
 
-// Metric returns the value of a counter or gauge (the sum of a histogram's
-// observations count) whose labels include the given ones, summed over
-// matching series; 0 when absent.
-func (n *NodeShepherd) Metric(t testing.TB, name string, labels map[string]string) float64 {
+// Families scrapes /metrics once, every family by name (a histogram's
+// buckets, which Metric folds into its count).
+func (n *NodeShepherd) Families(t testing.TB) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := n.Get(context.Background(), "/metrics") // the client has a timeout
 	if err != nil {
@@ -121,7 +120,15 @@ func (n *NodeShepherd) Metric(t testing.TB, name string, labels map[string]strin
 	if err != nil {
 		t.Fatalf("parsing metrics: %v", err)
 	}
-	fam := families[name]
+	return families
+}
+
+// Metric returns the value of a counter or gauge (the sum of a histogram's
+// observations count) whose labels include the given ones, summed over
+// matching series; 0 when absent.
+func (n *NodeShepherd) Metric(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	fam := n.Families(t)[name]
 	if fam == nil {
 		return 0
 	}
