@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 )
 
@@ -116,7 +117,11 @@ var schedulingReasons = map[string]bool{
 }
 
 // Pod explains the pod namespace/name. It only reads.
-func Pod(ctx context.Context, cs kubernetes.Interface, namespace, name string) (*PodExplanation, error) {
+//
+// sched is the scheduler's settings that decide fits (scheduler.Config's
+// AddExplainFlags); its KubeSchedulerConfig is read for the profile of the
+// pod's spec.schedulerName, and an error in it is a usage error.
+func Pod(ctx context.Context, cs kubernetes.Interface, namespace, name string, sched scheduler.Config) (*PodExplanation, error) {
 	pod, err := cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("pod %q not found in namespace %q (check the name and -n/--namespace)", name, namespace)
@@ -147,7 +152,13 @@ func Pod(ctx context.Context, cs kubernetes.Interface, namespace, name string) (
 	if err != nil {
 		return nil, err
 	}
-	r, err := scheduler.Explain(ctx, pod, *snap)
+	if sched.KubeSchedulerConfig != "" {
+		sched.SchedulerName = pod.Spec.SchedulerName
+		if err := sched.Validate(); err != nil {
+			return nil, cli.Usagef("pod %s/%s asks for scheduler %s: %v", namespace, name, pod.Spec.SchedulerName, err)
+		}
+	}
+	r, err := scheduler.ExplainWith(ctx, pod, *snap, sched)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 )
 
 var t0 = time.Date(2026, 11, 24, 18, 0, 0, 0, time.UTC)
@@ -56,7 +62,7 @@ func cpuAndTaints(pending *v1.Pod) []runtime.Object {
 func TestPodSummarisesLikeKubeScheduler(t *testing.T) {
 	pending := testPod("web", "", 100, 500)
 	cs := fake.NewClientset(cpuAndTaints(pending)...)
-	e, err := Pod(context.Background(), cs, "default", "web")
+	e, err := Pod(context.Background(), cs, "default", "web", scheduler.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +111,7 @@ func TestPodPreemptionDryRunAndVictims(t *testing.T) {
 	other := event("x.1", "Preempted", "Preempted by pod uid-someone on node a-full", victim, t0, 1)
 	objs = append(objs, preempted, other)
 	cs := fake.NewClientset(objs...)
-	e, err := Pod(context.Background(), cs, "default", "web")
+	e, err := Pod(context.Background(), cs, "default", "web", scheduler.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +190,7 @@ func TestPodNotPendingAndNotFound(t *testing.T) {
 	bound := testPod("web", "n1", 0, 100)
 	bound.Status.Phase = v1.PodRunning
 	cs := fake.NewClientset(testNode("n1", 1000), bound, event("s", "Scheduled", "Successfully assigned default/web to n1", bound, t0, 1))
-	e, err := Pod(context.Background(), cs, "default", "web")
+	e, err := Pod(context.Background(), cs, "default", "web", scheduler.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +212,7 @@ func TestPodNotPendingAndNotFound(t *testing.T) {
 		t.Errorf("table:\n%s", out.String())
 	}
 
-	_, err = Pod(context.Background(), cs, "default", "nope")
+	_, err = Pod(context.Background(), cs, "default", "nope", scheduler.DefaultConfig())
 	if err == nil || !strings.Contains(err.Error(), `pod "nope" not found in namespace "default"`) {
 		t.Errorf("missing pod: %v", err)
 	}
@@ -252,5 +258,65 @@ func TestPodBeingDeletedIsNoted(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "Note: the pod is being deleted (since 2026-11-24T18:00:00Z)") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// TestPodJudgedWithTheSchedulersFitSettings: explain judges with the
+// settings it is given, as the scheduler that runs with them: an extended
+// resource the scheduler ignores (flag, or the KubeSchedulerConfiguration
+// profile of the pod's scheduler) keeps no node off; with the defaults it
+// does. A file without a profile for the pod's scheduler is a usage error.
+func TestPodJudgedWithTheSchedulersFitSettings(t *testing.T) {
+	pending := testPod("web", "", 100, 100)
+	pending.Spec.Containers[0].Resources.Requests["example.com/dongle"] = resource.MustParse("1")
+	objs := []runtime.Object{testNode("a", 4000), testNode("b", 4000), pending}
+	profile := func(name string) string {
+		f := filepath.Join(t.TempDir(), "sched.yaml")
+		doc := "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: " + name +
+			"\n  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      ignoredResources: [example.com/dongle]\n"
+		if err := os.WriteFile(f, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	byFlag := scheduler.DefaultConfig()
+	byFlag.FitIgnoredResources = "example.com/dongle"
+	byGroup := scheduler.DefaultConfig()
+	byGroup.FitIgnoredResourceGroups = "example.com"
+	byFile := scheduler.DefaultConfig()
+	byFile.KubeSchedulerConfig = profile("nodeshepherd-scheduler")
+	for _, tc := range []struct {
+		name string
+		cfg  scheduler.Config
+		fits bool
+	}{
+		{"defaults", scheduler.DefaultConfig(), false},
+		{"--node-resources-fit-ignored-resources", byFlag, true},
+		{"--node-resources-fit-ignored-resource-groups", byGroup, true},
+		{"--kube-scheduler-config, the pod's scheduler's profile", byFile, true},
+	} {
+		e, err := Pod(context.Background(), fake.NewClientset(objs...), "default", "web", tc.cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		fits := 0
+		for _, n := range e.Nodes {
+			if n.Fits {
+				fits++
+			}
+		}
+		if tc.fits && (fits != 2 || e.Summary != "") {
+			t.Errorf("%s: %d nodes fit, summary %q; want both, no summary", tc.name, fits, e.Summary)
+		}
+		if !tc.fits && (fits != 0 || !strings.Contains(e.Summary, "2 Insufficient example.com/dongle")) {
+			t.Errorf("%s: %d nodes fit, summary %q; want none, Insufficient example.com/dongle", tc.name, fits, e.Summary)
+		}
+	}
+	other := scheduler.DefaultConfig()
+	other.KubeSchedulerConfig = profile("default-scheduler")
+	_, err := Pod(context.Background(), fake.NewClientset(objs...), "default", "web", other)
+	var usage *cli.UsageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "none has schedulerName nodeshepherd-scheduler") {
+		t.Errorf("a file without the pod's scheduler's profile: %v, want a usage error naming it", err)
 	}
 }

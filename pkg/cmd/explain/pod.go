@@ -6,11 +6,14 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodeshepherd/nodeshepherd/pkg/cli"
+	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/explain"
 )
 
 func newPodCommand(o *options) *cobra.Command {
 	var namespace string
+	sched := scheduler.DefaultConfig()
 	c := &cobra.Command{
 		Use:   "pod NAME",
 		Short: "Why a pod is Pending: per-node reasons, nominated node, preemption attempts",
@@ -19,6 +22,12 @@ every node's reasons, summarised as kube-scheduler words them ("0/5 nodes are av
 cpu, 3 node(s) had untolerated taint(s). preemption: ..."), next to the PodScheduled message the scheduler
 last wrote; the nominated node, what preemption would do now, the pods preempted for this one, and the
 scheduling events about the pod (repeats merged). A pod that is not Pending is reported as bound (exit 0).
+
+It judges with kube-scheduler's default settings unless told the scheduler's own: the same
+--node-resources-fit-ignored-resources, --node-resources-fit-ignored-resource-groups,
+--kube-scheduler-config (its profile for the pod's spec.schedulerName), --default-pod-topology-spread
+and --min-candidate-nodes-* as 'nodeshepherd run' takes; a node that fits only by an ignored
+resource fits here too.
 
 It reads the cluster with your kubeconfig (get and list only), needs no leader and writes nothing.`,
 		Example: `  nodeshepherd explain pod -n shop web-7d9c-xk2lp
@@ -29,12 +38,19 @@ It reads the cluster with your kubeconfig (get and list only), needs no leader a
 			if err != nil {
 				return err
 			}
+			// With a file, the profile depends on the pod: explain.Pod
+			// validates then.
+			if sched.KubeSchedulerConfig == "" {
+				if err := sched.Validate(); err != nil {
+					return cli.Usagef("%v", err)
+				}
+			}
 			if !c.Flags().Changed("namespace") {
 				if namespace, err = o.contextNamespace(); err != nil {
 					return err
 				}
 			}
-			e, err := explain.Pod(c.Context(), cs, namespace, args[0])
+			e, err := explain.Pod(c.Context(), cs, namespace, args[0], sched)
 			if err != nil {
 				return err
 			}
@@ -42,6 +58,7 @@ It reads the cluster with your kubeconfig (get and list only), needs no leader a
 		},
 	}
 	c.Flags().StringVarP(&namespace, "namespace", "n", "", "The pod's namespace; by default the kubeconfig context's, as kubectl does.")
+	sched.AddExplainFlags(c.Flags())
 	return c
 }
 

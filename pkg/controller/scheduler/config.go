@@ -90,6 +90,21 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DefaultPodTopologySpread, "default-pod-topology-spread", c.DefaultPodTopologySpread, "Topology spread constraints of pods that set none, selecting the pods of their Services, ReplicaSets, StatefulSets and ReplicationControllers (PodTopologySpreadArgs): system (kube-scheduler's: kubernetes.io/hostname:3 and topology.kubernetes.io/zone:5, ScheduleAnyway), none, or a list of <topologyKey>:<maxSkew>[:ScheduleAnyway|DoNotSchedule].")
 }
 
+// explainFlags are the flags that change whether a node fits a pod or what
+// preemption would do: `explain pod` takes them to judge as the scheduler
+// does.
+var explainFlags = []string{"node-resources-fit-ignored-resources", "node-resources-fit-ignored-resource-groups",
+	"kube-scheduler-config", "default-pod-topology-spread", "min-candidate-nodes-percentage", "min-candidate-nodes-absolute"}
+
+// AddExplainFlags registers explainFlags, as AddFlags does.
+func (c *Config) AddExplainFlags(fs *pflag.FlagSet) {
+	all := pflag.NewFlagSet("scheduler", pflag.ContinueOnError)
+	c.AddFlags(all)
+	for _, name := range explainFlags {
+		fs.AddFlag(all.Lookup(name))
+	}
+}
+
 // Validate checks the settings as kube-scheduler validates its configuration.
 func (c *Config) Validate() error {
 	var errs []error

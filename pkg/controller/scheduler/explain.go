@@ -86,7 +86,19 @@ func UsesClaims(pod *v1.Pod) bool { return usesClaims(pod) }
 // scheduler's default settings. Nothing is written or changed: it is the
 // read-only twin of a scheduling cycle, for `nodeshepherd explain pod`.
 func Explain(ctx context.Context, pod *v1.Pod, snap Snapshot) (*FitReport, error) {
-	cfg := DefaultConfig()
+	return ExplainWith(ctx, pod, snap, DefaultConfig())
+}
+
+// ExplainWith is Explain with the scheduler's settings cfg: those that
+// decide whether a node fits (NodeResourcesFit's ignored resources, from the
+// flags or cfg.KubeSchedulerConfig's profile for cfg.SchedulerName; the
+// default spread constraints) and preemption's candidates. cfg must be
+// valid (Validate).
+func ExplainWith(ctx context.Context, pod *v1.Pod, snap Snapshot, cfg Config) (*FitReport, error) {
+	fit, err := cfg.fitArgs()
+	if err != nil {
+		return nil, err
+	}
 	c := newCache()
 	for i := range snap.Nodes {
 		c.setNode(&snap.Nodes[i])
@@ -126,6 +138,7 @@ func Explain(ctx context.Context, pod *v1.Pod, snap Snapshot) (*FitReport, error
 		report.Refused = "pod " + pod.Namespace + "/" + pod.Name + " cannot be scheduled: " + err.Error()
 		return report, nil
 	}
+	q.fit = fit
 	nsLister := corelisters.NewNamespaceLister(indexOf(snap.Namespaces))
 
 	c.mu.RLock()
