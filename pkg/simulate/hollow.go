@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
 	"github.com/nodeshepherd/nodeshepherd/pkg/hollownode"
+	rem "github.com/nodeshepherd/nodeshepherd/pkg/remediation"
 )
 
 // Node kinds: what runs a scenario's nodes (cluster.nodeKind, or
@@ -165,8 +166,16 @@ func (s *Scenario) checkHollow(root *yaml.Node) []string {
 	if n := field(kubeletNode, "nodeStatusMaxImages"); n != nil {
 		at(n, "cluster.kubelet.nodeStatusMaxImages %s: not implemented: kubemark takes no --node-status-max-images", on)
 	}
-	if n := field(field(root, "controllers"), "outOfService"); n != nil {
-		at(n, "controllers.outOfService %s: not implemented: the fake cloud provider answers for hollow machines and powers them off, but the outofservice controller (which a remediation policy's Fence step needs) has not been run against hollow nodes by any test yet; run this scenario on fake nodes", on)
+	// The outofservice controller runs on hollow nodes (TestHollowOutOfService),
+	// and the fake cloud powers hollow machines off (TestHollowFakeCloudRepairs);
+	// a Fence step, the two together, has not been run on them by a test.
+	for _, d := range s.allPolicies() {
+		for i, st := range d.policy.Spec.Steps {
+			if st.Action == rem.ActionFence {
+				errs = append(errs, fmt.Sprintf("%s:%d: RemediationPolicy %s: spec.steps[%d] (Fence) %s: not implemented: its power-off and the out-of-service taint each run on hollow machines, but no test has run a Fence step on them yet; run this scenario on fake nodes",
+					d.path, locate(d.node, fmt.Sprintf("spec.steps[%d]", i)).Line, d.policy.Name, i, on))
+			}
+		}
 	}
 	for _, w := range s.Workloads {
 		for _, m := range w.objects {

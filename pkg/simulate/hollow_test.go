@@ -113,10 +113,10 @@ func TestHollowScenarioRefusals(t *testing.T) {
 		{"status report frequency", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "nodeStatusReportFrequency: 1m", 1), "  kubelet: {leaseDuration: 40s", "cluster.kubelet.nodeStatusReportFrequency 1m0s on hollow nodes", false},
 		{"pod start delay", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "podStartDelay: 2s", 1), "  kubelet: {leaseDuration: 40s", "podStartDelay on hollow nodes: not implemented: kubemark's fake container runtime", false},
 		{"stale pod status", strings.Replace(base, "nodeStatusUpdateFrequency: 10s", "emulateStalePodStatus: true", 1), "  kubelet: {leaseDuration: 40s", "cannot emulate the 1.15 kubelet of seed 002", false},
-		{"out of service", strings.Replace(base, "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n", "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n  outOfService: {}\n", 1), "  outOfService: {}", "controllers.outOfService on hollow nodes: not implemented: the fake cloud provider answers for hollow machines and powers them off, but the outofservice controller (which a remediation policy's Fence step needs) has not been run against hollow nodes by any test yet", false},
-		// A Fence step needs the outofservice controller: refused with it.
+		// The outofservice controller runs on hollow nodes
+		// (TestHollowOutOfServiceAccepted); a Fence step is refused.
 		{"fence step", strings.Replace(base, "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n", "  nodeLifecycle: {nodeMonitorGracePeriod: 20s}\n  outOfService: {outOfServiceAfter: 1m}\n", 1) + fencePolicy,
-			"  outOfService: {outOfServiceAfter: 1m}", "the outofservice controller (which a remediation policy's Fence step needs) has not been run against hollow nodes", false},
+			"    - {action: Fence, timeout: 1m}", "RemediationPolicy web: spec.steps[0] (Fence) on hollow nodes: not implemented: its power-off and the out-of-service taint each run on hollow machines, but no test has run a Fence step on them yet", false},
 		{"kubelet-owned condition", withStep("- {at: 4m, action: set-condition, condition: MemoryPressure=True, nodes: [fake-node-0000]}"), "- {at: 4m, action: set-condition, condition: MemoryPressure",
 			"the real kubelet reports MemoryPressure itself and writes it again at its next status update", false},
 		{"volume claims", strings.Replace(base, "- apiVersion: apps/v1\n", `- {apiVersion: v1, kind: PersistentVolumeClaim, metadata: {name: data}, spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}
@@ -179,6 +179,23 @@ const fencePolicy = `remediationPolicies:
     steps:
     - {action: Fence, timeout: 1m}
 `
+
+// TestHollowOutOfServiceAccepted: controllers.outOfService runs on hollow
+// nodes (TestHollowOutOfService in test/integration shows it on a real
+// control plane).
+func TestHollowOutOfServiceAccepted(t *testing.T) {
+	text := strings.Replace(hollowScenario, "controllers:\n", "controllers:\n  outOfService: {outOfServiceAfter: 1m}\n", 1)
+	if !strings.Contains(text, "outOfService") {
+		t.Fatal("the scenario has no controllers: section to add outOfService to")
+	}
+	sc, err := Load(writeScenario(t, text))
+	if err != nil {
+		t.Fatalf("nodeKind: hollow with controllers.outOfService: %v", err)
+	}
+	if err := sc.CheckNodes("", 1); err != nil {
+		t.Errorf("at --time-scale 1: %v", err)
+	}
+}
 
 // The fake cloud's repairs work on hollow nodes (issue 47 point 2): a
 // scenario with Reboot and Replace steps and cluster.machines runs on them,

@@ -97,9 +97,9 @@ control plane's version, bin/kubemark, one process per node) instead of fake nod
 the names, zones and labels the fake nodes would get; the scenario's cluster.nodeKind says
 the same. Hollow runs take --time-scale 1 only (kubemark fixes the kubelet's lease and status
 timings), at most 20 nodes, and refuse, naming what is missing, what hollow nodes cannot do
-yet: node groups, node capacity, images, podStartDelay, the outofservice controller (so a
-Fence step), emulateStalePodStatus, volume claims, conditions the kubelet owns,
---chaos-seed. machine-* steps, the fake cloud and remediation policies run on them. See
+yet: node groups, node capacity, images, podStartDelay, Fence steps, emulateStalePodStatus,
+volume claims, conditions the kubelet owns, --chaos-seed. machine-* steps, the fake cloud,
+the outofservice controller and the other remediation steps run on them. See
 docs/hollownodes.md. --nodes fake,hollow runs the scenario on each kind in turn (reports in
 OUTPUT/fake and OUTPUT/hollow) and then prints each measure side by side with the difference.
 
