@@ -142,6 +142,10 @@ type NodeGroup struct {
 	// Images name images of cluster.images the group's nodes report,
 	// besides node.images.
 	Images []string `yaml:"images"`
+
+	// devices are the DRA devices a snapshot found on the group's nodes
+	// (written as cluster.devices).
+	devices []fakenode.DeviceSet
 }
 
 // GroupShape is a group's node capacity; omitted fields take cluster.node's.

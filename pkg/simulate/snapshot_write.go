@@ -235,6 +235,7 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 		data = bytes.TrimPrefix(data, []byte("cluster:\n"))
 	}
 	b.Write(data)
+	s.writeDevices(&b)
 	if len(files) == 0 {
 		b.WriteString("workloads: []\n")
 	} else {
@@ -389,6 +390,17 @@ func (s *Snapshot) PrintSummary(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "Images: %d of the %d the nodes report (those at least half of a group's nodes report), %d of them in every group (cluster.node.images)\n",
 			len(s.Images), s.ImagesSeen, len(s.NodeImages))
+	}
+	if entries := s.deviceEntries(); len(entries) > 0 {
+		var sets []string
+		for _, d := range entries {
+			where := "every group"
+			if len(d.NodeGroups) > 0 {
+				where = strings.Join(d.NodeGroups, ", ")
+			}
+			sets = append(sets, fmt.Sprintf("%d of %s a node (%s)", d.Count, d.Driver, where))
+		}
+		fmt.Fprintf(w, "Devices: %s\n", strings.Join(sets, "; "))
 	}
 	fmt.Fprintf(w, "Settings: %s\n", orDefault(s.SettingsFrom, "none found (nodeshepherd's defaults)"))
 	if len(s.Notes) == 0 {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,11 +37,12 @@ func TestScenarioSnapshot(t *testing.T) {
 	client := framework.Client(t, cp)
 	ctx := framework.Context(t)
 	dedicated := []v1.Taint{{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule}}
+	gpus := []fakenode.DeviceSet{{Driver: "gpu.fake.nodeshepherd.io", Count: 2, Model: "a100"}}
 	framework.StartFakeNodes(t, fakenode.Config{Client: client, Groups: []fakenode.NodeGroup{
 		{Name: "web-a", Zone: "zone-a", Count: 3, Labels: map[string]string{"pool": "web"}, CPU: resource.MustParse("8")},
-		{Name: "db-a", Zone: "zone-a", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16")},
+		{Name: "db-a", Zone: "zone-a", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16"), Devices: gpus},
 		{Name: "web-b", Zone: "zone-b", Count: 3, Labels: map[string]string{"pool": "web"}, CPU: resource.MustParse("8")},
-		{Name: "db-b", Zone: "zone-b", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16")},
+		{Name: "db-b", Zone: "zone-b", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16"), Devices: gpus},
 	}})
 	createSnapshotWorkloads(t, client)
 
@@ -58,7 +60,8 @@ func TestScenarioSnapshot(t *testing.T) {
 	for _, want := range []string{"Nodes: 6 in 2 zones, 4 node groups", "zone-a               3 nodes (cluster: 4)",
 		"1 Deployments and 1 StatefulSets (4 replicas in all), 1 DaemonSets, 1 PodDisruptionBudgets, 1 PriorityClasses in 1 namespaces",
 		"Settings: ConfigMap nodeshepherd-system/nodeshepherd-config-h4sh", "1 env values from Secrets or ConfigMaps removed",
-		`storage class "standard" replaced by fake-csi`} {
+		`storage class "standard" replaced by fake-csi`,
+		"Devices: 2 of gpu.fake.nodeshepherd.io a node (zone-a-"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q", want)
 		}
@@ -100,6 +103,13 @@ func TestScenarioSnapshot(t *testing.T) {
 	}
 	if g := groups["zone-b/web"]; g.Nodes != 2 || g.Shape.CPU.String() != "8" || len(g.Taints) != 0 {
 		t.Errorf("zone-b's web group %+v: want 2 nodes (3 halved, rounded up), 8 cpu, no taints", g)
+	}
+	// The db nodes' fake GPUs (their ResourceSlices): one cluster.devices
+	// entry for both db groups; the class is the fake nodes' own (named
+	// after the driver), so none is written.
+	if d := sc.Cluster.Devices; len(d) != 1 || d[0].Driver != "gpu.fake.nodeshepherd.io" || d[0].Count != 2 || d[0].Model != "a100" ||
+		d[0].Class != "" || !slices.Equal(d[0].NodeGroups, []string{groups["zone-a/db"].Name, groups["zone-b/db"].Name}) {
+		t.Errorf("cluster.devices %+v: want the db groups' 2 fake GPUs", d)
 	}
 	data, _ := os.ReadFile(scenarioFile)
 	if !strings.Contains(string(data), "nodeMonitorGracePeriod: 30s") || strings.Contains(string(data), "leaderElect") {
