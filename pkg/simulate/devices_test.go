@@ -70,7 +70,13 @@ func TestHollowScenarioRefusesDevices(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %v\nwant %q", err, want)
 	}
-	if _, err := Load(writeScenario(t, strings.Replace(text, "  nodeKind: hollow\n", "", 1))); err != nil {
-		t.Errorf("on fake nodes: %v", err)
+	// On fake nodes it loads; --nodes hollow refuses it the same way.
+	fakePath := writeScenario(t, strings.Replace(text, "  nodeKind: hollow\n", "", 1))
+	sc, err := Load(fakePath)
+	if err != nil {
+		t.Fatalf("on fake nodes: %v", err)
+	}
+	if err := sc.CheckNodes(NodeKindHollow, 1); err == nil || !strings.Contains(err.Error(), fakePath+":11: cluster.devices on hollow nodes") {
+		t.Errorf("--nodes hollow: %v", err)
 	}
 }
