@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	nscloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider"
+	fakecloud "github.com/nodeshepherd/nodeshepherd/pkg/cloudprovider/fake"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
 	"github.com/nodeshepherd/nodeshepherd/pkg/fakenode"
@@ -35,9 +37,10 @@ const fakeGPUDriver = "gpu.fake.nodeshepherd.io"
 // status.devices (Ready True). With every GPU taken, a further pod's claim
 // cannot be allocated: it stays pending, unschedulable. A pod bound by hand
 // to a gpu node with a claim nobody allocated is not started: the fake
-// kubelet records FailedPrepareDynamicResources. A gpu node's Node deleted
-// (a replaced machine registers anew): its slice goes with it and the new
-// Node publishes it again, owned by the new Node.
+// kubelet records FailedPrepareDynamicResources. A gpu node's Node deleted:
+// the fake kubelet registers it anew and publishes its slice again, owned
+// by the new Node; so does the other gpu node once the fake cloud replaced
+// its machine (Node gone, new machine registering it anew).
 func TestFakeNodesDevices(t *testing.T) {
 	cp := startControlPlaneAlone(t, controlplane.Config{ControllerManager: true})
 	client := framework.Client(t, cp)
@@ -46,6 +49,7 @@ func TestFakeNodesDevices(t *testing.T) {
 	// A kubelet finds its Node deleted when it next posts its status, and
 	// registers it anew: a short report frequency makes that soon.
 	fn.NodeStatusReportFrequency = 2 * time.Second
+	fn.ReplaceDowntime = 2 * time.Second
 	fn.Groups = []fakenode.NodeGroup{
 		{Name: "gpu", Zone: "zone-a", Count: 2, Devices: []fakenode.DeviceSet{{Driver: fakeGPUDriver, Count: 2, Model: "fake-a100", Memory: resource.MustParse("80Gi")}}},
 		{Name: "plain", Zone: "zone-a", Count: 1},
@@ -173,6 +177,24 @@ func TestFakeNodesDevices(t *testing.T) {
 	s := waitSliceOwnedBy(t, client, old.Name)
 	if s.OwnerReferences[0].UID == old.UID {
 		t.Errorf("slice %s still owned by the deleted Node %s", s.Name, old.UID)
+	}
+
+	// The fake cloud replaces the other gpu node's machine: its Node goes
+	// (the garbage collector takes the slice) and the new machine
+	// registers it anew and publishes its devices again.
+	replaced := getNode(t, client, gpuNodes[0])
+	if err := fakecloud.New(client).Replace(ctx, replaced, nscloud.RequestID(replaced, "replace"), nscloud.NoPremise); err != nil {
+		t.Fatalf("replace: %v", err)
+	}
+	framework.Eventually(t, time.Minute, gpuNodes[0]+" registered by a new machine", func(ctx context.Context) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, replaced.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, "Node gone", nil
+		}
+		return err == nil && n.UID != replaced.UID, fmt.Sprint(err), err
+	})
+	if s := waitSliceOwnedBy(t, client, replaced.Name); len(s.Spec.Devices) != 2 {
+		t.Errorf("the new machine's slice %s: %+v", s.Name, s.Spec)
 	}
 }
 
