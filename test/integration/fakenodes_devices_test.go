@@ -35,7 +35,9 @@ const fakeGPUDriver = "gpu.fake.nodeshepherd.io"
 // nodes; the fake kubelet starts them once their claims are allocated and
 // reserved for them, and reports the allocated GPU prepared in the claim's
 // status.devices (Ready True). With every GPU taken, a further pod's claim
-// cannot be allocated: it stays pending, unschedulable. A pod bound by hand
+// cannot be allocated: it stays pending, unschedulable, until a running pod
+// is deleted: its claim (devices reported prepared) is deallocated and
+// deleted, and the pending pod runs with the freed GPU. A pod bound by hand
 // to a gpu node with a claim nobody allocated is not started: the fake
 // kubelet records FailedPrepareDynamicResources. A gpu node's Node deleted:
 // the fake kubelet registers it anew and publishes its slice again, owned
@@ -143,6 +145,27 @@ func TestFakeNodesDevices(t *testing.T) {
 	}
 	if p, claim := podAndClaim(t, client, pending); p.Spec.NodeName != "" || claim.Status.Allocation != nil || len(claim.Status.Devices) > 0 {
 		t.Errorf("the pending pod %s on %q, its claim %+v", pending, p.Spec.NodeName, claim.Status)
+	}
+
+	// A running pod goes (the fake kubelet confirms its deletion): the
+	// ResourceClaim controller deallocates and deletes its claim, prepared
+	// devices and all, and the pending pod gets the freed GPU and runs.
+	_, freedClaim := podAndClaim(t, client, running[0])
+	if err := client.CoreV1().Pods("default").Delete(ctx, running[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, pending+" running on the freed GPU", func(ctx context.Context) (bool, string, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, pending, metav1.GetOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		c, err := client.ResourceV1().ResourceClaims("default").Get(ctx, freedClaim.Name, metav1.GetOptions{})
+		gone := apierrors.IsNotFound(err)
+		return p.Status.Phase == v1.PodRunning && gone, fmt.Sprintf("%s on %q; the freed claim: %v %+v", p.Status.Phase, p.Spec.NodeName, err, c.Status), nil
+	})
+	if p, claim := podAndClaim(t, client, pending); len(claim.Status.Devices) != 1 || claim.Status.Devices[0].Device != freedClaim.Status.Allocation.Devices.Results[0].Device ||
+		p.Spec.NodeName != freedClaim.Status.Allocation.Devices.Results[0].Pool {
+		t.Errorf("%s on %s: its claim's devices %+v, want the freed %+v", pending, p.Spec.NodeName, claim.Status.Devices, freedClaim.Status.Allocation.Devices.Results[0])
 	}
 
 	// A pod bound by hand with a claim nobody allocated: not started.
