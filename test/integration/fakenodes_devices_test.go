@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -274,4 +276,72 @@ func podAndClaim(t *testing.T, client kubernetes.Interface, pod string) (*v1.Pod
 		t.Fatal(err)
 	}
 	return p, claim
+}
+
+// TestFakeNodesDevicesCommand: `nodeshepherd fakenodes --devices`, twice
+// (two drivers, one with class=), as a process of its own: each node
+// publishes one slice per driver with the flag's count, model and memory,
+// and the process creates the two DeviceClasses.
+func TestFakeNodesDevicesCommand(t *testing.T) {
+	cp := startControlPlaneAlone(t, controlplane.Config{})
+	client := framework.Client(t, cp)
+	bin := framework.Binary(t)
+	ctx := framework.Context(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil { // fakenodes refuses a control socket others can reach
+		t.Fatal(err)
+	}
+	cmd := framework.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes=2", "--zones=zone-a",
+		"--csi-driver=", "--control-socket", filepath.Join(dir, "ctl.sock"),
+		"--devices=gpu.fake.nodeshepherd.io=3,model=a10,memory=24Gi", "--devices=nic.fake.nodeshepherd.io=1,class=nic")
+	log, err := os.Create(filepath.Join(dir, "fakenodes.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("fakenodes:\n%s", b)
+		}
+	})
+	framework.Eventually(t, time.Minute, "the nodes' slices and the classes", func(ctx context.Context) (bool, string, error) {
+		select {
+		case err := <-exited:
+			exited <- err
+			return false, "", fmt.Errorf("fakenodes exited: %v", err)
+		default:
+		}
+		for _, node := range []string{"fake-node-0000", "fake-node-0001"} {
+			for driver, count := range map[string]int{"gpu.fake.nodeshepherd.io": 3, "nic.fake.nodeshepherd.io": 1} {
+				s, err := client.ResourceV1().ResourceSlices().Get(ctx, fakenode.ResourceSliceName(node, driver), metav1.GetOptions{})
+				if err != nil {
+					return false, fmt.Sprintf("slice of %s for %s: %v", driver, node, err), nil
+				}
+				if len(s.Spec.Devices) != count || ptr.Deref(s.Spec.NodeName, "") != node {
+					return false, fmt.Sprintf("slice %s: %+v", s.Name, s.Spec), nil
+				}
+				if driver == "gpu.fake.nodeshepherd.io" {
+					d := s.Spec.Devices[2]
+					mem := d.Capacity["memory"].Value
+					if d.Name != "gpu-2" || ptr.Deref(d.Attributes["model"].StringValue, "") != "a10" || mem.String() != "24Gi" {
+						return false, fmt.Sprintf("device %+v", d), nil
+					}
+				}
+			}
+		}
+		for _, class := range []string{"gpu.fake.nodeshepherd.io", "nic"} {
+			if _, err := client.ResourceV1().DeviceClasses().Get(ctx, class, metav1.GetOptions{}); err != nil {
+				return false, "DeviceClass " + class + ": " + err.Error(), nil
+			}
+		}
+		return true, "", nil
+	})
 }
