@@ -443,6 +443,9 @@ func (s *Snapshot) readWorkloads(ctx context.Context, c kubernetes.Interface, o 
 		s.add(p.Namespace, &policyv1.PodDisruptionBudget{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 			ObjectMeta: cleanMeta(p.ObjectMeta), Spec: spec})
 	}
+	if err := s.readClaimTemplates(ctx, c, o); err != nil {
+		return err
+	}
 	deps, err := c.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing Deployments: %w", err)
@@ -544,6 +547,12 @@ func (s *Snapshot) cleanTemplate(where string, t *v1.PodTemplateSpec) {
 		t.Annotations = nil
 	}
 	spec := &t.Spec
+	for _, rc := range spec.ResourceClaims {
+		if rc.ResourceClaimName != nil {
+			// A shared claim is an object of its own, not a workload.
+			s.note("%s: pod claim %s names ResourceClaim %s, which the snapshot does not copy: its pods will stay pending unless you add the claim", where, rc.Name, *rc.ResourceClaimName)
+		}
+	}
 	if len(spec.ImagePullSecrets) > 0 {
 		s.note("%s: imagePullSecrets removed (Secrets)", where)
 		spec.ImagePullSecrets = nil

@@ -173,3 +173,46 @@ func (s *Snapshot) writeDevices(b *bytes.Buffer) {
 		b.WriteString("}\n")
 	}
 }
+
+// readClaimTemplates adds the ResourceClaimTemplates of the namespaces
+// read, so that the workloads' pods get their claims in the simulation;
+// a request for a DeviceClass that cluster.devices does not make is noted
+// (its pods would stay pending).
+func (s *Snapshot) readClaimTemplates(ctx context.Context, c kubernetes.Interface, o SnapshotOptions) error {
+	list, err := c.ResourceV1().ResourceClaimTemplates("").List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing ResourceClaimTemplates: %w", err)
+	}
+	classes := map[string]bool{}
+	for _, g := range s.Groups {
+		for _, d := range g.devices {
+			classes[d.ClassName()] = true
+		}
+	}
+	for i := range list.Items {
+		rct := &list.Items[i]
+		if skipNamespace(rct.Namespace, o) {
+			continue
+		}
+		for _, r := range rct.Spec.Spec.Devices.Requests {
+			names := []string{}
+			if r.Exactly != nil {
+				names = append(names, r.Exactly.DeviceClassName)
+			}
+			for _, sub := range r.FirstAvailable {
+				names = append(names, sub.DeviceClassName)
+			}
+			for _, n := range names {
+				if !classes[n] {
+					s.note("ResourceClaimTemplate %s/%s: request %s asks for DeviceClass %s, which no node's devices in cluster.devices make: its pods will stay pending", rct.Namespace, rct.Name, r.Name, n)
+				}
+			}
+		}
+		s.add(rct.Namespace, &resourceapi.ResourceClaimTemplate{TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
+			ObjectMeta: cleanMeta(rct.ObjectMeta), Spec: *rct.Spec.DeepCopy()})
+	}
+	return nil
+}

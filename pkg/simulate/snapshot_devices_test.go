@@ -45,6 +45,12 @@ func TestSnapshotDevices(t *testing.T) {
 			Pool: resourceapi.ResourcePool{Name: "net", ResourceSliceCount: 1}, Devices: []resourceapi.Device{{Name: "x"}}}},
 		&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
 			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}}}},
+		&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one-gpu", Namespace: "shop", UID: "t1", ResourceVersion: "7"},
+			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+				{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu"}}}}}}},
+		&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one-fpga", Namespace: "shop"},
+			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+				{Name: "fpga", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "fpga"}}}}}}},
 		&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "big-gpu"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
 			{CEL: &resourceapi.CELDeviceSelector{Expression: `device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0`}}}}},
 	)
@@ -67,8 +73,23 @@ func TestSnapshotDevices(t *testing.T) {
 	if len(s.Groups) != 5 {
 		t.Errorf("%d groups, want 5 (a2 with its NIC alone)", len(s.Groups))
 	}
+	// The workloads' claim templates come along (cleaned), one asking for a
+	// class the devices do not make noted.
+	var templates []string
+	for _, o := range s.Namespaces["shop"] {
+		if rct, ok := o.(*resourceapi.ResourceClaimTemplate); ok {
+			templates = append(templates, rct.Name)
+			if rct.UID != "" || rct.ResourceVersion != "" || rct.Kind != "ResourceClaimTemplate" {
+				t.Errorf("template %s not cleaned: %+v", rct.Name, rct.ObjectMeta)
+			}
+		}
+	}
+	if strings.Join(templates, ",") != "one-fpga,one-gpu" && strings.Join(templates, ",") != "one-gpu,one-fpga" {
+		t.Errorf("templates %v", templates)
+	}
 	notes := strings.Join(s.Notes, "\n")
-	for _, want := range []string{"devices of driver net.example.com that are not a node's own", "DeviceClass big-gpu left out"} {
+	for _, want := range []string{"devices of driver net.example.com that are not a node's own", "DeviceClass big-gpu left out",
+		"ResourceClaimTemplate shop/one-fpga: request fpga asks for DeviceClass fpga, which no node's devices in cluster.devices make"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
@@ -102,6 +123,9 @@ func TestSnapshotDevices(t *testing.T) {
 				with += g.Count
 			}
 		}
+	}
+	if len(sc.Workloads) == 0 {
+		t.Error("no workloads written")
 	}
 	if with != 2 || len(cfg.Devices) != 0 {
 		t.Errorf("%d nodes with the GPUs, every node's devices %v; want 2 and none", with, cfg.Devices)

@@ -85,7 +85,7 @@ func (s *Snapshot) Write(out, name, source string, force bool) (string, []string
 		}
 	}
 	for _, ns := range slices.Sorted(maps.Keys(s.Namespaces)) {
-		header := fmt.Sprintf("# Namespace %s of %s at %s: PodDisruptionBudgets, Deployments, StatefulSets, DaemonSets.\n"+
+		header := fmt.Sprintf("# Namespace %s of %s at %s: PodDisruptionBudgets, ResourceClaimTemplates, Deployments, StatefulSets, DaemonSets.\n"+
 			"# Status, annotations and Secret and ConfigMap references are left out (see the scenario file's header).\n", ns, source, taken)
 		if err := writeFile("ns-"+ns+".yaml", header, s.Namespaces[ns]); err != nil {
 			return "", nil, err

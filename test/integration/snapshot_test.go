@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,13 @@ func TestScenarioSnapshot(t *testing.T) {
 		{Name: "db-b", Zone: "zone-b", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16"), Devices: gpus},
 	}})
 	createSnapshotWorkloads(t, client)
+	// A claim template of the workloads' namespace, for the db nodes' GPUs.
+	rct := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one-gpu", Namespace: "shop"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+			{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.fake.nodeshepherd.io"}}}}}}}
+	if _, err := client.ResourceV1().ResourceClaimTemplates("shop").Create(ctx, rct, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	bin := framework.Binary(t)
 	out := filepath.Join(t.TempDir(), "my-cluster")
@@ -112,6 +120,9 @@ func TestScenarioSnapshot(t *testing.T) {
 		t.Errorf("cluster.devices %+v: want the db groups' 2 fake GPUs", d)
 	}
 	data, _ := os.ReadFile(scenarioFile)
+	if shop, err := os.ReadFile(filepath.Join(out, "workloads", "ns-shop.yaml")); err != nil || !strings.Contains(string(shop), "kind: ResourceClaimTemplate") {
+		t.Errorf("ns-shop.yaml lacks the ResourceClaimTemplate: %v\n%s", err, shop)
+	}
 	if !strings.Contains(string(data), "nodeMonitorGracePeriod: 30s") || strings.Contains(string(data), "leaderElect") {
 		t.Errorf("controllers: block is not nodeshepherd's controller settings:\n%s", data)
 	}

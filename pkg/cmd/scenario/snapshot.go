@@ -45,7 +45,7 @@ func newSnapshotCommand() *cobra.Command {
     selecting device.driver == DRIVER becomes its class), so that the fake nodes publish the same;
   - Deployments, StatefulSets and DaemonSets with their pod templates' requests, affinities,
     tolerations, nodeSelector, priorityClassName and topologySpreadConstraints; their
-    PodDisruptionBudgets; PriorityClasses but system-*;
+    PodDisruptionBudgets and ResourceClaimTemplates; PriorityClasses but system-*;
   - nodeshepherd's settings (--config, or the nodeshepherd-config ConfigMap of
     --nodeshepherd-namespace) as the scenario's controllers: block.
 
@@ -58,8 +58,8 @@ name a Secret, a ConfigMap or a claim.
 and workloads/ next to it. The timeline is a placeholder that runs as is (one node's network
 blips): edit it, then rehearse with 'nodeshepherd simulate'. kube-system and the nodeshepherd
 namespace are skipped unless --include-system. --scale or --max-nodes shrink the cluster.
-Reads only; needs list on nodes, workloads, PDBs, PriorityClasses, ResourceSlices, DeviceClasses
-and ConfigMaps of the nodeshepherd namespace.`,
+Reads only; needs list on nodes, workloads, PDBs, PriorityClasses, ResourceSlices, DeviceClasses,
+ResourceClaimTemplates and ConfigMaps of the nodeshepherd namespace.`,
 		Example: `  nodeshepherd scenario snapshot -o my-cluster/ --max-nodes 30
   nodeshepherd scenario snapshot --context prod -o prod.yaml --scale 0.1 --namespace shop,payments
   nodeshepherd simulate my-cluster/scenario.yaml --compare upstream`,
