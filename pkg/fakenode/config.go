@@ -51,6 +51,9 @@ type NodeGroup struct {
 	// Images are the container images the group's nodes report besides
 	// Config.Images (an image in both: once).
 	Images []v1.ContainerImage
+	// Devices are the fake DRA devices the group's nodes publish besides
+	// Config.Devices (a driver in both is refused).
+	Devices []DeviceSet
 }
 
 // Config describes the simulated nodes. Zero durations take kubelet defaults.
@@ -81,6 +84,11 @@ type Config struct {
 	// NodeStatusMaxImages is the kubelet's --node-status-max-images: how
 	// many images a node reports at most (0: the kubelet's 50; -1: all).
 	NodeStatusMaxImages int
+	// Devices are the fake DRA devices every node publishes, one
+	// ResourceSlice per node and driver (devices.go); the fake kubelet
+	// starts a pod with resource claims only once they are allocated and
+	// reserved for it, and reports its driver's devices of them prepared.
+	Devices []DeviceSet
 
 	// LeaseDuration and LeaseRenewInterval match the kubelet's 40s and 10s.
 	LeaseDuration      time.Duration
@@ -277,6 +285,7 @@ func (c *Config) ValidateSettings() error {
 		errs = append(errs, fmt.Errorf("max pods must be at least 1, got %d", c.MaxPods))
 	}
 	errs = append(errs, validateImages(c.Images, "images")...)
+	errs = append(errs, validateDeviceSets(c.Devices, "devices")...)
 	if c.NodeStatusMaxImages < -1 {
 		errs = append(errs, fmt.Errorf("node status max images must be -1 (report every image) or a positive number, got %d", c.NodeStatusMaxImages))
 	}
@@ -309,6 +318,7 @@ func (c *Config) validateGroups() []error {
 		if g.CPU.Sign() < 0 || g.Memory.Sign() < 0 || g.MaxPods < 0 {
 			errs = append(errs, fmt.Errorf("%s: cpu, memory and maxPods must not be negative", where))
 		}
+		errs = append(errs, validateDeviceSets(c.nodeDevices(&c.Groups[i]), where+": devices")...)
 		if imgErrs := validateImages(g.Images, where+": images"); len(imgErrs) > 0 {
 			errs = append(errs, imgErrs...)
 		} else if len(validateImages(c.Images, "")) == 0 {

@@ -168,3 +168,29 @@ func FuzzParseImageSize(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseDeviceSet: any --devices value is refused with an error quoting
+// it, or is a device set the API server accepts (Validate) that prints
+// back to the same set.
+func FuzzParseDeviceSet(f *testing.F) {
+	for _, s := range []string{"gpu.fake.nodeshepherd.io=4", "gpu.example.com=2,model=a100,memory=80Gi,class=gpu", "g=1", "=1", "g=", "g=0",
+		"g=129", "g=1,model=", "g=1,memory=-1", "g=1,,", "g=1,class=a=b", "G=1", "g=1,model=a,model=a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDeviceSet(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", s)) {
+				t.Errorf("error %q does not quote the input", err)
+			}
+			return
+		}
+		if err := d.Validate(); err != nil {
+			t.Fatalf("ParseDeviceSet(%q) accepted %+v: %v", s, d, err)
+		}
+		again, err := ParseDeviceSet(d.String())
+		if err != nil || again.String() != d.String() || again.Memory.Cmp(d.Memory) != 0 {
+			t.Errorf("%q parsed as %v, which prints back as %v, %v", s, d, again, err)
+		}
+	})
+}

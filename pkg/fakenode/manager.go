@@ -52,6 +52,9 @@ type Manager struct {
 
 	podsMu sync.Mutex
 	pods   map[types.UID]*podState
+	// claimWaits is, by pod UID, what a pod's resource claims were last
+	// reported (an event) to wait for.
+	claimWaits map[string]string
 
 	// repairs carries out the fake cloud's repair requests (repair.go).
 	repairs *fakecloud.Carrier
@@ -99,7 +102,8 @@ func New(cfg Config) (*Manager, error) {
 		if group != nil {
 			maps.Copy(lbls, group.Labels)
 		}
-		n := &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group, images: images[group]}
+		n := &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group, images: images[group],
+			devices: m.cfg.nodeDevices(group)}
 		// Starting this process starts the machines: a Node that exists
 		// already gets a new boot ID with the first full status.
 		n.newBoot()
@@ -156,6 +160,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer m.podQ.ShutDown()
 
 	start := m.cfg.Clock.Now()
+	if err := m.ensureDeviceClasses(ctx); err != nil {
+		return err
+	}
 	if err := m.registerAll(ctx); err != nil {
 		return err
 	}
@@ -291,6 +298,9 @@ func (m *Manager) register(ctx context.Context, n *node) error {
 	n.volumesInUse = nil
 	n.mu.Unlock()
 	if err := m.ensureCSINode(ctx, created); err != nil {
+		return err
+	}
+	if err := m.publishDevices(ctx, created, n); err != nil {
 		return err
 	}
 	if err := m.renewLease(ctx, n); err != nil {

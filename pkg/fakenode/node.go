@@ -28,6 +28,8 @@ type node struct {
 	// images is node.status.images, shared by the nodes of a group: never
 	// changed, only replaced.
 	images []v1.ContainerImage
+	// devices are the DRA device sets the node publishes.
+	devices []DeviceSet
 
 	mu             sync.Mutex
 	uid            types.UID

@@ -46,6 +46,7 @@ func (m *Manager) onPodDelete(obj any) {
 	if pod, ok := kube.Untombstone(obj).(*v1.Pod); ok {
 		m.podsMu.Lock()
 		delete(m.pods, pod.UID)
+		delete(m.claimWaits, string(pod.UID))
 		m.podsMu.Unlock()
 		if n := m.nodes[pod.Spec.NodeName]; n != nil && m.vols != nil && m.statusQ != nil {
 			// Its volumes are unmounted: no longer in use.
@@ -114,6 +115,19 @@ func (m *Manager) syncPod(ctx context.Context, key string) (time.Duration, error
 		if ok, waiting := m.volumesReady(pod, n); !ok {
 			klog.FromContext(ctx).V(4).Info("Pod waits for its volumes", "pod", key, "waiting", waiting)
 			return volumeRetry, nil
+		}
+		// Then the DRA manager prepares its claims, or the pod waits.
+		if len(pod.Spec.ResourceClaims) > 0 {
+			waiting, err := m.claimsReady(ctx, pod, n)
+			if err != nil {
+				return 0, err
+			}
+			if waiting != "" {
+				klog.FromContext(ctx).V(4).Info("Pod waits for its resource claims", "pod", key, "waiting", waiting)
+				m.reportClaimsWaiting(ctx, pod, n, waiting)
+				return claimRetry, nil
+			}
+			m.forgetClaimWait(pod)
 		}
 	}
 	m.podsMu.Lock()

@@ -30,6 +30,9 @@ func FuzzLoad(f *testing.F) {
 			"timeline: [{at: 1s, action: set-condition, condition: KernelDeadlock=True, nodes: [fake-node-0000]}]\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 0s}]\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}]}\nexpect: [{metric: maxServiceWithoutReadyEndpoints, atMost: 1}]\n",
 		"{{{",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {nodeGroups: [{name: g, zone: a, nodes: 1}, {name: h, zone: a, nodes: 1}], " +
+			"devices: [{driver: gpu.example.com, count: 2, model: a100, memory: 80Gi, nodeGroups: [g]}, {driver: gpu.example.com, count: 1, nodeGroups: [h]}, {driver: nic.example.com, count: 1, class: nic}]}\n",
+		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {zones: [{name: a, nodes: 1}], devices: [{driver: G, count: 0}, {driver: g.io, count: 1, nodeGroups: [x]}, {driver: g.io, count: 129, memory: -1}]}\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {images: [{name: pause:3.10, size: 750kB}, {names: [nginx:1.27, 'nginx@sha256:" + strings.Repeat("a", 64) + "'], size: 70MB}], " +
 			"node: {images: [pause:3.10]}, kubelet: {nodeStatusMaxImages: 1}, nodeGroups: [{name: g, zone: a, nodes: 1, images: [nginx:1.27, pause:3.10]}]}\n",
 		"apiVersion: nodeshepherd.io/v1alpha1\nkind: Scenario\nduration: 1m\ncluster: {images: [{name: Bad, size: 1.5B}, {size: [1]}, {name: x, names: [y]}], zones: [{name: a, nodes: 1}], node: {images: [x, x, z]}}\n",

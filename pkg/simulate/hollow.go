@@ -141,6 +141,9 @@ func (s *Scenario) checkHollow(root *yaml.Node) []string {
 	if n := field(clusterNode, "images"); n != nil {
 		at(n, "cluster.images %s: not implemented: a hollow node reports what kubemark's fake image service holds", on)
 	}
+	if n := field(clusterNode, "devices"); n != nil {
+		at(n, "cluster.devices %s: not implemented: kubemark runs no DRA driver, so a hollow node publishes no ResourceSlice and prepares no claim; run this scenario on fake nodes (nodeKind: fake)", on)
+	}
 	kubeletNode := field(clusterNode, "kubelet")
 	fixed := []struct {
 		name string

@@ -114,6 +114,8 @@ type Cluster struct {
 	// node.status.images, each once with its size; node.images and a
 	// group's images name them (images.go).
 	Images []Image `yaml:"images"`
+	// Devices are fake DRA devices the nodes publish (devices.go).
+	Devices []DeviceSet `yaml:"devices"`
 }
 
 // MachineSpec is the fake cloud's repair timing (fakenode defaults when
@@ -140,6 +142,10 @@ type NodeGroup struct {
 	// Images name images of cluster.images the group's nodes report,
 	// besides node.images.
 	Images []string `yaml:"images"`
+
+	// devices are the DRA devices a snapshot found on the group's nodes
+	// (written as cluster.devices).
+	devices []fakenode.DeviceSet
 }
 
 // GroupShape is a group's node capacity; omitted fields take cluster.node's.
@@ -442,6 +448,9 @@ func (s *Scenario) validate() error {
 	for _, e := range s.checkNodeGroups(groupsNode, zones) {
 		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, e.line, e.msg))
 	}
+	for _, e := range s.checkDevices(clusterNode) {
+		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, e.line, e.msg))
+	}
 	for _, e := range s.checkImages(clusterNode) {
 		errs = append(errs, fmt.Sprintf("%s:%d: %s", s.path, e.line, e.msg))
 	}
@@ -724,7 +733,17 @@ func (s *Scenario) fakeNodeConfig(scale float64) fakenode.Config {
 		for _, t := range g.Taints {
 			fg.Taints = append(fg.Taints, v1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
 		}
+		for _, d := range s.Cluster.Devices {
+			if slices.Contains(d.NodeGroups, g.Name) {
+				fg.Devices = append(fg.Devices, d.fake())
+			}
+		}
 		c.Groups = append(c.Groups, fg)
+	}
+	for _, d := range s.Cluster.Devices {
+		if len(d.NodeGroups) == 0 {
+			c.Devices = append(c.Devices, d.fake())
+		}
 	}
 	return c
 }

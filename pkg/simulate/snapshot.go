@@ -115,7 +115,11 @@ func TakeSnapshot(ctx context.Context, c kubernetes.Interface, o SnapshotOptions
 	if len(nodes.Items) == 0 {
 		return nil, fmt.Errorf("the cluster has no nodes: there is nothing to rehearse on")
 	}
-	s.groupNodes(nodes.Items)
+	devices, err := s.readDevices(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s.groupNodes(nodes.Items, devices)
 	s.scaleNodes(o.Scale, o.MaxNodes)
 	if err := s.checkNamespaces(ctx, c, o.Namespaces); err != nil {
 		return nil, err
@@ -134,11 +138,12 @@ type groupKey struct {
 	zone, cpu, memory string
 	pods              int64
 	labels, taints    string
+	devices           string
 }
 
 // groupNodes puts nodes of one zone with the same allocatable resources,
-// labels (but per-node ones) and lasting taints in one group.
-func (s *Snapshot) groupNodes(nodes []v1.Node) {
+// labels (but per-node ones), lasting taints and DRA devices in one group.
+func (s *Snapshot) groupNodes(nodes []v1.Node, devices map[string][]fakenode.DeviceSet) {
 	type group struct {
 		g    NodeGroup
 		pool string
@@ -176,13 +181,13 @@ func (s *Snapshot) groupNodes(nodes []v1.Node) {
 		}
 		cpu, mem := alloc[v1.ResourceCPU], alloc[v1.ResourceMemory]
 		k := groupKey{zone: zone, cpu: cpu.String(), memory: mem.String(), pods: alloc.Pods().Value(),
-			labels: fmt.Sprint(sortedMap(labels)), taints: fmt.Sprint(taints)}
+			labels: fmt.Sprint(sortedMap(labels)), taints: fmt.Sprint(taints), devices: fmt.Sprint(devices[n.Name])}
 		if g := groups[k]; g != nil {
 			g.g.Nodes++
 			cat.count(n.Status.Images, g.images)
 			continue
 		}
-		g := &group{g: NodeGroup{Zone: zone, Nodes: 1, Labels: labels, Taints: taints,
+		g := &group{g: NodeGroup{Zone: zone, Nodes: 1, Labels: labels, Taints: taints, devices: devices[n.Name],
 			Shape: GroupShape{CPU: Quantity{cpu}, Memory: Quantity{mem}, MaxPods: int(k.pods)}}, images: map[int]int{}}
 		cat.count(n.Status.Images, g.images)
 		for _, l := range poolLabels {
@@ -438,6 +443,9 @@ func (s *Snapshot) readWorkloads(ctx context.Context, c kubernetes.Interface, o 
 		s.add(p.Namespace, &policyv1.PodDisruptionBudget{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 			ObjectMeta: cleanMeta(p.ObjectMeta), Spec: spec})
 	}
+	if err := s.readClaimTemplates(ctx, c, o); err != nil {
+		return err
+	}
 	deps, err := c.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing Deployments: %w", err)
@@ -539,6 +547,12 @@ func (s *Snapshot) cleanTemplate(where string, t *v1.PodTemplateSpec) {
 		t.Annotations = nil
 	}
 	spec := &t.Spec
+	for _, rc := range spec.ResourceClaims {
+		if rc.ResourceClaimName != nil {
+			// A shared claim is an object of its own, not a workload.
+			s.note("%s: pod claim %s names ResourceClaim %s, which the snapshot does not copy: its pods will stay pending unless you add the claim", where, rc.Name, *rc.ResourceClaimName)
+		}
+	}
 	if len(spec.ImagePullSecrets) > 0 {
 		s.note("%s: imagePullSecrets removed (Secrets)", where)
 		spec.ImagePullSecrets = nil

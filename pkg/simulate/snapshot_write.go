@@ -85,7 +85,7 @@ func (s *Snapshot) Write(out, name, source string, force bool) (string, []string
 		}
 	}
 	for _, ns := range slices.Sorted(maps.Keys(s.Namespaces)) {
-		header := fmt.Sprintf("# Namespace %s of %s at %s: PodDisruptionBudgets, Deployments, StatefulSets, DaemonSets.\n"+
+		header := fmt.Sprintf("# Namespace %s of %s at %s: PodDisruptionBudgets, ResourceClaimTemplates, Deployments, StatefulSets, DaemonSets.\n"+
 			"# Status, annotations and Secret and ConfigMap references are left out (see the scenario file's header).\n", ns, source, taken)
 		if err := writeFile("ns-"+ns+".yaml", header, s.Namespaces[ns]); err != nil {
 			return "", nil, err
@@ -235,6 +235,7 @@ func (s *Snapshot) scenarioText(name, source, scenarioFile, wdir string, files [
 		data = bytes.TrimPrefix(data, []byte("cluster:\n"))
 	}
 	b.Write(data)
+	s.writeDevices(&b)
 	if len(files) == 0 {
 		b.WriteString("workloads: []\n")
 	} else {
@@ -389,6 +390,17 @@ func (s *Snapshot) PrintSummary(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "Images: %d of the %d the nodes report (those at least half of a group's nodes report), %d of them in every group (cluster.node.images)\n",
 			len(s.Images), s.ImagesSeen, len(s.NodeImages))
+	}
+	if entries := s.deviceEntries(); len(entries) > 0 {
+		var sets []string
+		for _, d := range entries {
+			where := "every group"
+			if len(d.NodeGroups) > 0 {
+				where = strings.Join(d.NodeGroups, ", ")
+			}
+			sets = append(sets, fmt.Sprintf("%d of %s a node (%s)", d.Count, d.Driver, where))
+		}
+		fmt.Fprintf(w, "Devices: %s\n", strings.Join(sets, "; "))
 	}
 	fmt.Fprintf(w, "Settings: %s\n", orDefault(s.SettingsFrom, "none found (nodeshepherd's defaults)"))
 	if len(s.Notes) == 0 {

@@ -55,6 +55,8 @@ func TestBadInputExitsWithCode2(t *testing.T) {
 		{[]string{"fakenodes", "--node-lease-renew-interval=-1s"}, "node lease renew interval must be positive"},
 		{[]string{"fakenodes", "--node-lease-renew-interval=50s"}, "must be shorter than the lease duration"},
 		{[]string{"fakenodes", "--register-with-taints=a=b:Sometimes"}, "must be NoSchedule, PreferNoSchedule or NoExecute"},
+		{[]string{"fakenodes", "--devices=gpu.example.com=0"}, `--devices: devices "gpu.example.com=0": count 0 must be from 1 to 128`},
+		{[]string{"fakenodes", "--devices=gpu.example.com=1,colour=red"}, `unknown key "colour"; the keys are model, memory and class`},
 		{[]string{"fakenodes", "--cpu=lots"}, `--cpu "lots"`},
 		{[]string{"fakenodes", "--kube-api-qps=0"}, "--kube-api-qps must be greater than 0"},
 		{[]string{"fakenodes", "fault", "explode", "--all", "--control-socket", socket}, `unknown fault action "explode"`},

@@ -64,6 +64,9 @@ var scenarioRuns = map[string][]string{
 	// Issue 46 point 7: a hung kubelet repaired by the reboot alone (the fresh boot starts a
 	// fresh kubelet).
 	"remediation-hung-kubelet.yaml": {},
+	// Issue 48: fake DRA devices; a GPU node dies, the trainers' replacements get the spare
+	// node's GPUs, with kube-scheduler as with nodeshepherd's.
+	"gpu-node-failure.yaml": {"--compare=upstream"},
 }
 
 // exampleArgs are simulate's flags for an example scenario: its largest

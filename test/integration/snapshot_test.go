@@ -6,12 +6,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,13 +38,21 @@ func TestScenarioSnapshot(t *testing.T) {
 	client := framework.Client(t, cp)
 	ctx := framework.Context(t)
 	dedicated := []v1.Taint{{Key: "dedicated", Value: "db", Effect: v1.TaintEffectNoSchedule}}
+	gpus := []fakenode.DeviceSet{{Driver: "gpu.fake.nodeshepherd.io", Count: 2, Model: "a100"}}
 	framework.StartFakeNodes(t, fakenode.Config{Client: client, Groups: []fakenode.NodeGroup{
 		{Name: "web-a", Zone: "zone-a", Count: 3, Labels: map[string]string{"pool": "web"}, CPU: resource.MustParse("8")},
-		{Name: "db-a", Zone: "zone-a", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16")},
+		{Name: "db-a", Zone: "zone-a", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16"), Devices: gpus},
 		{Name: "web-b", Zone: "zone-b", Count: 3, Labels: map[string]string{"pool": "web"}, CPU: resource.MustParse("8")},
-		{Name: "db-b", Zone: "zone-b", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16")},
+		{Name: "db-b", Zone: "zone-b", Count: 1, Labels: map[string]string{"pool": "db"}, Taints: dedicated, CPU: resource.MustParse("16"), Devices: gpus},
 	}})
 	createSnapshotWorkloads(t, client)
+	// A claim template of the workloads' namespace, for the db nodes' GPUs.
+	rct := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one-gpu", Namespace: "shop"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{
+			{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.fake.nodeshepherd.io"}}}}}}}
+	if _, err := client.ResourceV1().ResourceClaimTemplates("shop").Create(ctx, rct, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	bin := framework.Binary(t)
 	out := filepath.Join(t.TempDir(), "my-cluster")
@@ -58,7 +68,8 @@ func TestScenarioSnapshot(t *testing.T) {
 	for _, want := range []string{"Nodes: 6 in 2 zones, 4 node groups", "zone-a               3 nodes (cluster: 4)",
 		"1 Deployments and 1 StatefulSets (4 replicas in all), 1 DaemonSets, 1 PodDisruptionBudgets, 1 PriorityClasses in 1 namespaces",
 		"Settings: ConfigMap nodeshepherd-system/nodeshepherd-config-h4sh", "1 env values from Secrets or ConfigMaps removed",
-		`storage class "standard" replaced by fake-csi`} {
+		`storage class "standard" replaced by fake-csi`,
+		"Devices: 2 of gpu.fake.nodeshepherd.io a node (zone-a-"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q", want)
 		}
@@ -101,7 +112,17 @@ func TestScenarioSnapshot(t *testing.T) {
 	if g := groups["zone-b/web"]; g.Nodes != 2 || g.Shape.CPU.String() != "8" || len(g.Taints) != 0 {
 		t.Errorf("zone-b's web group %+v: want 2 nodes (3 halved, rounded up), 8 cpu, no taints", g)
 	}
+	// The db nodes' fake GPUs (their ResourceSlices): one cluster.devices
+	// entry for both db groups; the class is the fake nodes' own (named
+	// after the driver), so none is written.
+	if d := sc.Cluster.Devices; len(d) != 1 || d[0].Driver != "gpu.fake.nodeshepherd.io" || d[0].Count != 2 || d[0].Model != "a100" ||
+		d[0].Class != "" || !slices.Equal(d[0].NodeGroups, []string{groups["zone-a/db"].Name, groups["zone-b/db"].Name}) {
+		t.Errorf("cluster.devices %+v: want the db groups' 2 fake GPUs", d)
+	}
 	data, _ := os.ReadFile(scenarioFile)
+	if shop, err := os.ReadFile(filepath.Join(out, "workloads", "ns-shop.yaml")); err != nil || !strings.Contains(string(shop), "kind: ResourceClaimTemplate") {
+		t.Errorf("ns-shop.yaml lacks the ResourceClaimTemplate: %v\n%s", err, shop)
+	}
 	if !strings.Contains(string(data), "nodeMonitorGracePeriod: 30s") || strings.Contains(string(data), "leaderElect") {
 		t.Errorf("controllers: block is not nodeshepherd's controller settings:\n%s", data)
 	}

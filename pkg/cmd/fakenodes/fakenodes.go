@@ -28,6 +28,7 @@ type options struct {
 	labels        map[string]string
 	taints        []string
 	images        string
+	devices       []string
 	controlSocket string
 	cfg           fakenode.Config
 }
@@ -62,10 +63,21 @@ and at most --node-status-max-images of them, with its full status (at registrat
 restart or a machine's boot), never with a heartbeat. The list is fixed: running a pod adds no image
 to it.
 
+--devices gives fake Dynamic Resource Allocation devices, as DRIVER=COUNT[,model=MODEL]
+[,memory=QUANTITY][,class=NAME] (repeatable, one driver each): every node publishes one
+ResourceSlice per driver (pool: the node's name; devices PREFIX-0..PREFIX-(COUNT-1), PREFIX the
+driver name's first label, with the attributes model and index and the capacity memory), owned by
+its Node, and the process creates a DeviceClass (named after the driver, or class=) selecting
+device.driver == DRIVER unless one of that name exists. The fake kubelet starts a pod with
+resource claims only once each claim exists, is allocated and is reserved for the pod (otherwise
+it records the event FailedPrepareDynamicResources), and reports the devices of its drivers
+prepared in the claim's status.devices (condition Ready).
+
 Faults are injected into the running process with 'nodeshepherd fakenodes fault'.`,
 		Example: `  nodeshepherd fakenodes --kubeconfig=$KUBECONFIG --nodes=50 --zones=zone-a,zone-b,zone-c
   nodeshepherd fakenodes --nodes=30 --zones=zone-a=20,zone-b=10 --register-with-taints=dedicated=infra:NoSchedule
-  nodeshepherd fakenodes --nodes=10 --images=registry.k8s.io/pause:3.10=750kB,docker.io/library/nginx:1.27=70MB`,
+  nodeshepherd fakenodes --nodes=10 --images=registry.k8s.io/pause:3.10=750kB,docker.io/library/nginx:1.27=70MB
+  nodeshepherd fakenodes --nodes=4 --devices=gpu.fake.nodeshepherd.io=8,model=a100,memory=80Gi`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.complete(cmd); err != nil {
@@ -87,6 +99,8 @@ Faults are injected into the running process with 'nodeshepherd fakenodes fault'
 	f.IntVar(&o.cfg.MaxPods, "max-pods", fakenode.DefaultMaxPods, "Pod capacity of each node.")
 	f.StringVar(&o.images, "images", "", "Container images every node reports in node.status.images, as NAME=SIZE,... e.g. registry.k8s.io/pause:3.10=750kB,nginx:1.27=70MB; "+
 		"SIZE in bytes, or with a unit: kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), the B optional.")
+	f.StringArrayVar(&o.devices, "devices", nil, "Fake DRA devices every node publishes, as DRIVER=COUNT[,model=MODEL][,memory=QUANTITY][,class=NAME], e.g. gpu.fake.nodeshepherd.io=4,model=a100,memory=80Gi; "+
+		"repeat the flag for another driver. COUNT: 1 to 128.")
 	f.IntVar(&o.cfg.NodeStatusMaxImages, "node-status-max-images", fakenode.DefaultNodeStatusMaxImages, "How many of --images a node reports at most, the largest first; -1: all (kubelet: 50).")
 	f.DurationVar(&o.cfg.LeaseDuration, "node-lease-duration", fakenode.DefaultLeaseDuration, "Lease duration written into each node's Lease (kubelet: 40s).")
 	f.DurationVar(&o.cfg.LeaseRenewInterval, "node-lease-renew-interval", fakenode.DefaultLeaseRenewInterval, "How often each Lease is renewed (kubelet: 10s).")
@@ -138,6 +152,14 @@ func (o *options) complete(cmd *cobra.Command) error {
 	}
 	if n := o.cfg.NodeStatusMaxImages; n == 0 || n < -1 {
 		errs = append(errs, fmt.Errorf("--node-status-max-images must be -1 (every image) or at least 1, got %d; to report no images, leave out --images", n))
+	}
+	for _, d := range o.devices {
+		set, err := fakenode.ParseDeviceSet(d)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--devices: %w", err))
+			continue
+		}
+		o.cfg.Devices = append(o.cfg.Devices, set)
 	}
 	for _, t := range o.taints {
 		taint, err := ParseTaint(t)

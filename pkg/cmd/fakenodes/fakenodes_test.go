@@ -68,3 +68,27 @@ func TestImagesFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// A bad --devices is a usage error (exit code 2) naming the flag and the
+// value, found before any cluster is contacted; so is a driver given twice.
+func TestDevicesFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--devices=gpu.example.com"}, `--devices: devices "gpu.example.com": expected DRIVER=COUNT`},
+		{[]string{"--devices=gpu.example.com=0"}, `--devices: devices "gpu.example.com=0": count 0 must be from 1 to 128`},
+		{[]string{"--devices=gpu.example.com=1,memory=lots"}, `memory "lots" is not a quantity`},
+		{[]string{"--devices=gpu.example.com=1", "--devices=gpu.example.com=2"}, "driver gpu.example.com is given twice"},
+	} {
+		c := NewCommand()
+		c.SetArgs(append([]string{"--kubeconfig=/nonexistent/kubeconfig"}, tc.args...))
+		c.SetOut(io.Discard)
+		c.SetErr(io.Discard)
+		err := c.Execute()
+		var usage *cli.UsageError
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want a usage error with %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -41,9 +41,11 @@ func newSnapshotCommand() *cobra.Command {
   - nodes, grouped per zone by allocatable cpu, memory and pods, labels and lasting taints
     (cluster.nodeGroups; per-node labels such as kubernetes.io/hostname and the taints of the
     moment, node.kubernetes.io/*, are left out);
+  - the nodes' DRA devices, from their ResourceSlices, per driver (cluster.devices; a DeviceClass
+    selecting device.driver == DRIVER becomes its class), so that the fake nodes publish the same;
   - Deployments, StatefulSets and DaemonSets with their pod templates' requests, affinities,
     tolerations, nodeSelector, priorityClassName and topologySpreadConstraints; their
-    PodDisruptionBudgets; PriorityClasses but system-*;
+    PodDisruptionBudgets and ResourceClaimTemplates; PriorityClasses but system-*;
   - nodeshepherd's settings (--config, or the nodeshepherd-config ConfigMap of
     --nodeshepherd-namespace) as the scenario's controllers: block.
 
@@ -56,8 +58,8 @@ name a Secret, a ConfigMap or a claim.
 and workloads/ next to it. The timeline is a placeholder that runs as is (one node's network
 blips): edit it, then rehearse with 'nodeshepherd simulate'. kube-system and the nodeshepherd
 namespace are skipped unless --include-system. --scale or --max-nodes shrink the cluster.
-Reads only; needs list on nodes, workloads, PDBs, PriorityClasses and ConfigMaps of the
-nodeshepherd namespace.`,
+Reads only; needs list on nodes, workloads, PDBs, PriorityClasses, ResourceSlices, DeviceClasses,
+ResourceClaimTemplates and ConfigMaps of the nodeshepherd namespace.`,
 		Example: `  nodeshepherd scenario snapshot -o my-cluster/ --max-nodes 30
   nodeshepherd scenario snapshot --context prod -o prod.yaml --scale 0.1 --namespace shop,payments
   nodeshepherd simulate my-cluster/scenario.yaml --compare upstream`,
