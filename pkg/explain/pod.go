@@ -245,6 +245,9 @@ func snapshot(ctx context.Context, cs kubernetes.Interface, pod *v1.Pod) (*sched
 	if err == nil && scheduler.UsesClaims(pod) {
 		err = list("storage objects", func() error { return listVolumes(ctx, cs, s) })
 	}
+	if err == nil && scheduler.UsesResourceClaims(pod) {
+		err = list("resource objects (resource.k8s.io/v1)", func() error { return listDRA(ctx, cs, s) })
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -552,4 +555,34 @@ func orNone(s string) string {
 		return "<none>"
 	}
 	return s
+}
+
+// listDRA lists what DynamicResources reads: every ResourceClaim (the
+// allocated ones hold devices), ResourceSlice, DeviceClass and
+// DeviceTaintRule.
+func listDRA(ctx context.Context, cs kubernetes.Interface, s *scheduler.Snapshot) error {
+	d := &scheduler.DRASnapshot{}
+	all := metav1.ListOptions{}
+	claims, err := cs.ResourceV1().ResourceClaims("").List(ctx, all)
+	if err != nil {
+		return err
+	}
+	d.ResourceClaims = claims.Items
+	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, all)
+	if err != nil {
+		return err
+	}
+	d.ResourceSlices = slices.Items
+	classes, err := cs.ResourceV1().DeviceClasses().List(ctx, all)
+	if err != nil {
+		return err
+	}
+	d.DeviceClasses = classes.Items
+	rules, err := cs.ResourceV1().DeviceTaintRules().List(ctx, all)
+	if err != nil {
+		return err
+	}
+	d.DeviceTaintRules = rules.Items
+	s.DRA = d
+	return nil
 }

@@ -148,6 +148,18 @@ func TestFakeNodesDevices(t *testing.T) {
 	if p, claim := podAndClaim(t, client, pending); p.Spec.NodeName != "" || claim.Status.Allocation != nil || len(claim.Status.Devices) > 0 {
 		t.Errorf("the pending pod %s on %q, its claim %+v", pending, p.Spec.NodeName, claim.Status)
 	}
+	// explain pod judges it with the same DynamicResources: no node has a
+	// free GPU, in the scheduler's words.
+	e := explainPodJSON(t, cp.KubeconfigPath(), pending)
+	fits := 0
+	for _, n := range e.Nodes {
+		if n.Fits {
+			fits++
+		}
+	}
+	if !e.Pending || e.Refused != "" || fits != 0 || len(e.Nodes) != 3 || !strings.HasPrefix(e.Summary, "0/3 nodes are available: 3 cannot allocate all claims.") {
+		t.Errorf("explain pod %s: pending %v, refused %q, %d of %d nodes fit, summary %q", pending, e.Pending, e.Refused, fits, len(e.Nodes), e.Summary)
+	}
 
 	// A running pod goes (the fake kubelet confirms its deletion): the
 	// ResourceClaim controller deallocates and deletes its claim, prepared

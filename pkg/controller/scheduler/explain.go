@@ -9,11 +9,15 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/cel"
 )
 
 // Snapshot is the cluster as `nodeshepherd explain pod` reads it: the
@@ -27,6 +31,9 @@ type Snapshot struct {
 	Namespaces []v1.Namespace
 	// Volumes is nil when the pod uses no claims (see UsesClaims).
 	Volumes *VolumeSnapshot
+	// DRA is nil when the pod has no resource claims (see
+	// UsesResourceClaims).
+	DRA *DRASnapshot
 	// Taken is when the objects were listed: preemption counts pods not
 	// started yet as started then.
 	Taken time.Time
@@ -81,6 +88,33 @@ type FitReport struct {
 // volumes: explaining it needs a VolumeSnapshot.
 func UsesClaims(pod *v1.Pod) bool { return usesClaims(pod) }
 
+// UsesResourceClaims is true for a pod with spec.resourceClaims: explaining
+// it needs a DRASnapshot.
+func UsesResourceClaims(pod *v1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
+
+// DRASnapshot holds the resource objects DynamicResources reads: every
+// ResourceClaim (the allocated ones hold devices), ResourceSlice,
+// DeviceClass and DeviceTaintRule.
+type DRASnapshot struct {
+	ResourceClaims   []resourceapi.ResourceClaim
+	ResourceSlices   []resourceapi.ResourceSlice
+	DeviceClasses    []resourceapi.DeviceClass
+	DeviceTaintRules []resourceapi.DeviceTaintRule
+}
+
+// env builds DynamicResources' listers over the snapshot.
+func (s *DRASnapshot) env() *draEnv {
+	if s == nil {
+		return nil
+	}
+	return &draEnv{claims: resourcelisters.NewResourceClaimLister(indexOf(s.ResourceClaims)),
+		slices:   resourcelisters.NewResourceSliceLister(indexOf(s.ResourceSlices)),
+		classes:  resourcelisters.NewDeviceClassLister(indexOf(s.DeviceClasses)),
+		rules:    resourcelisters.NewDeviceTaintRuleLister(indexOf(s.DeviceTaintRules)),
+		celCache: cel.NewCache(10, cel.Features{}),
+		inFlight: map[types.UID]*resourceapi.ResourceClaim{}, assumed: map[types.UID]*resourceapi.ResourceClaim{}}
+}
+
 // Explain runs the scheduler's filters for pod against every node of the
 // snapshot, and, when no node fits, preemption's dry run, with the
 // scheduler's default settings. Nothing is written or changed: it is the
@@ -125,11 +159,22 @@ func ExplainWith(ctx context.Context, pod *v1.Pod, snap Snapshot, cfg Config) (*
 	if snap.Volumes != nil {
 		volumes = snap.Volumes.env()
 	}
-	if refused := unsupported(pod, volumes != nil, false); refused != "" {
-		report.Refused = refused
-		return report, nil
+	dra := snap.DRA.env()
+	refused := unsupported(pod, volumes != nil, dra != nil)
+	if refused == "" {
+		refused = volumes.unsupportedVolumes(pod)
 	}
-	if refused := volumes.unsupportedVolumes(pod); refused != "" {
+	if refused == "" {
+		refused = dra.extendedResourceRefusal(pi)
+	}
+	if refused == "" {
+		// The scheduler does not try a pod whose claims are not there yet
+		// (DynamicResources' PreEnqueue).
+		if msg := dra.preEnqueue(pod); msg != "" {
+			refused = "not tried yet: " + msg
+		}
+	}
+	if refused != "" {
 		report.Refused = refused
 		return report, nil
 	}
@@ -139,6 +184,15 @@ func ExplainWith(ctx context.Context, pod *v1.Pod, snap Snapshot, cfg Config) (*
 		return report, nil
 	}
 	q.fit = fit
+	draState, draMsg, err := dra.prefilter(ctx, pod)
+	if refusal, ok := err.(*draRefusal); ok {
+		report.Refused = refusal.msg
+		return report, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	q.dra = draState
 	nsLister := corelisters.NewNamespaceLister(indexOf(snap.Namespaces))
 
 	c.mu.RLock()
@@ -152,6 +206,9 @@ func ExplainWith(ctx context.Context, pod *v1.Pod, snap Snapshot, cfg Config) (*
 	preMsg := q.prefilterNamed()
 	if preMsg == "" {
 		q.volumes, preMsg = volumes.prefilter(pod, c)
+	}
+	if preMsg == "" {
+		preMsg = draMsg
 	}
 	if preMsg != "" {
 		for _, ni := range c.list {
@@ -206,6 +263,9 @@ func ExplainWith(ctx context.Context, pod *v1.Pod, snap Snapshot, cfg Config) (*
 	out := pr.preempt(ctx, q, statuses, numNodes)
 	if out.msg != "" {
 		report.Message += " " + preemptionTag + out.msg
+	}
+	if draState != nil && draState.leftOut != "" && draRejected(statuses) {
+		report.Message += " " + draState.leftOut
 	}
 	if out.chosen != nil {
 		report.PreemptionNode = out.chosen.node

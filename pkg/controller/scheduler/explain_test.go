@@ -2,9 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 )
 
 func TestExplainSummarisesAndDryRunsPreemption(t *testing.T) {
@@ -73,5 +75,51 @@ func TestExplainRefusesUnsupported(t *testing.T) {
 	}
 	if !UsesClaims(p) {
 		t.Error("UsesClaims false for a claim volume")
+	}
+}
+
+// TestExplainDRA: explain runs DynamicResources as the scheduler does when
+// given the resource objects: a node with a free device fits, one without
+// does not; with every device allocated no node fits, in kube-scheduler's
+// words; a pod whose claim is not there yet is not tried; without the
+// objects the pod is refused, not judged without its claims.
+func TestExplainDRA(t *testing.T) {
+	nodes := []v1.Node{*node("n1", 1000, 110), *node("n2", 1000, 110)}
+	p := pod("p", 0, 100, withResourceClaims("one"))
+	dra := func(objs ...*resourceapi.ResourceClaim) *DRASnapshot {
+		d := &DRASnapshot{ResourceSlices: []resourceapi.ResourceSlice{*gpuSlice("n1", 2)}, DeviceClasses: []resourceapi.DeviceClass{*gpuClass("gpu", gpuExpr)}}
+		for _, c := range objs {
+			d.ResourceClaims = append(d.ResourceClaims, *c)
+		}
+		return d
+	}
+	r, err := Explain(context.Background(), p, Snapshot{Nodes: nodes, DRA: dra(gpuClaim("one", 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Refused != "" || len(r.Nodes) != 2 || !r.Nodes[0].Fits || r.Nodes[1].Fits || r.Message != "" {
+		t.Errorf("a free GPU on n1: %+v", r)
+	}
+	r, err = Explain(context.Background(), p, Snapshot{Nodes: nodes, DRA: dra(gpuClaim("one", 1),
+		gpuClaim("a", 1, allocatedTo("n1", "gpu-0")), gpuClaim("b", 1, allocatedTo("n1", "gpu-1")))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "0/2 nodes are available: 2 cannot allocate all claims."; len(r.Nodes) != 2 || r.Nodes[0].Fits || !strings.HasPrefix(r.Message, want) {
+		t.Errorf("every GPU allocated: %+v, want a message starting %q", r, want)
+	}
+	r, err = Explain(context.Background(), p, Snapshot{Nodes: nodes, DRA: dra()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.Refused, "not tried yet: ") || len(r.Nodes) != 0 {
+		t.Errorf("a claim not there yet: %+v", r)
+	}
+	r, err = Explain(context.Background(), p, Snapshot{Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Refused == "" || !UsesResourceClaims(p) {
+		t.Errorf("without the resource objects: %+v", r)
 	}
 }
