@@ -108,6 +108,18 @@ func TestExplainDRA(t *testing.T) {
 	if want := "0/2 nodes are available: 2 cannot allocate all claims."; len(r.Nodes) != 2 || r.Nodes[0].Fits || !strings.HasPrefix(r.Message, want) {
 		t.Errorf("every GPU allocated: %+v, want a message starting %q", r, want)
 	}
+	// Held by pods of lower priority: preemption's dry run frees the
+	// device only the victim holds.
+	r, err = Explain(context.Background(), pod("hi", 10, 100, withResourceClaims("one")), Snapshot{Nodes: nodes,
+		Pods: []v1.Pod{*pod("low", 1, 100, onNode("n1")), *pod("mid", 5, 100, onNode("n1"))},
+		DRA: dra(gpuClaim("one", 1), gpuClaim("low-gpu", 1, allocatedTo("n1", "gpu-0"), reservedFor("low")),
+			gpuClaim("mid-gpu", 1, allocatedTo("n1", "gpu-1"), reservedFor("mid")))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.PreemptionNode != "n1" || len(r.Victims) != 1 || r.Victims[0].Name != "low" {
+		t.Errorf("preemption for a GPU: node %q, victims %+v; want n1, [low]", r.PreemptionNode, r.Victims)
+	}
 	r, err = Explain(context.Background(), p, Snapshot{Nodes: nodes, DRA: dra()})
 	if err != nil {
 		t.Fatal(err)
