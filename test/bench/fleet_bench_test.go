@@ -222,17 +222,22 @@ func runFleet(b *testing.B, side string, nodes, perNode, rack int, grace, window
 	if _, err := m.Apply(ctx, fakenode.Fault{Action: fakenode.Partition, Target: fakenode.Target{Nodes: rackNodes}}); err != nil {
 		b.Fatal(err)
 	}
-	// A renewal in flight may still land: the last one is final once it is
-	// older than 1.5 renew intervals (the kubelet's 10 s).
-	time.Sleep(15 * time.Second)
+	// A renewal in flight may still land: each node's last one is final once
+	// it is older than 1.5 renew intervals (the kubelet's 10 s).
 	expiry := map[string]time.Time{}
-	for _, n := range rackNodes {
-		renew, err := framework.LeaseRenewTime(ctx, client, n)
-		if err != nil {
-			b.Fatal(err)
+	framework.Eventually(b, time.Minute, "the rack's last Lease renewals", func(ctx context.Context) (bool, string, error) {
+		for _, n := range rackNodes {
+			renew, err := framework.LeaseRenewTime(ctx, client, n)
+			if err != nil {
+				return false, "", err
+			}
+			if time.Since(renew) < 15*time.Second {
+				return false, n + " renewed " + time.Since(renew).Round(time.Second).String() + " ago", nil
+			}
+			expiry[n] = renew.Add(grace)
 		}
-		expiry[n] = renew.Add(grace)
-	}
+		return true, "", nil
+	})
 	// Both sides taint the nodes of a Normal zone at --node-eviction-rate
 	// (0.1 nodes/s by default): a rack of 50 takes about 500 s.
 	framework.Eventually(b, 3*grace+time.Duration(rack)*20*time.Second+5*time.Minute, "every rack node Unknown and tainted", func(context.Context) (bool, string, error) {
