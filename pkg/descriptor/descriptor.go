@@ -7,13 +7,8 @@
 // list. The package lives outside pkg/controller so that controllers can
 // import it without importing each other.
 //
-// Which controllers can run next to a managed control plane's own
-// (Info.Companion): drain, outofservice, readinessrestore, and the scheduler
-// under its own --scheduler-name (a second scheduler) write nothing those
-// write; nodelifecycle, tainteviction and nodeipam write the same taints,
-// conditions, evictions and pod CIDRs as kube-controller-manager's, and
-// cloudnodelifecycle deletes and taints the same nodes as the provider's
-// cloud-controller-manager.
+// Which controllers can run next to a managed control plane's own is each
+// descriptor's Info.Companion (docs/companion.md has the table and why).
 package descriptor
 
 import (
