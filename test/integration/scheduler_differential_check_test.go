@@ -29,6 +29,8 @@ type diffChecker struct {
 	// a pod put back after a preemption does not take a second.
 	freeVolumes map[string]int
 	claimed     map[string]bool
+	// devices: the GPUs of each node with a pool (deviceViolation).
+	devices map[string]int
 }
 
 func newDiffChecker(nodes []*v1.Node, volumes []*v1.PersistentVolume) *diffChecker {
@@ -212,6 +214,7 @@ func (e *podEval) violations(n *v1.Node) []string {
 		why = append(why, "node selector/affinity")
 	}
 	why = append(why, e.c.resources(p, n)...)
+	why = append(why, e.c.deviceViolation(p, n)...)
 	if diffClaim(p) != nil {
 		if zone, ok := n.Labels[zoneKey]; !ok || e.c.freeVolumes[zone] <= 0 {
 			why = append(why, "no free volume in the node's zone")

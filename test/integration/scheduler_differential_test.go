@@ -84,7 +84,8 @@ const (
 
 // diffSeeds: seeds below 100 draw 12 to 30 nodes; a seed of 100 or more
 // has that many nodes.
-var diffSeeds = []uint64{1, 2, 3, 4, 5, 100, 500}
+// diffDRASeeds have GPU pools and claims too (scheduler_differential_dra_test.go).
+var diffSeeds = []uint64{1, 2, 3, 4, 5, 13, 20, 28, 100, 500}
 
 // diffNamespaces are the pods' namespaces, with their labels for
 // namespaceSelector terms.
@@ -108,6 +109,8 @@ type diffWorkload struct {
 	Nodes   []*v1.Node
 	Volumes []*v1.PersistentVolume
 	Pods    []*v1.Pod
+	// Devices: the fake GPUs of each node with a pool (diffDRASeeds).
+	Devices map[string]int `json:",omitempty"`
 }
 
 // diffPodFeatures add constraints to a generated pod, in this order, each
@@ -190,6 +193,9 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 			f(r, w, p)
 		}
 		w.Pods = append(w.Pods, p)
+	}
+	if slices.Contains(diffDRASeeds, seed) {
+		diffAddDevices(w)
 	}
 	return w
 }
@@ -455,6 +461,8 @@ func loadDiffGolden(t *testing.T) *diffGolden {
 // default-scheduler, so that the pods are identical in both runs.
 type diffRun struct {
 	client kubernetes.Interface
+	// dra: the seed being run has device pools.
+	dra bool
 	// kube-scheduler's log, with its final node scores (V(10) of
 	// schedule_one.go), read from offset on.
 	scoreLog string
@@ -494,6 +502,7 @@ func startDiffRun(t *testing.T, upstream bool) *diffRun {
 			}
 		}
 	}
+	d.createDeviceClasses(t)
 	for _, class := range []string{diffStorageClass, diffProbeClass} {
 		if _, err := client.StorageV1().StorageClasses().Create(ctx, storageClass(class, "kubernetes.io/no-provisioner", storagev1.VolumeBindingWaitForFirstConsumer), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -610,6 +619,12 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 	for _, taint := range last.Spec.Taints {
 		probe.Spec.Tolerations = append(probe.Spec.Tolerations, v1.Toleration{Key: taint.Key, Operator: v1.TolerationOpExists})
 	}
+	d.dra = len(w.Devices) > 0
+	var probeDone func()
+	if d.dra {
+		d.setUpDevices(t, w)
+		probeDone = d.probeDevice(t, w, probe)
+	}
 	// Every pod's claim exists before the pods, and the probe's claim is
 	// created after them: a pod is never tried before the scheduler has
 	// seen its claim (it would be unschedulable until the claim arrives).
@@ -639,6 +654,9 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 		return p.Spec.NodeName == last.Name, fmt.Sprintf("conditions %v", p.Status.Conditions), nil
 	})
 	d.remove(t, probe)
+	if probeDone != nil {
+		probeDone()
+	}
 	d.deleteClaim(t, metav1.NamespaceDefault, "probe")
 	if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, probeVolume.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -656,6 +674,9 @@ func (d *diffRun) tearDown(t *testing.T, w *diffWorkload) {
 		if err := d.client.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if d.dra {
+		d.tearDownDevices(t, w)
 	}
 	for _, pv := range w.Volumes {
 		if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil {
@@ -697,6 +718,9 @@ func (d *diffRun) deleteClaim(t *testing.T, ns, name string) {
 // scheduler's decision, through a preemption if it makes one.
 func (d *diffRun) decide(t *testing.T, p *v1.Pod) framework.PodDecision {
 	t.Helper()
+	if d.dra {
+		d.settleClaims(t)
+	}
 	d.create(t, p.DeepCopy())
 	return framework.WaitPodOutcome(t, d.client, p.Namespace, p.Name, 2*time.Minute)
 }
@@ -793,7 +817,20 @@ func (d *diffRun) pin(t *testing.T, p *v1.Pod, node *v1.Node) {
 	}
 	q := p.DeepCopy()
 	q.Spec.NodeName = node.Name
+	d.restore(t, q, node.Name)
+}
+
+// restore creates a pod bound to node with its device claims allocated
+// there (the devices the pod's deletion freed are released first).
+func (d *diffRun) restore(t *testing.T, p *v1.Pod, node string) {
+	t.Helper()
+	q := p.DeepCopy()
+	q.Spec.NodeName = node
+	if d.dra {
+		d.settleClaims(t)
+	}
 	d.create(t, q)
+	d.placeClaims(t, q, node)
 }
 
 func (d *diffRun) volumeZone(t *testing.T, name string) string {
@@ -896,6 +933,7 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 			d.setUp(t, w)
 			rec := diffSeedRecord{Seed: seed, Nodes: len(w.Nodes)}
 			chk := newDiffChecker(w.Nodes, w.Volumes)
+			chk.devices = w.Devices
 			for _, p := range w.Pods {
 				got := d.decide(t, p)
 				dec := diffDecision{Pod: diffKey(p), Node: got.Node, Message: got.Message, Victims: d.gone(t, chk)}
@@ -952,13 +990,14 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 		g = loadDiffGolden(t)
 	}
 	d := startDiffRun(t, false)
-	var placed, same, pending, best, preempted int
+	var placed, same, pending, best, preempted, draTotal int
 	for i, seed := range diffSeeds {
 		w := diffWorkloadFor(seed)
 		rec := g.Seeds[i]
 		d.setUp(t, w)
 		chk := newDiffChecker(w.Nodes, w.Volumes)
-		seedPlaced, seedSame, seedPending, seedBest, seedPreempted := 0, 0, 0, 0, 0
+		chk.devices = w.Devices
+		seedPlaced, seedSame, seedPending, seedBest, seedPreempted, seedDRA := 0, 0, 0, 0, 0, 0
 		for j, p := range w.Pods {
 			want := rec.Decisions[j]
 			where := fmt.Sprintf("seed %d pod %s", seed, diffKey(p))
@@ -967,9 +1006,18 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 			// Each decision is checked on the cluster it was made on.
 			chk.without(want.Victims).verify(t, where+": kube-scheduler (recorded)", p, want.Node)
 			chk.without(gotVictims).verify(t, where+": nodeshepherd", p, got.Node)
+			draPreempted := diffDRAPreempted(p, want, got.Node, gotVictims)
+			if draPreempted {
+				// The documented difference: undone before the victims
+				// come back, as the pod holds the device they had.
+				seedDRA++
+				t.Logf("%s: expected difference: nodeshepherd preempted %v (%s) for a device and placed it on %s; kube-scheduler 1.37 does not preempt for devices: %q",
+					where, gotVictims, victimProfile(chk, gotVictims), got.Node, want.Message)
+				d.remove(t, p)
+			}
 			if len(want.Victims) > 0 || len(gotVictims) > 0 {
 				wantProfile, gotProfile := victimProfile(chk, want.Victims), victimProfile(chk, gotVictims)
-				if wantProfile != gotProfile {
+				if wantProfile != gotProfile && !draPreempted {
 					t.Errorf("%s: preempted %v (%s), kube-scheduler preempted %v (%s)\n pod: %s", where, gotVictims, gotProfile, want.Victims, wantProfile, diffDescribe(p))
 				}
 				seedPreempted++
@@ -978,9 +1026,7 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 				for _, k := range gotVictims {
 					if !slices.Contains(want.Victims, k) {
 						v, node := chk.placed(k)
-						q := v.DeepCopy()
-						q.Spec.NodeName = node
-						d.create(t, q)
+						d.restore(t, v, node)
 					}
 				}
 				for _, k := range want.Victims {
@@ -998,6 +1044,7 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 					t.Errorf("%s: pending with different messages\n kube-scheduler: %q\n nodeshepherd:   %q", where, want.Message, got.Message)
 				}
 				d.drop(t, p)
+			case draPreempted:
 			case want.Node == "":
 				t.Errorf("%s: nodeshepherd placed it on %s, kube-scheduler left it pending: %q\n pod: %s", where, got.Node, want.Message, diffDescribe(p))
 				d.drop(t, p)
@@ -1026,11 +1073,11 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 			}
 		}
 		d.tearDown(t, w)
-		t.Logf("seed %d: %d nodes, %d pods: %d placed by both (%d on the same node, %d on one of kube-scheduler's best-scored nodes), %d preemptions, %d pending for both",
-			seed, len(w.Nodes), len(w.Pods), seedPlaced, seedSame, seedBest, seedPreempted, seedPending)
-		placed, same, pending, best, preempted = placed+seedPlaced, same+seedSame, pending+seedPending, best+seedBest, preempted+seedPreempted
+		t.Logf("seed %d: %d nodes, %d pods (%d with a GPU claim, %d GPUs): %d placed by both (%d on the same node, %d on one of kube-scheduler's best-scored nodes), %d preemptions (%d for devices, by nodeshepherd alone), %d pending for both",
+			seed, len(w.Nodes), len(w.Pods), diffGPUPods(w), diffGPUs(w), seedPlaced, seedSame, seedBest, seedPreempted, seedDRA, seedPending)
+		placed, same, pending, best, preempted, draTotal = placed+seedPlaced, same+seedSame, pending+seedPending, best+seedBest, preempted+seedPreempted, draTotal+seedDRA
 	}
 	pct := func(n int) float64 { return 100 * float64(n) / float64(max(placed, 1)) }
-	t.Logf("identical placements: %d of %d placed pods (%.0f%%); on one of kube-scheduler's best-scored nodes: %d (%.0f%%); %d preemptions; %d pods pending for both",
-		same, placed, pct(same), best, pct(best), preempted, pending)
+	t.Logf("identical placements: %d of %d placed pods (%.0f%%); on one of kube-scheduler's best-scored nodes: %d (%.0f%%); %d preemptions (%d of them for devices, the expected difference); %d pods pending for both",
+		same, placed, pct(same), best, pct(best), preempted, draTotal, pending)
 }
