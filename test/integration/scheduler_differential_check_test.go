@@ -213,6 +213,9 @@ func (e *podEval) violations(n *v1.Node) []string {
 	if !nodeSelected(p, n) {
 		why = append(why, "node selector/affinity")
 	}
+	if diffNeedsFeature(p) && !slices.Contains(n.Status.DeclaredFeatures, parityFeature) {
+		why = append(why, "feature "+parityFeature+" not declared")
+	}
 	why = append(why, e.c.resources(p, n)...)
 	why = append(why, e.c.deviceViolation(p, n)...)
 	if diffClaim(p) != nil {
@@ -288,7 +291,7 @@ func nodeSelected(p *v1.Pod, n *v1.Node) bool {
 		return true
 	}
 	for _, term := range p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		if termMatches(term, n.Labels) {
+		if termMatches(term, n.Labels) && fieldsMatch(term, n) && len(term.MatchExpressions)+len(term.MatchFields) > 0 {
 			return true
 		}
 	}
@@ -318,7 +321,7 @@ func termMatches(term v1.NodeSelectorTerm, l map[string]string) bool {
 			return false
 		}
 	}
-	return len(term.MatchExpressions) > 0
+	return true // an empty term: nodeSelected
 }
 
 func (c *diffChecker) resources(p *v1.Pod, n *v1.Node) []string {

@@ -83,9 +83,12 @@ const (
 )
 
 // diffSeeds: seeds below 100 draw 12 to 30 nodes; a seed of 100 or more
-// has that many nodes.
-// diffDRASeeds have GPU pools and claims too (scheduler_differential_dra_test.go).
-var diffSeeds = []uint64{1, 2, 3, 4, 5, 13, 20, 28, 100, 500}
+// has that many nodes, except that a seed of 1000 or more is
+// preemption-heavy (diffMakeHeavy) on seed-1000 nodes. diffDRASeeds have
+// GPU pools and claims too (scheduler_differential_dra_test.go),
+// diffFeatureSeeds images, declared features and matchFields
+// (scheduler_differential_features_test.go).
+var diffSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 13, 20, 28, 100, 500, 1500}
 
 // diffNamespaces are the pods' namespaces, with their labels for
 // namespaceSelector terms.
@@ -126,7 +129,11 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 	w := &diffWorkload{Seed: seed}
 	zones := []string{"zone-a", "zone-b", "zone-c"}
 	nodes := 12 + r.IntN(19)
-	if seed >= 100 {
+	heavy := seed >= 1000
+	switch {
+	case heavy:
+		nodes = int(seed - 1000)
+	case seed >= 100:
 		nodes = int(seed)
 	}
 	for i := range nodes {
@@ -176,7 +183,10 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 		}
 	}
 	pods := 40 + r.IntN(41)
-	if seed >= 100 {
+	switch {
+	case heavy:
+		pods = nodes + 200 // more pods than the nodes hold
+	case seed >= 100:
 		pods = nodes/2 + 100
 	}
 	namespaces := slices.Sorted(maps.Keys(diffNamespaces))
@@ -197,7 +207,40 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 	if slices.Contains(diffDRASeeds, seed) {
 		diffAddDevices(w)
 	}
+	if heavy {
+		diffMakeHeavy(w)
+	}
+	if slices.Contains(diffFeatureSeeds, seed) {
+		diffAddFeatures(w)
+	}
 	return w
+}
+
+// diffMakeHeavy fills the cluster and then preempts, on every node size:
+// each node has one CPU and each pod asks for most of one (a few for more
+// than any node has), so that about one pod fits a node and the pods past
+// the nodes' count find them full; from the middle of the pods on, one in
+// three is a preemptor, which then has hundreds of candidate nodes to
+// weigh. It draws from a generator of its own, after the usual features.
+func diffMakeHeavy(w *diffWorkload) {
+	r := rand.New(rand.NewPCG(w.Seed, 1))
+	for _, n := range w.Nodes {
+		// Capacity and Allocatable are the same list (diffWorkloadFor).
+		n.Status.Allocatable[v1.ResourceCPU] = *resource.NewMilliQuantity(1000, resource.DecimalSI)
+	}
+	for i, p := range w.Pods {
+		req := p.Spec.Containers[0].Resources.Requests
+		if req.Cpu().MilliValue() < 5000 || r.IntN(3) != 0 {
+			req[v1.ResourceCPU] = *resource.NewMilliQuantity(pick[int64](r, 600, 800, 1000), resource.DecimalSI)
+		}
+		switch {
+		case i >= len(w.Pods)/2 && r.IntN(3) == 0:
+			p.Spec.PriorityClassName = diffPreemptorClass
+		case p.Spec.PriorityClassName == diffPreemptorClass:
+			// Early preemptors would only find room.
+			p.Spec.PriorityClassName = pick(r, "", "p100-never", "p1000-never")
+		}
+	}
 }
 
 // diffResources: requests of every pod; a few fit no node.
