@@ -108,9 +108,9 @@ golden-preemption: controlplane
 	go test -count=1 -v -timeout 30m -run '^TestPreemptionSameAsKubeScheduler$$' ./test/integration/ -args -update-preemption-golden
 
 ## golden-scheduler: re-record kube-scheduler's decisions on the seeded differential workloads
-## (test/integration/testdata/scheduler-differential-kube-scheduler.json, which make test compares nodeshepherd with)
+## (test/integration/testdata/scheduler-differential-kube-scheduler.json and, for the batch mode, scheduler-differential-batch-kube-scheduler.json, which make test compares nodeshepherd with)
 golden-scheduler: controlplane
-	go test -count=1 -v -timeout 30m -run '^TestSchedulerDifferentialKubeScheduler$$' ./test/integration/ -args -update-scheduler-golden
+	go test -count=1 -v -timeout 30m -run '^TestSchedulerDifferential(KubeScheduler|Batch)$$' ./test/integration/ -args -update-scheduler-golden
 
 ## golden-scenarios: re-record the upstream runs (--compare upstream) of the example scenarios that
 ## make test checks from a recording (test/integration/testdata/simulate-upstream.json)

@@ -29,6 +29,8 @@ type diffChecker struct {
 	// a pod put back after a preemption does not take a second.
 	freeVolumes map[string]int
 	claimed     map[string]bool
+	// devices: the GPUs of each node with a pool (deviceViolation).
+	devices map[string]int
 }
 
 func newDiffChecker(nodes []*v1.Node, volumes []*v1.PersistentVolume) *diffChecker {
@@ -211,7 +213,11 @@ func (e *podEval) violations(n *v1.Node) []string {
 	if !nodeSelected(p, n) {
 		why = append(why, "node selector/affinity")
 	}
+	if diffNeedsFeature(p) && !slices.Contains(n.Status.DeclaredFeatures, parityFeature) {
+		why = append(why, "feature "+parityFeature+" not declared")
+	}
 	why = append(why, e.c.resources(p, n)...)
+	why = append(why, e.c.deviceViolation(p, n)...)
 	if diffClaim(p) != nil {
 		if zone, ok := n.Labels[zoneKey]; !ok || e.c.freeVolumes[zone] <= 0 {
 			why = append(why, "no free volume in the node's zone")
@@ -285,7 +291,7 @@ func nodeSelected(p *v1.Pod, n *v1.Node) bool {
 		return true
 	}
 	for _, term := range p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-		if termMatches(term, n.Labels) {
+		if termMatches(term, n.Labels) && fieldsMatch(term, n) && len(term.MatchExpressions)+len(term.MatchFields) > 0 {
 			return true
 		}
 	}
@@ -315,7 +321,7 @@ func termMatches(term v1.NodeSelectorTerm, l map[string]string) bool {
 			return false
 		}
 	}
-	return len(term.MatchExpressions) > 0
+	return true // an empty term: nodeSelected
 }
 
 func (c *diffChecker) resources(p *v1.Pod, n *v1.Node) []string {

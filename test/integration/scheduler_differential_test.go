@@ -83,8 +83,12 @@ const (
 )
 
 // diffSeeds: seeds below 100 draw 12 to 30 nodes; a seed of 100 or more
-// has that many nodes.
-var diffSeeds = []uint64{1, 2, 3, 4, 5, 100, 500}
+// has that many nodes, except that a seed of 1000 or more is
+// preemption-heavy (diffMakeHeavy) on seed-1000 nodes. diffDRASeeds have
+// GPU pools and claims too (scheduler_differential_dra_test.go),
+// diffFeatureSeeds images, declared features and matchFields
+// (scheduler_differential_features_test.go).
+var diffSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 13, 20, 28, 100, 500, 1500}
 
 // diffNamespaces are the pods' namespaces, with their labels for
 // namespaceSelector terms.
@@ -108,6 +112,8 @@ type diffWorkload struct {
 	Nodes   []*v1.Node
 	Volumes []*v1.PersistentVolume
 	Pods    []*v1.Pod
+	// Devices: the fake GPUs of each node with a pool (diffDRASeeds).
+	Devices map[string]int `json:",omitempty"`
 }
 
 // diffPodFeatures add constraints to a generated pod, in this order, each
@@ -123,7 +129,11 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 	w := &diffWorkload{Seed: seed}
 	zones := []string{"zone-a", "zone-b", "zone-c"}
 	nodes := 12 + r.IntN(19)
-	if seed >= 100 {
+	heavy := seed >= 1000
+	switch {
+	case heavy:
+		nodes = int(seed - 1000)
+	case seed >= 100:
 		nodes = int(seed)
 	}
 	for i := range nodes {
@@ -173,7 +183,10 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 		}
 	}
 	pods := 40 + r.IntN(41)
-	if seed >= 100 {
+	switch {
+	case heavy:
+		pods = nodes + 200 // more pods than the nodes hold
+	case seed >= 100:
 		pods = nodes/2 + 100
 	}
 	namespaces := slices.Sorted(maps.Keys(diffNamespaces))
@@ -191,7 +204,43 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 		}
 		w.Pods = append(w.Pods, p)
 	}
+	if slices.Contains(diffDRASeeds, seed) {
+		diffAddDevices(w)
+	}
+	if heavy {
+		diffMakeHeavy(w)
+	}
+	if slices.Contains(diffFeatureSeeds, seed) {
+		diffAddFeatures(w)
+	}
 	return w
+}
+
+// diffMakeHeavy fills the cluster and then preempts, on every node size:
+// each node has one CPU and each pod asks for most of one (a few for more
+// than any node has), so that about one pod fits a node and the pods past
+// the nodes' count find them full; from the middle of the pods on, one in
+// three is a preemptor, which then has hundreds of candidate nodes to
+// weigh. It draws from a generator of its own, after the usual features.
+func diffMakeHeavy(w *diffWorkload) {
+	r := rand.New(rand.NewPCG(w.Seed, 1))
+	for _, n := range w.Nodes {
+		// Capacity and Allocatable are the same list (diffWorkloadFor).
+		n.Status.Allocatable[v1.ResourceCPU] = *resource.NewMilliQuantity(1000, resource.DecimalSI)
+	}
+	for i, p := range w.Pods {
+		req := p.Spec.Containers[0].Resources.Requests
+		if req.Cpu().MilliValue() < 5000 || r.IntN(3) != 0 {
+			req[v1.ResourceCPU] = *resource.NewMilliQuantity(pick[int64](r, 600, 800, 1000), resource.DecimalSI)
+		}
+		switch {
+		case i >= len(w.Pods)/2 && r.IntN(3) == 0:
+			p.Spec.PriorityClassName = diffPreemptorClass
+		case p.Spec.PriorityClassName == diffPreemptorClass:
+			// Early preemptors would only find room.
+			p.Spec.PriorityClassName = pick(r, "", "p100-never", "p1000-never")
+		}
+	}
 }
 
 // diffResources: requests of every pod; a few fit no node.
@@ -455,6 +504,8 @@ func loadDiffGolden(t *testing.T) *diffGolden {
 // default-scheduler, so that the pods are identical in both runs.
 type diffRun struct {
 	client kubernetes.Interface
+	// dra: the seed being run has device pools.
+	dra bool
 	// kube-scheduler's log, with its final node scores (V(10) of
 	// schedule_one.go), read from offset on.
 	scoreLog string
@@ -494,6 +545,7 @@ func startDiffRun(t *testing.T, upstream bool) *diffRun {
 			}
 		}
 	}
+	d.createDeviceClasses(t)
 	for _, class := range []string{diffStorageClass, diffProbeClass} {
 		if _, err := client.StorageV1().StorageClasses().Create(ctx, storageClass(class, "kubernetes.io/no-provisioner", storagev1.VolumeBindingWaitForFirstConsumer), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -610,6 +662,12 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 	for _, taint := range last.Spec.Taints {
 		probe.Spec.Tolerations = append(probe.Spec.Tolerations, v1.Toleration{Key: taint.Key, Operator: v1.TolerationOpExists})
 	}
+	d.dra = len(w.Devices) > 0
+	var probeDone func()
+	if d.dra {
+		d.setUpDevices(t, w)
+		probeDone = d.probeDevice(t, w, probe)
+	}
 	// Every pod's claim exists before the pods, and the probe's claim is
 	// created after them: a pod is never tried before the scheduler has
 	// seen its claim (it would be unschedulable until the claim arrives).
@@ -639,6 +697,9 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 		return p.Spec.NodeName == last.Name, fmt.Sprintf("conditions %v", p.Status.Conditions), nil
 	})
 	d.remove(t, probe)
+	if probeDone != nil {
+		probeDone()
+	}
 	d.deleteClaim(t, metav1.NamespaceDefault, "probe")
 	if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, probeVolume.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -656,6 +717,9 @@ func (d *diffRun) tearDown(t *testing.T, w *diffWorkload) {
 		if err := d.client.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if d.dra {
+		d.tearDownDevices(t, w)
 	}
 	for _, pv := range w.Volumes {
 		if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil {
@@ -697,6 +761,9 @@ func (d *diffRun) deleteClaim(t *testing.T, ns, name string) {
 // scheduler's decision, through a preemption if it makes one.
 func (d *diffRun) decide(t *testing.T, p *v1.Pod) framework.PodDecision {
 	t.Helper()
+	if d.dra {
+		d.settleClaims(t)
+	}
 	d.create(t, p.DeepCopy())
 	return framework.WaitPodOutcome(t, d.client, p.Namespace, p.Name, 2*time.Minute)
 }
@@ -793,7 +860,20 @@ func (d *diffRun) pin(t *testing.T, p *v1.Pod, node *v1.Node) {
 	}
 	q := p.DeepCopy()
 	q.Spec.NodeName = node.Name
+	d.restore(t, q, node.Name)
+}
+
+// restore creates a pod bound to node with its device claims allocated
+// there (the devices the pod's deletion freed are released first).
+func (d *diffRun) restore(t *testing.T, p *v1.Pod, node string) {
+	t.Helper()
+	q := p.DeepCopy()
+	q.Spec.NodeName = node
+	if d.dra {
+		d.settleClaims(t)
+	}
 	d.create(t, q)
+	d.placeClaims(t, q, node)
 }
 
 func (d *diffRun) volumeZone(t *testing.T, name string) string {
@@ -896,6 +976,7 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 			d.setUp(t, w)
 			rec := diffSeedRecord{Seed: seed, Nodes: len(w.Nodes)}
 			chk := newDiffChecker(w.Nodes, w.Volumes)
+			chk.devices = w.Devices
 			for _, p := range w.Pods {
 				got := d.decide(t, p)
 				dec := diffDecision{Pod: diffKey(p), Node: got.Node, Message: got.Message, Victims: d.gone(t, chk)}
@@ -952,13 +1033,14 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 		g = loadDiffGolden(t)
 	}
 	d := startDiffRun(t, false)
-	var placed, same, pending, best, preempted int
+	var placed, same, pending, best, preempted, draTotal int
 	for i, seed := range diffSeeds {
 		w := diffWorkloadFor(seed)
 		rec := g.Seeds[i]
 		d.setUp(t, w)
 		chk := newDiffChecker(w.Nodes, w.Volumes)
-		seedPlaced, seedSame, seedPending, seedBest, seedPreempted := 0, 0, 0, 0, 0
+		chk.devices = w.Devices
+		seedPlaced, seedSame, seedPending, seedBest, seedPreempted, seedDRA := 0, 0, 0, 0, 0, 0
 		for j, p := range w.Pods {
 			want := rec.Decisions[j]
 			where := fmt.Sprintf("seed %d pod %s", seed, diffKey(p))
@@ -967,9 +1049,18 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 			// Each decision is checked on the cluster it was made on.
 			chk.without(want.Victims).verify(t, where+": kube-scheduler (recorded)", p, want.Node)
 			chk.without(gotVictims).verify(t, where+": nodeshepherd", p, got.Node)
+			draPreempted := diffDRAPreempted(p, want, got.Node, gotVictims)
+			if draPreempted {
+				// The documented difference: undone before the victims
+				// come back, as the pod holds the device they had.
+				seedDRA++
+				t.Logf("%s: expected difference: nodeshepherd preempted %v (%s) for a device and placed it on %s; kube-scheduler 1.37 does not preempt for devices: %q",
+					where, gotVictims, victimProfile(chk, gotVictims), got.Node, want.Message)
+				d.remove(t, p)
+			}
 			if len(want.Victims) > 0 || len(gotVictims) > 0 {
 				wantProfile, gotProfile := victimProfile(chk, want.Victims), victimProfile(chk, gotVictims)
-				if wantProfile != gotProfile {
+				if wantProfile != gotProfile && !draPreempted {
 					t.Errorf("%s: preempted %v (%s), kube-scheduler preempted %v (%s)\n pod: %s", where, gotVictims, gotProfile, want.Victims, wantProfile, diffDescribe(p))
 				}
 				seedPreempted++
@@ -978,9 +1069,7 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 				for _, k := range gotVictims {
 					if !slices.Contains(want.Victims, k) {
 						v, node := chk.placed(k)
-						q := v.DeepCopy()
-						q.Spec.NodeName = node
-						d.create(t, q)
+						d.restore(t, v, node)
 					}
 				}
 				for _, k := range want.Victims {
@@ -998,6 +1087,7 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 					t.Errorf("%s: pending with different messages\n kube-scheduler: %q\n nodeshepherd:   %q", where, want.Message, got.Message)
 				}
 				d.drop(t, p)
+			case draPreempted:
 			case want.Node == "":
 				t.Errorf("%s: nodeshepherd placed it on %s, kube-scheduler left it pending: %q\n pod: %s", where, got.Node, want.Message, diffDescribe(p))
 				d.drop(t, p)
@@ -1026,11 +1116,11 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 			}
 		}
 		d.tearDown(t, w)
-		t.Logf("seed %d: %d nodes, %d pods: %d placed by both (%d on the same node, %d on one of kube-scheduler's best-scored nodes), %d preemptions, %d pending for both",
-			seed, len(w.Nodes), len(w.Pods), seedPlaced, seedSame, seedBest, seedPreempted, seedPending)
-		placed, same, pending, best, preempted = placed+seedPlaced, same+seedSame, pending+seedPending, best+seedBest, preempted+seedPreempted
+		t.Logf("seed %d: %d nodes, %d pods (%d with a GPU claim, %d GPUs): %d placed by both (%d on the same node, %d on one of kube-scheduler's best-scored nodes), %d preemptions (%d for devices, by nodeshepherd alone), %d pending for both",
+			seed, len(w.Nodes), len(w.Pods), diffGPUPods(w), diffGPUs(w), seedPlaced, seedSame, seedBest, seedPreempted, seedDRA, seedPending)
+		placed, same, pending, best, preempted, draTotal = placed+seedPlaced, same+seedSame, pending+seedPending, best+seedBest, preempted+seedPreempted, draTotal+seedDRA
 	}
 	pct := func(n int) float64 { return 100 * float64(n) / float64(max(placed, 1)) }
-	t.Logf("identical placements: %d of %d placed pods (%.0f%%); on one of kube-scheduler's best-scored nodes: %d (%.0f%%); %d preemptions; %d pods pending for both",
-		same, placed, pct(same), best, pct(best), preempted, pending)
+	t.Logf("identical placements: %d of %d placed pods (%.0f%%); on one of kube-scheduler's best-scored nodes: %d (%.0f%%); %d preemptions (%d of them for devices, the expected difference); %d pods pending for both",
+		same, placed, pct(same), best, pct(best), preempted, draTotal, pending)
 }

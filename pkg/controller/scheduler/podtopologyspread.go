@@ -333,9 +333,12 @@ func (s *spreadState) score(feasible []*nodeInfo, scores []int64) {
 			numIgnored++
 			continue
 		}
+		// With the system defaults a node without the key is kept, and
+		// kube-scheduler counts its missing value ("") as one more domain
+		// in the weight (log(domains+2)), though no node scores it.
 		for i := range s.soft {
-			if v, ok := n.node.Labels[s.soft[i].key]; ok && s.soft[i].key != v1.LabelHostname {
-				counts[i][v] = 0
+			if s.soft[i].key != v1.LabelHostname {
+				counts[i][n.node.Labels[s.soft[i].key]] = 0
 			}
 		}
 	}
@@ -369,10 +372,7 @@ func (s *spreadState) score(feasible []*nodeInfo, scores []int64) {
 			if c.key == v1.LabelHostname {
 				continue
 			}
-			v, ok := n.node.Labels[c.key]
-			if !ok {
-				continue
-			}
+			v := n.node.Labels[c.key] // "" is a domain too (above)
 			if _, isDomain := counts[i][v]; !isDomain || !s.eligible(c, n.node) {
 				continue
 			}

@@ -195,13 +195,22 @@ func TestSpreadScore(t *testing.T) {
 			webPods("a", "a1", 1), pod("p", 0, 100, labels2("app", "web"), spreadOn(zoneKey, 1, v1.ScheduleAnyway)), nil,
 			[]int64{2 * 100, 0}},
 		// System defaults: hostname counts per node (weight ln(2+2)); zone
-		// (one domain, weight ln(1+2)) is skipped on the node without it,
-		// which is still scored.
+		// is skipped on the node without it, which is still scored, but
+		// its missing zone is a domain in the zone's weight, as
+		// kube-scheduler counts it: two domains, ln(2+2), not ln(1+2)
+		// (the differential test's seeds 100, 500 and 1500 had a pod each
+		// go to another node for it).
 		{"system defaults score nodes without a zone on hostname", []*v1.Node{zoned("a1", "a"), zoned("x", "")},
 			webPods("a", "a1", 2), pod("p", 0, 100, labels2("app", "web"), ownedBy("ReplicaSet", "web")), testEnv(t, SpreadDefaultsSystem),
-			// a1: 2·ln4 + 2 + 2·ln3 + 4 = 10.97 → 11; x: 0 + 2 = 2;
-			// 100·(11+2−11)/11 = 18 and 100.
-			[]int64{2 * 18, 2 * 100}},
+			// a1: 2·ln4 + 2 + 2·ln4 + 4 = 11.55 → 12; x: 0 + 2 = 2;
+			// 100·(12+2−12)/12 = 16 and 100.
+			[]int64{2 * 16, 2 * 100}},
+		// Every node has a zone: one domain, ln(1+2).
+		{"system defaults without a zoneless node", []*v1.Node{zoned("a1", "a"), zoned("a2", "a")},
+			webPods("a", "a1", 2), pod("p", 0, 100, labels2("app", "web"), ownedBy("ReplicaSet", "web")), testEnv(t, SpreadDefaultsSystem),
+			// a1: 2·ln4 + 2 + 2·ln3 + 4 = 10.97 → 11; a2: 0 + 2 + 2·ln3 + 4 = 8.2 → 8;
+			// 100·(11+8−11)/11 = 72 and 100·(11+8−8)/11 = 100.
+			[]int64{2 * 72, 2 * 100}},
 		{"no defaults with none", []*v1.Node{zoned("a1", "a"), zoned("b1", "b")},
 			webPods("a", "a1", 2), pod("p", 0, 100, labels2("app", "web"), ownedBy("ReplicaSet", "web")), testEnv(t, SpreadDefaultsNone),
 			[]int64{0, 0}},
