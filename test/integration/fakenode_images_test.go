@@ -108,40 +108,13 @@ func TestFakeNodeImagesReported(t *testing.T) {
 	waitNodeImages(t, client, want)
 
 	t.Run("fakenodes --images", func(t *testing.T) {
-		bin := framework.Binary(t)
 		ctx := framework.Context(t)
-		dir := t.TempDir()
-		if err := os.Chmod(dir, 0o700); err != nil { // fakenodes refuses a control socket others can reach
-			t.Fatal(err)
-		}
-		cmd := framework.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes=2", "--zones=zone-c",
-			"--name-prefix=cli-", "--csi-driver=", "--control-socket", filepath.Join(dir, "ctl.sock"),
+		exited := startFakeNodesCommand(t, cp.KubeconfigPath(), "--nodes=2", "--zones=zone-c", "--name-prefix=cli-", "--csi-driver=",
 			"--images=registry.k8s.io/pause:3.10=750kB, docker.io/library/nginx:1.27=70MB,postgres:17=1.5GiB", "--node-status-max-images=-1")
-		log, err := os.Create(filepath.Join(dir, "fakenodes.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-			if t.Failed() {
-				b, _ := os.ReadFile(log.Name())
-				t.Logf("fakenodes:\n%s", b)
-			}
-		})
 		all := "postgres:17=1610612736,docker.io/library/nginx:1.27=70000000,registry.k8s.io/pause:3.10=750000"
 		framework.Eventually(t, time.Minute, "the nodes of fakenodes --images report them", func(ctx context.Context) (bool, string, error) {
-			select {
-			case err := <-exited:
-				exited <- err
-				return false, "", fmt.Errorf("fakenodes exited: %v", err)
-			default:
+			if err := exited(); err != nil {
+				return false, "", err
 			}
 			for _, name := range []string{"cli-0000", "cli-0001"} {
 				n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
@@ -161,7 +134,7 @@ func TestFakeNodeImagesReported(t *testing.T) {
 			{"--images=Nginx=1MB", `image name "Nginx" is not an image reference`},
 			{"--node-status-max-images=0", "--node-status-max-images must be -1 (every image) or at least 1, got 0"},
 		} {
-			b, err := framework.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), c.flag).CombinedOutput()
+			b, err := framework.CommandContext(ctx, framework.Binary(t), "fakenodes", "--kubeconfig", cp.KubeconfigPath(), c.flag).CombinedOutput()
 			if exitCode(err) != 2 || !strings.Contains(string(b), c.want) {
 				t.Errorf("fakenodes %s: exit %d, want 2 and %q:\n%s", c.flag, exitCode(err), c.want, b)
 			}
@@ -246,4 +219,45 @@ func TestFakeNodeImagesSnapshot(t *testing.T) {
 
 func nginxWant() string {
 	return nginxDigest + "|docker.io/library/nginx:1.27=70000000,registry.k8s.io/pause:3.10=750000"
+}
+
+// startFakeNodesCommand runs `nodeshepherd fakenodes` with args (after
+// --kubeconfig and a control socket of its own) until the test ends, its
+// log shown if the test fails. exited says whether the process ended: a
+// wait on it reports that instead of timing out.
+func startFakeNodesCommand(t *testing.T, kubeconfig string, args ...string) (exited func() error) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil { // fakenodes refuses a control socket others can reach
+		t.Fatal(err)
+	}
+	cmd := framework.CommandContext(framework.Context(t), framework.Binary(t),
+		append([]string{"fakenodes", "--kubeconfig", kubeconfig, "--control-socket", filepath.Join(dir, "ctl.sock")}, args...)...)
+	log, err := os.Create(filepath.Join(dir, "fakenodes.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("fakenodes:\n%s", b)
+		}
+	})
+	return func() error {
+		select {
+		case err := <-done:
+			done <- err
+			return fmt.Errorf("fakenodes exited: %v", err)
+		default:
+			return nil
+		}
+	}
 }

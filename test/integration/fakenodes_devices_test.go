@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -297,39 +295,11 @@ func podAndClaim(t *testing.T, client kubernetes.Interface, pod string) (*v1.Pod
 func TestFakeNodesDevicesCommand(t *testing.T) {
 	cp := startControlPlaneAlone(t, controlplane.Config{})
 	client := framework.Client(t, cp)
-	bin := framework.Binary(t)
-	ctx := framework.Context(t)
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil { // fakenodes refuses a control socket others can reach
-		t.Fatal(err)
-	}
-	cmd := framework.CommandContext(ctx, bin, "fakenodes", "--kubeconfig", cp.KubeconfigPath(), "--nodes=2", "--zones=zone-a",
-		"--csi-driver=", "--control-socket", filepath.Join(dir, "ctl.sock"),
+	exited := startFakeNodesCommand(t, cp.KubeconfigPath(), "--nodes=2", "--zones=zone-a", "--csi-driver=",
 		"--devices=gpu.fake.nodeshepherd.io=3,model=a10,memory=24Gi", "--devices=nic.fake.nodeshepherd.io=1,class=nic")
-	log, err := os.Create(filepath.Join(dir, "fakenodes.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("fakenodes:\n%s", b)
-		}
-	})
 	framework.Eventually(t, time.Minute, "the nodes' slices and the classes", func(ctx context.Context) (bool, string, error) {
-		select {
-		case err := <-exited:
-			exited <- err
-			return false, "", fmt.Errorf("fakenodes exited: %v", err)
-		default:
+		if err := exited(); err != nil {
+			return false, "", err
 		}
 		for _, node := range []string{"fake-node-0000", "fake-node-0001"} {
 			for driver, count := range map[string]int{"gpu.fake.nodeshepherd.io": 3, "nic.fake.nodeshepherd.io": 1} {

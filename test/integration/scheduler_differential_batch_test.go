@@ -243,18 +243,7 @@ func (d *diffRun) setUpBatchNodes(t *testing.T, w *diffBatchWorkload) {
 	t.Helper()
 	ctx := framework.Context(t)
 	nodes := d.client.CoreV1().Nodes()
-	for _, n := range w.Nodes {
-		if _, err := nodes.Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		status, err := json.Marshal(map[string]any{"status": n.Status})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := nodes.Patch(ctx, n.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d.createNodes(t, w.Nodes)
 	for _, n := range w.Nodes {
 		if _, err := nodes.Patch(ctx, n.Name, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)

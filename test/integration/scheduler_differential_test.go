@@ -607,6 +607,27 @@ func (d *diffRun) best(t *testing.T, p *v1.Pod, chosen string) []string {
 	return best
 }
 
+// createNodes creates the nodes with their generated status. Merge
+// patches: kube-controller-manager's TTL controller annotates new nodes
+// meanwhile.
+func (d *diffRun) createNodes(t *testing.T, list []*v1.Node) {
+	t.Helper()
+	ctx := framework.Context(t)
+	nodes := d.client.CoreV1().Nodes()
+	for _, n := range list {
+		if _, err := nodes.Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		status, err := json.Marshal(map[string]any{"status": n.Status})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nodes.Patch(ctx, n.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // setUp creates the seed's nodes and volumes. The nodes are Node objects
 // without a kubelet: no heartbeat, no node lifecycle controller, nothing
 // changes them during the run. The API server's TaintNodesByCondition
@@ -619,20 +640,7 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 	t.Helper()
 	ctx := framework.Context(t)
 	nodes := d.client.CoreV1().Nodes()
-	// Merge patches: kube-controller-manager's TTL controller annotates new
-	// nodes meanwhile.
-	for _, n := range w.Nodes {
-		if _, err := nodes.Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		status, err := json.Marshal(map[string]any{"status": n.Status})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := nodes.Patch(ctx, n.Name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d.createNodes(t, w.Nodes)
 	for _, n := range w.Nodes {
 		taints, err := json.Marshal(map[string]any{"spec": map[string]any{"taints": n.Spec.Taints}})
 		if err != nil {
