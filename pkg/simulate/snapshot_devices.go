@@ -124,7 +124,6 @@ func (s *Snapshot) readDevices(ctx context.Context, c kubernetes.Interface) (map
 // that have it (none when every group does).
 func (s *Snapshot) deviceEntries() []DeviceSet {
 	var out []DeviceSet
-	var keys []string
 	byKey := map[string]int{}
 	for _, g := range s.Groups {
 		for _, d := range g.devices {
@@ -133,7 +132,6 @@ func (s *Snapshot) deviceEntries() []DeviceSet {
 			if !ok {
 				i = len(out)
 				byKey[k] = i
-				keys = append(keys, k)
 				out = append(out, DeviceSet{Driver: d.Driver, Count: d.Count, Model: d.Model, Memory: Quantity{d.Memory}, Class: d.Class})
 			}
 			out[i].NodeGroups = append(out[i].NodeGroups, g.Name)

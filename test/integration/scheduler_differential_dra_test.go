@@ -91,13 +91,13 @@ func diffAddDevices(w *diffWorkload) {
 // diffGPUClaimOf is the pod's claim: "" without one, the shared claim's
 // name (namespace/name), or "template".
 func diffGPUClaimOf(p *v1.Pod) string {
-	for _, rc := range p.Spec.ResourceClaims {
-		if rc.ResourceClaimName != nil {
-			return p.Namespace + "/" + *rc.ResourceClaimName
-		}
-		return "template"
+	if len(p.Spec.ResourceClaims) == 0 {
+		return ""
 	}
-	return ""
+	if rc := p.Spec.ResourceClaims[0]; rc.ResourceClaimName != nil {
+		return p.Namespace + "/" + *rc.ResourceClaimName
+	}
+	return "template"
 }
 
 // deviceViolation: the pod's GPU claim cannot be allocated on node n (the
