@@ -65,6 +65,7 @@ func (r *runner) clusterConfig(res *RunResult) (localcluster.Config, error) {
 		if err != nil {
 			return localcluster.Config{}, err
 		}
+		hollow.Verbosity = r.opts.KubeletVerbosity
 		lc.FakeNodes, lc.HollowNodes = nil, hollow
 		res.Settings = append(res.Settings, Setting{Name: settingHollowKubelet,
 			Value: fmt.Sprintf("%v / %v / %v / %v", hollowLeaseDuration, hollowLeaseRenewInterval, hollowNodeStatusUpdateFrequency, hollowNodeStatusReportFrequency),

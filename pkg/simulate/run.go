@@ -64,6 +64,9 @@ type Options struct {
 	// NodeKind is what runs the nodes, fake or hollow ("": the scenario's
 	// cluster.nodeKind, fake by default).
 	NodeKind string
+	// KubeletVerbosity is the hollow kubelets' -v (their logs are under
+	// Dir); fake nodes have no kubelet log.
+	KubeletVerbosity int
 }
 
 // Mark is a timeline step as it happened.

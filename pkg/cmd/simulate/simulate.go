@@ -30,6 +30,7 @@ type options struct {
 	chaosSeed    int64
 	chaosFaults  string
 	nodes        string
+	kubeletV     int
 }
 
 // ErrExpectations is returned when the run finished but expectations failed.
@@ -142,6 +143,7 @@ recorded. The control-plane binaries come from 'make controlplane'.`,
 	f.BoolVar(&o.validateOnly, "validate", false, "Only check the scenario file and exit.")
 	f.Int64Var(&o.chaosSeed, "chaos-seed", 0, "Add the random node faults drawn from this seed to the timeline and check the run with the chaos checker (docs/chaos.md); a violation fails the run.")
 	f.StringVar(&o.nodes, "nodes", "", "What runs the nodes: fake (pkg/fakenode) or hollow (kubemark's hollow nodes, the real kubelet code; --time-scale 1 only), or fake,hollow to run on both in turn and compare; default: the scenario's cluster.nodeKind, fake when it has none.")
+	f.IntVar(&o.kubeletV, "kubelet-v", 0, "With hollow nodes, the log verbosity of their kubelets (-v; 6 logs every API request with its latency); their logs are kept with the run's.")
 	f.StringVar(&o.chaosFaults, "chaos-faults", "", "With --chaos-seed, the fault kinds to draw, comma-separated (default: all simulate applies: "+kindsHelp()+").")
 	return c
 }
@@ -157,6 +159,8 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 		return cli.Usagef("--time-scale must be between 1 and %d, got %g", simulate.MaxTimeScale, o.timeScale)
 	case o.setupTimeout <= 0:
 		return cli.Usagef("--setup-timeout must be positive, got %v", o.setupTimeout)
+	case o.kubeletV < 0:
+		return cli.Usagef("--kubelet-v must be 0 or more, got %d", o.kubeletV)
 	}
 	chaosOpts, err := o.chaosOptions(cmd)
 	if err != nil {
@@ -184,6 +188,11 @@ func (o *options) run(cmd *cobra.Command, path string) error {
 		if chaosOpts != nil && (k == simulate.NodeKindHollow || (k == "" && sc.NodeKind() == simulate.NodeKindHollow)) {
 			return cli.Usagef("--chaos-seed on hollow nodes is not implemented: the schedule's ready-flap sets Ready, which the real kubelet writes again, and the checker's ground truth has not been run against hollow nodes")
 		}
+	}
+	if o.kubeletV > 0 && !slices.ContainsFunc(check, func(k string) bool {
+		return k == simulate.NodeKindHollow || (k == "" && sc.NodeKind() == simulate.NodeKindHollow)
+	}) {
+		return cli.Usagef("--kubelet-v=%d: only hollow nodes have a kubelet to log; add --nodes hollow (or fake,hollow)", o.kubeletV)
 	}
 	if chaosOpts != nil {
 		if err := sc.CheckChaos(); err != nil {
@@ -239,7 +248,7 @@ runs:
 	for trial := 1; trial <= o.trials; trial++ {
 		for _, mode := range modes {
 			opts := simulate.Options{Mode: mode, TimeScale: o.timeScale, Dir: filepath.Join(dir, mode),
-				BinDir: o.binDir, Out: out, SetupTimeout: o.setupTimeout, Chaos: chaosOpts, NodeKind: kind}
+				BinDir: o.binDir, Out: out, SetupTimeout: o.setupTimeout, Chaos: chaosOpts, NodeKind: kind, KubeletVerbosity: o.kubeletV}
 			if o.trials > 1 {
 				opts.Trial, opts.Dir = trial, filepath.Join(dir, fmt.Sprintf("%s-%d", mode, trial))
 				fmt.Fprintf(out, "=== trial %d/%d: %s\n", trial, o.trials, mode)

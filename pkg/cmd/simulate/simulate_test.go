@@ -103,6 +103,10 @@ func TestNodesFlagValidation(t *testing.T) {
 		{"hollow scenario scaled", []string{hollow, "--validate", "--time-scale", "2"}, []string{"--time-scale 2: hollow nodes run at --time-scale 1 only"}},
 		{"hollow scenario on fake nodes scaled", []string{hollow, "--validate", "--nodes", "fake", "--time-scale", "2"}, nil},
 		{"hollow with chaos", []string{hollow, "--validate", "--chaos-seed", "7"}, []string{"--chaos-seed on hollow nodes is not implemented"}},
+		{"kubelet -v on hollow", []string{plain, "--validate", "--nodes", "fake,hollow", "--kubelet-v", "6"}, nil},
+		{"kubelet -v on a hollow scenario", []string{hollow, "--validate", "--kubelet-v", "6"}, nil},
+		{"kubelet -v on fake nodes", []string{plain, "--validate", "--kubelet-v", "6"}, []string{"--kubelet-v=6: only hollow nodes have a kubelet", "--nodes hollow"}},
+		{"negative kubelet -v", []string{hollow, "--validate", "--kubelet-v=-1"}, []string{"--kubelet-v must be 0 or more"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCommand()
