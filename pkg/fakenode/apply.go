@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -66,14 +67,19 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 	n.mu.Lock()
 	wasHealthy := n.healthy()
 	restarted := false
+	reconnectIn := time.Duration(-1)
 	switch a {
 	case Partition:
 		n.partitioned = true
 		n.reconnecting = false
 	case Heal:
-		// Reached again at the kubelet's next attempt (reconnect), not now.
+		// Reached again when the request in flight gets through
+		// (reconnectAt, then reconnect at that Lease tick), not now.
 		n.reconnecting = !m.cfg.ReachedAtHeal && (n.reconnecting || n.partitioned)
 		n.partitioned = false
+		if n.reconnecting {
+			reconnectIn = reconnectAt(n.lastAttempt, now.Time, m.cfg.LeaseRenewInterval).Sub(now.Time)
+		}
 	case KubeletStop:
 		n.kubeletStopped = true
 	case KubeletStart:
@@ -118,6 +124,11 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 	if m.podQ == nil {
 		return // not running yet: the first sync covers everything
 	}
+	if reconnectIn >= 0 {
+		// Sooner than the node's next tick (the queue keeps the sooner);
+		// its cadence goes on from there, re-phased as the kubelet's is.
+		m.leaseQ.AddAfter(n.name, reconnectIn)
+	}
 	if recovered {
 		m.leaseQ.Add(n.name)
 		m.resyncPods(n, restarted)
@@ -125,9 +136,12 @@ func (m *Manager) applyTo(n *node, a Action, c *Condition) {
 	m.statusQ.Add(n.name)
 }
 
-// reconnect ends a healed partition at the kubelet's next attempt (its
-// Lease tick): from then on it renews, posts its status and syncs its pods
-// as it did before the partition. It says whether the node came back.
+// reconnect ends a healed partition when the kubelet's request in flight
+// gets through (the Lease tick reconnectAt set): from then on it renews and
+// watches its pods; its node status and the pods' statuses that were
+// changed while it was away go out at its next status tick, as the real
+// kubelet's do (its loops keep their own phase). It says whether the node
+// came back.
 func (m *Manager) reconnect(n *node) bool {
 	n.mu.Lock()
 	if !n.reconnecting {
@@ -142,7 +156,6 @@ func (m *Manager) reconnect(n *node) bool {
 	n.mu.Unlock()
 	if back && m.podQ != nil {
 		m.resyncPods(n, false)
-		m.statusQ.Add(n.name)
 	}
 	return back
 }

@@ -95,14 +95,20 @@ type Config struct {
 	LeaseRenewInterval time.Duration
 	// NodeStatusUpdateFrequency is how often status is computed (kubelet: 10s);
 	// it is posted when it changed or NodeStatusReportFrequency (5m) has passed.
+	// The pods' statuses that someone else changed are written back at the
+	// same period (the kubelet's status manager syncs every 10s, its
+	// syncPeriod), at a phase of each node's own: in the real kubelet the
+	// two loops drift apart (the node status loop is jittered), so a healed
+	// node's pods may be Ready again before or after the node.
 	NodeStatusUpdateFrequency time.Duration
 	NodeStatusReportFrequency time.Duration
 	// PodStartDelay is the time from binding to Running and Ready.
 	PodStartDelay time.Duration
 	// ReachedAtHeal: a healed partition's kubelet reaches the API server at
-	// once, instead of at its next Lease tick as the real kubelet does (its
-	// requests over the cut connection hang until their timeout). The
-	// chaos runs keep it: their mutants and seeds were measured with it.
+	// once, instead of when its request in flight gets through (reconnectAt:
+	// the next SYN retransmission of the connection it opened at its last
+	// attempt, or its next attempt). The chaos runs keep it: their mutants
+	// and seeds were measured with it.
 	ReachedAtHeal bool
 	// EmulateStalePodStatus reproduces the kubelet 1.15 bug of seed 002: a
 	// status that was changed by someone else while the node was away is never

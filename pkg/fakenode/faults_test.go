@@ -173,9 +173,10 @@ func TestStatusDiffers(t *testing.T) {
 }
 
 // TestHealReachedAtNextAttempt: a healed partition's kubelet is not heard
-// until its next Lease tick (reconnect), as a real kubelet whose requests
-// hang over the cut connection; a kubelet restart or ReachedAtHeal ends the
-// wait at once, and a partition again starts it over.
+// until its request in flight gets through (reconnect, at the Lease tick
+// reconnectAt sets: TestReconnectAt), as a real kubelet whose requests hang
+// over the cut connection; a kubelet restart or ReachedAtHeal ends the wait
+// at once, and a partition again starts it over.
 func TestHealReachedAtNextAttempt(t *testing.T) {
 	for _, atHeal := range []bool{false, true} {
 		m, err := New(Config{Client: &kubernetes.Clientset{}, Nodes: 1, ReachedAtHeal: atHeal})

@@ -102,8 +102,9 @@ func New(cfg Config) (*Manager, error) {
 		if group != nil {
 			maps.Copy(lbls, group.Labels)
 		}
+		// Each kubelet's pod status sync has a phase of its own.
 		n := &node{name: name, zone: zone, index: i, labels: lbls, ip: nodeIP(i), fullStatus: true, group: group, images: images[group],
-			devices: m.cfg.nodeDevices(group)}
+			devices: m.cfg.nodeDevices(group), syncBase: cfg.Clock.Now().Add(randDuration(cfg.NodeStatusUpdateFrequency))}
 		// Starting this process starts the machines: a Node that exists
 		// already gets a new boot ID with the first full status.
 		n.newBoot()
@@ -324,6 +325,9 @@ func (m *Manager) processLease(ctx context.Context) bool {
 	defer m.leaseQ.Done(name)
 	n := m.nodes[name]
 	next := wait.Jitter(m.cfg.LeaseRenewInterval, 0.04)
+	n.mu.Lock()
+	n.lastAttempt = m.cfg.Clock.Now()
+	n.mu.Unlock()
 	m.reconnect(n)
 	if err := m.renewLease(ctx, n); err != nil {
 		m.stats.errors.Add(1)

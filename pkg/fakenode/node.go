@@ -68,12 +68,57 @@ type node struct {
 	// again: a replacement machine waits on it to register its Node.
 	reachable chan struct{}
 	// reconnecting: the partition healed, but the kubelet has not reached
-	// the API server yet. A partition stops forwarding without closing
-	// connections, so the real kubelet's requests hang until their timeout
-	// and the first one to get through after the heal is the one it sends
-	// at its next attempt (a hollow node, v1.37.1: 6.6-7.2 s after the
-	// heal, docs/simulate.md "Fidelity"). The next Lease tick ends it.
+	// the API server yet. During a partition the real kubelet always has a
+	// request in flight (each times out after 10 s and the next follows at
+	// once; a hollow node at -v=6, docs/simulate.md "Fidelity"), over a
+	// connection whose SYNs the cut network dropped: the first request to
+	// get through after the heal is that one, at its connection's next SYN
+	// retransmission, or the next attempt's (reconnectAt).
 	reconnecting bool
+	// lastAttempt is the start of the kubelet's last Lease attempt (its
+	// last tick, made or not): the request in flight at a heal.
+	lastAttempt time.Time
+	// syncBase sets the phase of the kubelet's pod status sync: its ticks
+	// are syncBase + k*NodeStatusUpdateFrequency.
+	syncBase time.Time
+}
+
+// nextSync is the first tick of a sync of period, phased by base, at or
+// after now.
+func nextSync(base, now time.Time, period time.Duration) time.Time {
+	if period <= 0 || !now.After(base) {
+		return base
+	}
+	k := (now.Sub(base) + period - 1) / period
+	return base.Add(k * period)
+}
+
+// synRetransmits are when a connection's SYN is sent again after its first,
+// in tenths of the kubelet's renew interval: Linux's 1 s initial RTO,
+// doubled each time (1, 3, 7 s after the first at the kubelet's 10 s).
+// Later ones fall after the request's 10 s timeout.
+var synRetransmits = []time.Duration{1, 3, 7}
+
+// reconnectAt is when a kubelet whose last attempt started at attempt,
+// and which attempts every interval, reaches the API server after a heal
+// at heal: its request in flight at the connection's next SYN
+// retransmission, or its next attempt, whose SYN goes through at once.
+func reconnectAt(attempt, heal time.Time, interval time.Duration) time.Time {
+	if attempt.IsZero() || attempt.After(heal) {
+		return heal
+	}
+	for _, k := range synRetransmits {
+		if at := attempt.Add(k * interval / 10); !at.Before(heal) {
+			return at
+		}
+	}
+	// Attempts follow each other at the interval: the one in flight at the
+	// heal started within the last interval.
+	next := attempt.Add(interval)
+	for next.Before(heal) {
+		next = next.Add(interval)
+	}
+	return next
 }
 
 // bootID is the current boot's ID.

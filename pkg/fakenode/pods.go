@@ -27,6 +27,9 @@ type podState struct {
 	// post, which is the 1.15 bug: a status changed by someone else is
 	// never corrected.
 	posted bool
+	// reconcileAt is the status sync at which a status someone else
+	// changed is written back (zero: none pending).
+	reconcileAt time.Time
 }
 
 // podConditionTypes are the conditions the kubelet owns.
@@ -152,11 +155,22 @@ func (m *Manager) syncPod(ctx context.Context, key string) (time.Duration, error
 	}
 	desired := m.desiredStatus(pod, n, st)
 	post := !st.posted
-	if !m.cfg.EmulateStalePodStatus && !post {
+	if !m.cfg.EmulateStalePodStatus && !post && statusDiffers(&pod.Status, &desired) {
 		// The fixed kubelet reconciles: whatever the API server holds that
-		// differs from its own view is written again.
-		post = statusDiffers(&pod.Status, &desired)
+		// differs from its own view is written again, at its status
+		// manager's next sync (nextSync); its own changes go out at once.
+		if st.reconcileAt.IsZero() {
+			n.mu.Lock()
+			st.reconcileAt = nextSync(n.syncBase, now, m.cfg.NodeStatusUpdateFrequency)
+			n.mu.Unlock()
+		}
+		if wait := st.reconcileAt.Sub(now); wait > 0 {
+			m.podsMu.Unlock()
+			return wait, nil
+		}
+		post = true
 	}
+	st.reconcileAt = time.Time{}
 	m.podsMu.Unlock()
 	if !post {
 		return 0, nil
@@ -261,13 +275,14 @@ func (m *Manager) resyncPods(n *node, restarted bool) {
 	}
 	for _, obj := range objs {
 		pod := obj.(*v1.Pod)
-		if restarted {
-			m.podsMu.Lock()
-			if st := m.pods[pod.UID]; st != nil {
-				st.posted = false
-			}
-			m.podsMu.Unlock()
+		m.podsMu.Lock()
+		if st := m.pods[pod.UID]; st != nil {
+			st.posted = st.posted && !restarted
+			// Back from away: what it finds changed waits for the next
+			// sync from now, not one that passed while it was away.
+			st.reconcileAt = time.Time{}
 		}
+		m.podsMu.Unlock()
 		if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
 			m.podQ.Add(key)
 		}

@@ -5,14 +5,18 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // Proxy forwards one hollow node's TCP connections to the API server and
 // can partition it: while cut, no byte is forwarded either way and no
-// connection is closed or refused (new ones are accepted and held), as a
-// network partition looks to both ends; a heal lets everything through
-// again, in order. TLS passes through untouched: the kubelet talks to the
-// API server end to end.
+// connection is closed or refused, as a network partition looks to both
+// ends; a heal lets everything through again, in order. A connection
+// opened while cut is accepted (the loopback handshake cannot be dropped)
+// but held, after the heal too, until the moment its SYN would have been
+// retransmitted (synRetransmit): a real partition drops the SYN and the
+// client's kernel sends it again 1, 3, 7, ... s later. TLS passes through
+// untouched: the kubelet talks to the API server end to end.
 type Proxy struct {
 	l      net.Listener
 	target string
@@ -22,6 +26,24 @@ type Proxy struct {
 	cut    bool
 	closed bool
 	conns  map[net.Conn]bool
+	done   chan struct{} // closed by Close
+}
+
+// synRetransmits are when Linux sends a connection's SYN again after the
+// first (a 1 s initial RTO, doubled each time, tcp_syn_retries 6); after
+// the last the connect fails.
+var synRetransmits = []time.Duration{1 * time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second, 31 * time.Second, 63 * time.Second}
+
+// synRetransmit is when a connection whose first SYN was sent at opened
+// gets through a network that forwards again from healed: its first SYN
+// retransmission at or after healed (false: none, the connect timed out).
+func synRetransmit(opened, healed time.Time) (time.Time, bool) {
+	for _, d := range synRetransmits {
+		if at := opened.Add(d); !at.Before(healed) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // NewProxy listens on a free loopback port and forwards to target
@@ -31,7 +53,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{l: l, target: target, conns: map[net.Conn]bool{}}
+	p := &Proxy{l: l, target: target, conns: map[net.Conn]bool{}, done: make(chan struct{})}
 	p.open = sync.NewCond(&p.mu)
 	go p.serve()
 	return p, nil
@@ -65,6 +87,9 @@ func (p *Proxy) IsCut() bool {
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	conns := p.conns
 	p.conns = map[net.Conn]bool{}
@@ -119,10 +144,31 @@ func (p *Proxy) handle(client net.Conn) {
 		return
 	}
 	defer p.untrack(client)
-	// A connection opened during a partition waits for the heal: its SYN
-	// would not have reached the server.
-	if !p.pass() {
-		return
+	// A connection opened during a partition waits for the heal and then
+	// for its SYN's next retransmission: the first would not have reached
+	// the server. A cut again in the meantime starts the wait over.
+	opened, wasCut := time.Now(), p.IsCut()
+	for {
+		if !p.pass() {
+			return
+		}
+		if !wasCut {
+			break
+		}
+		at, ok := synRetransmit(opened, time.Now())
+		if !ok {
+			return // the client's connect has timed out
+		}
+		t := time.NewTimer(time.Until(at))
+		select {
+		case <-t.C:
+		case <-p.done:
+			t.Stop()
+			return
+		}
+		if !p.IsCut() {
+			break
+		}
 	}
 	server, err := net.Dial("tcp", p.target)
 	if err != nil {

@@ -52,7 +52,8 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string, within tim
 
 // A cut stops forwarding both ways without closing the connection; the
 // heal delivers what waited, in order, on the same connection. A
-// connection opened while cut is accepted and held until the heal.
+// connection opened while cut is accepted and held until its SYN's first
+// retransmission after the heal (1 s after it was opened, at the earliest).
 func TestProxyPartitionHoldsWithoutClosing(t *testing.T) {
 	p, err := NewProxy(echoServer(t))
 	if err != nil {
@@ -75,6 +76,7 @@ func TestProxyPartitionHoldsWithoutClosing(t *testing.T) {
 	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 		t.Fatalf("while cut: want a read timeout, got %v", err)
 	}
+	opened := time.Now()
 	c2, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatalf("a connection opened while cut is refused: %v", err)
@@ -98,7 +100,29 @@ func TestProxyPartitionHoldsWithoutClosing(t *testing.T) {
 			t.Fatalf("after the heal: %q, %v; want the held %q", got, err, w.line)
 		}
 	}
+	if took := time.Since(opened); took < time.Second {
+		t.Errorf("the connection opened while cut got through %v after it was opened, before its SYN's first retransmission (1s)", took)
+	}
 	if p.IsCut() {
 		t.Error("still cut after the heal")
+	}
+}
+
+func TestSynRetransmit(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 3, 29, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		healed, want time.Duration // after the first SYN; want -1: timed out
+	}{{0, time.Second}, {time.Second, time.Second}, {1100 * time.Millisecond, 3 * time.Second}, {8 * time.Second, 15 * time.Second},
+		{63 * time.Second, 63 * time.Second}, {64 * time.Second, -1}} {
+		at, ok := synRetransmit(t0, t0.Add(tc.healed))
+		if tc.want < 0 {
+			if ok {
+				t.Errorf("healed %v after the first SYN: got through at %v, want the connect timed out", tc.healed, at.Sub(t0))
+			}
+			continue
+		}
+		if !ok || at.Sub(t0) != tc.want {
+			t.Errorf("healed %v after the first SYN: %v %v, want through %v after it", tc.healed, at.Sub(t0), ok, tc.want)
+		}
 	}
 }
