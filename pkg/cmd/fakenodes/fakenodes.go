@@ -44,9 +44,10 @@ every --node-lease-renew-interval, post NodeStatus on change or every
 --node-status-report-frequency, run the pods bound to the nodes (Running and Ready after
 --pod-start-delay) and finish their graceful deletion.
 
-After a partition the fake kubelet re-posts any pod status the API server holds that
-differs from its own (the upstream fix of the seed 002 incident); --emulate-stale-pod-status
-reproduces the 1.15 kubelet that never did.
+The fake kubelet writes back any pod status the API server holds that differs from its own
+(the upstream fix of the seed 002 incident) at its status sync, every
+--node-status-update-frequency at a phase of each node's own, as the kubelet's status manager
+does; --emulate-stale-pod-status reproduces the 1.15 kubelet that never did.
 
 With --csi-driver (default fake.csi.nodeshepherd.io; empty turns it off) the process also runs a fake CSI
 driver: a CSIDriver (attachRequired) and a StorageClass fake-csi (WaitForFirstConsumer), a CSINode per

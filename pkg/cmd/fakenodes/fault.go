@@ -30,7 +30,7 @@ func newFaultCommand() *cobra.Command {
 
 Actions:
   partition              cut all API traffic of the nodes (no lease, no status, no pod updates)
-  heal                   end a partition (heard again at the next Lease renewal)
+  heal                   end a partition (heard again when its request in flight gets through)
   kubelet-stop           stop the nodes' kubelets
   kubelet-start          start them again (a fresh kubelet re-posts every pod status)
   condition TYPE=STATUS  set a node condition, e.g. KernelDeadlock=True or MemoryPressure=True;
