@@ -174,7 +174,14 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 		s.synced = append(s.synced, d.StatefulSets.Informer().HasSynced)
 	}
 	s.queue.onMove = func(event, queue string) { s.metrics.incoming.WithLabelValues(queue, event).Inc() }
-	if _, err := d.Nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	// The node and pod handlers fill the cache the scheduler judges from:
+	// it starts once they have seen every object of the first list (their
+	// registrations' HasSynced), not when the informers' stores have. A
+	// scheduler that started on a synced store whose handler lagged (a busy
+	// machine) saw a pending pod before the pods already on its node, and
+	// bound it without preempting them (TestRunPreemptsTheLowestPriorityVictim
+	// failed so beside make test-unit).
+	nodeReg, err := d.Nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			s.cache.setNode(obj.(*v1.Node))
 			s.queue.MoveAll("NodeAdd", nil)
@@ -185,10 +192,11 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 				s.cache.removeNode(n.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	if _, err := d.Pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	podReg, err := d.Pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.onPod(nil, obj.(*v1.Pod)) },
 		UpdateFunc: func(oldObj, newObj any) { s.onPod(oldObj.(*v1.Pod), newObj.(*v1.Pod)) },
 		DeleteFunc: func(obj any) {
@@ -196,10 +204,11 @@ func New(cfg Config, d Deps) (*Scheduler, error) {
 				s.onPodDelete(p)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
-	s.synced = append(s.synced, d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.PDBs.Informer().HasSynced)
+	s.synced = append(s.synced, nodeReg.HasSynced, podReg.HasSynced, d.PDBs.Informer().HasSynced)
 	if d.Namespaces != nil {
 		s.nsLister = d.Namespaces.Lister()
 		s.synced = append(s.synced, d.Namespaces.Informer().HasSynced)
