@@ -181,17 +181,23 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	m.podIndexer = podInformer.GetIndexer()
-	_, _ = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The kubelets start once both handlers have seen the first list (the
+	// registrations' HasSynced, not the stores'): the pod handler fills each
+	// kubelet's pods.
+	podReg, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    m.onPod,
 		UpdateFunc: func(_, obj any) { m.onPod(obj) },
 		DeleteFunc: m.onPodDelete,
 	})
+	if err != nil {
+		return err
+	}
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{ManagedLabel: "true"}).String()
 	}))
 	nodeInformer := nodeFactory.Core().V1().Nodes()
 	m.nodeLister = nodeInformer.Lister()
-	_, _ = nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nodeReg, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj any) {
 			m.onNode(obj.(*v1.Node))
 			if m.vols != nil && attachedChanged(old.(*v1.Node), obj.(*v1.Node)) {
@@ -202,6 +208,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		},
 		AddFunc: func(obj any) { m.onNode(obj.(*v1.Node)) },
 	})
+	if err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	volCtx, stopVolumes := context.WithCancel(ctx)
@@ -215,7 +224,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer nodeFactory.Shutdown()
 	repairsSynced, stopRepairs := m.repairs.Start(ctx)
 	defer stopRepairs()
-	synced := []cache.InformerSynced{podInformer.HasSynced, nodeInformer.Informer().HasSynced, repairsSynced}
+	synced := []cache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced, repairsSynced}
 	if m.vols != nil {
 		synced = append(synced, m.vols.synced...)
 	}

@@ -63,14 +63,20 @@ func (m *Manager) startVolumes(ctx context.Context, wg *sync.WaitGroup) error {
 		return err
 	}
 	// An attachment that changes wakes the pods of its node.
-	_, _ = vas.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	vaReg, err := vas.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    m.onAttachment,
 		UpdateFunc: func(_, obj any) { m.onAttachment(obj) },
 	})
+	if err != nil {
+		return err
+	}
 	// So does a claim bound or a volume provisioned.
-	_, _ = pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) { m.onClaim(obj.(*v1.PersistentVolumeClaim)) }})
+	pvcReg, err := pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) { m.onClaim(obj.(*v1.PersistentVolumeClaim)) }})
+	if err != nil {
+		return err
+	}
 	m.vols = &volumes{driver: m.cfg.CSIDriver, pvcLister: pvcs.Lister(), pvLister: pvs.Lister(), vaIndexer: vas.GetIndexer(),
-		synced: []cache.InformerSynced{vas.HasSynced, pvcs.Informer().HasSynced, pvs.Informer().HasSynced}}
+		synced: []cache.InformerSynced{vaReg.HasSynced, pvcReg.HasSynced, pvs.Informer().HasSynced}}
 	f.Start(ctx.Done())
 	wg.Add(1)
 	go func() {

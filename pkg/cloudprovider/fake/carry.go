@@ -3,6 +3,7 @@ package fake
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -112,7 +113,7 @@ func NewCarrier(opts CarrierOptions, machines Machines) *Carrier {
 }
 
 // Start watches the requests ConfigMap until ctx ends; it returns the
-// informer's HasSynced, and a stop that ends the watch and waits for the
+// handler's HasSynced (it has read the requests), and a stop that ends the watch and waits for the
 // repairs under way (which end with ctx).
 func (c *Carrier) Start(ctx context.Context) (cache.InformerSynced, func()) {
 	f := informers.NewSharedInformerFactoryWithOptions(c.opts.Client, 0, informers.WithNamespace(ConfigMapNamespace),
@@ -120,12 +121,15 @@ func (c *Carrier) Start(ctx context.Context) (cache.InformerSynced, func()) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", RequestsConfigMapName).String()
 		}))
 	inf := f.Core().V1().ConfigMaps().Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.OnRequests(ctx, obj.(*v1.ConfigMap)) },
 		UpdateFunc: func(_, obj any) { c.OnRequests(ctx, obj.(*v1.ConfigMap)) },
 	})
+	if err != nil { // only an informer already stopped refuses a handler
+		panic(fmt.Sprintf("fake cloud: watching the requests ConfigMap: %v", err))
+	}
 	f.Start(ctx.Done())
-	return inf.HasSynced, func() {
+	return reg.HasSynced, func() {
 		f.Shutdown()
 		c.Wait()
 	}

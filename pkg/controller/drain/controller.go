@@ -199,7 +199,6 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	}
 	c := &Controller{
 		Base: b, cfg: cfg, rules: r, client: d.Client, nodes: d.Nodes.Lister(), pods: d.Pods.Informer().GetIndexer(),
-		synced:   []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		recorder: d.Recorder, clock: d.Clock, dryRun: b.DryRun,
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
@@ -211,7 +210,9 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
-	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The worker starts once the node handler has seen the first list (its
+	// registration's HasSynced, not the store's): every node is queued then.
+	nodeReg, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.onNode(nil, obj.(*v1.Node)) },
 		UpdateFunc: func(old, obj any) {
 			c.onNode(old.(*v1.Node), obj.(*v1.Node))
@@ -223,7 +224,11 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			}
 		},
 	})
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{nodeReg.HasSynced, d.Pods.Informer().HasSynced}
+	return c, nil
 }
 
 // onNode queues the node on every change (a remediation request coming or

@@ -99,14 +99,20 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	}
 	c := &Controller{
 		Base: b, cfg: parsed, client: d.Client, recorder: d.Recorder, alloc: alloc, dryRun: b.DryRun,
-		nodeLister: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
+		nodeLister: d.Nodes.Lister(),
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"})),
 		waiting: map[string]bool{}, owned: map[string][]string{}, rejected: map[string]bool{}, unconfirmed: map[string]bool{},
 		metrics: newMetrics(d.Registry),
 	}
-	_, err = d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
-	return c, err
+	// The worker starts once the handler has seen the first list (its
+	// registration's HasSynced): every node is queued by then.
+	reg, err := d.Nodes.Informer().AddEventHandler(kube.NodeNameHandler(func(name string) { c.queue.Add(name) }))
+	if err != nil {
+		return nil, err
+	}
+	c.synced = reg.HasSynced
+	return c, nil
 }
 
 // Run rebuilds occupancy from every existing node, then allocates.

@@ -160,7 +160,6 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		leaseLister: d.Leases.Lister(),
 		podLister:   d.Pods.Lister(),
 		podIndexer:  d.Pods.Informer().GetIndexer(),
-		synced:      []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced, d.Leases.Informer().HasSynced},
 		health:      map[string]*nodeHealth{},
 		known:       map[string]*v1.Node{},
 		zoneStates:  map[string]nodetopology.ZoneState{},
@@ -192,7 +191,10 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
-	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The workers start once every handler has seen the first list (the
+	// registrations' HasSynced, not the stores'): the handlers fill the
+	// health records and the index of marked pods the workers judge from.
+	nodeReg, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNode(obj.(*v1.Node)) },
 		UpdateFunc: func(_, obj any) { c.onNode(obj.(*v1.Node)) },
 		DeleteFunc: func(obj any) {
@@ -204,14 +206,14 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = d.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	leaseReg, err := d.Leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onLease(obj.(*coordinationv1.Lease)) },
 		UpdateFunc: func(_, obj any) { c.onLease(obj.(*coordinationv1.Lease)) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	_, err = d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podReg, err := d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.onPod(nil, obj.(*v1.Pod)) },
 		UpdateFunc: func(old, obj any) {
 			c.onPod(old.(*v1.Pod), obj.(*v1.Pod))
@@ -222,6 +224,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			}
 		},
 	})
+	c.synced = []cache.InformerSynced{nodeReg.HasSynced, podReg.HasSynced, leaseReg.HasSynced}
 	return c, err
 }
 

@@ -158,7 +158,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	}
 	c := &Controller{
 		Base: b, cfg: cfg, client: d.Client, recorder: d.Recorder, clock: d.Clock, dryRun: b.DryRun,
-		nodes: d.Nodes.Lister(), synced: d.Nodes.Informer().HasSynced,
+		nodes: d.Nodes.Lister(),
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: d.Clock})),
 		overlay: controllerutil.NewOverlay[*v1.Node](), metrics: newMetrics(d.Registry), said: map[string]string{},
@@ -183,12 +183,18 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	}
 	// Each node is observed (confirm.go) before it is queued, so that a
 	// sync never sees a confirmation whose absence it has not seen first.
-	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The worker starts once the handler has seen the first list (its
+	// registration's HasSynced, not the store's): every node observed first.
+	reg, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNode(obj) },
 		UpdateFunc: func(_, obj any) { c.onNode(obj) },
 		DeleteFunc: func(obj any) { c.onNode(obj) },
 	})
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	c.synced = reg.HasSynced
+	return c, nil
 }
 
 // onNode observes a node's event and queues it.

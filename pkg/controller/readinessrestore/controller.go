@@ -140,7 +140,6 @@ func New(cfg Config, d Deps) (*Controller, error) {
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "nodeshepherd", Subsystem: Name, Name: "pod_readiness_restore_errors_total",
 			Help: "Failed attempts to give a pod Ready=True back (conflicts with the kubelet and deleted pods excluded); each is retried with backoff."}),
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
-		synced: []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		queue: controllerutil.Track(b, "pod", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "readiness_restore", Clock: d.Clock})),
 		queued: map[string]bool{},
@@ -158,7 +157,8 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			c.onNode(n)
 		}
 	}
-	if _, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, obj any) { onNode(obj) }}); err != nil {
+	nodeReg, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, obj any) { onNode(obj) }})
+	if err != nil {
 		return nil, err
 	}
 	onPod := func(obj any) {
@@ -166,8 +166,14 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			c.onPod(p)
 		}
 	}
-	_, err = d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod, UpdateFunc: func(_, obj any) { onPod(obj) }})
-	return c, err
+	podReg, err := d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onPod, UpdateFunc: func(_, obj any) { onPod(obj) }})
+	if err != nil {
+		return nil, err
+	}
+	// The worker starts once both handlers have seen the first list (the
+	// registrations' HasSynced): the marked pods are queued by then.
+	c.synced = []cache.InformerSynced{nodeReg.HasSynced, podReg.HasSynced}
+	return c, nil
 }
 
 // readyPath is the Ready condition's status in managedFields.

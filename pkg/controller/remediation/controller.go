@@ -249,11 +249,12 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	}
 	c.factory = dynamicinformer.NewDynamicSharedInformerFactory(d.Dynamic, 0)
 	pinf := c.factory.ForResource(rem.GroupVersionResource).Informer()
-	if _, err := pinf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	policyReg, err := pinf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onPolicy(obj, false) },
 		UpdateFunc: func(_, obj any) { c.onPolicy(obj, false) },
 		DeleteFunc: func(obj any) { c.onPolicy(kube.Untombstone(obj), true) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	onNode := func(obj any) {
@@ -261,11 +262,16 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			c.queue.Add(n.Name)
 		}
 	}
-	if _, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode,
-		UpdateFunc: func(_, obj any) { onNode(obj) }, DeleteFunc: onNode}); err != nil {
+	nodeReg, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode,
+		UpdateFunc: func(_, obj any) { onNode(obj) }, DeleteFunc: onNode})
+	if err != nil {
 		return nil, err
 	}
-	c.synced = []cache.InformerSynced{d.Nodes.Informer().HasSynced, pinf.HasSynced}
+	// The workers start once both handlers have seen the first list (the
+	// registrations' HasSynced, not the stores'): the policy handler fills
+	// the policies and the storm state a predecessor wrote, so a node judged
+	// before it would be judged with no policy and no brake.
+	c.synced = []cache.InformerSynced{nodeReg.HasSynced, policyReg.HasSynced}
 	return c, nil
 }
 

@@ -651,7 +651,7 @@ func (s *Scheduler) watchDRA(d Deps) error {
 	}
 	for _, w := range infs {
 		event := w.event
-		if _, err := w.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		reg, err := w.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { s.queue.MoveAll(event+"Add", usesDRA) },
 			UpdateFunc: func(any, any) { s.queue.MoveAll(event+"Update", usesDRA) },
 			DeleteFunc: func(obj any) {
@@ -660,10 +660,11 @@ func (s *Scheduler) watchDRA(d Deps) error {
 				}
 				s.queue.MoveAll(event+"Delete", usesDRA)
 			},
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
-		s.synced = append(s.synced, w.inf.HasSynced)
+		s.synced = append(s.synced, reg.HasSynced) // the handler's first list, as for nodes and pods
 	}
 	return nil
 }

@@ -994,10 +994,11 @@ func (s *Scheduler) watchStorage(d Deps) error {
 		{d.CSIStorageCapacities.Informer(), "CSIStorageCapacity", false},
 		{d.VolumeAttachments.Informer(), "VolumeAttachment", true},
 	} {
-		if _, err := w.inf.AddEventHandler(wake(w.event, w.onDelete)); err != nil {
+		reg, err := w.inf.AddEventHandler(wake(w.event, w.onDelete))
+		if err != nil {
 			return err
 		}
-		s.synced = append(s.synced, w.inf.HasSynced)
+		s.synced = append(s.synced, reg.HasSynced) // the handler's first list, as for nodes and pods
 	}
 	return nil
 }

@@ -145,7 +145,6 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	c := &Controller{
 		Base: b, cfg: cfg, client: d.Client, clock: d.Clock, recorder: d.Recorder, dryRun: b.DryRun,
 		nodeLister: d.Nodes.Lister(), podLister: d.Pods.Lister(), podIndexer: d.Pods.Informer().GetIndexer(),
-		synced:  []cache.InformerSynced{d.Nodes.Informer().HasSynced, d.Pods.Informer().HasSynced},
 		tainted: map[string]*nodeTaints{},
 		metrics: newMetrics(d.Registry),
 	}
@@ -162,7 +161,9 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err := nodetopology.AddPodNodeNameIndexer(d.Pods.Informer()); err != nil {
 		return nil, err
 	}
-	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The workers start once both handlers have seen the first list (the
+	// registrations' HasSynced): every node and pod is queued by then.
+	nodeReg, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.enqueue(item{node: obj.(*v1.Node).Name}) },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*v1.Node), obj.(*v1.Node)
@@ -179,7 +180,7 @@ func New(cfg Config, d Deps) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, err = d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podReg, err := d.Pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.onPod(nil, obj.(*v1.Pod)) },
 		UpdateFunc: func(old, obj any) {
 			c.onPod(old.(*v1.Pod), obj.(*v1.Pod))
@@ -190,7 +191,11 @@ func New(cfg Config, d Deps) (*Controller, error) {
 			}
 		},
 	})
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{nodeReg.HasSynced, podReg.HasSynced}
+	return c, nil
 }
 
 func (c *Controller) onPod(old, pod *v1.Pod) {

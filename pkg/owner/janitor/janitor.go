@@ -196,7 +196,7 @@ func New(d Deps) (*Janitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &Janitor{Base: b, client: d.Client, nodes: d.Nodes.Lister(), synced: []cache.InformerSynced{d.Nodes.Informer().HasSynced},
+	j := &Janitor{Base: b, client: d.Client, nodes: d.Nodes.Lister(),
 		recorder: d.Recorder, clock: d.Clock, live: slices.Clone(d.Live), reported: map[string]map[string]time.Time{},
 		queue: controllerutil.Track(b, "node", workqueue.NewTypedRateLimitingQueueWithConfig(controllerutil.RetryLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "owner_expiry", Clock: d.Clock})),
@@ -212,9 +212,15 @@ func New(d Deps) (*Janitor, error) {
 			j.queue.Add(n.Name)
 		}
 	}
-	_, err = d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: add,
+	// It starts once the handler has seen the first list (its registration's
+	// HasSynced): every node is queued by then.
+	nodeReg, err := d.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: add,
 		UpdateFunc: func(_, obj any) { add(obj) }, DeleteFunc: add})
-	return j, err
+	if err != nil {
+		return nil, err
+	}
+	j.synced = []cache.InformerSynced{nodeReg.HasSynced}
+	return j, nil
 }
 
 // Run works until ctx ends.
