@@ -31,6 +31,8 @@ type diffChecker struct {
 	claimed     map[string]bool
 	// devices: the GPUs of each node with a pool (deviceViolation).
 	devices map[string]int
+	// capacity: the CSI class's GiB on each node (capacityViolation).
+	capacity map[string]int64
 }
 
 func newDiffChecker(nodes []*v1.Node, volumes []*v1.PersistentVolume) *diffChecker {
@@ -218,6 +220,7 @@ func (e *podEval) violations(n *v1.Node) []string {
 	}
 	why = append(why, e.c.resources(p, n)...)
 	why = append(why, e.c.deviceViolation(p, n)...)
+	why = append(why, e.c.capacityViolation(p, n)...)
 	if diffClaim(p) != nil {
 		if zone, ok := n.Labels[zoneKey]; !ok || e.c.freeVolumes[zone] <= 0 {
 			why = append(why, "no free volume in the node's zone")
@@ -333,7 +336,7 @@ func (c *diffChecker) resources(p *v1.Pod, n *v1.Node) []string {
 	for _, res := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
 		used := p.Spec.Containers[0].Resources.Requests[res].DeepCopy()
 		for _, q := range on {
-			used.Add(q.Spec.Containers[0].Resources.Requests[res])
+			used.Add(diffRequest(q, res))
 		}
 		if alloc := n.Status.Allocatable[res]; used.Cmp(alloc) > 0 {
 			why = append(why, "insufficient "+string(res))

@@ -87,8 +87,10 @@ const (
 // preemption-heavy (diffMakeHeavy) on seed-1000 nodes. diffDRASeeds have
 // GPU pools and claims too (scheduler_differential_dra_test.go),
 // diffFeatureSeeds images, declared features and matchFields
-// (scheduler_differential_features_test.go).
-var diffSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 13, 20, 28, 100, 500, 1500}
+// (scheduler_differential_features_test.go), diffResizeSeeds in-place
+// resizes (scheduler_differential_resize_test.go), diffCapacitySeeds a CSI
+// driver's storage capacity (scheduler_differential_storage_test.go).
+var diffSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 20, 28, 100, 500, 1500}
 
 // diffNamespaces are the pods' namespaces, with their labels for
 // namespaceSelector terms.
@@ -114,6 +116,9 @@ type diffWorkload struct {
 	Pods    []*v1.Pod
 	// Devices: the fake GPUs of each node with a pool (diffDRASeeds).
 	Devices map[string]int `json:",omitempty"`
+	// Capacity: the CSI class's storage (GiB) on each node that has some
+	// (diffCapacitySeeds).
+	Capacity map[string]int64 `json:",omitempty"`
 }
 
 // diffPodFeatures add constraints to a generated pod, in this order, each
@@ -212,6 +217,12 @@ func diffWorkloadFor(seed uint64) *diffWorkload {
 	}
 	if slices.Contains(diffFeatureSeeds, seed) {
 		diffAddFeatures(w)
+	}
+	if slices.Contains(diffResizeSeeds, seed) {
+		diffAddResizes(w)
+	}
+	if slices.Contains(diffCapacitySeeds, seed) {
+		diffAddCapacity(w)
 	}
 	return w
 }
@@ -418,7 +429,7 @@ func diffVolume(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
 // diffClaim is the claim of a pod's "data" volume; nil without one.
 func diffClaim(p *v1.Pod) *v1.PersistentVolumeClaim {
 	for _, vol := range p.Spec.Volumes {
-		if vol.PersistentVolumeClaim != nil {
+		if vol.Name == "data" && vol.PersistentVolumeClaim != nil {
 			c := persistentClaim(vol.PersistentVolumeClaim.ClaimName, diffStorageClass, "", v1.ReadWriteOnce)
 			c.Namespace = p.Namespace
 			c.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse("5Gi")}
@@ -546,6 +557,7 @@ func startDiffRun(t *testing.T, upstream bool) *diffRun {
 		}
 	}
 	d.createDeviceClasses(t)
+	d.startDiffCSI(t)
 	for _, class := range []string{diffStorageClass, diffProbeClass} {
 		if _, err := client.StorageV1().StorageClasses().Create(ctx, storageClass(class, "kubernetes.io/no-provisioner", storagev1.VolumeBindingWaitForFirstConsumer), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -680,7 +692,10 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 	// created after them: a pod is never tried before the scheduler has
 	// seen its claim (it would be unschedulable until the claim arrives).
 	for _, p := range w.Pods {
-		if c := diffClaim(p); c != nil {
+		for _, c := range []*v1.PersistentVolumeClaim{diffClaim(p), diffCSIClaim(p)} {
+			if c == nil {
+				continue
+			}
 			if _, err := d.client.CoreV1().PersistentVolumeClaims(c.Namespace).Create(ctx, c, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -712,6 +727,8 @@ func (d *diffRun) setUp(t *testing.T, w *diffWorkload) {
 	if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, probeVolume.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	d.setUpCapacity(t, w)
+	d.probeCapacity(t, w)
 }
 
 // tearDown removes the seed's pods, claims, volumes and nodes.
@@ -728,6 +745,9 @@ func (d *diffRun) tearDown(t *testing.T, w *diffWorkload) {
 	}
 	if d.dra {
 		d.tearDownDevices(t, w)
+	}
+	if len(w.Capacity) > 0 {
+		d.tearDownCapacity(t)
 	}
 	for _, pv := range w.Volumes {
 		if err := d.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil {
@@ -784,6 +804,9 @@ func (d *diffRun) drop(t *testing.T, p *v1.Pod) {
 	d.remove(t, p)
 	if c := diffClaim(p); c != nil {
 		d.releaseClaim(t, c)
+	}
+	if c := diffCSIClaim(p); c != nil {
+		d.dropCSIClaim(t, c)
 	}
 }
 
@@ -866,6 +889,9 @@ func (d *diffRun) pin(t *testing.T, p *v1.Pod, node *v1.Node) {
 		}
 		d.bindClaim(t, c, node)
 	}
+	if c := diffCSIClaim(p); c != nil {
+		d.pinCSIClaim(t, c, node)
+	}
 	q := p.DeepCopy()
 	q.Spec.NodeName = node.Name
 	d.restore(t, q, node.Name)
@@ -881,6 +907,9 @@ func (d *diffRun) restore(t *testing.T, p *v1.Pod, node string) {
 		d.settleClaims(t)
 	}
 	d.create(t, q)
+	if len(q.Status.ContainerStatuses) > 0 {
+		d.writeStatus(t, q) // a resized pod's allocation
+	}
 	d.placeClaims(t, q, node)
 }
 
@@ -985,6 +1014,7 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 			rec := diffSeedRecord{Seed: seed, Nodes: len(w.Nodes)}
 			chk := newDiffChecker(w.Nodes, w.Volumes)
 			chk.devices = w.Devices
+			chk.capacity = w.Capacity
 			for _, p := range w.Pods {
 				got := d.decide(t, p)
 				dec := diffDecision{Pod: diffKey(p), Node: got.Node, Message: got.Message, Victims: d.gone(t, chk)}
@@ -997,6 +1027,7 @@ func recordDiffGolden(t *testing.T) *diffGolden {
 					d.drop(t, p)
 				} else {
 					chk.place(p, dec.Node)
+					d.resize(t, p)
 				}
 				rec.Decisions = append(rec.Decisions, dec)
 			}
@@ -1048,6 +1079,7 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 		d.setUp(t, w)
 		chk := newDiffChecker(w.Nodes, w.Volumes)
 		chk.devices = w.Devices
+		chk.capacity = w.Capacity
 		seedPlaced, seedSame, seedPending, seedBest, seedPreempted, seedDRA := 0, 0, 0, 0, 0, 0
 		for j, p := range w.Pods {
 			want := rec.Decisions[j]
@@ -1121,6 +1153,7 @@ func TestSchedulerDifferentialKubeScheduler(t *testing.T) {
 			}
 			if want.Node != "" {
 				chk.place(p, want.Node)
+				d.resize(t, p) // on kube-scheduler's node, as in its run
 			}
 		}
 		d.tearDown(t, w)
