@@ -46,6 +46,10 @@ type Config struct {
 	SchedulerConfig *SchedulerConfig
 	// APIServerArgs are appended to kube-apiserver's arguments.
 	APIServerArgs []string
+	// APIServerEnv (KEY=VALUE) is added to kube-apiserver's environment,
+	// for example GOMEMLIMIT for a benchmark whose API server would
+	// otherwise outgrow the machine.
+	APIServerEnv []string
 	// ReadyTimeout bounds start-up; 60s when zero.
 	ReadyTimeout time.Duration
 	// ScrubOnStop removes, when a given Dir is kept, the private keys,
@@ -245,7 +249,11 @@ func Start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 }
 
 func (cp *ControlPlane) start(name string, args []string, logDir string) (*process, error) {
-	p, err := startProcess(name, filepath.Join(cp.cfg.BinDir, name), args, logDir)
+	var env []string
+	if name == APIServer {
+		env = cp.cfg.APIServerEnv
+	}
+	p, err := startProcess(name, filepath.Join(cp.cfg.BinDir, name), args, env, logDir)
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +401,7 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 		return ctx.Err()
 	case <-time.After(down):
 	}
-	p, err := startProcessLog(APIServer, filepath.Join(cp.cfg.BinDir, APIServer), cp.apiServerArgs, filepath.Join(cp.cfg.Dir, "logs"), true)
+	p, err := startProcessLog(APIServer, filepath.Join(cp.cfg.BinDir, APIServer), cp.apiServerArgs, cp.cfg.APIServerEnv, filepath.Join(cp.cfg.Dir, "logs"), true)
 	if err != nil {
 		return err
 	}

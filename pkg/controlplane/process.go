@@ -25,13 +25,14 @@ type process struct {
 	err     error // valid after done is closed
 }
 
-func startProcess(name, binary string, args []string, logDir string) (*process, error) {
-	return startProcessLog(name, binary, args, logDir, false)
+func startProcess(name, binary string, args, env []string, logDir string) (*process, error) {
+	return startProcessLog(name, binary, args, env, logDir, false)
 }
 
 // startProcessLog starts a component, its log in logDir/NAME.log, appended
-// to rather than replaced when appendLog (a restarted component).
-func startProcessLog(name, binary string, args []string, logDir string, appendLog bool) (*process, error) {
+// to rather than replaced when appendLog (a restarted component); env is
+// added to this process's environment.
+func startProcessLog(name, binary string, args, env []string, logDir string, appendLog bool) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	if appendLog {
@@ -42,6 +43,9 @@ func startProcessLog(name, binary string, args []string, logDir string, appendLo
 		return nil, err
 	}
 	cmd := exec.Command(binary, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

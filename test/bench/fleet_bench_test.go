@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/time/rate"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +92,14 @@ var fleetResults = map[string]*fleetRun{}
 // second it sent meanwhile and how many waited on its client's rate limiter
 // (rest_client_*). With BENCH_PROFILE_DIR, nodeshepherd's CPU profile over
 // the window and its heap after it are written there.
+//
+// The pods are created at BENCH_CREATE_RATE (100) per second: at 250 per
+// second the 2-core machine's kube-apiserver closed its pod watchers as too
+// slow, every client listed 150,000 pods again, and the API server grew
+// past the machine's 24 GiB. kube-apiserver runs with GOMEMLIMIT
+// BENCH_APISERVER_GOMEMLIMIT (10GiB; "off" for none), a bound on the
+// harness, not on the controllers measured. BENCH_APISERVER_ARGS adds
+// kube-apiserver flags (-v=1 names each watcher it closes).
 func BenchmarkFleet(b *testing.B) {
 	nodes := benchenv.Int(b, "BENCH_NODES", 5000)
 	perNode := benchenv.Int(b, "BENCH_PODS_PER_NODE", 30)
@@ -100,13 +110,19 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	window := benchenv.Duration(b, "BENCH_WINDOW", time.Minute)
 	profileDir := os.Getenv("BENCH_PROFILE_DIR")
+	createRate := benchenv.Int(b, "BENCH_CREATE_RATE", 100)
+	apiEnv, err := apiServerMemLimit(os.Getenv("BENCH_APISERVER_GOMEMLIMIT"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	if rack > nodes/3 {
 		b.Fatalf("BENCH_RACK=%d: a rack is part of one zone of three, at most %d of BENCH_NODES=%d", rack, nodes/3, nodes)
 	}
 	for _, side := range []string{"upstream", "nodeshepherd"} {
 		b.Run(side, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				r := runFleet(b, side, nodes, perNode, rack, grace, window, profileDir)
+				r := runFleet(b, side, fleetSettings{nodes: nodes, perNode: perNode, rack: rack, grace: grace, window: window,
+					profileDir: profileDir, createRate: createRate, apiEnv: apiEnv})
 				fleetResults[side] = r
 				b.ReportMetric(percentileOf(r.taint, 95), "taint-p95-s")
 				b.ReportMetric(r.steadyCPU[fleetController(side)], "controllers-cores")
@@ -127,11 +143,35 @@ func fleetController(side string) string {
 	return "nodeshepherd"
 }
 
-func runFleet(b *testing.B, side string, nodes, perNode, rack int, grace, window time.Duration, profileDir string) *fleetRun {
+// fleetSettings are BenchmarkFleet's settings.
+type fleetSettings struct {
+	nodes, perNode, rack, createRate int
+	grace, window                    time.Duration
+	profileDir                       string
+	apiEnv                           []string
+}
+
+// apiServerMemLimit is kube-apiserver's environment for
+// BENCH_APISERVER_GOMEMLIMIT: GOMEMLIMIT=10GiB when unset, none for "off".
+func apiServerMemLimit(v string) ([]string, error) {
+	switch {
+	case v == "":
+		v = "10GiB"
+	case v == "off":
+		return nil, nil
+	}
+	if !regexp.MustCompile(`^[0-9]+(B|KiB|MiB|GiB|TiB)?$`).MatchString(v) {
+		return nil, fmt.Errorf("BENCH_APISERVER_GOMEMLIMIT=%q: want a size as GOMEMLIMIT takes it (10GiB, 8192MiB) or off", v)
+	}
+	return []string{"GOMEMLIMIT=" + v}, nil
+}
+
+func runFleet(b *testing.B, side string, s fleetSettings) *fleetRun {
+	nodes, perNode, rack, grace, window, profileDir := s.nodes, s.perNode, s.rack, s.grace, s.window, s.profileDir
 	ctx := framework.Context(b)
 	r := &fleetRun{nodes: nodes, pods: nodes * perNode, rack: rack}
 	start := time.Now()
-	cfg := controlplane.Config{ControllerManager: true}
+	cfg := controlplane.Config{ControllerManager: true, APIServerArgs: strings.Fields(os.Getenv("BENCH_APISERVER_ARGS")), APIServerEnv: s.apiEnv}
 	if side == "upstream" {
 		cfg.Controllers = "*"
 		cfg.ControllerManagerArgs = []string{"--node-monitor-grace-period=" + grace.String()}
@@ -177,8 +217,10 @@ func runFleet(b *testing.B, side string, nodes, perNode, rack int, grace, window
 		pids["nodeshepherd"] = cmd.Process.Pid
 		ns = &framework.NodeShepherd{Addr: addr}
 	}
-	framework.WaitAllNodesReady(b, client, nodes, 20*time.Minute)
-	createFleetPods(b, fast, m.NodeNames(), perNode)
+	framework.WaitAllNodesReady(b, client, nodes, 30*time.Minute)
+	fmt.Printf("    %s: %d nodes Ready after %s; creating %d pods at %d/s\n", side, nodes, time.Since(start).Round(time.Second), nodes*perNode, s.createRate)
+	createFleetPods(b, fast, m.NodeNames(), perNode, s.createRate)
+	fmt.Printf("    %s: pods created after %s\n", side, time.Since(start).Round(time.Second))
 	// Read from the API server's watch cache (resourceVersion 0) every 5 s:
 	// the first 5,000-node run polled a consistent list of 150,000 pods from
 	// etcd every 100 ms and ran the 24 GiB machine out of memory
@@ -296,9 +338,10 @@ func waitFleetRunning(b *testing.B, client kubernetes.Interface, timeout time.Du
 }
 
 // createFleetPods binds perNode pods to every node (spec.nodeName: no
-// scheduler involved), 32 creators at once.
-func createFleetPods(b *testing.B, client kubernetes.Interface, nodes []string, perNode int) {
+// scheduler involved), 32 creators at once, perSecond pods a second in all.
+func createFleetPods(b *testing.B, client kubernetes.Interface, nodes []string, perNode, perSecond int) {
 	ctx := framework.Context(b)
+	limit := rate.NewLimiter(rate.Limit(perSecond), 1)
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetNamespace}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
@@ -308,6 +351,10 @@ func createFleetPods(b *testing.B, client kubernetes.Interface, nodes []string, 
 	for range 32 {
 		wg.Go(func() {
 			for p := range work {
+				if err := limit.Wait(ctx); err != nil {
+					errs <- err
+					return
+				}
 				if err := createRetrying(ctx, client, p); err != nil {
 					errs <- err
 					return
