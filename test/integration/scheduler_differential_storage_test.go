@@ -71,15 +71,7 @@ func diffAddCapacity(w *diffWorkload) {
 
 // diffCSIClaim is the claim of a pod's "csi" volume; nil without one.
 func diffCSIClaim(p *v1.Pod) *v1.PersistentVolumeClaim {
-	for _, vol := range p.Spec.Volumes {
-		if vol.Name == "csi" && vol.PersistentVolumeClaim != nil {
-			c := persistentClaim(vol.PersistentVolumeClaim.ClaimName, diffCSIClass, "", v1.ReadWriteOnce)
-			c.Namespace = p.Namespace
-			c.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse(p.Annotations[diffCSISizeAnnotation] + "Gi")}
-			return c
-		}
-	}
-	return nil
+	return diffVolumeClaim(p, "csi", diffCSIClass, p.Annotations[diffCSISizeAnnotation]+"Gi")
 }
 
 // diffCSIGiB is the size of the pod's CSI claim; 0 without one.

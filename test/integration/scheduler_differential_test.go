@@ -428,11 +428,17 @@ func diffVolume(r *rand.Rand, _ *diffWorkload, p *v1.Pod) {
 
 // diffClaim is the claim of a pod's "data" volume; nil without one.
 func diffClaim(p *v1.Pod) *v1.PersistentVolumeClaim {
-	for _, vol := range p.Spec.Volumes {
-		if vol.Name == "data" && vol.PersistentVolumeClaim != nil {
-			c := persistentClaim(vol.PersistentVolumeClaim.ClaimName, diffStorageClass, "", v1.ReadWriteOnce)
+	return diffVolumeClaim(p, "data", diffStorageClass, "5Gi")
+}
+
+// diffVolumeClaim is the claim, of class and size, of the pod's volume
+// named vol; nil without one.
+func diffVolumeClaim(p *v1.Pod, vol, class, size string) *v1.PersistentVolumeClaim {
+	for _, v := range p.Spec.Volumes {
+		if v.Name == vol && v.PersistentVolumeClaim != nil {
+			c := persistentClaim(v.PersistentVolumeClaim.ClaimName, class, "", v1.ReadWriteOnce)
 			c.Namespace = p.Namespace
-			c.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse("5Gi")}
+			c.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse(size)}
 			return c
 		}
 	}

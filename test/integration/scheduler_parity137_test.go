@@ -160,6 +160,17 @@ func bothSchedulersDecideApart(t *testing.T, want parityOutcome, apart map[bool]
 	}
 }
 
+// startParityScheduler runs nodeshepherd's scheduler alone, as
+// default-scheduler, with short backoffs.
+func startParityScheduler(t *testing.T, cp *controlplane.ControlPlane) {
+	t.Helper()
+	ctrl := fastLifecycle(100)
+	ctrl.Scheduler.SchedulerName = v1.DefaultSchedulerName
+	ctrl.Scheduler.PodInitialBackoff = 100 * time.Millisecond
+	ctrl.Scheduler.PodMaxBackoff = time.Second
+	framework.StartNodeShepherd(t, cp.RESTConfig(), ctrl, func(o *manager.Options) { o.Controllers = []string{scheduler.Name} })
+}
+
 // runParity137 runs the workload with kube-scheduler (upstream) or
 // nodeshepherd's scheduler and returns its decisions.
 func runParity137(t *testing.T, upstream bool) parityOutcome {
@@ -167,11 +178,7 @@ func runParity137(t *testing.T, upstream bool) parityOutcome {
 	cp := startControlPlaneAlone(t, controlplane.Config{ControllerManager: true, Scheduler: upstream})
 	client := framework.Client(t, cp)
 	if !upstream {
-		ctrl := fastLifecycle(100)
-		ctrl.Scheduler.SchedulerName = v1.DefaultSchedulerName
-		ctrl.Scheduler.PodInitialBackoff = 100 * time.Millisecond
-		ctrl.Scheduler.PodMaxBackoff = time.Second
-		framework.StartNodeShepherd(t, cp.RESTConfig(), ctrl, func(o *manager.Options) { o.Controllers = []string{scheduler.Name} })
+		startParityScheduler(t, cp)
 	}
 	for _, pn := range parityNodes() {
 		createParityNode(t, client, pn)

@@ -12,9 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeshepherd/nodeshepherd/pkg/controller/scheduler"
 	"github.com/nodeshepherd/nodeshepherd/pkg/controlplane"
-	"github.com/nodeshepherd/nodeshepherd/pkg/manager"
 	"github.com/nodeshepherd/nodeshepherd/test/framework"
 )
 
@@ -52,11 +50,7 @@ func runParityNominated(t *testing.T, upstream bool) parityOutcome {
 	bound("filler", "nom-2", "p1000", 800, false)
 	// The harness is ready before the scheduler under test starts.
 	if !upstream {
-		ctrl := fastLifecycle(100)
-		ctrl.Scheduler.SchedulerName = v1.DefaultSchedulerName
-		ctrl.Scheduler.PodInitialBackoff = 100 * time.Millisecond
-		ctrl.Scheduler.PodMaxBackoff = time.Second
-		framework.StartNodeShepherd(t, cp.RESTConfig(), ctrl, func(o *manager.Options) { o.Controllers = []string{scheduler.Name} })
+		startParityScheduler(t, cp)
 	}
 	out := parityOutcome{}
 	decide := func(p *v1.Pod) {
