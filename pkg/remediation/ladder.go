@@ -429,11 +429,20 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 // Selects says whether the policy's node selector takes the node (an
 // invalid selector, refused by Validate, takes none).
 func (s *PolicySpec) Selects(n *v1.Node) bool {
+	return s.selector().Matches(labels.Set(n.Labels))
+}
+
+// selector is the policy's node selector, parsed: everything without one,
+// nothing for an invalid one.
+func (s *PolicySpec) selector() labels.Selector {
 	if s.NodeSelector == nil {
-		return true
+		return labels.Everything()
 	}
 	sel, err := metav1.LabelSelectorAsSelector(s.NodeSelector)
-	return err == nil && sel.Matches(labels.Set(n.Labels))
+	if err != nil {
+		return labels.Nothing()
+	}
+	return sel
 }
 
 // PoolOf counts the policy's nodes for the brakes of a node in zone:
@@ -441,8 +450,12 @@ func (s *PolicySpec) Selects(n *v1.Node) bool {
 // in the zone. StormEnded is the caller's to keep.
 func (s *PolicySpec) PoolOf(name, zone string, nodes []*v1.Node, inRepair func(*v1.Node) bool, now time.Time) Pool {
 	p := Pool{Name: name, Zone: zone}
+	// Parsed once, not once a node: a pool of 5,000 nodes, every node's
+	// sync counting it, parsed the selector 25 million times (the 5,000-node
+	// fleet's heap profile).
+	sel := s.selector()
 	for _, n := range nodes {
-		if !s.Selects(n) {
+		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
 		here := n.Labels[v1.LabelTopologyZone] == zone
